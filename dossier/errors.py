@@ -1,0 +1,156 @@
+"""Errors and exit codes.
+
+Every error the library raises on purpose derives from :class:`DossierError`. Its message says
+what is wrong; :meth:`DossierError.diagnostics` adds what to do about it. The CLI prints one line
+and exits with the error's :attr:`exit_code`.
+
+Hierarchy::
+
+    DossierError
+    ├── InputError                 bad input from the user (exit 3)
+    │   ├── SpecError              release.toml missing, malformed or inconsistent
+    │   ├── ModelError             model file missing, unreadable or malformed
+    │   ├── ValidationSetError     pairs that do not fit the model, NaN/Inf references, ...
+    │   ├── SelectionError         unknown knob, value not allowed, duplicate, empty selection
+    │   └── CacheMismatchError     --continue against a cache whose inputs changed
+    ├── TuneError                  the search could not produce a result (exit 4)
+    ├── BackendUnavailableError    the backend's library is not installed here (exit 5)
+    ├── BundleError                unreadable, unknown-format, corrupt or tampered bundle (exit 6)
+    │   ├── BundleFormatError      not a bundle, or a format version this reader does not know
+    │   ├── IntegrityError         a file is missing, extra or altered
+    │   └── UnsafeArchiveError     a .dossier.tar member that would write outside its target
+    ├── OutputError                output exists or cannot be written (exit 7)
+    └── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
+
+    InternalError                  a bug in dossier itself (exit 70); deliberately outside the tree
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes of the ``dossier`` command. Documented in the README."""
+
+    OK = 0
+    """Success; for ``verify``: every field VALID."""
+    USAGE = 2
+    """Command-line usage error (unknown option, missing argument)."""
+    INPUT = 3
+    """Bad input: spec, model, validation set, selection, knob, cache mismatch."""
+    TUNE = 4
+    """The search could not produce a result (e.g. the default route fails)."""
+    BACKEND_UNAVAILABLE = 5
+    """The backend's library is not installed on this host."""
+    BUNDLE = 6
+    """Bundle unreadable, of an unknown format, corrupt or tampered."""
+    OUTPUT = 7
+    """Output exists already or cannot be written."""
+    SUBOPTIMAL = 10
+    """``verify``: the engine loads here, but the tuning may no longer be optimal."""
+    INVALID = 11
+    """``verify``: the engine must not be used here (rebuild or re-tune)."""
+    SIGNATURE = 13
+    """Signature missing, not trusted or not matching."""
+    INTERNAL = 70
+    """A bug in dossier itself."""
+    INTERRUPTED = 130
+    """Interrupted by the user (Ctrl-C); whatever was finished is kept."""
+
+
+class DossierError(Exception):
+    """Base type of every error dossier raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.INPUT
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def diagnostics(self) -> str:
+        """The message plus what to do about it, for a person."""
+        text = str(self)
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class InputError(DossierError):
+    """Bad input from the user."""
+
+    exit_code = ExitCode.INPUT
+
+
+class SpecError(InputError):
+    """A release spec (release.toml) is missing, malformed or inconsistent."""
+
+
+class ModelError(InputError):
+    """A model file is missing, unreadable or malformed."""
+
+
+class ValidationSetError(InputError):
+    """A validation set does not fit the model or holds unusable references."""
+
+
+class SelectionError(InputError):
+    """A selection names an unknown knob, a value not allowed, a duplicate, or nothing."""
+
+
+class CacheMismatchError(InputError):
+    """A tuning cache does not match the inputs it is asked to continue with."""
+
+    hint = "start a new search with another --out, or restore the original inputs"
+
+
+class TuneError(DossierError):
+    """The search could not produce a result."""
+
+    exit_code = ExitCode.TUNE
+
+
+class BackendUnavailableError(DossierError):
+    """The backend's library is not installed on this host."""
+
+    exit_code = ExitCode.BACKEND_UNAVAILABLE
+
+
+class BundleError(DossierError):
+    """A bundle cannot be used."""
+
+    exit_code = ExitCode.BUNDLE
+
+
+class BundleFormatError(BundleError):
+    """Not a bundle, or a bundle of a format version this reader does not know."""
+
+
+class IntegrityError(BundleError):
+    """A bundle file is missing, extra or altered."""
+
+    hint = "the bundle is corrupt or was modified after it was written; fetch it again"
+
+
+class UnsafeArchiveError(BundleError):
+    """A .dossier.tar member would write outside its target, or lies about its size."""
+
+    hint = "the archive was not written by dossier pack; do not use it"
+
+
+class OutputError(DossierError):
+    """Output exists already or cannot be written."""
+
+    exit_code = ExitCode.OUTPUT
+
+
+class SignatureError(DossierError):
+    """A bundle's signature is missing, untrusted or does not match."""
+
+    exit_code = ExitCode.SIGNATURE
+
+
+class InternalError(Exception):
+    """A bug in dossier itself. Not a DossierError: it never means the user did something wrong."""
+
+    exit_code = ExitCode.INTERNAL

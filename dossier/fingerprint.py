@@ -1,0 +1,399 @@
+"""Host fingerprints: what a tuned engine may depend on, collected fast and without side effects.
+
+:func:`collect` reads the CPU, OS, installed package versions and (through NVML) the GPUs of this
+host. It never imports torch, tensorrt or onnxruntime: package versions come from
+:mod:`importlib.metadata`. A fact that cannot be read is ``None``; collecting never raises.
+:func:`flatten` turns a fingerprint into ``field path -> string`` pairs that
+:mod:`dossier.policy` compares.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dossier.errors import InputError
+
+FINGERPRINT_VERSION = 1
+"""The only ``fingerprint_version`` this reader knows."""
+
+ISA_FLAGS = frozenset({
+    "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw",
+    "avx512vl", "avx512dq", "avx512cd", "avx512_vnni", "avx512vnni", "avx512_bf16",
+    "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+    # AArch64 / ARM ``Features``
+    "neon", "asimd", "asimdhp", "asimddp", "asimdfhm", "fphp", "sve", "sve2", "i8mm", "bf16",
+    "sme",
+})
+"""CPU flags that decide which kernels an engine may contain; other flags are not recorded."""
+
+_CUDA_SUFFIXES = ("-cu13", "-cu12", "-cu11", "")
+PACKAGES = (
+    "dossier", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "pyarrow", "torch", "triton",
+    "tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "tensorrt-cu13", "tensorrt-cu13-libs",
+    "cuda-python", "cuda-bindings", "nvidia-ml-py",
+    *(f"nvidia-{lib}{s}" for lib in ("cuda-runtime", "cudnn", "cublas", "cuda-nvrtc")
+      for s in _CUDA_SUFFIXES),
+)
+"""Distributions whose installed versions are recorded (when installed)."""
+
+_T = TypeVar("_T")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class CpuInfo(_Model):
+    """The host CPU."""
+
+    model: str | None = None
+    """Marketing name, e.g. "AMD EPYC 9654 96-Core Processor"."""
+    vendor: str | None = None
+    """Vendor id ("GenuineIntel", "AuthenticAMD") or the ARM implementer code."""
+    isa_flags: list[str] = []
+    """Sorted instruction-set flags among :data:`ISA_FLAGS` that this CPU reports."""
+    cores: int | None = None
+    """Logical CPUs (hardware threads)."""
+    physical_cores: int | None = None
+    """Physical cores, when /proc/cpuinfo tells them apart."""
+
+
+class OsInfo(_Model):
+    """The operating system."""
+
+    system: str | None = None
+    """"Linux", "Windows", "Darwin"."""
+    release: str | None = None
+    """Kernel release, e.g. "6.8.0-45-generic"."""
+    glibc: str | None = None
+    """GNU C library version, e.g. "2.35"; None on other C libraries."""
+    distribution: str | None = None
+    """PRETTY_NAME from /etc/os-release, e.g. "Ubuntu 22.04.4 LTS"."""
+    machine: str | None = None
+    """Machine architecture, e.g. "x86_64", "aarch64"."""
+
+
+class PythonInfo(_Model):
+    """The Python interpreter."""
+
+    version: str
+    """Full version, e.g. "3.11.7"."""
+    implementation: str
+    """"CPython", "PyPy"."""
+
+
+class GpuInfo(_Model):
+    """One NVIDIA GPU as NVML reports it."""
+
+    index: int
+    """NVML index (PCI bus order; CUDA's order may differ unless CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+    name: str | None = None
+    """Product name, e.g. "NVIDIA H200"."""
+    uuid: str | None = None
+    """Unique id of this very board ("GPU-..."); identifies, never decides."""
+    compute_capability: str | None = None
+    """CUDA compute capability, e.g. "9.0"."""
+    memory_total_mib: int | None = None
+    """Total device memory in MiB."""
+    sm_count: int | None = None
+    """Streaming multiprocessors, when NVML reports them."""
+    driver_version: str | None = None
+    """Kernel driver version, e.g. "550.90.07"."""
+    cuda_driver_version: str | None = None
+    """Highest CUDA version the driver supports, e.g. "12.4"."""
+    vbios_version: str | None = None
+    """Video BIOS version."""
+    mig_mode: str | None = None
+    """Multi-Instance GPU mode: "enabled" or "disabled"."""
+    ecc_mode: str | None = None
+    """ECC memory mode: "enabled" or "disabled"."""
+    power_limit_w: float | None = None
+    """Enforced power limit in watts."""
+    max_sm_clock_mhz: int | None = None
+    """Maximum SM clock in MHz."""
+    max_mem_clock_mhz: int | None = None
+    """Maximum memory clock in MHz."""
+    app_sm_clock_mhz: int | None = None
+    """Application SM clock in MHz (what kernels run at when not boosting)."""
+    app_mem_clock_mhz: int | None = None
+    """Application memory clock in MHz."""
+    persistence_mode: bool | None = None
+    """Whether the driver stays loaded with no client (persistence mode)."""
+
+
+class Fingerprint(_Model):
+    """Everything about a host that a tuned engine may depend on."""
+
+    fingerprint_version: int = FINGERPRINT_VERSION
+    """Format version of this record."""
+    collected_at: str
+    """When it was collected: UTC, ISO 8601."""
+    hostname: str | None = None
+    """Host name; recorded, never decides."""
+    python: PythonInfo
+    """The interpreter that collected it."""
+    cpu: CpuInfo
+    """The CPU."""
+    os: OsInfo
+    """The operating system."""
+    packages: dict[str, str] = {}
+    """Installed versions of the relevant distributions (see :data:`PACKAGES`), by name."""
+    cuda_runtime: str | None = None
+    """CUDA runtime version (from the nvidia-cuda-runtime wheel, or an already imported torch)."""
+    cudnn: str | None = None
+    """cuDNN version (from the nvidia-cudnn wheel)."""
+    gpus: list[GpuInfo] = []
+    """NVIDIA GPUs in NVML index order; empty without NVML, driver or GPU."""
+    compiler: str | None = None
+    """First line of the C++ compiler's ``--version`` (collected only on request)."""
+
+
+def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fingerprint:
+    """Fingerprint this host. Never raises for a missing fact; never imports an engine library.
+
+    Args:
+        include_gpu: query NVML for GPUs (``pynvml`` from nvidia-ml-py, imported lazily).
+        include_compiler: run the C++ compiler's ``--version`` (AOTInductor compiles with it).
+    """
+    packages = _packages()
+    return Fingerprint(
+        collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        hostname=platform.node() or None,
+        python=PythonInfo(version=platform.python_version(),
+                          implementation=platform.python_implementation()),
+        cpu=_cpu(),
+        os=_os(),
+        packages=packages,
+        cuda_runtime=_first(packages, "nvidia-cuda-runtime") or _torch_cuda(),
+        cudnn=_first(packages, "nvidia-cudnn"),
+        gpus=_gpus() if include_gpu else [],
+        compiler=_compiler() if include_compiler else None,
+    )
+
+
+def flatten(fp: Fingerprint) -> dict[str, str | None]:
+    """Field paths to string values, in a fixed order.
+
+    Nested models give dotted paths ("cpu.model"), packages give "packages.NAME" (sorted), lists of
+    flags are space-joined, booleans are "true"/"false", and each GPU gives "gpu[I].FIELD" after
+    "gpu.count".
+    """
+    out: dict[str, str | None] = {}
+    for name in type(fp).model_fields:
+        value = getattr(fp, name)
+        if name == "gpus":
+            out["gpu.count"] = str(len(value))
+            for gpu in value:
+                out.update(_walk(gpu, f"gpu[{gpu.index}]"))
+        elif name == "packages":
+            out.update((f"packages.{k}", v) for k, v in sorted(value.items()))
+        else:
+            out.update(_walk(value, name))
+    return out
+
+
+def load_fingerprint(path: str | os.PathLike[str]) -> Fingerprint:
+    """Read a fingerprint JSON file; :class:`InputError` if unreadable, malformed or too new."""
+    p = Path(path)
+    try:
+        fp = Fingerprint.model_validate_json(p.read_bytes())
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read fingerprint: {exc.strerror or exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise InputError(f"{p}: not a fingerprint: {loc}: {first['msg']}") from exc
+    if fp.fingerprint_version != FINGERPRINT_VERSION:
+        raise InputError(f"{p}: fingerprint version {fp.fingerprint_version} is not known to "
+                         f"this dossier (it reads version {FINGERPRINT_VERSION})",
+                         hint="upgrade dossier on this host")
+    return fp
+
+
+def _walk(value: Any, prefix: str) -> Iterator[tuple[str, str | None]]:
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _walk(getattr(value, name), f"{prefix}.{name}")
+    elif value is None:
+        yield prefix, None
+    elif isinstance(value, bool):
+        yield prefix, "true" if value else "false"
+    elif isinstance(value, list):
+        yield prefix, " ".join(str(v) for v in value)
+    else:
+        yield prefix, str(value)
+
+
+def _call(fn: Callable[..., _T], *args: Any) -> _T | None:
+    try:
+        return fn(*args)
+    except Exception:  # any failure of an optional probe means "unknown"
+        return None
+
+
+def _cpuinfo() -> list[tuple[str, str]]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return []
+    pairs = (line.partition(":") for line in text.splitlines())
+    return [(k.strip().lower(), v.strip()) for k, sep, v in pairs if sep]
+
+
+def _cpu() -> CpuInfo:
+    pairs = _cpuinfo()
+    first: dict[str, str] = {}
+    for key, value in pairs:
+        first.setdefault(key, value)
+    flags = (first.get("flags") or first.get("features") or "").split()
+    cores = {(v, c) for v, c in _pairs_of(pairs, "physical id", "core id")}
+    model = first.get("model name") or first.get("hardware") or _call(platform.processor)
+    return CpuInfo(
+        model=model or None,
+        vendor=first.get("vendor_id") or first.get("cpu implementer"),
+        isa_flags=sorted(ISA_FLAGS.intersection(flags)),
+        cores=os.cpu_count(),
+        physical_cores=len(cores) or None,
+    )
+
+
+def _pairs_of(pairs: list[tuple[str, str]], a: str, b: str) -> Iterator[tuple[str, str]]:
+    """(a, b) value pairs per processor block of /proc/cpuinfo."""
+    current: dict[str, str] = {}
+    for key, value in pairs:
+        if key == "processor":
+            current = {}
+        current[key] = value
+        if key in (a, b) and a in current and b in current:
+            yield current[a], current[b]
+
+
+def _os() -> OsInfo:
+    glibc = _call(os.confstr, "CS_GNU_LIBC_VERSION")  # "glibc 2.35"
+    if glibc and glibc.startswith("glibc "):
+        glibc = glibc.split()[1]
+    else:
+        lib, version = _call(platform.libc_ver) or ("", "")
+        glibc = version if lib == "glibc" and version else None
+    return OsInfo(system=platform.system() or None, release=platform.release() or None,
+                  glibc=glibc, distribution=_os_release(), machine=platform.machine() or None)
+
+
+def _os_release() -> str | None:
+    for candidate in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            lines = Path(candidate).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith("PRETTY_NAME="):
+                return line.partition("=")[2].strip().strip("\"'") or None
+    return None
+
+
+def _packages() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except Exception:  # not installed, or broken metadata
+            continue
+    if "dossier" not in found:  # running from a source tree
+        from dossier import __version__
+
+        found["dossier"] = __version__
+    return found
+
+
+def _first(packages: dict[str, str], stem: str) -> str | None:
+    return next((packages[stem + s] for s in _CUDA_SUFFIXES if stem + s in packages), None)
+
+
+def _torch_cuda() -> str | None:
+    torch = sys.modules.get("torch")  # only if the caller imported it already; never import it
+    version = getattr(getattr(torch, "version", None), "cuda", None)
+    return str(version) if version else None
+
+
+def _compiler() -> str | None:
+    exe = os.environ.get("CXX") or next(
+        (c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if not exe:
+        return None
+    try:
+        run = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = run.stdout.strip().splitlines()
+    return lines[0].strip() if run.returncode == 0 and lines else None
+
+
+def _gpus() -> list[GpuInfo]:
+    try:
+        import pynvml  # nvidia-ml-py; optional
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no GPU
+        return []
+    try:
+        driver = _text(_call(pynvml.nvmlSystemGetDriverVersion))
+        cuda = _call(pynvml.nvmlSystemGetCudaDriverVersion)
+        cuda_str = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None
+        return [_gpu(pynvml, i, driver, cuda_str) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+    finally:
+        _call(pynvml.nvmlShutdown)
+
+
+def _gpu(nv: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    cc = _call(nv.nvmlDeviceGetCudaComputeCapability, h)
+    mem = _call(nv.nvmlDeviceGetMemoryInfo, h)
+    attrs = _call(nv.nvmlDeviceGetAttributes, h)
+    power = _call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+    persistence = _call(nv.nvmlDeviceGetPersistenceMode, h)
+    return GpuInfo(
+        index=index,
+        name=_text(_call(nv.nvmlDeviceGetName, h)),
+        uuid=_text(_call(nv.nvmlDeviceGetUUID, h)),
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+        memory_total_mib=int(mem.total) // 2**20 if mem is not None else None,
+        sm_count=getattr(attrs, "multiprocessorCount", None) or None,
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        vbios_version=_text(_call(nv.nvmlDeviceGetVbiosVersion, h)),
+        mig_mode=_mode(_call(nv.nvmlDeviceGetMigMode, h)),
+        ecc_mode=_mode(_call(nv.nvmlDeviceGetEccMode, h)),
+        power_limit_w=power / 1000 if isinstance(power, int) else None,
+        max_sm_clock_mhz=_call(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
+        max_mem_clock_mhz=_call(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
+        app_sm_clock_mhz=_call(nv.nvmlDeviceGetApplicationsClock, h, nv.NVML_CLOCK_SM),
+        app_mem_clock_mhz=_call(nv.nvmlDeviceGetApplicationsClock, h, nv.NVML_CLOCK_MEM),
+        persistence_mode=bool(persistence) if isinstance(persistence, int) else None,
+    )
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _mode(value: Any) -> str | None:
+    """NVML (current, pending) mode pair -> "enabled"/"disabled"."""
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], int):
+        return "enabled" if value[0] else "disabled"
+    return None

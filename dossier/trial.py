@@ -1,0 +1,128 @@
+"""Trials: one route built, validated and timed, and the record it leaves.
+
+A trial's outcome is data, never an exception: ``ok``, ``rejected`` (accuracy), ``build_failed``,
+``crashed`` (the child died: a signal, no result), ``timeout`` or ``runtime_error``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended."""
+
+    OK = "ok"
+    """Built, ran, passed the accuracy check, timed."""
+    REJECTED = "rejected"
+    """Ran, but a loss reached the threshold or an output held NaN/Inf."""
+    BUILD_FAILED = "build_failed"
+    """The compiler refused or failed to build the route."""
+    CRASHED = "crashed"
+    """The trial's process died (a signal, or it exited without a result)."""
+    TIMEOUT = "timeout"
+    """The trial ran past its wall-clock limit and was killed."""
+    RUNTIME_ERROR = "runtime_error"
+    """The engine built but failed to load or to run."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class TimingSummary(_Model):
+    """Statistics of one engine's latency samples."""
+
+    n: int
+    """Number of timed samples."""
+    median_ms: float
+    """Median latency."""
+    ci_low_ms: float
+    """Lower end of the median's confidence interval (order statistics, distribution-free)."""
+    ci_high_ms: float
+    """Upper end of the median's confidence interval."""
+    mean_ms: float
+    """Arithmetic mean (for comparison with tools that rank on the mean)."""
+    p10_ms: float
+    """10th percentile."""
+    p90_ms: float
+    """90th percentile."""
+    warmup_runs: int
+    """Runs discarded as warm-up before sampling began."""
+
+
+class Comparison(_Model):
+    """A candidate against the baseline, both timed interleaved in the same process."""
+
+    baseline: TimingSummary
+    """The baseline's samples taken alongside this candidate."""
+    speedup: float
+    """Baseline median / candidate median (> 1 means the candidate is faster)."""
+    speedup_ci_low: float
+    """Lower end of the speedup's bootstrap confidence interval."""
+    speedup_ci_high: float
+    """Upper end of the speedup's bootstrap confidence interval."""
+    p_value: float
+    """Two-sided Mann-Whitney U test of the two sample sets."""
+    test: str = "mann-whitney-u"
+    """The significance test used."""
+    significant: bool
+    """p_value below alpha."""
+    faster: bool
+    """Significant, and the speedup is at least 1 + the minimum effect."""
+    slower: bool
+    """Significant, and the speedup is at most 1 / (1 + the minimum effect)."""
+
+
+class TrialRecord(_Model):
+    """One line of the tuning cache per finished trial."""
+
+    kind: Literal["trial"] = "trial"
+    """Record type tag."""
+    index: int
+    """Position of the trial in the search (0 is the baseline)."""
+    route: str
+    """Canonical route text."""
+    role: Literal["baseline", "search", "confirm"] = "search"
+    """Why the trial ran."""
+    outcome: Outcome
+    """How it ended."""
+    reason: str | None = None
+    """Why it did not end ``ok``: the error, the signal, or the loss that failed."""
+    losses: dict[str, dict[str, float | None]] | None = None
+    """Per validation pair, per output tensor: the loss (None where the output held NaN/Inf)."""
+    worst_loss: float | None = None
+    """The largest loss over all pairs and outputs."""
+    timing: TimingSummary | None = None
+    """The candidate's latency."""
+    comparison: Comparison | None = None
+    """The candidate against the baseline timed alongside it (the A/A check for the baseline)."""
+    samples_ms: list[float] | None = None
+    """The candidate's raw timed samples, in the order taken."""
+    baseline_samples_ms: list[float] | None = None
+    """The baseline's raw samples taken interleaved with the candidate's."""
+    build_s: float | None = None
+    """Compile time of the engine (kept apart from inference latency)."""
+    trial_s: float
+    """Wall time of the whole trial, child process start to result."""
+    engine: str | None = None
+    """Engine file, relative to the run folder, kept for admissible routes."""
+    engine_digest: str | None = None
+    """xxh3-128 of the engine file."""
+    started_at: str
+    """UTC start time, ISO 8601."""
+    extra: dict[str, str] = Field(default_factory=dict)
+    """Backend facts about the built engine (e.g. plan header fields)."""
+
+    @property
+    def admissible(self) -> bool:
+        """Built, ran and passed the accuracy check."""
+        return self.outcome is Outcome.OK
+
+    @property
+    def faster(self) -> bool:
+        """Admissible and significantly faster than the baseline."""
+        return self.admissible and self.comparison is not None and self.comparison.faster

@@ -1,0 +1,169 @@
+"""Validation sets, accuracy metrics and the admissibility decision.
+
+A validation set is a folder of pairs ``pair-NNN/inputs.arrow`` + ``pair-NNN/references.arrow``
+(see :mod:`dossier.tensors`), plus an optional ``provenance.json`` saying how the references
+were made. Losses follow trtexec's definitions, per output tensor (lower is better):
+
+- ``l0``: fraction of elements with ``|a - r| > atol + rtol * |r|``
+- ``l1``: mean absolute error
+- ``l2``: mean squared error
+- ``linf``: maximum absolute error
+- ``cos``: ``1 - cosine similarity`` (1.0 when either norm is ~0)
+
+A route is admissible when every loss of every pair is below the threshold (trtexec fails at
+``loss >= threshold``) and no output holds NaN or Inf. Every pair's losses are kept (trtexec
+keeps only the last pair's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dossier.errors import ValidationSetError
+from dossier.hashing import digest_json
+from dossier.tensors import read_tensors
+
+METRICS = ("l0", "l1", "l2", "linf", "cos")
+_PAIR = re.compile(r"^pair-\d+$")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One validation pair."""
+
+    name: str
+    inputs: dict[str, np.ndarray]
+    references: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    """The pairs of a validation set, in name order."""
+
+    path: Path
+    pairs: tuple[Pair, ...]
+    provenance: dict = field(default_factory=dict)
+
+    def digest(self) -> str:
+        """xxh3-128 over every tensor's name, dtype, shape and bytes, pair by pair."""
+        from dossier.hashing import digest_bytes
+
+        parts = []
+        for p in self.pairs:
+            for role, tensors in (("in", p.inputs), ("ref", p.references)):
+                for name in sorted(tensors):
+                    a = np.ascontiguousarray(tensors[name])
+                    parts.append([p.name, role, name, str(a.dtype), list(a.shape),
+                                  digest_bytes(a.tobytes())])
+        return digest_json(parts)
+
+
+def load_validation_set(path: Path) -> ValidationSet:
+    """Load and sanity-check a validation set folder.
+
+    Raises ValidationSetError when the folder is missing, has no pairs, a pair lacks a file,
+    or a reference holds NaN or Inf.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ValidationSetError(f"validation set {path} is not a folder")
+    names = sorted(p.name for p in path.iterdir() if p.is_dir() and _PAIR.match(p.name))
+    if not names:
+        raise ValidationSetError(f"validation set {path} has no pair-NNN folders")
+    pairs = []
+    for name in names:
+        files = {role: path / name / f"{role}.arrow" for role in ("inputs", "references")}
+        for role, f in files.items():
+            if not f.is_file():
+                raise ValidationSetError(f"validation pair {name} has no {role}.arrow ({f})")
+        inputs, refs = read_tensors(files["inputs"]), read_tensors(files["references"])
+        for out, ref in refs.items():
+            if np.issubdtype(ref.dtype, np.inexact) and not np.all(np.isfinite(ref)):
+                raise ValidationSetError(
+                    f"validation pair {name}: reference {out!r} holds NaN or Inf",
+                    hint="references must be finite; recompute them")
+        pairs.append(Pair(name, inputs, refs))
+    provenance = {}
+    prov = path / "provenance.json"
+    if prov.is_file():
+        try:
+            provenance = json.loads(prov.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValidationSetError(f"{prov}: not valid JSON ({exc})") from exc
+    return ValidationSet(path, tuple(pairs), provenance)
+
+
+def loss(metric: str, output: np.ndarray, reference: np.ndarray, *, atol: float = 1e-5,
+         rtol: float = 1e-5) -> float | None:
+    """The loss of one output tensor against its reference; None when the output holds NaN/Inf."""
+    a = np.asarray(output, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    if not np.all(np.isfinite(a)):
+        return None
+    d = a - r
+    if metric == "l0":
+        return float(np.mean(np.abs(d) > atol + rtol * np.abs(r))) if d.size else 0.0
+    if metric == "l1":
+        return float(np.mean(np.abs(d))) if d.size else 0.0
+    if metric == "l2":
+        return float(np.mean(d * d)) if d.size else 0.0
+    if metric == "linf":
+        return float(np.max(np.abs(d))) if d.size else 0.0
+    if metric == "cos":
+        norms = float(np.linalg.norm(a) * np.linalg.norm(r))
+        return 1.0 if norms < 1e-12 else float(1.0 - np.dot(a.ravel(), r.ravel()) / norms)
+    raise ValidationSetError(f"unknown metric {metric!r}", hint=f"use one of: {', '.join(METRICS)}")
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    """Losses of one route over a validation set, and the verdict."""
+
+    losses: dict[str, dict[str, float | None]]
+    threshold: float
+    metric: str
+    failure: str | None
+    """None when admissible; else which pair, which output, which loss (or NaN/Inf)."""
+
+    def __bool__(self) -> bool:
+        return self.failure is None
+
+    @property
+    def worst(self) -> float | None:
+        """The largest finite loss, or None if there is none."""
+        vals = [v for per in self.losses.values() for v in per.values() if v is not None]
+        return max(vals) if vals else None
+
+
+def judge(outputs: Mapping[str, Mapping[str, np.ndarray]], vset: ValidationSet, metric: str,
+          threshold: float, *, atol: float = 1e-5, rtol: float = 1e-5) -> AccuracyResult:
+    """Compare ``outputs`` (per pair name, per output name) with the references."""
+    losses: dict[str, dict[str, float | None]] = {}
+    failure = None
+    for pair in vset.pairs:
+        got = outputs[pair.name]
+        per: dict[str, float | None] = {}
+        for out, ref in pair.references.items():
+            if out not in got:
+                raise ValidationSetError(f"the engine produced no output {out!r} "
+                                         f"(reference in {pair.name})")
+            if tuple(got[out].shape) != tuple(ref.shape):
+                raise ValidationSetError(
+                    f"{pair.name}: output {out!r} has shape {tuple(got[out].shape)}, "
+                    f"reference has {tuple(ref.shape)}")
+            value = loss(metric, got[out], ref, atol=atol, rtol=rtol)
+            per[out] = value
+            if failure is None:
+                if value is None:
+                    failure = f"{pair.name}: output {out!r} holds NaN or Inf"
+                elif value >= threshold:
+                    failure = (f"{pair.name}: output {out!r} {metric} loss {value:.3g} "
+                               f">= threshold {threshold:.3g}")
+        losses[pair.name] = per
+    return AccuracyResult(losses, threshold, metric, failure)
