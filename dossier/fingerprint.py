@@ -107,7 +107,7 @@ class GpuInfo(_Model):
     memory_total_mib: int | None = None
     """Total device memory in MiB."""
     sm_count: int | None = None
-    """Streaming multiprocessors, when NVML reports them."""
+    """Streaming multiprocessors (NVML's CUDA core count over the cores per SM of the arch)."""
     driver_version: str | None = None
     """Kernel driver version, e.g. "550.90.07"."""
     cuda_driver_version: str | None = None
@@ -242,22 +242,22 @@ def _call(fn: Callable[..., _T], *args: Any) -> _T | None:
         return None
 
 
-def _cpuinfo() -> list[tuple[str, str]]:
+def _cpuinfo() -> list[dict[str, str]]:
+    """/proc/cpuinfo as one dict per processor block (lower-case keys); [] where there is none."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return []
-    pairs = (line.partition(":") for line in text.splitlines())
-    return [(k.strip().lower(), v.strip()) for k, sep, v in pairs if sep]
+    blocks = [(line.partition(":") for line in b.splitlines()) for b in text.split("\n\n")]
+    return [d for d in ({k.strip().lower(): v.strip() for k, sep, v in b if sep} for b in blocks)
+            if d]
 
 
 def _cpu() -> CpuInfo:
-    pairs = _cpuinfo()
-    first: dict[str, str] = {}
-    for key, value in pairs:
-        first.setdefault(key, value)
+    blocks = _cpuinfo()
+    first = blocks[0] if blocks else {}
     flags = (first.get("flags") or first.get("features") or "").split()
-    cores = {(v, c) for v, c in _pairs_of(pairs, "physical id", "core id")}
+    cores = {(b.get("physical id"), b["core id"]) for b in blocks if "core id" in b}
     model = first.get("model name") or first.get("hardware") or _call(platform.processor)
     return CpuInfo(
         model=model or None,
@@ -266,17 +266,6 @@ def _cpu() -> CpuInfo:
         cores=os.cpu_count(),
         physical_cores=len(cores) or None,
     )
-
-
-def _pairs_of(pairs: list[tuple[str, str]], a: str, b: str) -> Iterator[tuple[str, str]]:
-    """(a, b) value pairs per processor block of /proc/cpuinfo."""
-    current: dict[str, str] = {}
-    for key, value in pairs:
-        if key == "processor":
-            current = {}
-        current[key] = value
-        if key in (a, b) and a in current and b in current:
-            yield current[a], current[b]
 
 
 def _os() -> OsInfo:
@@ -303,12 +292,7 @@ def _os_release() -> str | None:
 
 
 def _packages() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for name in PACKAGES:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except Exception:  # not installed, or broken metadata
-            continue
+    found = {name: v for name in PACKAGES if (v := _call(importlib.metadata.version, name))}
     if "dossier" not in found:  # running from a source tree
         from dossier import __version__
 
@@ -342,8 +326,7 @@ def _compiler() -> str | None:
 
 def _gpus() -> list[GpuInfo]:
     try:
-        import pynvml  # nvidia-ml-py; optional
-
+        pynvml = importlib.import_module("pynvml")  # nvidia-ml-py; optional, untyped
         pynvml.nvmlInit()
     except Exception:  # no library, no driver, no GPU
         return []
@@ -362,7 +345,9 @@ def _gpu(nv: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
     h = nv.nvmlDeviceGetHandleByIndex(index)
     cc = _call(nv.nvmlDeviceGetCudaComputeCapability, h)
     mem = _call(nv.nvmlDeviceGetMemoryInfo, h)
-    attrs = _call(nv.nvmlDeviceGetAttributes, h)
+    attrs = _call(nv.nvmlDeviceGetAttributes, h)  # MIG handles only, on current drivers
+    sm_count = getattr(attrs, "multiprocessorCount", None) or _sm_count(
+        _call(nv.nvmlDeviceGetNumGpuCores, h), cc)
     power = _call(nv.nvmlDeviceGetEnforcedPowerLimit, h)
     persistence = _call(nv.nvmlDeviceGetPersistenceMode, h)
     return GpuInfo(
@@ -371,7 +356,7 @@ def _gpu(nv: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
         uuid=_text(_call(nv.nvmlDeviceGetUUID, h)),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         memory_total_mib=int(mem.total) // 2**20 if mem is not None else None,
-        sm_count=getattr(attrs, "multiprocessorCount", None) or None,
+        sm_count=sm_count,
         driver_version=driver,
         cuda_driver_version=cuda,
         vbios_version=_text(_call(nv.nvmlDeviceGetVbiosVersion, h)),
@@ -384,6 +369,17 @@ def _gpu(nv: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
         app_mem_clock_mhz=_call(nv.nvmlDeviceGetApplicationsClock, h, nv.NVML_CLOCK_MEM),
         persistence_mode=bool(persistence) if isinstance(persistence, int) else None,
     )
+
+
+_CORES_PER_SM = {(6, 0): 64, (7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64}
+"""CUDA cores per SM where not 128, from Pascal on (CUDA samples' _ConvertSMVer2Cores)."""
+
+
+def _sm_count(cores: Any, cc: Any) -> int | None:
+    if not isinstance(cores, int) or not cores or not cc or tuple(cc) < (6, 0):
+        return None
+    per_sm = _CORES_PER_SM.get((cc[0], cc[1]), 128)
+    return cores // per_sm if cores % per_sm == 0 else None
 
 
 def _text(value: Any) -> str | None:

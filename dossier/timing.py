@@ -49,6 +49,8 @@ class TimingSettings(BaseModel):
     """Resamples for the speedup's bootstrap interval."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """Wall-clock limit of one trial (build, validation and timing) in its own process."""
+    trial_memory_limit_mb: int | None = Field(None, ge=64)
+    """Address-space limit of a trial's process (None: no limit); exceeding it is recorded."""
     confirm_top: int = Field(3, ge=0)
     """How many of the best candidates are re-timed against the baseline in a fresh process."""
 

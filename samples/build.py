@@ -101,7 +101,7 @@ path = "validation"
 [tune]
 backend = "onnxruntime"
 strategy = "fast"
-selection = "-graph_optimization_level=[all|extended|basic] -gelu_approximation=[off|on] -optimizer:MatMulAddFusion=[on|off] -optimizer:GeluFusionL2=[on|off] -intra_op_allow_spinning=[on|off]"
+selection = "-graph_optimization_level=[all|extended|basic] -gelu_approximation=[off|on] -optimizer:MatMulScaleFusion=[on|off] -optimizer:LayerNormFusionL1=[on|off] -optimizer:GeluFusionL2=[on|off] -intra_op_allow_spinning=[on|off]"
 metric = "linf"
 threshold = 1e-4
 

@@ -194,6 +194,8 @@ class OnnxRuntimeBackend(Backend):
                 if value == "off" and phase is not KnobPhase.LOAD:
                     disabled.append(name[len(OPTIMIZER_PREFIX):])
                 continue
+            if name not in _SPEC:  # a knob a subclass adds and handles itself
+                continue
             _, _, _, knob_phase, key, _, _ = _SPEC[name]
             if phase is not None and knob_phase is not phase:
                 continue

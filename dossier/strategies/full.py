@@ -14,9 +14,9 @@ def cartesian(selection: Selection, pinned: Mapping[str, str] | None = None) -> 
     """Every combination of the listed values, last knob changing fastest (trtexec's mixed-radix
     order); knobs in ``pinned`` are held at the given value instead."""
     pinned = dict(pinned or {})
-    axes = [((i.knob, v) for v in ([pinned[i.knob]] if i.knob in pinned else i.values))
+    axes = [[(i.knob, v) for v in ([pinned[i.knob]] if i.knob in pinned else i.values)]
             for i in selection.items]
-    for combo in itertools.product(*[list(a) for a in axes]):
+    for combo in itertools.product(*axes):
         yield Route.of(combo)
 
 

@@ -1,0 +1,1 @@
+"""The ``dossier`` command line: a thin typer layer over the :mod:`dossier` library."""

@@ -1,0 +1,88 @@
+"""Rendering for the CLI: status and progress go to stderr, reports to stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from dossier.trial import TrialRecord
+from dossier.tuner import TuneObserver
+
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> str:
+    """``1.234x [1.200, 1.270]`` or ``-``."""
+    if speedup is None:
+        return "-"
+    return f"{speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+
+
+class ProgressObserver(TuneObserver):
+    """A rich progress bar on stderr: trials done / total, current route, ETA."""
+
+    def __init__(self, console: Console = err, verbose: bool = True) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.progress = Progress(
+            TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+            TextColumn("{task.description}"), console=console, transient=True)
+        self.task: Any = None
+
+    def __enter__(self) -> ProgressObserver:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def started(self, planned: int, done: int) -> None:
+        self.task = self.progress.add_task("", total=max(planned, done), completed=done)
+        if done:
+            self.console.print(f"restored {done} finished trial(s) from the cache")
+
+    def trial_started(self, index: int, route: str, role: str) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=f"[{index}] {route or '(default)'}")
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        if self.task is not None and record.role != "confirm":
+            self.progress.advance(self.task)
+        if self.verbose:
+            self.console.print(trial_line(record))
+
+    def confirming(self, routes: list[str]) -> None:
+        self.console.print(f"confirming {len(routes)} candidate(s) against the baseline "
+                           "in a fresh process")
+
+
+_STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
+          "timeout": "red", "runtime_error": "red"}
+
+
+def trial_line(r: TrialRecord) -> str:
+    """One line per finished trial."""
+    style = _STYLE.get(r.outcome.value, "white")
+    parts = [f"[{r.index:>3}] {r.role:<8}", f"[{style}]{r.outcome.value:<13}[/]"]
+    if r.timing:
+        parts.append(f"{r.timing.median_ms:8.3f} ms")
+    if r.comparison and r.role != "baseline":
+        c = r.comparison
+        parts.append(fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high))
+    parts.append(escape(r.route) or "(default route)")
+    if r.reason:
+        parts.append(f"[dim]({escape(r.reason)})[/]")
+    return "  ".join(parts)

@@ -1,0 +1,75 @@
+"""A test-only backend: ONNX Runtime plus a ``fault`` knob that really breaks the trial's process.
+
+Registered only when the environment variable DOSSIER_TEST_BACKENDS=1 is set. The faults are
+real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
+sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fails the build,
+``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from dossier.backends.interface import BuildError, BuildInfo, Runner
+from dossier.backends.onnxruntime import OnnxRuntimeBackend
+from dossier.knobs import Knob, KnobDatabase, KnobPhase
+from dossier.routes import Route
+
+FAULTS = ("none", "abort", "segv", "hang", "oom", "raise", "nan", "slow")
+
+
+class _FaultyRunner(Runner):
+    def __init__(self, inner: Runner, fault: str) -> None:
+        self._inner, self._fault = inner, fault
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self._inner.run(inputs)
+        if self._fault == "nan":
+            return {k: np.full_like(v, np.nan) for k, v in out.items()}
+        if self._fault == "slow":
+            time.sleep(0.002)
+        return out
+
+
+class FaultyBackend(OnnxRuntimeBackend):
+    """ONNX Runtime with a fault-injection knob (tests only)."""
+
+    name = "faulty"
+
+    def knob_database(self) -> KnobDatabase:
+        db = super().knob_database()
+        fault = Knob(name="fault", values=FAULTS, default="none", phase=KnobPhase.BUILD,
+                     help="test-only: break the trial's process in the named way")
+        return db.model_copy(update={"backend": self.name, "knobs": (fault, *db.knobs)})
+
+    def _options(self, route: Route, phase: KnobPhase | None):  # type: ignore[no-untyped-def]
+        return super()._options(Route.of({k: v for k, v in route.values if k != "fault"}), phase)
+
+    def build(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+        fault = route.as_dict().get("fault", "none")
+        if fault == "abort":
+            os.abort()
+        if fault == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if fault == "hang":
+            while True:
+                time.sleep(60)
+        if fault == "oom":
+            hog = []
+            while True:
+                hog.append(bytearray(256 << 20))
+        if fault == "raise":
+            raise BuildError("injected build failure")
+        return super().build(model, route, engine)
+
+    def load(self, engine: Path, route: Route) -> Runner:
+        return _FaultyRunner(super().load(engine, route), route.as_dict().get("fault", "none"))
+
+    def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
+        return super().engine_facts(Route.of({k: v for k, v in route.values if k != "fault"}), db)

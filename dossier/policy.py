@@ -1,0 +1,392 @@
+"""Verify verdicts: compare the tuning host's fingerprint with this host's, field by field.
+
+A :class:`Policy` is an ordered list of :class:`Rule` objects; the first rule whose pattern matches
+a changed field decides its :class:`Verdict`. Patterns are fnmatch-style over the paths of
+:func:`dossier.fingerprint.flatten` (``*`` and ``?`` are wildcards; brackets are literal, so
+``gpu[*].name`` matches ``gpu[0].name``). A rule may depend on a boolean engine fact (``when``):
+
+* ``layout_optimized`` (onnxruntime): the model was optimized at the layout/all level.
+* ``cpu_package`` (torch-inductor): the .pt2 package was compiled for the CPU.
+* ``version_compatible`` / ``hardware_compatible`` (tensorrt): the plan's compatibility flags.
+* ``bundle_has_gpu``, ``host_has_gpu``, ``gpu_lost`` (bundle had a GPU, host has none): derived
+  by :func:`diff` from the two fingerprints; facts passed by the caller take precedence.
+
+A missing fact counts as false. The defaults follow DESIGN.md "Verify verdicts"; a TOML file read
+by :func:`load_policy` puts its rules in front of them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dossier.errors import ExitCode, InputError, SpecError
+from dossier.fingerprint import Fingerprint, flatten
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+IGNORED_FIELDS = frozenset({"collected_at", "fingerprint_version"})
+"""Fields that differ between any two collections and mean nothing; :func:`diff` skips them."""
+
+BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
+"""Backends with a :func:`default_policy`."""
+
+
+class Verdict(str, enum.Enum):
+    """Whether a bundle's engine may be used on a host; ordered VALID < SUBOPTIMAL < INVALID."""
+
+    VALID = "VALID"
+    """The engine is fit for this host."""
+    SUBOPTIMAL = "SUBOPTIMAL"
+    """The engine loads here, but its tuning may no longer be the fastest: re-measure."""
+    INVALID = "INVALID"
+    """The engine must not be used here: rebuild or re-tune."""
+
+    @property
+    def severity(self) -> int:
+        """0, 1, 2 for VALID, SUBOPTIMAL, INVALID."""
+        return list(Verdict).index(self)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The ``dossier verify`` exit code for this verdict."""
+        return {"VALID": ExitCode.OK, "SUBOPTIMAL": ExitCode.SUBOPTIMAL,
+                "INVALID": ExitCode.INVALID}[self.value]
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """The most severe verdict. An empty input is a caller bug (nothing was checked), not VALID."""
+    items = list(verdicts)
+    if not items:
+        raise ValueError("worst() of no verdicts: nothing was compared, which is not VALID")
+    return max(items, key=lambda v: v.severity)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+def _upper(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value
+
+
+class Finding(_Model):
+    """The verdict on one compared field."""
+
+    field: str
+    """Flattened field path, e.g. "gpu[0].compute_capability"."""
+    bundle_value: str | None
+    """Value on the tuning host (None: absent there)."""
+    host_value: str | None
+    """Value on this host (None: absent here)."""
+    verdict: Verdict
+    """What the change means for the engine."""
+    reason: str
+    """Why, in one sentence."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the two values differ."""
+        return self.bundle_value != self.host_value
+
+
+class Rule(_Model):
+    """How to judge a change of the fields matching :attr:`pattern`."""
+
+    pattern: str = Field(min_length=1)
+    """fnmatch-style field pattern; ``*``/``?`` are wildcards, brackets are literal."""
+    verdict: Verdict
+    """Verdict on change (when :attr:`when` is unset or the fact is true)."""
+    reason: str = Field(min_length=1)
+    """Why, in one sentence a deployment engineer understands."""
+    when: str | None = Field(default=None, min_length=1)
+    """Name of a boolean engine fact the rule depends on."""
+    otherwise: Verdict | None = None
+    """Verdict when the :attr:`when` fact is false; unset: the rule does not apply then."""
+    otherwise_reason: str | None = Field(default=None, min_length=1)
+    """Reason for :attr:`otherwise`; defaults to :attr:`reason`."""
+
+    _verdicts = field_validator("verdict", "otherwise", mode="before")(_upper)
+
+    @model_validator(mode="after")
+    def _otherwise_needs_when(self) -> Rule:
+        if self.when is None and (self.otherwise is not None or self.otherwise_reason is not None):
+            raise ValueError("'otherwise' needs 'when'")
+        return self
+
+    def matches(self, field: str) -> bool:
+        """Whether :attr:`pattern` matches the field path."""
+        return _glob(self.pattern).fullmatch(field) is not None
+
+    def decide(self, facts: Mapping[str, bool]) -> tuple[Verdict, str] | None:
+        """Verdict and reason given the facts, or None when the rule does not apply."""
+        if self.when is None or facts.get(self.when, False):
+            return self.verdict, self.reason
+        if self.otherwise is None:
+            return None
+        return self.otherwise, self.otherwise_reason or self.reason
+
+
+class Policy(_Model):
+    """Ordered rules (first match wins) and a default for changed fields no rule names."""
+
+    rules: tuple[Rule, ...] = ()
+    """Rules, tried in order."""
+    default: Verdict = Verdict.VALID
+    """Verdict for a changed field that no rule decides."""
+
+    _default = field_validator("default", mode="before")(_upper)
+
+    def evaluate(self, field: str, facts: Mapping[str, bool]) -> tuple[Verdict, str]:
+        """Verdict and reason for a change of ``field``."""
+        for rule in self.rules:
+            if rule.matches(field) and (decided := rule.decide(facts)) is not None:
+                return decided
+        if self.default is Verdict.VALID:
+            return self.default, "No rule names this field, so the change is recorded only."
+        return self.default, "No rule names this field, so the policy's default verdict applies."
+
+
+@functools.lru_cache(maxsize=512)
+def _glob(pattern: str) -> re.Pattern[str]:
+    parts = {"*": ".*", "?": "."}
+    return re.compile("".join(parts.get(c) or re.escape(c) for c in pattern), re.DOTALL)
+
+
+class _PolicyFile(_Model):
+    rule: list[Rule] = []
+    default: Verdict | None = None
+
+    _default = field_validator("default", mode="before")(_upper)
+
+
+def load_policy(path: str | os.PathLike[str], base: Policy) -> Policy:
+    """``base`` with the TOML file's ``[[rule]]`` tables in front and its ``default``, if any.
+
+    Raises:
+        SpecError: unreadable file, bad TOML, unknown key or verdict, missing field (one line).
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_bytes().decode("utf-8"))
+        parsed = _PolicyFile.model_validate(data)
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read policy file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: policy file is not UTF-8 text") from exc
+    except ValidationError as exc:
+        raise SpecError(f"{p}: {_describe(exc)}") from exc
+    except (ValueError, RecursionError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise SpecError(f"{p}: not valid TOML: {_one_line(str(exc))}") from exc
+    return Policy(rules=(*parsed.rule, *base.rules),
+                  default=base.default if parsed.default is None else parsed.default)
+
+
+def _describe(exc: ValidationError) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"]).lstrip(".")
+    if first["type"] == "extra_forbidden":
+        problem = f"unknown key {loc!r}"
+    elif first["type"] == "missing":
+        problem = f"missing key {loc!r}"
+    else:
+        problem = f"{loc or 'file'}: {_one_line(first['msg'])}"
+    more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return f"invalid policy: {problem}{more}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def diff(bundle: Fingerprint, host: Fingerprint, policy: Policy,
+         facts: Mapping[str, bool] | None = None) -> list[Finding]:
+    """One finding per compared field, worst first, then changed before unchanged.
+
+    GPUs are compared by index, for the indices both hosts have; ``gpu.count`` carries a change in
+    the number of GPUs.
+    """
+    both = {g.index for g in bundle.gpus} & {g.index for g in host.gpus}
+    derived = {"bundle_has_gpu": bool(bundle.gpus), "host_has_gpu": bool(host.gpus),
+               "gpu_lost": bool(bundle.gpus) and not host.gpus}
+    return diff_fields(_only_gpus(flatten(bundle), both), _only_gpus(flatten(host), both),
+                       policy, {**derived, **(facts or {})})
+
+
+def diff_fields(bundle: Mapping[str, str | None], host: Mapping[str, str | None], policy: Policy,
+                facts: Mapping[str, bool] | None = None) -> list[Finding]:
+    """:func:`diff` over already flattened fields (e.g. with ``engine.*`` facts added)."""
+    facts = facts or {}
+    findings = []
+    for field in dict.fromkeys([*bundle, *host]):
+        if field in IGNORED_FIELDS:
+            continue
+        b, h = bundle.get(field), host.get(field)
+        verdict, reason = policy.evaluate(field, facts) if b != h else (Verdict.VALID, "unchanged")
+        findings.append(Finding(field=field, bundle_value=b, host_value=h, verdict=verdict,
+                                reason=reason))
+    order = {id(f): i for i, f in enumerate(findings)}
+    return sorted(findings, key=lambda f: (-f.verdict.severity, not f.changed, order[id(f)]))
+
+
+def overall(findings: Iterable[Finding]) -> Verdict:
+    """The worst verdict of the findings; ValueError if there are none."""
+    return worst(f.verdict for f in findings)
+
+
+_GPU_FIELD = re.compile(r"gpu\[(\d+)\]\.")
+
+
+def _only_gpus(fields: dict[str, str | None], keep: set[int]) -> dict[str, str | None]:
+    return {k: v for k, v in fields.items()
+            if (m := _GPU_FIELD.match(k)) is None or int(m.group(1)) in keep}
+
+
+def default_policy(backend: str) -> Policy:
+    """The built-in policy for ``backend`` ("onnxruntime", "torch-inductor", "tensorrt")."""
+    if backend == "onnxruntime":
+        rules = [*_COMMON, *_ORT]
+    elif backend == "torch-inductor":
+        rules = [*_COMMON, *_INDUCTOR, *_gpu_tuning("kernels"), *_PLATFORM,
+                 _r("python.*", SUB, "The package was built and tuned under another Python "
+                    "version, whose runtime overheads differ.")]
+    elif backend == "tensorrt":
+        rules = [*_COMMON, *_TRT, *_gpu_tuning("TensorRT's timed tactics"), *_PLATFORM]
+    else:
+        raise InputError(f"no verify policy for backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return Policy(rules=(*rules, *_TAIL))
+
+
+def _r(pattern: str, verdict: Verdict, reason: str, when: str | None = None,
+       otherwise: Verdict | None = None, otherwise_reason: str | None = None) -> Rule:
+    return Rule(pattern=pattern, verdict=verdict, reason=reason, when=when, otherwise=otherwise,
+                otherwise_reason=otherwise_reason)
+
+
+VALID, SUB, INVALID = Verdict.VALID, Verdict.SUBOPTIMAL, Verdict.INVALID
+
+_COMMON = [
+    _r("gpu[*].uuid", VALID, "The GPU's serial identity is recorded only; another board of the "
+       "same model runs the engine the same way."),
+    _r("hostname", VALID, "The host name is recorded only; it does not affect the engine."),
+    _r("collected_at", VALID, "The collection time is recorded only."),
+]
+_TAIL = [
+    _r("python.*", VALID, "The Python version does not affect the engine's kernels."),
+]
+_ORT_VERSION = ("The optimized model was written by another ONNX Runtime version, and its format "
+                "and kernels are tied to the version that produced it.")
+_ORT = [
+    _r("packages.onnxruntime", INVALID, _ORT_VERSION),
+    _r("packages.onnxruntime-gpu", INVALID, _ORT_VERSION),
+    _r("cpu.isa_flags", INVALID, "The model was optimized at the layout level, which bakes "
+       "ISA-specific NCHWc kernels into it (ONNX Runtime warns it may contain hardware specific "
+       "optimizations), and this CPU has another instruction set.", when="layout_optimized",
+       otherwise=SUB, otherwise_reason="This CPU has another instruction set, so ONNX Runtime "
+       "picks other kernels and the tuned settings may no longer be the fastest."),
+    _r("cpu.model", SUB, "A different CPU model has other caches and clocks, so the tuned "
+       "settings may no longer be the fastest."),
+    _r("cpu.vendor", SUB, "A CPU from another vendor runs other kernels at other speeds, so the "
+       "tuned settings may no longer be the fastest."),
+    _r("cpu.cores", SUB, "The thread-count settings were tuned for another number of CPUs."),
+    _r("cpu.physical_cores", SUB, "The thread-count settings were tuned for another number of "
+       "physical cores."),
+    _r("os.machine", INVALID, "The optimized model and its settings were produced for another "
+       "CPU architecture."),
+    _r("packages.numpy", VALID, "NumPy only prepares inputs and outputs; the engine does not "
+       "depend on its version."),
+    _r("gpu*", VALID, "The CPU execution provider does not use the GPU."),
+]
+_NO_GPU = "A CPU package does not use the GPU, so GPU differences do not matter."
+_INDUCTOR = [
+    _r("gpu*", VALID, _NO_GPU, when="cpu_package"),
+    _r("gpu.count", INVALID, "The package was compiled for a GPU and this host has none.",
+       when="gpu_lost"),
+    _r("gpu.count", VALID, "The engine runs on one GPU, so the number of GPUs does not matter "
+       "while there is one."),
+    _r("packages.torch", INVALID, "An AOTInductor package must be loaded by the PyTorch version "
+       "that compiled it."),
+    _r("cuda_runtime", VALID, _NO_GPU, when="cpu_package", otherwise=INVALID,
+       otherwise_reason="The package's GPU kernels were compiled against another CUDA runtime."),
+    _r("cudnn", VALID, _NO_GPU, when="cpu_package", otherwise=SUB, otherwise_reason="Operators "
+       "that fall back to ATen may call cuDNN, whose version changes their speed."),
+    _r("gpu[*].compute_capability", INVALID, "The package's GPU kernels were compiled for "
+       "another GPU architecture (compute capability) and do not run on this one."),
+    _r("cpu.isa_flags", INVALID, "A CPU package is compiled with -march=native for the tuning "
+       "host's instruction set, and this CPU lacks or differs in some of it.",
+       when="cpu_package", otherwise=VALID, otherwise_reason="A GPU package does not depend on "
+       "the CPU's instruction-set extensions."),
+    _r("cpu.model", SUB, "The CPU kernels were generated and tuned on another CPU model.",
+       when="cpu_package", otherwise=VALID, otherwise_reason="A GPU package's speed hardly "
+       "depends on the CPU model."),
+    _r("cpu.*cores", SUB, "The CPU kernels' threading was tuned for another number of cores.",
+       when="cpu_package"),
+    _r("compiler", SUB, "AOTInductor uses the host C++ compiler when it recompiles, and another "
+       "compiler may generate different code."),
+    _r("os.glibc", SUB, "The compiled library was linked on another glibc; check that it loads, "
+       "since an older glibc can lack symbols it needs."),
+]
+
+
+def _trt_version(pattern: str) -> Rule:
+    return _r(pattern, SUB, "The plan was built version-compatible, so a newer TensorRT runtime "
+              "loads it, but it may run slower than a plan built by this version.",
+              when="version_compatible", otherwise=INVALID, otherwise_reason="A TensorRT plan "
+              "loads only in the TensorRT version that built it unless built version-compatible.")
+
+
+_TRT = [
+    _r("gpu.count", INVALID, "The plan was built for a GPU and this host has none.",
+       when="gpu_lost"),
+    _r("gpu.count", VALID, "The plan runs on one GPU, so the number of GPUs does not matter "
+       "while there is one."),
+    _trt_version("packages.tensorrt*"),
+    _trt_version("engine.tensorrt_version"),
+    _r("gpu[*].compute_capability", SUB, "The plan was built hardware-compatible, so it runs on "
+       "this architecture, but with fewer tactics it may be slower than a native build.",
+       when="hardware_compatible", otherwise=INVALID, otherwise_reason="TensorRT plans do not "
+       "move between GPU architectures, and this GPU has another compute capability."),
+    _r("cuda_runtime", SUB, "TensorRT's kernels run on another CUDA runtime, whose performance "
+       "may differ."),
+    _r("cudnn", SUB, "Where the plan uses cuDNN tactics, another cuDNN version may run them "
+       "at another speed."),
+]
+_PLATFORM = [
+    _r("os.system", INVALID, "Compiled engines do not move between operating systems."),
+    _r("os.machine", INVALID, "Compiled engines do not move between CPU architectures."),
+]
+
+
+def _gpu_tuning(what: str) -> list[Rule]:
+    """Same architecture, other conditions: the engine runs, its tuning may be off."""
+    return [
+        _r("gpu[*].name", SUB, f"This is another GPU model of the same architecture, so "
+           f"{what} run but may no longer be the fastest."),
+        _r("gpu[*].driver_version", SUB, f"Another GPU driver can change the speed of {what}."),
+        _r("gpu[*].cuda_driver_version", SUB, f"The driver supports another CUDA version, which "
+           f"can change the speed of {what} (and must not be older than the runtime)."),
+        _r("gpu[*].vbios_version", SUB, "Another VBIOS can change clock and power behaviour."),
+        _r("gpu[*].sm_count", SUB, f"The GPU has another number of SMs, so {what} may no "
+           f"longer be the fastest."),
+        _r("gpu[*].memory_total_mib", SUB, "The GPU has another amount of memory, which changes "
+           "what fits in workspaces."),
+        _r("gpu[*].*clock*", SUB, f"Other GPU clocks change the timings {what} were chosen by."),
+        _r("gpu[*].power_limit_w", SUB, "Another power limit changes sustained clocks and so "
+           "kernel timings."),
+        _r("gpu[*].mig_mode", SUB, "A MIG slice has fewer SMs and less memory than the whole "
+           "GPU, or the other way round."),
+        _r("gpu[*].ecc_mode", SUB, "ECC changes usable memory and memory bandwidth."),
+        _r("gpu[*].persistence_mode", VALID, "Persistence mode only affects driver start-up "
+           "time, not kernel speed."),
+    ]

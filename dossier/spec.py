@@ -1,0 +1,147 @@
+"""Release specs: ``release.toml``, what a release is tuned for and how.
+
+Paths inside a spec are relative to the spec's folder. Every section but ``[release]``,
+``[model]``, ``[validation]`` and ``[tune]`` is optional.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dossier.errors import SpecError
+from dossier.timing import TimingSettings
+from dossier.validation import METRICS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class ReleaseSection(_Section):
+    """Which release this is."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100)
+    """Release name: letters, digits, '.', '_' and '-'."""
+    version: int = Field(1, ge=1)
+    """Release version; a new bundle of the same name needs a higher one."""
+    description: str = ""
+    """One line for people."""
+
+
+class ModelSection(_Section):
+    """The model to compile."""
+
+    path: str
+    """Model file (ONNX for onnxruntime and tensorrt), or ``module:factory`` for torch-inductor."""
+
+
+class ValidationSection(_Section):
+    """The validation set."""
+
+    path: str
+    """Folder of pair-NNN/{inputs,references}.arrow."""
+
+
+class TuneSection(_Section):
+    """How to search."""
+
+    backend: str = "onnxruntime"
+    """Compiler backend."""
+    strategy: str = "fast"
+    """fast, mixed or full."""
+    selection: str
+    """Knobs to vary and pin, trtexec syntax: ``-a=[x|y] -b=z``."""
+    metric: str = "l0"
+    """Loss: l0, l1, l2, linf or cos."""
+    threshold: float = Field(gt=0)
+    """Admissible when every loss of every pair is below this."""
+    atol: float = Field(1e-5, ge=0)
+    """Absolute tolerance for l0."""
+    rtol: float = Field(1e-5, ge=0)
+    """Relative tolerance for l0."""
+
+
+class ShapeEntry(_Section):
+    """One input shape combination of the traffic the release is tuned for."""
+
+    weight: float = Field(1.0, gt=0)
+    """Share of the traffic (weights need not sum to 1)."""
+    inputs: dict[str, list[int]]
+    """Shape of every input."""
+
+
+class DeploymentSection(_Section):
+    """Expected use, to weigh the search's cost against its benefit."""
+
+    inferences_per_day: float = Field(0, ge=0)
+    """Expected inferences per day on one host."""
+    horizon_days: float = Field(90, gt=0)
+    """How long the release is expected to serve."""
+    hosts: int = Field(1, ge=1)
+    """Hosts it serves on."""
+
+
+class ReleaseSpec(_Section):
+    """A release spec."""
+
+    release: ReleaseSection
+    """Release identity."""
+    model: ModelSection
+    """The model."""
+    validation: ValidationSection
+    """The validation set."""
+    tune: TuneSection
+    """The search."""
+    timing: TimingSettings = TimingSettings()
+    """Timing and decision settings."""
+    shapes: list[ShapeEntry] = Field(default_factory=list)
+    """Shape distribution the release is tuned for."""
+    deployment: DeploymentSection = DeploymentSection()
+    """Expected use."""
+    base_dir: str = Field("", exclude=True)
+    """Folder the spec's relative paths are resolved against."""
+
+    def resolve(self, path: str) -> Path:
+        """A path of the spec, resolved against the spec's folder."""
+        p = Path(path)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def model_path(self) -> Path:
+        """The model file (absolute); ``module:factory`` references are returned unresolved."""
+        if ":" in self.model.path and not Path(self.resolve(self.model.path)).exists() \
+                and "/" not in self.model.path.split(":")[0]:
+            return Path(self.model.path)
+        return self.resolve(self.model.path).resolve()
+
+
+def load_spec(path: Path, overrides: dict | None = None) -> ReleaseSpec:
+    """Read a release spec; ``overrides`` replace keys of ``[tune]`` (CLI flags)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"release spec {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read release spec {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path} is not valid TOML: {exc}") from exc
+    tune = dict(data.get("tune", {}))
+    tune.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    data["tune"] = tune
+    try:
+        spec = ReleaseSpec.model_validate({**data, "base_dir": str(path.parent.resolve())})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise SpecError(f"{path}: {where}: {err['msg']}") from exc
+    if spec.tune.metric not in METRICS:
+        raise SpecError(f"{path}: tune.metric {spec.tune.metric!r} is not one of {', '.join(METRICS)}")
+    return spec

@@ -1,0 +1,150 @@
+"""The trial worker: one child process per trial (``python -m dossier.worker REQUEST``).
+
+The child builds the route, loads the engine, runs the validation set, and times the engine
+interleaved with the baseline engine. It writes its stage to a marker file before each step, so
+the parent can say where a child that died was, and writes its result as JSON (atomically) at
+the end. Statistics are computed by the parent from the raw samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from dossier.timing import TimingSettings
+
+
+class WorkerRequest(BaseModel):
+    """What the parent asks a child to do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Literal["trial", "confirm"]
+    backend: str
+    model: str
+    validation: str
+    metric: str
+    threshold: float
+    atol: float
+    rtol: float
+    timing: TimingSettings
+    baseline_route: str
+    baseline_engine: str | None = None
+    route: str | None = None
+    engine: str | None = None
+    candidates: list[tuple[str, str]] = []
+    """(engine path, route text) to re-time against the baseline (confirm mode)."""
+    result: str
+    stage: str
+
+
+def _stage(req: WorkerRequest, name: str) -> None:
+    Path(req.stage).write_text(name)
+
+
+def _result(req: WorkerRequest, data: dict) -> None:
+    tmp = Path(req.result + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, req.result)
+
+
+def _timers(runner, vset):  # type: ignore[no-untyped-def]
+    """One sample = one pass over every validation pair's inputs (so the inputs rotate and the
+    samples of a model with several shapes stay unimodal)."""
+    prepared = [runner.prepare(p.inputs) for p in vset.pairs]
+    return lambda _i: sum(runner.timed(x) for x in prepared)
+
+
+def run_trial(req: WorkerRequest) -> dict:
+    """Build, validate and time one route; return the raw result."""
+    from dossier.backends import BuildError, EngineRuntimeError, get_backend
+    from dossier.routes import Route
+    from dossier.timing import sample_interleaved, warm_up
+    from dossier.validation import judge, load_validation_set
+
+    backend = get_backend(req.backend)
+    vset = load_validation_set(Path(req.validation))
+    route = Route.parse(req.route or "")
+    engine = Path(req.engine or "")
+    _stage(req, "build")
+    t0 = time.perf_counter()
+    try:
+        info = backend.build(Path(req.model), route, engine)
+    except BuildError as exc:
+        return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
+                "build_s": time.perf_counter() - t0}
+    except MemoryError:
+        return {"outcome": "build_failed", "reason": "out of memory during build",
+                "build_s": time.perf_counter() - t0}
+    build_s = time.perf_counter() - t0
+    base = {"build_s": build_s, "facts": info.facts}
+    try:
+        _stage(req, "load")
+        runner = backend.load(engine, route)
+        _stage(req, "validate")
+        outputs = {p.name: runner.run(p.inputs) for p in vset.pairs}
+        acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
+        base.update(losses=acc.losses, worst_loss=acc.worst)
+        _stage(req, "time")
+        fn = _timers(runner, vset)
+        n = 1
+        if req.baseline_engine:
+            base_runner = backend.load(Path(req.baseline_engine), Route.parse(req.baseline_route))
+        else:  # the baseline trial: an A/A check against a second load of itself
+            base_runner = backend.load(engine, route)
+        base_fn = _timers(base_runner, vset)
+        warm = warm_up(fn, req.timing, n)
+        base_warm = warm_up(base_fn, req.timing, n)
+        cand, ref = sample_interleaved([fn, base_fn], req.timing, n)
+    except EngineRuntimeError as exc:
+        return {**base, "outcome": "runtime_error", "reason": str(exc)}
+    except MemoryError:
+        return {**base, "outcome": "runtime_error", "reason": "out of memory while running"}
+    outcome = "ok" if acc else "rejected"
+    return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": cand,
+            "baseline_samples_ms": ref, "warmup_runs": warm, "baseline_warmup_runs": base_warm}
+
+
+def run_confirm(req: WorkerRequest) -> dict:
+    """Re-time the baseline and the candidates together, interleaved, in this fresh process."""
+    from dossier.backends import get_backend
+    from dossier.routes import Route
+    from dossier.timing import sample_interleaved, warm_up
+    from dossier.validation import load_validation_set
+
+    backend = get_backend(req.backend)
+    vset = load_validation_set(Path(req.validation))
+    _stage(req, "load")
+    runners = [backend.load(Path(req.baseline_engine or ""), Route.parse(req.baseline_route))]
+    runners += [backend.load(Path(e), Route.parse(r)) for e, r in req.candidates]
+    fns = [_timers(r, vset) for r in runners]
+    _stage(req, "time")
+    n = 1
+    warm = [warm_up(f, req.timing, n) for f in fns]
+    samples = sample_interleaved(fns, req.timing, n)
+    return {"outcome": "ok", "samples_ms": samples, "warmup_runs": warm}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the child process."""
+    req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
+    try:
+        data = run_trial(req) if req.mode == "trial" else run_confirm(req)
+    except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
+        tb = traceback.format_exc(limit=3)
+        stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
+        data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
+                "traceback": tb}
+    _result(req, data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
