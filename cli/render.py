@@ -8,8 +8,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver

@@ -25,8 +25,8 @@ from dossier import __version__
 from dossier.backends import Backend, get_backend
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.decision import candidates, decide
-from dossier.fingerprint import collect
 from dossier.errors import CacheMismatchError, OutputError, TuneError
+from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection

@@ -5,8 +5,15 @@ from __future__ import annotations
 import importlib
 import os
 
-from dossier.backends.interface import (Backend, BuildError, BuildInfo, EngineRuntimeError,
-                                        ModelSignature, Runner, TensorSpec)
+from dossier.backends.interface import (
+    Backend,
+    BuildError,
+    BuildInfo,
+    EngineRuntimeError,
+    ModelSignature,
+    Runner,
+    TensorSpec,
+)
 from dossier.errors import SelectionError
 
 _REGISTRY = {

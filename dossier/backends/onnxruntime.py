@@ -25,8 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from dossier.backends.interface import (Backend, BuildError, BuildInfo, EngineRuntimeError,
-                                        ModelSignature, Runner, TensorSpec)
+from dossier.backends.interface import (
+    Backend,
+    BuildError,
+    BuildInfo,
+    EngineRuntimeError,
+    ModelSignature,
+    Runner,
+    TensorSpec,
+)
 from dossier.errors import ModelError, SelectionError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
@@ -266,7 +273,7 @@ class OnnxRuntimeBackend(Backend):
         off = [k for k, v in route.as_dict().items() if k.startswith(OPTIMIZER_PREFIX) and v == "off"]
         if not off:
             return
-        on = Route.of({**route.as_dict(), **{k: "on" for k in off}})
+        on = Route.of({**route.as_dict(), **dict.fromkeys(off, "on")})
         reference = self._optimized_graph(model, on)
         for knob in off:
             probe = Route.of({**on.as_dict(), knob: "off"})

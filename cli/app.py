@@ -1,0 +1,66 @@
+"""The typer app, error mapping and shared CLI helpers."""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.markup import escape
+
+from cli.render import err, out
+from dossier import __version__
+from dossier.errors import DossierError, ExitCode
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+app = typer.Typer(
+    name="dossier", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+    help="Tune compiled inference engines, bundle them with their evidence, verify them on "
+         "target hosts, and explain why a build route was chosen.\n\n"
+         "Exit codes: 0 ok/VALID, 2 usage, 3 bad input, 4 search failed, 5 backend not "
+         "installed, 6 bad bundle, 7 output exists/unwritable, 10 SUBOPTIMAL, 11 INVALID, "
+         "13 signature, 70 internal error, 130 interrupted.")
+
+
+def fail(exc: DossierError) -> None:
+    """Print one line for a DossierError and exit with its code."""
+    err.print(f"[bold red]error:[/] {escape(exc.diagnostics())}")
+    raise typer.Exit(int(exc.exit_code))
+
+
+def handled(fn: F) -> F:
+    """Map DossierError to one line and its exit code; anything else is a bug (exit 70)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DossierError as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            err.print("interrupted; finished trials are kept in the tuning cache "
+                      "(resume with dossier tune --continue)")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception:  # noqa: BLE001 - last resort: a bug in dossier
+            err.print("[bold red]internal error[/] (a bug in dossier; please report it):")
+            err.print(escape(traceback.format_exc()), markup=False)
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"dossier {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=version_callback,
+                                       is_eager=True, help="Print the version and exit.")) -> None:
+    """dossier: tune, bundle, verify and explain compiled inference engines."""

@@ -1,0 +1,136 @@
+"""``dossier knobs`` and ``dossier tune``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cli.app import app, handled
+from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
+
+
+# --------------------------------------------------------------------------------------- knobs
+@app.command()
+@handled
+def knobs(
+    knob: str = typer.Argument(None, help="Show only this knob (leading '-' optional)."),
+    backend: str = typer.Option("onnxruntime", "--backend", "-b",
+                                help="Backend whose knob database to show."),
+    as_json: bool = typer.Option(False, "--json", help="Print the database as JSON."),
+) -> None:
+    """List the knob database of a backend: every knob, its allowed values, default and help.
+
+    Knobs go into a selection in trtexec syntax: [bold]-knob=[a|b][/] varies a knob,
+    [bold]-knob=v[/] pins it.
+    """
+    from dossier.backends import get_backend
+
+    b = get_backend(backend)
+    b.require()
+    db = b.knob_database()
+    items = [db.get(knob)] if knob else list(db.knobs)
+    if as_json:
+        print_json({"backend": db.backend, "tuner_version": db.tuner_version,
+                    "digest": db.digest(),
+                    "knobs": [k.model_dump(mode="json") for k in items]})
+        return
+    table = Table(title=f"{db.backend} knobs ({db.tuner_version}, {len(db.knobs)} knobs)")
+    for col in ("knob", "allowed values", "default", "phase", "help"):
+        table.add_column(col)
+    for k in items:
+        table.add_row(escape("-" + k.name), escape(k.allowed_text().split("=", 1)[1]), k.default,
+                      k.phase.value, escape(k.help + (" [numerics]" if k.changes_numerics else "")))
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------------------- tune
+def _overrides(selection: str | None, strategy: str | None, threshold: float | None,
+               metric: str | None, backend: str | None = None) -> dict[str, Any]:
+    return {"selection": selection, "strategy": strategy, "threshold": threshold,
+            "metric": metric, "backend": backend}
+
+
+def default_out(name: str, version: int) -> Path:
+    """Where a run goes when --out is not given."""
+    return Path("dossier-runs") / f"{name}-{version}"
+
+
+@app.command()
+@handled
+def tune(
+    spec: Path = typer.Argument(None, help="Release spec (release.toml). Optional with --continue."),
+    selection: str = typer.Option(None, help="Override the spec's selection, trtexec syntax: "
+                                  "'-a=[x|y] -b=z'."),
+    strategy: str = typer.Option(None, help="Override the strategy: fast, mixed or full."),
+    threshold: float = typer.Option(None, help="Override the accuracy threshold (> 0)."),
+    metric: str = typer.Option(None, help="Override the metric: l0, l1, l2, linf or cos."),
+    out_dir: Path = typer.Option(None, "--out", "-o", help="Run folder (default: "
+                                 "dossier-runs/NAME-VERSION). Must not hold a search yet."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the routes in order; build "
+                                 "nothing. Refused for mixed (its phase 2 depends on results)."),
+    resume: Path = typer.Option(None, "--continue", help="Resume the search of this tuning "
+                                "cache (or run folder). Finished trials are never re-run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
+) -> None:
+    """Search build routes, drop those that fail or break accuracy, keep the fastest admissible
+    one if it beats the baseline significantly.
+
+    Each trial runs in its own process with a timeout; every finished trial is appended to
+    [bold]RUN/tuning-cache.jsonl[/] at once, so a killed search resumes with [bold]--continue[/].
+    """
+    from dossier.spec import load_spec
+    from dossier.tuner import continue_tune, plan
+    from dossier.tuner import tune as run_tune
+
+    overrides = _overrides(selection, strategy, threshold, metric)
+    if resume is not None:
+        if spec is not None:
+            s = load_spec(spec, overrides)
+            folder = resume if resume.is_dir() else resume.parent
+            with ProgressObserver(verbose=not quiet) as obs:
+                result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True)
+        else:
+            if any(v is not None for v in overrides.values()):
+                raise typer.BadParameter("--continue without SPEC takes no overrides: the "
+                                         "search continues as it was started")
+            with ProgressObserver(verbose=not quiet) as obs:
+                result = continue_tune(resume, observer=obs)
+    else:
+        if spec is None:
+            raise typer.BadParameter("give a release spec, or --continue CACHE")
+        s = load_spec(spec, overrides)
+        if dry_run:
+            baseline, routes = plan(s)
+            if as_json:
+                print_json({"strategy": s.tune.strategy, "selection": s.tune.selection,
+                            "baseline": baseline.text(), "count": len(routes),
+                            "routes": [r.text() for r in routes]})
+            else:
+                for i, r in enumerate(routes):
+                    out.print(f"[{i}]:{r.text()}", markup=False)
+                err.print(f"{len(routes)} routes ({s.tune.strategy}); baseline: {baseline}")
+            return
+        folder = out_dir or default_out(s.release.name, s.release.version)
+        with ProgressObserver(verbose=not quiet) as obs:
+            result = run_tune(s, folder, observer=obs, spec_path=spec)
+    d = result.decision
+    if as_json:
+        print_json({"run": str(result.run_dir), "cache": str(result.cache.path),
+                    "trials": len(result.cache.trials), "trials_run": result.trials_run,
+                    "decision": d.model_dump(mode="json")})
+        return
+    counts: dict[str, int] = {}
+    for t in result.cache.trials:
+        if t.role != "confirm":
+            counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    err.print(f"trials: {', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}")
+    out.print(f"run: {result.run_dir}", markup=False)
+    out.print(f"shipped route: {d.shipped_route or '(default route)'}", markup=False)
+    out.print(f"speedup: {fmt_speedup(d.speedup, d.speedup_ci_low, d.speedup_ci_high)}"
+              if d.gain else "speedup: no significant gain", markup=False)
+    out.print(d.reason, markup=False)
