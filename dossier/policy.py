@@ -236,8 +236,7 @@ def diff_fields(bundle: Mapping[str, str | None], host: Mapping[str, str | None]
         verdict, reason = policy.evaluate(field, facts) if b != h else (Verdict.VALID, "unchanged")
         findings.append(Finding(field=field, bundle_value=b, host_value=h, verdict=verdict,
                                 reason=reason))
-    order = {id(f): i for i, f in enumerate(findings)}
-    return sorted(findings, key=lambda f: (-f.verdict.severity, not f.changed, order[id(f)]))
+    return sorted(findings, key=lambda f: (-f.verdict.severity, not f.changed))  # stable
 
 
 def overall(findings: Iterable[Finding]) -> Verdict:
