@@ -44,7 +44,7 @@ def handled(fn: F) -> F:
             err.print("interrupted; finished trials are kept in the tuning cache "
                       "(resume with dossier tune --continue)")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except (typer.Exit, typer.Abort):
+        except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors: exit 2
             raise
         except Exception:  # noqa: BLE001 - last resort: a bug in dossier
             err.print("[bold red]internal error[/] (a bug in dossier; please report it):")

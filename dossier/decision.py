@@ -41,6 +41,8 @@ def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
 def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
     c = t.comparison
     assert c is not None
+    if c.slower:
+        return "significantly slower than the baseline"
     parts = []
     if c.speedup_ci_low <= 1.0 <= c.speedup_ci_high:
         parts.append("its interval includes 1.0")

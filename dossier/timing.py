@@ -74,15 +74,14 @@ def warm_up(fn: Timed, settings: TimingSettings, n_inputs: int) -> int:
 def sample_interleaved(fns: Sequence[Timed], settings: TimingSettings,
                        n_inputs: int) -> list[list[float]]:
     """Time every function ``settings.samples`` times in ``settings.rounds`` blocks, rotating
-    which function goes first in each block; inputs cycle through ``n_inputs`` sets."""
+    which function goes first in each block (A B, B A, A B, ... for two); inputs cycle through
+    ``n_inputs`` sets."""
     out: list[list[float]] = [[] for _ in fns]
     per_round = [settings.samples // settings.rounds + (1 if r < settings.samples % settings.rounds
                                                           else 0) for r in range(settings.rounds)]
     k = len(fns)
     for r, count in enumerate(per_round):
-        order = [(r + j) % k for j in range(k)]
-        if r % 2:
-            order.reverse()
+        order = [(r + j) % k for j in range(k)]  # each engine takes each position in turn
         for idx in order:
             fn = fns[idx]
             out[idx].extend(fn(i % n_inputs) for i in range(count))

@@ -25,7 +25,7 @@ from dossier import __version__
 from dossier.backends import Backend, get_backend
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.decision import candidates, decide
-from dossier.errors import CacheMismatchError, OutputError, TuneError
+from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
@@ -119,7 +119,7 @@ def plan(spec: ReleaseSpec) -> tuple[Route, list[Route]]:
     """The baseline and the ordered routes of a strategy that plans ahead (``--dry-run``)."""
     p = prepare(spec)
     if not p.strategy.plans_ahead:
-        raise TuneError(f"--dry-run cannot list the routes of strategy {p.strategy.name!r}: its "
+        raise InputError(f"--dry-run cannot list the routes of strategy {p.strategy.name!r}: its "
                         "second phase depends on measured results",
                         hint="dry-run the fast phase with --strategy fast")
     return p.baseline, p.strategy.plan(p.selection, p.db)

@@ -81,7 +81,7 @@ def run_trial(req: WorkerRequest) -> dict:
         return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
                 "build_s": time.perf_counter() - t0}
     except MemoryError:
-        return {"outcome": "build_failed", "reason": "out of memory during build",
+        return {"outcome": "crashed", "reason": "out of memory during build",
                 "build_s": time.perf_counter() - t0}
     build_s = time.perf_counter() - t0
     base = {"build_s": build_s, "facts": info.facts}
@@ -106,7 +106,7 @@ def run_trial(req: WorkerRequest) -> dict:
     except EngineRuntimeError as exc:
         return {**base, "outcome": "runtime_error", "reason": str(exc)}
     except MemoryError:
-        return {**base, "outcome": "runtime_error", "reason": "out of memory while running"}
+        return {**base, "outcome": "crashed", "reason": "out of memory while running"}
     outcome = "ok" if acc else "rejected"
     return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": cand,
             "baseline_samples_ms": ref, "warmup_runs": warm, "baseline_warmup_runs": base_warm}

@@ -30,13 +30,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dossier.backends.interface import (Backend, BuildError, BuildInfo, EngineRuntimeError,
-                                        ModelSignature, Runner)
+from dossier.backends.interface import (
+    Backend,
+    BuildError,
+    BuildInfo,
+    EngineRuntimeError,
+    ModelSignature,
+    Runner,
+)
 from dossier.backends.onnx_model import onnx_signature
 from dossier.errors import BackendUnavailableError, BundleFormatError, InputError, SelectionError
 from dossier.knobs import Knob, KnobDatabase
@@ -143,13 +149,13 @@ def _parse_option(entry: object, where: str) -> Knob:
         if not (spec.startswith("[") and spec.endswith("]")) or len(spec) < 2:
             raise KnobJsonError(f"{where}: allowed_values {allowed!r} has unbalanced brackets")
         items = spec[1:-1].split("|")
-        if any(not v or not _NAME.match(v) and v != "..." for v in items):
+        if any(not v or not _NAME.match(v) for v in items):
             raise KnobJsonError(f"{where}: allowed_values {allowed!r} has an empty or "
                                 "unusable value")
         dupes = sorted({v for v in items if items.count(v) > 1})
         if dupes:
             raise KnobJsonError(f"{where}: value {dupes[0]!r} is listed twice in {allowed!r}")
-        if "..." in items:  # an open-ended list: examples, not the allowed set
+        if any("..." in v for v in items):  # an open-ended list: examples, not the allowed set
             values, hint = None, spec
         else:
             values = tuple(items)
@@ -180,7 +186,7 @@ class BuilderOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    builder_optimization_level: int = Field(3, ge=0, le=5)
+    builder_optimization_level: int = Field(default=3, ge=0, le=5)
     """``IBuilderConfig.builder_optimization_level``; 0-5, TensorRT's default 3."""
     tiling_optimization_level: Literal["none", "fast", "moderate", "full"] = "none"
     """``IBuilderConfig.tiling_optimization_level``; trtexec's default is none."""
@@ -192,12 +198,12 @@ class BuilderOptions(BaseModel):
     exclude_lean_runtime: bool = False
     """``BuilderFlag.EXCLUDE_LEAN_RUNTIME``: do not embed the lean runtime (needs
     version_compatible; the engine then needs a lean runtime library of the same version)."""
-    avg_timing_iterations: int = Field(8, ge=1)
+    avg_timing_iterations: int = Field(default=8, ge=1)
     """``IBuilderConfig.avg_timing_iterations``: timing runs averaged per tactic. The API's
     default is 1; we follow trtexec's 8 (``--avgTiming``) so engines match what trtexec builds."""
-    max_aux_streams: int | None = Field(None, ge=0)
+    max_aux_streams: int | None = Field(default=None, ge=0)
     """``IBuilderConfig.max_aux_streams``; None lets TensorRT decide."""
-    workspace_bytes: int | None = Field(None, ge=1)
+    workspace_bytes: int | None = Field(default=None, ge=1)
     """Limit of the WORKSPACE memory pool in bytes; None keeps TensorRT's default (device memory)."""
     runtime_platform: Literal["same_as_build", "windows_amd64"] = "same_as_build"
     """Platform the engine will run on; windows_amd64 cross-builds (the engine cannot run here)."""
@@ -289,6 +295,7 @@ def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputP
     """
     points: list[tuple[dict[str, tuple[int, ...]], float]] = []
     for i, entry in enumerate(shapes):
+        entry = cast(Any, entry)
         if hasattr(entry, "inputs") and hasattr(entry, "weight"):
             mapping, weight = entry.inputs, entry.weight
         else:
@@ -303,11 +310,7 @@ def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputP
             raise InputError(f"shape entry {i} names no inputs")
         dims: dict[str, tuple[int, ...]] = {}
         for name, shape in mapping.items():
-            try:
-                dims[name] = tuple(_dim(d) for d in shape)
-            except (TypeError, ValueError):
-                raise InputError(f"shape entry {i}: input {name!r} has shape {shape!r}; "
-                                 "dimensions are integers >= 0") from None
+            dims[name] = _shape(shape, f"shape entry {i}: input {name!r}")
         points.append((dims, float(weight)))
     if not points:
         raise InputError("the shape distribution is empty",
@@ -329,10 +332,11 @@ def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputP
         for name in first}
 
 
-def _dim(d: object) -> int:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-        raise ValueError(d)
-    return int(d)
+def _shape(shape: object, where: str) -> tuple[int, ...]:
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or any(
+            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise InputError(f"{where} has shape {shape!r}; dimensions are integers >= 0")
+    return tuple(int(d) for d in shape)
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,12 +547,15 @@ class TensorRTRunner(Runner):
             raise
         return bound
 
-    def _enqueue(self, bound: _Bound) -> None:
+    def _use(self, bound: _Bound) -> None:
+        """Point the context at ``bound``'s buffers (host-side calls only)."""
         for name, (ptr, shape) in bound.inputs.items():
             self._context.set_input_shape(name, shape)
             self._context.set_tensor_address(name, ptr)
         for name, (ptr, _, _) in bound.outputs.items():
             self._context.set_tensor_address(name, ptr)
+
+    def _execute(self) -> None:
         if not self._context.execute_async_v3(int(self._stream)):
             raise EngineRuntimeError("IExecutionContext.execute_async_v3 failed")
 
@@ -556,7 +563,8 @@ class TensorRTRunner(Runner):
         cudart = self._cudart
         bound = self._bind(inputs)
         try:
-            self._enqueue(bound)
+            self._use(bound)
+            self._execute()
             _check(cudart, cudart.cudaStreamSynchronize(self._stream))
             out: dict[str, np.ndarray] = {}
             for name, (ptr, shape, dtype) in bound.outputs.items():
@@ -575,11 +583,16 @@ class TensorRTRunner(Runner):
         return bound
 
     def timed(self, prepared: object) -> float:
-        """One inference on prepared device buffers, timed with CUDA events (ms)."""
+        """One inference on prepared device buffers, timed with CUDA events on the stream (ms).
+
+        The context is pointed at the buffers before the start event, so host-side binding is
+        not timed; the enqueue itself is (as in trtexec's GPU compute time)."""
         cudart = self._cudart
-        assert isinstance(prepared, _Bound)
+        if not isinstance(prepared, _Bound):
+            raise TypeError("timed() takes what prepare() returned")
+        self._use(prepared)
         _check(cudart, cudart.cudaEventRecord(self._start, self._stream))
-        self._enqueue(prepared)
+        self._execute()
         _check(cudart, cudart.cudaEventRecord(self._end, self._stream))
         _check(cudart, cudart.cudaEventSynchronize(self._end))
         return float(_check(cudart, cudart.cudaEventElapsedTime(self._start, self._end)))
@@ -657,13 +670,11 @@ class TensorRTBackend(Backend):
         return onnx_signature(model)
 
     def stack(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for pkg in ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "cuda-python", "cuda-bindings",
-                    "onnx", "numpy"):
-            try:
-                out[pkg] = metadata.version(pkg)
-            except metadata.PackageNotFoundError:
-                continue
+        installed = {(d.metadata["Name"] or "").lower().replace("_", "-")
+                     for d in metadata.distributions()}
+        out: dict[str, str] = {pkg: metadata.version(pkg) for pkg in
+               ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "cuda-python", "cuda-bindings",
+                "onnx", "numpy") if pkg in installed}
         if self.available():
             import tensorrt as trt
 

@@ -1,0 +1,161 @@
+"""File plumbing for bundles: streamed copy-and-hash, durable writes, no-replace renames,
+staging folders and their clean-up."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import BinaryIO
+
+from dossier.hashing import CHUNK, digest_stream
+
+STAGING_MARK = ".staging-"
+"""Staging entries are named ``.<final name>.staging-<pid>-<random>`` next to their target."""
+_STAGING = re.compile(r"^\..+\.staging-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+class _Tee:
+    """A readable stream that writes everything read from ``src`` to ``dst``."""
+
+    def __init__(self, src: BinaryIO, dst: BinaryIO, limit: int | None = None) -> None:
+        self.src, self.dst, self.left = src, dst, limit
+
+    def readinto(self, buf: bytearray) -> int:
+        view = memoryview(buf)
+        if self.left is not None:
+            view = view[: min(len(view), self.left)]
+        n = self.src.readinto(view) if hasattr(self.src, "readinto") else _read_into(self.src, view)
+        if n:
+            self.dst.write(view[:n])
+            if self.left is not None:
+                self.left -= n
+        return n or 0
+
+
+def _read_into(src: BinaryIO, view: memoryview) -> int:
+    data = src.read(len(view))
+    view[: len(data)] = data
+    return len(data)
+
+
+def copy_hashed(src: BinaryIO, dst_path: Path, limit: int | None = None) -> tuple[str, int]:
+    """Copy ``src`` (at most ``limit`` bytes) into the new file ``dst_path``, fsynced;
+    return its xxh3-128 and size. Memory use is one fixed buffer."""
+    with open(dst_path, "xb") as dst:
+        digest, size = digest_stream(_Tee(src, dst, limit))  # type: ignore[arg-type]
+        dst.flush()
+        os.fsync(dst.fileno())
+    return digest, size
+
+
+def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
+    """Copy the file ``src`` to the new file ``dst``; return the digest and size of what was
+    copied (read once)."""
+    with open(src, "rb", buffering=0) as f:
+        return copy_hashed(f, dst)  # type: ignore[arg-type]
+
+
+def write_durable(path: Path, data: bytes) -> None:
+    """Write the new file ``path`` and fsync it."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or folder (folders: so a rename or a new entry survives a crash)."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every folder under ``root`` (files are fsynced when written)."""
+    for folder, _, _ in os.walk(root):
+        fsync_path(Path(folder))
+
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``, atomically, failing with FileExistsError if ``dst`` exists.
+
+    Uses renameat2(RENAME_NOREPLACE) where the kernel and C library have it (Linux); elsewhere a
+    check right before rename() (a narrow race, documented)."""
+    libc = _libc()
+    fn = getattr(libc, "renameat2", None) if libc is not None else None
+    if fn is not None:
+        rc = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST or (err == errno.ENOTEMPTY):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), str(dst))
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - no C library to ask
+        return None
+
+
+def new_staging(folder: Path, final_name: str, *, directory: bool) -> Path:
+    """Create a staging entry for ``final_name`` in ``folder`` (same file system as the target)."""
+    path = folder / f".{final_name}{STAGING_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    if directory:
+        path.mkdir()
+    return path
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Remove staging entries in ``folder`` whose writer process is gone; return them."""
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _STAGING.match(entry.name)
+        if not m or _alive(int(m["pid"])):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+__all__ = ["CHUNK", "copy_file_hashed", "copy_hashed", "fsync_path", "fsync_tree",
+           "new_staging", "remove_stale_staging", "rename_noreplace", "write_durable"]

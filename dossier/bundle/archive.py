@@ -1,0 +1,236 @@
+"""The single-file form of a bundle: ``NAME-VERSION.dossier.tar``.
+
+Packing is deterministic: members in a fixed order (the bundle folder, its manifest, then every
+folder and file sorted by path), mtime 0, uid/gid 0, empty owner names, mode 0644 for files
+and 0755 for folders, POSIX (pax) format that only adds a pax header where USTAR cannot hold a
+field (a long path, a member over 8 GiB), never a timestamp. The same bundle gives the same bytes.
+
+Extraction never writes outside its target, and writes nothing at all until every member header
+has been checked: the manifest member is read first (size-capped, format version checked), then
+absolute paths, ``..``, symbolic and hard links, devices, fifos, duplicate members, members not
+in the manifest's file table and members larger than the table says are refused with
+:class:`~dossier.errors.UnsafeArchiveError`. Files are then copied in fixed-size chunks, each
+capped at the size the manifest declares. ``tarfile``'s own extraction is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from dossier.bundle._files import (
+    copy_hashed,
+    fsync_path,
+    new_staging,
+    remove_stale_staging,
+    rename_noreplace,
+)
+from dossier.bundle.integrity import check_integrity
+from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, parse_manifest
+from dossier.bundle.reader import Bundle, open_bundle
+from dossier.bundle.writer import ARCHIVE_SUFFIX, BUNDLE_SUFFIX
+from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
+from dossier.hashing import CHUNK
+
+MAX_MEMBERS = 100_000
+"""An archive with more members than this is refused while its headers are read."""
+
+
+def archive_name(bundle: Bundle) -> str:
+    """``NAME-VERSION.dossier.tar``."""
+    return bundle.manifest.name + ARCHIVE_SUFFIX
+
+
+def pack_bundle(path: Path, out_dir: Path) -> Path:
+    """Write the bundle at ``path`` (folder or archive) as ``out_dir/NAME-VERSION.dossier.tar``.
+
+    The bundle must pass its integrity check first (IntegrityError otherwise); an existing
+    archive is never replaced (OutputError). The archive is written under a staging name and
+    renamed into place.
+    """
+    out_dir = Path(out_dir)
+    with open_bundle(path) as bundle:
+        report = check_integrity(bundle)
+        if not report:
+            raise IntegrityError(f"{bundle.source} fails its integrity check "
+                                 f"({report.problems[0]}); not packed")
+        target = out_dir / archive_name(bundle)
+        if os.path.lexists(target):
+            raise OutputError(f"{target} exists already", hint="archives are never overwritten")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create {out_dir}: {exc.strerror}") from exc
+        remove_stale_staging(out_dir)
+        staging = new_staging(out_dir, target.name, directory=False)
+        try:
+            with open(staging, "xb") as f:
+                write_archive(bundle, f)
+                f.flush()
+                os.fsync(f.fileno())
+            rename_noreplace(staging, target)
+            fsync_path(out_dir)
+        except FileExistsError:
+            staging.unlink(missing_ok=True)
+            raise OutputError(f"{target} appeared while the archive was written") from None
+        except OSError as exc:
+            staging.unlink(missing_ok=True)
+            raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
+    return target
+
+
+def write_archive(bundle: Bundle, fileobj: object) -> None:
+    """Write ``bundle`` as a deterministic tar stream into the binary file ``fileobj``."""
+    root = bundle.manifest.name + BUNDLE_SUFFIX
+    files = bundle.manifest.table()
+    folders = {"/".join(p.split("/")[:i]) for p in files for i in range(1, p.count("/") + 1)}
+    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
+                      encoding="utf-8", copybufsize=CHUNK) as tar:
+        tar.addfile(_info(root, directory=True))
+        manifest = bundle.path / MANIFEST_NAME
+        with open(manifest, "rb") as f:
+            tar.addfile(_info(f"{root}/{MANIFEST_NAME}", size=os.fstat(f.fileno()).st_size), f)
+        for rel in sorted(folders | set(files)):
+            if rel in folders:
+                tar.addfile(_info(f"{root}/{rel}", directory=True))
+                continue
+            with open(bundle.path / rel, "rb") as f:
+                tar.addfile(_info(f"{root}/{rel}", size=files[rel].size), f)
+
+
+def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
+    info.mode = 0o755 if directory else 0o644
+    info.size = size
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def extract_archive(archive: Path, target: Path) -> Path:
+    """Extract a ``.dossier.tar`` into the new folder ``target`` (its parent must exist) and
+    return ``target``, which then holds manifest.json and the bundle's files.
+
+    Every member header is checked before any byte is written (see the module docstring);
+    UnsafeArchiveError names the first offending member, BundleFormatError an archive that is
+    not a bundle of a readable format.
+    """
+    archive, target = Path(archive), Path(target)
+    if os.path.lexists(target):
+        raise OutputError(f"extraction target {target} exists already")
+    try:
+        tar = tarfile.open(archive, mode="r:", encoding="utf-8")  # uncompressed only
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleFormatError(f"{archive} is neither a bundle folder nor a bundle archive "
+                                f"({exc})") from exc
+    with tar:
+        members = _headers(tar, archive)
+        root, table = _read_manifest(tar, members, archive)
+        plan = _check_members(members, root, table, archive)
+        target.mkdir()
+        try:
+            for member, rel in plan:
+                dest = target.joinpath(*rel.split("/")) if rel else target
+                if member.isdir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(member)
+                if src is None:  # not a regular file; _check_members refused those already
+                    raise UnsafeArchiveError(f"{archive}: member {member.name!r} has no data")
+                with src:
+                    limit = table.get(rel, MANIFEST_MAX_BYTES)
+                    copy_hashed(src, dest, limit=limit)  # type: ignore[arg-type]
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    return target
+
+
+def _headers(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    members = []
+    try:
+        for member in tar:
+            members.append(member)
+            if len(members) > MAX_MEMBERS:
+                raise UnsafeArchiveError(f"{archive} has more than {MAX_MEMBERS} members")
+    except tarfile.TarError as exc:
+        raise BundleFormatError(f"{archive} is a truncated or corrupt archive ({exc})") from exc
+    if not members:
+        raise BundleFormatError(f"{archive} is an empty archive, not a bundle")
+    return members
+
+
+def _read_manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo],
+                   archive: Path) -> tuple[str, dict[str, int]]:
+    found = [m for m in members
+             if m.name.count("/") == 1 and m.name.split("/")[1] == MANIFEST_NAME]
+    if not found:
+        raise BundleFormatError(f"{archive} is not a bundle archive: it has no "
+                                f"FOLDER/{MANIFEST_NAME} member")
+    if len(found) > 1:
+        raise UnsafeArchiveError(f"{archive}: member {found[1].name!r} appears twice")
+    member = found[0]
+    if not member.isreg() or member.issparse():
+        raise UnsafeArchiveError(f"{archive}: member {member.name!r} is not a regular file")
+    if member.size > MANIFEST_MAX_BYTES:
+        raise BundleFormatError(f"{archive}: {member.name} is larger than "
+                                f"{MANIFEST_MAX_BYTES >> 20} MiB; not a dossier manifest")
+    src = tar.extractfile(member)
+    assert src is not None  # a regular file
+    with src:
+        data = src.read(MANIFEST_MAX_BYTES + 1)
+    _, manifest, _ = parse_manifest(data, f"{archive}:{member.name}")
+    root = member.name.split("/")[0]
+    return root, {f.path: f.size for f in manifest.files}
+
+
+def _check_members(members: list[tarfile.TarInfo], root: str, table: dict[str, int],
+                   archive: Path) -> list[tuple[tarfile.TarInfo, str]]:
+    """Refuse anything unsafe; return (member, path relative to the bundle folder)."""
+    folders = {""} | {"/".join(p.split("/")[:i]) for p in table for i in range(1, p.count("/") + 1)}
+    seen: set[str] = set()
+    plan = []
+    for m in members:
+        name = m.name
+
+        def refuse(why: str, name: str = name) -> UnsafeArchiveError:
+            return UnsafeArchiveError(f"{archive}: member {name!r} {why}; nothing was extracted")
+
+        parts = name.split("/")
+        if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+            raise refuse("has an absolute path")
+        if ".." in parts:
+            raise refuse("leads out of the extraction folder ('..')")
+        if "\\" in name or "\x00" in name or any(p in ("", ".") for p in parts):
+            raise refuse("has a malformed path")
+        if m.issym() or m.islnk():
+            raise refuse(f"is a {'symbolic' if m.issym() else 'hard'} link (to {m.linkname!r})")
+        if m.ischr() or m.isblk() or m.isfifo():
+            raise refuse("is a device or fifo")
+        if not (m.isreg() or m.isdir()) or m.issparse():
+            raise refuse("is not a regular file or folder")
+        if name in seen:
+            raise refuse("appears twice")
+        seen.add(name)
+        if parts[0] != root:
+            raise refuse(f"lies outside the bundle folder {root!r}")
+        rel = "/".join(parts[1:])
+        if m.isdir():
+            if rel not in folders:
+                raise refuse("is a folder the manifest's file table does not have")
+        elif rel != MANIFEST_NAME:
+            if rel not in table:
+                raise refuse("is not in the manifest's file table")
+            if m.size > table[rel]:
+                raise refuse(f"is {m.size} bytes, larger than the {table[rel]} the manifest says")
+        plan.append((m, rel))
+    return plan
+

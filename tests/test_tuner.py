@@ -1,0 +1,157 @@
+"""The tuner end to end on ONNX Runtime: outcomes, isolation, resume, the decision."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dossier.cache import TuningCache
+from dossier.errors import CacheMismatchError, OutputError, TuneError
+from dossier.spec import load_spec
+from dossier.timing import TimingSettings
+from dossier.trial import Outcome
+from dossier.tuner import CACHE_NAME, continue_tune, plan, tune
+from tests.conftest import TINY_TIMING, write_tiny_timing
+
+
+def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, faulty_env,
+                                                                    tmp_path: Path) -> None:
+    _, spec = sample("convnet", backend="faulty", strategy="fast",
+                     selection="-fault=[none|abort|segv|hang|raise|nan|oom]")
+    timing = TINY_TIMING.model_copy(update={"trial_timeout_s": 6.0, "trial_memory_limit_mb": 2048})
+    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+    by_route = {t.route: t for t in res.cache.trials}
+    expect = {"abort": (Outcome.CRASHED, "SIGABRT"), "segv": (Outcome.CRASHED, "SIGSEGV"),
+              "hang": (Outcome.TIMEOUT, "killed after 6 s"),
+              "raise": (Outcome.BUILD_FAILED, "injected build failure"),
+              "nan": (Outcome.REJECTED, "NaN or Inf"), "oom": (Outcome.CRASHED, "out of memory")}
+    for fault, (outcome, reason) in expect.items():
+        t = by_route[f"-fault={fault}"]
+        assert t.outcome is outcome, (fault, t.reason)
+        assert reason in (t.reason or ""), (fault, t.reason)
+        assert t.engine is None
+    assert by_route["-fault=none"].role == "baseline" and by_route["-fault=none"].admissible
+    assert not res.decision.gain and res.decision.shipped_route == "-fault=none"
+    # every trial's record reached the cache on disk
+    assert len(TuningCache.open(tmp_path / "run" / CACHE_NAME).trials) == 7
+
+
+def test_failing_baseline_stops_the_search(sample, faulty_env, tmp_path: Path) -> None:
+    _, spec = sample("convnet", backend="faulty", strategy="fast", selection="-fault=raise")
+    with pytest.raises(TuneError, match="baseline route -fault=raise did not pass"):
+        tune(spec, tmp_path / "run")
+
+
+def test_full_search_ranks_known_slow_routes_significantly_slower(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet")  # full over level x NchwcTransformer x ConvBNFusion = 12 routes
+    timing = TINY_TIMING.model_copy(update={"samples": 30, "rounds": 3, "warmup_window": 5})
+    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+    trials = [t for t in res.cache.trials if t.role != "confirm"]
+    assert len(trials) == 12 and all(t.admissible for t in trials)
+    slow = [t for t in trials if "level=disable_all" in t.route or "NchwcTransformer=off" in t.route]
+    assert len(slow) == 8
+    for t in slow:
+        c = t.comparison
+        assert c is not None and c.slower, (t.route, c)
+        assert c.speedup_ci_high < 1.0 and c.speedup < 0.9
+    assert res.decision.shipped_route  # either the baseline or a confirmed candidate
+    assert res.decision.reason
+
+
+def test_output_folder_must_be_new(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", selection="-intra_op_num_threads=[0|1]")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("")
+    with pytest.raises(OutputError, match="not empty"):
+        tune(spec, tmp_path / "run")
+
+
+def test_continue_refuses_changed_inputs(sample, tmp_path: Path) -> None:
+    spec_path, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    tune(spec, tmp_path / "run")
+    with pytest.raises(CacheMismatchError, match="selection changed"):
+        tune(spec.model_copy(update={"tune": spec.tune.model_copy(
+            update={"selection": "-intra_op_num_threads=[0|2]"})}), tmp_path / "run", resume=True)
+    import onnx
+
+    model = spec_path.parent / "model.onnx"
+    proto = onnx.load(str(model))
+    proto.doc_string = "edited"  # same graph, other file
+    onnx.save(proto, str(model))
+    with pytest.raises(CacheMismatchError, match="model changed"):
+        continue_tune(tmp_path / "run")
+
+
+def test_continue_of_a_finished_search_runs_nothing(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    first = tune(spec, tmp_path / "run")
+    again = continue_tune(tmp_path / "run" / CACHE_NAME)
+    assert again.trials_run == 0
+    assert again.decision == first.decision
+
+
+def test_dry_run_routes_match_the_strategy(sample) -> None:
+    _, spec = sample("tblock")
+    baseline, routes = plan(spec)
+    assert len(routes) == 1 + 1 + 1 + 1 + 1 + 1 + 2  # 1 + sum(values != default)
+    assert routes[0] == baseline
+
+
+def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """A real SIGKILL of the whole search (parent and child) while trials run, then --continue:
+    no finished trial is lost or duplicated and the search ends with every planned route."""
+    import shutil
+
+    work = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", work)
+    write_tiny_timing(work / "release.toml")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
+           "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    cache = run / CACHE_NAME
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if cache.exists() and cache.read_text().count('"kind":"trial"') >= 3:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the search did not get going")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
+    assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
+    res = continue_tune(run)
+    trials = [t for t in res.cache.trials if t.role != "confirm"]
+    routes = [t.route for t in trials]
+    assert len(routes) == len(set(routes)) == 12  # nothing duplicated, nothing missing
+    assert res.trials_run == 12 - len(before)
+    assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
+    assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
+
+
+def test_spec_errors_are_specific(tmp_path: Path) -> None:
+    from dossier.errors import SpecError
+
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.toml")
+    (tmp_path / "bad.toml").write_text("[release\nname=1")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(tmp_path / "bad.toml")
+    (tmp_path / "t.toml").write_text(
+        '[release]\nname="x"\n[model]\npath="m.onnx"\n[validation]\npath="v"\n'
+        '[tune]\nselection="-a=b"\nthreshold=0\n')
+    with pytest.raises(SpecError, match="tune.threshold"):
+        load_spec(tmp_path / "t.toml")
+    assert TimingSettings().samples >= 30  # the defaults measure, the tests shrink them
