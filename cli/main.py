@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import cli.cmd_bundle  # noqa: F401 - registers release, bundle, inspect, verify, pack, schema
 from cli import cmd_tune  # noqa: F401 - registers knobs, tune
 from cli.app import app
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats
 
 from dossier.trial import Comparison, TimingSummary
 
@@ -90,6 +89,8 @@ def sample_interleaved(fns: Sequence[Timed], settings: TimingSettings,
 
 def median_ci(samples: Sequence[float], confidence: float) -> tuple[float, float]:
     """Distribution-free confidence interval of the median from order statistics."""
+    from scipy import stats  # imported here: trial processes time engines without scipy
+
     x = np.sort(np.asarray(samples, dtype=float))
     n = len(x)
     if n < 3:
@@ -117,6 +118,8 @@ def _median_ratio(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
 def compare(baseline: Sequence[float], candidate: Sequence[float], settings: TimingSettings,
             *, alpha: float | None = None, baseline_warmup: int = 0, seed: int = 0) -> Comparison:
     """Compare a candidate's samples with the baseline's taken alongside them."""
+    from scipy import stats
+
     b = np.asarray(baseline, dtype=float)
     c = np.asarray(candidate, dtype=float)
     alpha = settings.alpha if alpha is None else alpha

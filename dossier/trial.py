@@ -108,6 +108,9 @@ class TrialRecord(_Model):
     """Compile time of the engine (kept apart from inference latency)."""
     trial_s: float
     """Wall time of the whole trial, child process start to result."""
+    phases_s: dict[str, float] = Field(default_factory=dict)
+    """Wall time of each phase of the trial: startup (process start and imports), build, load,
+    validate, time; the rest of trial_s is orchestration (request, result, record)."""
     engine: str | None = None
     """Engine file, relative to the run folder, kept for admissible routes."""
     engine_digest: str | None = None

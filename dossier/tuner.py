@@ -188,6 +188,7 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
     """Run one worker request in its own process; (result or None, reason when None)."""
     req_path = work / f"{name}.request.json"
     log_path = work / f"{name}.log"
+    req = req.model_copy(update={"spawned_at": time.time()})
     req_path.write_text(req.model_dump_json())
     Path(req.result).unlink(missing_ok=True)
     Path(req.stage).write_text("start")
@@ -292,7 +293,8 @@ class Tuner:
             **common, outcome=outcome, reason=data.get("reason"), losses=data.get("losses"),  # type: ignore[arg-type]
             worst_loss=data.get("worst_loss"), timing=timing_summary, comparison=comparison,
             samples_ms=data.get("samples_ms"), baseline_samples_ms=data.get("baseline_samples_ms"),
-            build_s=data.get("build_s"), engine=str(engine.relative_to(self.run_dir)) if kept else None,
+            build_s=data.get("build_s"), phases_s=data.get("phases_s") or {},
+            engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,
             extra={k: str(v) for k, v in (data.get("facts") or {}).items()})
 

@@ -43,9 +43,20 @@ class WorkerRequest(BaseModel):
     """(engine path, route text) to re-time against the baseline (confirm mode)."""
     result: str
     stage: str
+    spawned_at: float = 0.0
+    """time.time() when the parent started the process (to measure startup)."""
+
+
+_PHASES: dict[str, float] = {}
+_current: list = [None, 0.0]
 
 
 def _stage(req: WorkerRequest, name: str) -> None:
+    """Mark the start of a phase (for the parent, and for the phase timings)."""
+    now = time.perf_counter()
+    if _current[0] is not None:
+        _PHASES[_current[0]] = _PHASES.get(_current[0], 0.0) + now - _current[1]
+    _current[0], _current[1] = name, now
     Path(req.stage).write_text(name)
 
 
@@ -69,6 +80,7 @@ def run_trial(req: WorkerRequest) -> dict:
     from dossier.timing import sample_interleaved, warm_up
     from dossier.validation import judge, load_validation_set
 
+    _stage(req, "setup")
     backend = get_backend(req.backend)
     vset = load_validation_set(Path(req.validation))
     route = Route.parse(req.route or "")
@@ -119,6 +131,7 @@ def run_confirm(req: WorkerRequest) -> dict:
     from dossier.timing import sample_interleaved, warm_up
     from dossier.validation import load_validation_set
 
+    _stage(req, "setup")
     backend = get_backend(req.backend)
     vset = load_validation_set(Path(req.validation))
     _stage(req, "load")
@@ -135,6 +148,7 @@ def run_confirm(req: WorkerRequest) -> dict:
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
+    startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
         data = run_trial(req) if req.mode == "trial" else run_confirm(req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
@@ -142,6 +156,8 @@ def main(argv: list[str]) -> int:
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
+    _stage(req, "report")
+    data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
     _result(req, data)
     return 0
 

@@ -20,7 +20,7 @@ import onnx.helper as oh
 import pydantic
 import pytest
 
-from dossier.backends.interface import BuildError
+from dossier.backends.interface import BuildError, EngineRuntimeError
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.tensorrt import (
     BuilderOptions,
@@ -553,3 +553,345 @@ def test_unknown_route_knob_fails_the_build(tmp_path):
     with pytest.raises(BuildError):
         TensorRTBackend().build(_onnx_model(tmp_path / "m.onnx", batch=2),
                                 Route.of({"no_such_knob_anywhere": "1"}), tmp_path / "e.plan")
+
+
+# ------------------------------------------------------------------------------- glue (fakes)
+# A stand-in `tensorrt` module and cuda-python runtime that record the calls they get. They check
+# the sequence and arguments of this backend's calls against the documented 11.x API; they say
+# nothing about what TensorRT would do, and no result below stands for a TensorRT result.
+
+class _Severity:
+    INTERNAL_ERROR, ERROR, WARNING, INFO = "internal_error", "error", "warning", "info"
+
+
+class _FakeILogger:
+    Severity = _Severity
+
+    def __init__(self) -> None:
+        pass
+
+
+class _FakeTensor:
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+        self.name, self.shape = name, shape
+
+
+class _FakeNetwork:
+    def __init__(self, inputs: list[_FakeTensor]) -> None:
+        self._inputs = inputs
+        self.num_inputs = len(inputs)
+
+    def get_input(self, i: int) -> _FakeTensor:
+        return self._inputs[i]
+
+
+class _FakeBuildConfig(FakeConfig):
+    """An IBuilderConfig whose build_route setter drops routes naming unknown knobs."""
+
+    def __init__(self, known: set[str], logger: _FakeILogger) -> None:
+        super().__init__()
+        self.attrs["_known"], self.attrs["_logger"] = known, logger
+        self.attrs["build_route"] = ""
+        self.attrs["profiles"] = []
+
+    def __getattr__(self, name: str) -> object:
+        return self.attrs[name]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "build_route":
+            knobs = {t[1:].split("=")[0] for t in str(value).split()}
+            if knobs - self.attrs["_known"]:
+                self.attrs["_logger"].log(_Severity.ERROR, f"unknown knob(s) {sorted(knobs)}")
+                return
+        super().__setattr__(name, value)
+
+    def add_optimization_profile(self, profile: object) -> int:
+        self.attrs["profiles"].append(profile)
+        return len(self.attrs["profiles"]) - 1
+
+
+class _FakeProfile:
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple] = {}
+
+    def set_shape(self, name: str, lo: tuple, opt: tuple, hi: tuple) -> None:
+        self.shapes[name] = (lo, opt, hi)
+
+
+class FakeTRT:
+    """The parts of the `tensorrt` module this backend uses."""
+
+    __version__ = "11.4.0.106"
+    ILogger = _FakeILogger
+    TilingOptimizationLevel = FakeEnum("TilingOptimizationLevel")
+    HardwareCompatibilityLevel = FakeEnum("HardwareCompatibilityLevel")
+    BuilderFlag = FakeEnum("BuilderFlag")
+    MemoryPoolType = FakeEnum("MemoryPoolType")
+    RuntimePlatform = FakeEnum("RuntimePlatform")
+    TensorIOMode = SimpleNamespace(INPUT="input", OUTPUT="output")
+
+    def __init__(self, inputs: list[_FakeTensor], *, parse_ok: bool = True,
+                 plan: bytes | None = b"", engine_ok: bool = True) -> None:
+        self.inputs, self.parse_ok, self.engine_ok = inputs, parse_ok, engine_ok
+        self.plan = _plan() if plan == b"" else plan
+        self.configs: list[_FakeBuildConfig] = []
+        self.deserialized: list[bytes] = []
+        fake = self
+
+        class Builder:
+            def __init__(self, logger: _FakeILogger) -> None:
+                self.logger = logger
+
+            def create_network(self, flags: int) -> _FakeNetwork:
+                assert flags == 0  # strongly typed is the only mode in 11.x
+                return _FakeNetwork(fake.inputs)
+
+            def create_builder_config(self) -> _FakeBuildConfig:
+                fake.configs.append(_FakeBuildConfig({"a", "kgen:tiling"}, self.logger))
+                fake.configs[-1].attrs["all_build_routes"] = KNOB_JSON
+                return fake.configs[-1]
+
+            def create_optimization_profile(self) -> _FakeProfile:
+                return _FakeProfile()
+
+            def build_serialized_network(self, network: object, config: object) -> object:
+                if fake.plan is None:
+                    self.logger.log(_Severity.ERROR, "no implementation for node Relu")
+                    return None
+                return memoryview(fake.plan)  # IHostMemory supports the buffer protocol
+
+        class OnnxParser:
+            def __init__(self, network: object, logger: object) -> None:
+                self.num_errors = 0 if fake.parse_ok else 1
+
+            def parse_from_file(self, path: str) -> bool:
+                return fake.parse_ok
+
+            def get_error(self, i: int) -> str:
+                return "node 0 (Relu): unsupported"
+
+        class Runtime:
+            def __init__(self, logger: _FakeILogger) -> None:
+                self.logger = logger
+                self.engine_host_code_allowed = False
+
+            def deserialize_cuda_engine(self, data: bytes) -> object:
+                fake.deserialized.append(data)
+                if not fake.engine_ok:
+                    self.logger.log(_Severity.ERROR, "Version tag does not match")
+                    return None
+                return _FakeEngine()
+
+        self.Builder, self.OnnxParser, self.Runtime = Builder, OnnxParser, Runtime
+
+    @staticmethod
+    def nptype(dtype: str) -> type:
+        return {"float": np.float32}[dtype]
+
+
+class _FakeDevice:
+    """cuda-python's runtime over host memory: pointers index byte arrays."""
+
+    cudaError_t = SimpleNamespace(cudaSuccess=0)
+    cudaMemcpyKind = SimpleNamespace(cudaMemcpyHostToDevice="h2d", cudaMemcpyDeviceToHost="d2h")
+
+    def __init__(self) -> None:
+        self.mem: dict[int, bytearray] = {}
+        self.calls: list[str] = []
+        self._next = 0x1000
+
+    def cudaMalloc(self, n: int) -> tuple[int, int]:
+        self._next += 0x1000
+        self.mem[self._next] = bytearray(n)
+        return 0, self._next
+
+    def cudaFree(self, ptr: int) -> tuple[int]:
+        del self.mem[ptr]
+        return (0,)
+
+    def cudaMemcpy(self, dst: int, src: int, n: int, kind: str) -> tuple[int]:
+        import ctypes
+
+        self.calls.append(kind)
+        if kind == "h2d":
+            self.mem[dst][:n] = ctypes.string_at(src, n)
+        else:
+            ctypes.memmove(dst, bytes(self.mem[src][:n]), n)
+        return (0,)
+
+    def cudaStreamCreate(self) -> tuple[int, int]:
+        return 0, 7
+
+    def cudaEventCreate(self) -> tuple[int, str]:
+        self._next += 1
+        return 0, f"event{self._next}"
+
+    def cudaEventRecord(self, event: str, stream: int) -> tuple[int]:
+        self.calls.append(f"record {event} on {stream}")
+        return (0,)
+
+    def cudaEventSynchronize(self, event: str) -> tuple[int]:
+        self.calls.append(f"sync {event}")
+        return (0,)
+
+    def cudaEventElapsedTime(self, a: str, b: str) -> tuple[int, float]:
+        return 0, 0.25
+
+    def cudaStreamSynchronize(self, stream: int) -> tuple[int]:
+        self.calls.append("stream sync")
+        return (0,)
+
+    def cudaEventDestroy(self, event: str) -> tuple[int]:
+        return (0,)
+
+    def cudaStreamDestroy(self, stream: int) -> tuple[int]:
+        return (0,)
+
+
+DEVICE = _FakeDevice()
+
+
+class _FakeContext:
+    """Computes y = relu(x) on the fake device when executed."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple] = {}
+        self.addresses: dict[str, int] = {}
+
+    def set_input_shape(self, name: str, shape: tuple) -> bool:
+        self.shapes[name] = tuple(shape)
+        return len(shape) == 2 and shape[1] == 4 and 1 <= shape[0] <= 8
+
+    def get_tensor_shape(self, name: str) -> tuple:
+        return self.shapes["x"]
+
+    def set_tensor_address(self, name: str, ptr: int) -> bool:
+        self.addresses[name] = ptr
+        return True
+
+    def execute_async_v3(self, stream: int) -> bool:
+        DEVICE.calls.append(f"execute on {stream}")
+        x = np.frombuffer(bytes(DEVICE.mem[self.addresses["x"]]), dtype=np.float32)
+        DEVICE.mem[self.addresses["y"]][:] = np.maximum(x, 0).tobytes()
+        return True
+
+
+class _FakeEngine:
+    num_io_tensors = 2
+
+    def get_tensor_name(self, i: int) -> str:
+        return ["x", "y"][i]
+
+    def get_tensor_mode(self, name: str) -> str:
+        return "input" if name == "x" else "output"
+
+    def get_tensor_dtype(self, name: str) -> str:
+        return "float"
+
+    def create_execution_context(self) -> _FakeContext:
+        return _FakeContext()
+
+
+@pytest.fixture
+def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
+    """A TensorRTBackend wired to the fakes; returns (backend, fake trt) via a factory."""
+    import dossier.backends.tensorrt as module
+
+    monkeypatch.setattr(module, "_cudart", lambda: DEVICE)
+
+    def make(fake: FakeTRT, **kwargs: object) -> TensorRTBackend:
+        backend = TensorRTBackend(**kwargs)  # type: ignore[arg-type]
+
+        def trt() -> FakeTRT:
+            if backend._logger is None:
+                backend._logger = module._make_logger(fake)
+            return fake
+
+        monkeypatch.setattr(backend, "_trt", trt)
+        return backend
+
+    return make
+
+
+def test_glue_knob_database(fake_backend):
+    db = fake_backend(FakeTRT([])).knob_database()
+    assert db.names()[0] == "conv_use_long_w"
+
+
+def test_glue_build_sets_options_route_profile_and_writes_plan(fake_backend, tmp_path):
+    fake = FakeTRT([_FakeTensor("x", (-1, 4))])
+    opts = BuilderOptions(version_compatible=True, builder_optimization_level=5)
+    backend = fake_backend(fake, options=opts, shapes=[({"x": [1, 4]}, 1), ({"x": [8, 4]}, 3)])
+    engine = tmp_path / "e.plan"
+    info = backend.build(tmp_path / "m.onnx", Route.parse("-kgen:tiling=none"), engine)
+    cfg = fake.configs[-1].attrs
+    assert cfg["build_route"] == "-kgen:tiling=none"
+    assert cfg["builder_optimization_level"] == 5 and cfg["avg_timing_iterations"] == 8
+    assert "BuilderFlag.VERSION_COMPATIBLE" in fake.configs[-1].flags
+    assert cfg["profiles"][0].shapes == {"x": ((1, 4), (8, 4), (8, 4))}
+    assert engine.read_bytes() == fake.plan
+    assert info.facts["plan_trt_version"] == "11.1.0.106"
+    assert info.facts["version_compatible"] == "true"
+    assert info.facts["hardware_compatibility_level"] == "none"
+    assert info.facts["build_route"] == "-kgen:tiling=none"
+    assert json.loads(info.facts["optimization_profile"]) == {"x": [[1, 4], [8, 4], [8, 4]]}
+
+
+def test_glue_build_failures(fake_backend, tmp_path):
+    model, engine = tmp_path / "m.onnx", tmp_path / "e.plan"
+    static = [_FakeTensor("x", (2, 4))]
+    with pytest.raises(BuildError, match="did not accept build route.*unknown knob"):
+        fake_backend(FakeTRT(static)).build(model, Route.parse("-bogus=1"), engine)
+    with pytest.raises(BuildError, match="ONNX parser rejected m.onnx: node 0"):
+        fake_backend(FakeTRT(static, parse_ok=False)).build(model, Route.of({}), engine)
+    with pytest.raises(BuildError, match="could not build route.*no implementation"):
+        fake_backend(FakeTRT(static, plan=None)).build(model, Route.of({}), engine)
+    with pytest.raises(BuildError, match="dynamic dimensions and no shape distribution"):
+        fake_backend(FakeTRT([_FakeTensor("x", (-1, 4))])).build(model, Route.of({}), engine)
+    with pytest.raises(BuildError, match="unknown: \\['z'\\]"):
+        fake_backend(FakeTRT(static), shapes=[({"z": [1]}, 1)]).build(model, Route.of({}), engine)
+    assert not engine.exists()
+
+
+def test_glue_build_with_unknown_plan_layout_still_succeeds(fake_backend, tmp_path):
+    fake = FakeTRT([_FakeTensor("x", (2, 4))], plan=_plan(version=9))
+    info = fake_backend(fake).build(tmp_path / "m.onnx", Route.of({}), tmp_path / "e.plan")
+    assert "serialization version 9" in info.facts["plan_header_error"]
+
+
+def test_glue_load_run_and_event_timing(fake_backend, tmp_path):
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(_plan())
+    fake = FakeTRT([])
+    runner = fake_backend(fake, options=BuilderOptions(version_compatible=True)).load(
+        engine, Route.of({}))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(runner.run({"x": x})["y"], np.maximum(x, 0))
+    DEVICE.calls.clear()
+    prepared = runner.prepare({"x": x})
+    assert DEVICE.calls == ["h2d"]  # inputs are copied once, at prepare
+    DEVICE.calls.clear()
+    assert runner.timed(prepared) == 0.25
+    assert runner.timed(prepared) == 0.25
+    start, end = runner._start, runner._end  # type: ignore[attr-defined]
+    one = [f"record {start} on 7", "execute on 7", f"record {end} on 7", f"sync {end}"]
+    assert DEVICE.calls == one + one  # no copies while timing; events bracket the enqueue
+    with pytest.raises(EngineRuntimeError, match="float64"):
+        runner.run({"x": x.astype(np.float64)})
+    with pytest.raises(EngineRuntimeError, match="outside the engine's optimization profile"):
+        runner.run({"x": np.zeros((9, 4), np.float32)})
+    runner.close()
+    assert DEVICE.mem == {}  # every device buffer is freed
+
+
+def test_glue_load_failures(fake_backend, tmp_path):
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(_plan(trt=(11, 1, 0, 106)))
+    with pytest.raises(EngineRuntimeError, match="TensorRT 11.4.0.106 could not deserialize e.plan "
+                       "\\(the plan was built by TensorRT 11.1.0.106\\): Version tag"):
+        fake_backend(FakeTRT([], engine_ok=False)).load(engine, Route.of({}))
+    with pytest.raises(EngineRuntimeError, match="cannot read engine"):
+        fake_backend(FakeTRT([])).load(tmp_path / "absent.plan", Route.of({}))
+    cross = BuilderOptions(runtime_platform="windows_amd64")
+    with pytest.raises(EngineRuntimeError, match="windows_amd64"):
+        fake_backend(FakeTRT([]), options=cross).load(engine, Route.of({}))

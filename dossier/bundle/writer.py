@@ -48,7 +48,14 @@ from dossier.bundle.manifest import (
 )
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
-from dossier.errors import InputError, ModelError, OutputError, TuneError, ValidationSetError
+from dossier.errors import (
+    InputError,
+    ModelError,
+    OutputError,
+    SelectionError,
+    TuneError,
+    ValidationSetError,
+)
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection
@@ -390,9 +397,13 @@ def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],
 
 
 def _flag_source(backend: str, db: KnobDatabase):  # type: ignore[no-untyped-def]
+    """Engine flags by route; none for a backend this host does not register."""
     from dossier.backends import get_backend
 
-    impl = get_backend(backend)
+    try:
+        impl = get_backend(backend)
+    except SelectionError:
+        return lambda route: {}
 
     def flags(route: str) -> dict[str, bool]:
         return dict(impl.engine_facts(Route.parse(route), db))

@@ -1,0 +1,226 @@
+"""``dossier release``, ``bundle``, ``inspect``, ``verify``, ``pack`` and ``schema``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from cli.app import app, handled
+from cli.render import ProgressObserver, err, out, print_json
+from dossier.errors import ExitCode
+
+
+def _report_written(written: Any, as_json: bool) -> None:
+    m = written.manifest
+    for w in m.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    if as_json:
+        print_json({"bundle": str(written.path), "dossier_id": m.dossier_id,
+                    "release": m.release, "version": m.release_version, "parent": m.parent,
+                    "result": m.summary.result, "warnings": list(m.warnings)})
+        return
+    err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files) + 1} files; "
+              f"{escape(m.summary.result)}", soft_wrap=True)
+    out.print(str(written.path), markup=False, soft_wrap=True)
+
+
+# -------------------------------------------------------------------------------------- bundle
+@app.command()
+@handled
+def bundle(
+    source: Path = typer.Argument(..., help="A finished run folder (dossier tune --out) or its "
+                                  "tuning-cache.jsonl."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write NAME-VERSION.dossier "
+                                 "into."),
+    parent: str = typer.Option(None, "--parent", help="Dossier id of the bundle this release "
+                               "replaces."),
+    no_model: bool = typer.Option(False, "--no-model", help="Leave the model file out (its "
+                                  "identity is still recorded)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Bundle a finished search as [bold]OUT/NAME-VERSION.dossier/[/]: engines, model identity,
+    knob database, every trial, raw timings, shapes, validation set, tuning cache, host
+    fingerprint, and a manifest with every file's size and xxh3-128."""
+    from dossier.bundle import write_bundle
+
+    written = write_bundle(source, out_dir, parent=parent, include_model=not no_model)
+    _report_written(written, as_json)
+
+
+# ------------------------------------------------------------------------------------- release
+@app.command()
+@handled
+def release(
+    spec: Path = typer.Argument(..., help="Release spec (release.toml)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write NAME-VERSION.dossier "
+                                 "into."),
+    work: Path = typer.Option(None, "--work", help="Run folder of the search (default: "
+                              "OUT/.runs/NAME-VERSION). A search already there is continued."),
+    parent: str = typer.Option(None, "--parent", help="Dossier id of the bundle this release "
+                               "replaces."),
+    no_model: bool = typer.Option(False, "--no-model", help="Leave the model file out."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
+) -> None:
+    """Tune a release spec and bundle the result, in one command.
+
+    The target is checked first (it must not exist and the release version must be above any
+    version of the same release in OUT), so a search is never run for a bundle that cannot be
+    written. An interrupted release resumes its run folder when run again.
+    """
+    from dossier.bundle import check_target, write_bundle
+    from dossier.spec import load_spec
+    from dossier.tuner import CACHE_NAME
+    from dossier.tuner import tune as run_tune
+
+    s = load_spec(spec)
+    check_target(out_dir, s.release.name, s.release.version)
+    folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
+    resume = (folder / CACHE_NAME).is_file()
+    with ProgressObserver(verbose=not quiet) as obs:
+        run_tune(s, folder, observer=obs, spec_path=spec, resume=resume)
+    written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
+    _report_written(written, as_json)
+
+
+# ------------------------------------------------------------------------------------- inspect
+@app.command()
+@handled
+def inspect(
+    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    as_json: bool = typer.Option(False, "--json", help="Print the overview as JSON on stdout."),
+) -> None:
+    """What a reviewer wants first: release, id, lineage, model, search, accuracy bar,
+    baseline, shipped route with its speedup and interval (or why there is no gain), trial
+    counts, warnings and the tuning host."""
+    from dossier.bundle import open_bundle
+
+    with open_bundle(path) as b:
+        o = b.overview()
+    for note in o["notes"]:
+        err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if as_json:
+        print_json(o)
+        return
+    for line in overview_lines(o):
+        out.print(line, markup=False, soft_wrap=True)
+
+
+def overview_lines(o: dict[str, Any]) -> list[str]:
+    """The overview as text lines."""
+    m, b = o["model"], o["baseline"]
+    lines = [
+        f"{o['release']} version {o['version']}" + (f": {o['description']}" if o["description"] else ""),
+        f"  dossier id   {o['dossier_id']}",
+        f"  parent       {o['parent'] or 'none'}",
+        f"  created      {o['created_at']} (dossier {o['tool_version']}, format {o['format_version']})",
+        f"  backend      {o['backend']} ({o['tuner_version']})",
+        f"  model        {m['file_name']}, {m['size']} bytes, {m['algorithm']} {m['digest']}"
+        + (f", {m['external_data']} external data file(s)" if m["external_data"] else "")
+        + ("" if m["included"] else " (not included)"),
+        f"  search       {o['strategy']} over {o['selection']}",
+        f"  accuracy     {o['metric']} < {o['threshold']:g} on every output of "
+        f"{o['validation_pairs']} pair(s)"
+        + (f" (atol {o['atol']:g}, rtol {o['rtol']:g})" if o["metric"] == "l0" else ""),
+        f"  baseline     {b['route'] or '(default route)'}"
+        + (f"  {b['median_ms']:.3f} ms [{b['ci_low_ms']:.3f}, {b['ci_high_ms']:.3f}] (n={b['n']})"
+           if b["median_ms"] is not None else ""),
+        f"  shipped      {o['winner']['route'] or '(default route)'}"
+        + ("  (the baseline)" if o["winner"]["is_baseline"] else ""),
+    ]
+    sp = o["speedup"]
+    if sp:
+        lines.append(f"  speedup      {sp['value']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] "
+                     f"({sp['confidence']:.0%} CI), p={sp['p_value']:.2g}")
+    else:
+        lines.append("  speedup      no significant gain")
+    lines.append(f"  why          {o['reason']}")
+    if o["runner_up"]:
+        ru = o["runner_up"]
+        lines.append(f"  runner-up    {ru['route']}"
+                     + (f"  {ru['speedup']:.3f}x" if ru["speedup"] is not None else ""))
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(o["trials"].items()))
+    lines.append(f"  trials       {counts} (+{o['confirm_trials']} confirmation); search "
+                 f"{o['search_wall_s']:.1f} s, builds {o['build_s_total']:.1f} s")
+    host = o["tuning_host"]
+    lines.append("  tuning host  " + (", ".join(f"{k} {v}" for k, v in sorted(host.items()))
+                                      or "unknown"))
+    for w in o["warnings"]:
+        lines.append(f"  warning      {w}")
+    return lines
+
+
+# -------------------------------------------------------------------------------------- verify
+@app.command()
+@handled
+def verify(
+    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
+                                        "file matches the manifest (no environment check)."),
+) -> None:
+    """Check a bundle on this host: first its integrity (every file against the manifest's
+    size and xxh3-128; each missing, extra or altered file is named), then the environment.
+
+    Exit 0 when intact, 6 when a file is missing, extra or altered.
+    """
+    from dossier.bundle import check_integrity, open_bundle
+
+    with open_bundle(path) as b:
+        report = check_integrity(b)
+        name = b.manifest.name
+    if not report:
+        for problem in report.problems or [str(report)]:
+            err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
+        err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
+                  markup=False, soft_wrap=True)
+        raise typer.Exit(int(ExitCode.BUNDLE))
+    err.print(f"OK: {name} ({path}): {report}", markup=False, soft_wrap=True)
+    if not integrity_only:
+        err.print("environment check: not available yet in this version "
+                  "(integrity only)", markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------- pack
+@app.command()
+@handled
+def pack(
+    path: Path = typer.Argument(..., help="Bundle folder (or .dossier.tar)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write "
+                                 "NAME-VERSION.dossier.tar into."),
+) -> None:
+    """Write a bundle as one deterministic file, [bold]NAME-VERSION.dossier.tar[/], for
+    transport: the same bundle always gives the same bytes. Every command that takes a bundle
+    takes the .tar too."""
+    from dossier.bundle import pack_bundle
+
+    target = pack_bundle(path, out_dir)
+    out.print(str(target), markup=False, soft_wrap=True)
+
+
+# -------------------------------------------------------------------------------------- schema
+@app.command()
+@handled
+def schema(
+    out_dir: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder of the schema "
+                                 "files."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing the files "
+                               "that differ from what the models generate."),
+) -> None:
+    """Write JSON Schema files for the bundle manifest and every other file format dossier
+    writes, generated from its models."""
+    from dossier.schema import check_schemas, write_schemas
+
+    if check:
+        drifted = check_schemas(out_dir)
+        for name in drifted:
+            err.print(f"drifted: {out_dir / name}", markup=False, soft_wrap=True)
+        if drifted:
+            err.print("regenerate with: dossier schema --out " + str(out_dir), markup=False)
+            raise typer.Exit(1)
+        err.print(f"OK: {out_dir} is up to date", markup=False, soft_wrap=True)
+        return
+    for p in write_schemas(out_dir):
+        out.print(str(p), markup=False, soft_wrap=True)

@@ -1,0 +1,77 @@
+"""Release bundles (format ``dossier-bundle`` 1.0): write, open, check, pack.
+
+A bundle is a folder ``NAME-VERSION.dossier/`` (or one deterministic ``.dossier.tar``) holding
+the shipped engine, the baseline engine, the model's identity (and the model), the knob
+database, every trial (routes.parquet), every raw timing sample (timings.parquet), the shape
+distribution (shapes.parquet), the validation set, the tuning cache and the tuning host's
+fingerprint, with a manifest that lists every file's size and xxh3-128::
+
+    from dossier.bundle import check_integrity, open_bundle, write_bundle
+
+    written = write_bundle(Path("runs/convnet-1"), Path("releases"))
+    with open_bundle(written.path) as bundle:          # a folder or a .dossier.tar
+        report = check_integrity(bundle)
+        assert report, report                          # names each missing/extra/altered file
+        print(bundle.manifest.summary.result)          # "1.234x [1.200, 1.270] (p=0.001)"
+        routes = bundle.routes()                       # a pyarrow Table, one row per trial
+"""
+
+from __future__ import annotations
+
+from dossier.bundle.archive import archive_name, extract_archive, pack_bundle, write_archive
+from dossier.bundle.integrity import IntegrityReport, Problem, ProblemKind, check_integrity
+from dossier.bundle.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    READABLE_MAJORS,
+    EngineEntry,
+    Engines,
+    ExternalFile,
+    FileEntry,
+    Manifest,
+    ModelIdentity,
+    Summary,
+    ValidationInfo,
+    parse_manifest,
+)
+from dossier.bundle.model import model_identity
+from dossier.bundle.reader import Bundle, open_bundle, read_bundle
+from dossier.bundle.writer import (
+    WrittenBundle,
+    bundle_name,
+    check_target,
+    coverage_warnings,
+    write_bundle,
+)
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "READABLE_MAJORS",
+    "Bundle",
+    "EngineEntry",
+    "Engines",
+    "ExternalFile",
+    "FileEntry",
+    "IntegrityReport",
+    "Manifest",
+    "ModelIdentity",
+    "Problem",
+    "ProblemKind",
+    "Summary",
+    "ValidationInfo",
+    "WrittenBundle",
+    "archive_name",
+    "bundle_name",
+    "check_integrity",
+    "check_target",
+    "coverage_warnings",
+    "extract_archive",
+    "model_identity",
+    "open_bundle",
+    "pack_bundle",
+    "parse_manifest",
+    "read_bundle",
+    "write_archive",
+    "write_bundle",
+]
