@@ -22,7 +22,7 @@ def _report_written(written: Any, as_json: bool) -> None:
                     "release": m.release, "version": m.release_version, "parent": m.parent,
                     "result": m.summary.result, "warnings": list(m.warnings)})
         return
-    err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files) + 1} files; "
+    err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files)} files + manifest; "
               f"{escape(m.summary.result)}", soft_wrap=True)
     out.print(str(written.path), markup=False, soft_wrap=True)
 

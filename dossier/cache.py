@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -91,6 +91,8 @@ class CacheHeader(_Model):
     """Shape distribution the release is tuned for."""
     deployment: DeploymentSection = DeploymentSection()
     """Expected use (for the cost/benefit estimate)."""
+    builder: dict[str, Any] = Field(default_factory=dict)
+    """Backend builder options (kept apart from knobs)."""
     spec_path: str | None = None
     """The release spec the search came from."""
     host: dict[str, str] = Field(default_factory=dict)

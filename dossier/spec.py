@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -104,6 +105,9 @@ class ReleaseSpec(_Section):
     """Timing and decision settings."""
     shapes: list[ShapeEntry] = Field(default_factory=list)
     """Shape distribution the release is tuned for."""
+    builder: dict[str, Any] = Field(default_factory=dict)
+    """Backend builder options kept apart from knobs (TensorRT: optimization level, hardware
+    compatibility, version-compatible, timing iterations...)."""
     deployment: DeploymentSection = DeploymentSection()
     """Expected use."""
     base_dir: str = Field("", exclude=True)

@@ -97,6 +97,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     """
     backend = get_backend(spec.tune.backend)
     backend.require()
+    backend.configure(spec.builder, spec.shapes)
     strategy = get_strategy(spec.tune.strategy)
     db = backend.knob_database()
     selection = Selection.parse(spec.tune.selection, db)
@@ -138,7 +139,7 @@ def _header(p: Prepared, spec_path: Path | None) -> CacheHeader:
         timing=p.spec.timing, model=FileIdentity(path=str(p.model), size=size, digest=digest),
         validation_path=str(p.vset.path.resolve()), validation_digest=p.vset.digest(),
         validation_pairs=len(p.vset.pairs), baseline_route=p.baseline.text(),
-        shapes=p.spec.shapes, deployment=p.spec.deployment,
+        shapes=p.spec.shapes, deployment=p.spec.deployment, builder=p.spec.builder,
         spec_path=str(spec_path.resolve()) if spec_path else None, host=host)
 
 
@@ -149,7 +150,8 @@ def spec_from_header(h: CacheHeader) -> ReleaseSpec:
         model=ModelSection(path=h.model.path), validation=ValidationSection(path=h.validation_path),
         tune=TuneSection(backend=h.backend, strategy=h.strategy, selection=h.selection,
                          metric=h.metric, threshold=h.threshold, atol=h.atol, rtol=h.rtol),
-        timing=h.timing, shapes=h.shapes, deployment=h.deployment, base_dir="/")
+        timing=h.timing, shapes=h.shapes, deployment=h.deployment, builder=h.builder,
+        base_dir="/")
 
 
 def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
@@ -162,7 +164,9 @@ def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
               ("backend", old.backend, fresh.backend),
               ("metric", old.metric, fresh.metric),
               ("threshold", old.threshold, fresh.threshold),
-              ("timing settings", old.timing, fresh.timing)]
+              ("timing settings", old.timing, fresh.timing),
+              ("builder options", old.builder, fresh.builder),
+              ("shape distribution", old.shapes, fresh.shapes)]
     for what, was, now in checks:
         if was != now:
             raise CacheMismatchError(
@@ -245,6 +249,7 @@ class Tuner:
                              validation=str(self.p.vset.path), metric=s.tune.metric,
                              threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
                              timing=s.timing, baseline_route=self.p.baseline.text(),
+                             builder=s.builder, shapes=s.shapes,
                              result=str(self.work / "result.json"),
                              stage=str(self.work / "stage"), **kw)  # type: ignore[arg-type]
 

@@ -14,10 +14,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings
 
 
@@ -36,6 +37,8 @@ class WorkerRequest(BaseModel):
     rtol: float
     timing: TimingSettings
     baseline_route: str
+    builder: dict[str, Any] = {}
+    shapes: list[ShapeEntry] = []
     baseline_engine: str | None = None
     route: str | None = None
     engine: str | None = None
@@ -82,6 +85,7 @@ def run_trial(req: WorkerRequest) -> dict:
 
     _stage(req, "setup")
     backend = get_backend(req.backend)
+    backend.configure(req.builder, req.shapes)
     vset = load_validation_set(Path(req.validation))
     route = Route.parse(req.route or "")
     engine = Path(req.engine or "")
@@ -133,6 +137,7 @@ def run_confirm(req: WorkerRequest) -> dict:
 
     _stage(req, "setup")
     backend = get_backend(req.backend)
+    backend.configure(req.builder, req.shapes)
     vset = load_validation_set(Path(req.validation))
     _stage(req, "load")
     runners = [backend.load(Path(req.baseline_engine or ""), Route.parse(req.baseline_route))]

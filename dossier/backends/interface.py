@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from dossier.errors import BackendUnavailableError, ValidationSetError
+from dossier.errors import BackendUnavailableError, InputError, ValidationSetError
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route
 
@@ -128,6 +128,15 @@ class Backend(abc.ABC):
     """File suffix of the engine artifact, e.g. ``.ort``."""
     requirement: ClassVar[str]
     """What to install for this backend, for error messages."""
+
+    def configure(self, options: Mapping[str, object], shapes: list) -> None:
+        """Apply the spec's ``[builder]`` options and shape distribution (``[[shapes]]``).
+
+        Backends without builder options refuse any; shapes are ignored unless the backend
+        builds for a shape range (TensorRT optimization profiles)."""
+        if options:
+            raise InputError(f"backend {self.name} takes no [builder] options "
+                             f"(got {', '.join(sorted(options))})")
 
     def require(self) -> None:
         """Raise BackendUnavailableError with an install hint when the library is missing."""

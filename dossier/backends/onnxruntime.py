@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.interface import (
     Backend,
     BuildError,
@@ -34,7 +35,7 @@ from dossier.backends.interface import (
     Runner,
     TensorSpec,
 )
-from dossier.errors import ModelError, SelectionError
+from dossier.errors import SelectionError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
@@ -167,28 +168,7 @@ class OnnxRuntimeBackend(Backend):
                 if importlib.util.find_spec(pkg) is not None}
 
     def signature(self, model: Path) -> ModelSignature:
-        import onnx
-        from onnx import helper
-
-        if not Path(model).is_file():
-            raise ModelError(f"model {model} does not exist")
-        try:
-            proto = onnx.load(str(model), load_external_data=False)
-        except Exception as exc:  # onnx raises DecodeError, ValueError, OSError...
-            raise ModelError(f"model {model} is not a readable ONNX file ({exc})") from exc
-        if not proto.graph.output:
-            raise ModelError(f"model {model} is not a valid ONNX model (its graph has no outputs)")
-        inits = {i.name for i in proto.graph.initializer}
-
-        def spec(v: Any) -> TensorSpec:
-            t = v.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                         for d in t.shape.dim)
-            dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)))
-            return TensorSpec(v.name, dtype, dims)
-
-        return ModelSignature(tuple(spec(v) for v in proto.graph.input if v.name not in inits),
-                              tuple(spec(v) for v in proto.graph.output))
+        return onnx_signature(model)
 
     def _options(self, route: Route, phase: KnobPhase | None) -> tuple[Any, list[str]]:
         import onnxruntime as ort

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dossier.backends.interface import (
     Backend,
@@ -630,6 +630,17 @@ class TensorRTBackend(Backend):
         self.shapes = list(shapes) if shapes else None
         self._db: KnobDatabase | None = None
         self._logger: Any = None
+
+
+    def configure(self, options: Mapping[str, Any], shapes: list) -> None:
+        """``[builder]`` options of the spec become :class:`BuilderOptions`; ``[[shapes]]`` the
+        optimization profile."""
+        try:
+            self.options = BuilderOptions.model_validate(dict(options))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise InputError(f"[builder] {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+        self.shapes = list(shapes) if shapes else None
 
     def available(self) -> bool:
         return (importlib.util.find_spec("tensorrt") is not None

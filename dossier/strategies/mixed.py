@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from dossier.errors import InputError
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection
 from dossier.strategies.fast import FastStrategy, one_offs
@@ -42,6 +43,12 @@ class MixedStrategy(Strategy):
             if route.text() not in seen:
                 seen.add(route.text())
                 yield route
+
+    def plan(self, selection: Selection, db: KnobDatabase) -> list[Route]:
+        """Refused: phase 2 depends on measured results."""
+        raise InputError("--dry-run cannot list the routes of strategy 'mixed': its second "
+                         "phase depends on measured results",
+                         hint="dry-run the fast phase with --strategy fast")
 
     def count(self, selection: Selection, db: KnobDatabase) -> int:
         """Upper bound: phase 1 plus every combination not already in phase 1."""
