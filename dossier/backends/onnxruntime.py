@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.interface import (
     Backend,
     BuildError,
@@ -33,8 +32,8 @@ from dossier.backends.interface import (
     EngineRuntimeError,
     ModelSignature,
     Runner,
-    TensorSpec,
 )
+from dossier.backends.onnx_model import onnx_signature
 from dossier.errors import SelectionError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
