@@ -93,6 +93,11 @@ class CacheHeader(_Model):
     """Expected use (for the cost/benefit estimate)."""
     builder: dict[str, Any] = Field(default_factory=dict)
     """Backend builder options (kept apart from knobs)."""
+    warm_start: list[str] = Field(default_factory=list)
+    """Routes measured first, before the strategy's own (a re-tune starts from the last
+    release's best routes)."""
+    parent: str | None = None
+    """Dossier id of the bundle a re-tune started from."""
     spec_path: str | None = None
     """The release spec the search came from."""
     host: dict[str, str] = Field(default_factory=dict)

@@ -8,6 +8,7 @@ search stopped: finished trials are never re-run, the best so far is never lost.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import ctypes
 import datetime as dt
 import os
@@ -126,7 +127,8 @@ def plan(spec: ReleaseSpec) -> tuple[Route, list[Route]]:
     return p.baseline, p.strategy.plan(p.selection, p.db)
 
 
-def _header(p: Prepared, spec_path: Path | None) -> CacheHeader:
+def _header(p: Prepared, spec_path: Path | None, warm_start: list[Route],
+            parent: str | None) -> CacheHeader:
     digest, size = digest_file(p.model)
     host = {"hostname": platform.node(), "machine": platform.machine(),
             "python": platform.python_version(), **p.backend.stack()}
@@ -140,7 +142,8 @@ def _header(p: Prepared, spec_path: Path | None) -> CacheHeader:
         validation_path=str(p.vset.path.resolve()), validation_digest=p.vset.digest(),
         validation_pairs=len(p.vset.pairs), baseline_route=p.baseline.text(),
         shapes=p.spec.shapes, deployment=p.spec.deployment, builder=p.spec.builder,
-        spec_path=str(spec_path.resolve()) if spec_path else None, host=host)
+        spec_path=str(spec_path.resolve()) if spec_path else None, host=host,
+        warm_start=[r.text() for r in warm_start], parent=parent)
 
 
 def spec_from_header(h: CacheHeader) -> ReleaseSpec:
@@ -166,7 +169,8 @@ def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
               ("threshold", old.threshold, fresh.threshold),
               ("timing settings", old.timing, fresh.timing),
               ("builder options", old.builder, fresh.builder),
-              ("shape distribution", old.shapes, fresh.shapes)]
+              ("shape distribution", old.shapes, fresh.shapes),
+              ("warm start", old.warm_start, fresh.warm_start)]
     for what, was, now in checks:
         if was != now:
             raise CacheMismatchError(
@@ -234,8 +238,9 @@ class Tuner:
     """One search over one run folder."""
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
-                 observer: TuneObserver | None = None) -> None:
+                 observer: TuneObserver | None = None, warm_start: list[Route] | None = None) -> None:
         self.p, self.run_dir, self.cache = p, run_dir, cache
+        self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
         self.work = run_dir / WORK
         self.engines = run_dir / ENGINES
@@ -335,7 +340,7 @@ class Tuner:
         """Run (or finish) the search and decide."""
         results = {t.route: t for t in self.cache.trials if t.role != "confirm"}
         s = self.p
-        planned = s.strategy.count(s.selection, s.db)
+        planned = s.strategy.count(s.selection, s.db) + len(self.warm_start)
         if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
                 if s.strategy.plans_ahead else False:
             planned += 1
@@ -348,7 +353,8 @@ class Tuner:
             raise TuneError(f"the baseline route {s.baseline} did not pass: {base.outcome.value}: "
                             f"{base.reason}", hint="dossier needs a working baseline to compare "
                             "against; fix the model, the validation set or the threshold")
-        for route in s.strategy.routes(s.selection, s.db, results):
+        for route in itertools.chain(self.warm_start,
+                                     s.strategy.routes(s.selection, s.db, results)):
             if route.text() in results:
                 continue
             results[route.text()] = self.run_trial(route, "search")
@@ -364,17 +370,20 @@ class Tuner:
 
 
 def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
-         spec_path: Path | None = None, resume: bool = False) -> TuneResult:
+         spec_path: Path | None = None, resume: bool = False,
+         warm_start: list[str] | None = None, parent: str | None = None) -> TuneResult:
     """Search ``spec``'s selection and decide, writing everything under ``out``.
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
     checked against the spec's inputs (model, validation set, knob database, selection...) and
-    the search continues.
+    the search continues. ``warm_start`` routes are measured first, right after the baseline
+    (routes the selection does not allow are refused); ``parent`` is recorded in the header.
     """
     p = prepare(spec)
+    warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
     cache_path = out / CACHE_NAME
-    fresh = _header(p, spec_path)
+    fresh = _header(p, spec_path, warm, parent)
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
         _check_resume(cache, fresh)
@@ -391,7 +400,7 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                         .model_dump_json(indent=2))
         except OSError as exc:
             raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    tuner = Tuner(p, out, cache, observer)
+    tuner = Tuner(p, out, cache, observer, warm)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()
@@ -419,4 +428,5 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None) -> 
     cache = TuningCache.open(cache_path)
     spec = spec_from_header(cache.header)
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
-    return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True)
+    return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
+                warm_start=cache.header.warm_start, parent=cache.header.parent)

@@ -27,7 +27,7 @@ class WorkerRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["trial", "confirm"]
+    mode: Literal["trial", "confirm", "validate"]
     backend: str
     model: str
     validation: str
@@ -150,12 +150,34 @@ def run_confirm(req: WorkerRequest) -> dict:
     return {"outcome": "ok", "samples_ms": samples, "warmup_runs": warm}
 
 
+def run_validate(req: WorkerRequest) -> dict:
+    """Load an existing engine and judge it on the validation set (``verify --recheck``)."""
+    from dossier.backends import get_backend
+    from dossier.routes import Route
+    from dossier.validation import judge, load_validation_set
+
+    _stage(req, "setup")
+    backend = get_backend(req.backend)
+    backend.configure(req.builder, req.shapes)
+    vset = load_validation_set(Path(req.validation))
+    _stage(req, "load")
+    runner = backend.load(Path(req.engine or ""), Route.parse(req.route or ""))
+    _stage(req, "validate")
+    outputs = {p.name: runner.run(p.inputs) for p in vset.pairs}
+    acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
+    return {"outcome": "ok" if acc else "rejected", "reason": acc.failure, "losses": acc.losses,
+            "worst_loss": acc.worst}
+
+
+_MODES = {"trial": run_trial, "confirm": run_confirm, "validate": run_validate}
+
+
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
     startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
-        data = run_trial(req) if req.mode == "trial" else run_confirm(req)
+        data = _MODES[req.mode](req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
         tb = traceback.format_exc(limit=3)
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"

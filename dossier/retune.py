@@ -1,0 +1,92 @@
+"""Re-tune a released bundle on this host and write the next release version.
+
+The search starts from the bundle's best routes (the shipped route, the runner-up and the other
+admissible routes, best first), measured right after the baseline, then runs the bundle's own
+strategy over its own selection. The new bundle's ``parent`` is the old dossier id.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from dossier.bundle import WrittenBundle, check_integrity, open_bundle, write_bundle
+from dossier.errors import InputError, IntegrityError
+from dossier.hashing import digest_file
+from dossier.tuner import TuneObserver, TuneResult, spec_from_header, tune
+
+
+@dataclass
+class Retuned:
+    """A finished re-tune."""
+
+    tune: TuneResult
+    bundle: WrittenBundle
+    parent: str
+    warm_start: list[str]
+
+
+def warm_routes(trials: list, shipped: str, runner_up: str | None, baseline: str) -> list[str]:
+    """The shipped route, the runner-up, then every other admissible search route by its
+    recorded speedup (best first); the baseline is measured anyway and left out."""
+    ranked = sorted((t for t in trials if t.role == "search" and t.admissible and t.comparison),
+                    key=lambda t: -t.comparison.speedup)
+    out: list[str] = []
+    for route in [shipped, runner_up, *(t.route for t in ranked)]:
+        if route and route != baseline and route not in out:
+            out.append(route)
+    return out
+
+
+def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
+           work: Path | None = None, observer: TuneObserver | None = None,
+           top: int = 3) -> Retuned:
+    """Re-run the search of ``bundle_path`` here, warm-started from its ``top`` best routes,
+    and bundle the result as the next version under ``out_dir``.
+
+    The model is the one stored in the bundle, or ``model``, whose xxh3-128 must match the
+    bundle's model identity. The bundle must pass its integrity check first.
+    """
+    out_dir = Path(out_dir)
+    with open_bundle(Path(bundle_path)) as b:
+        report = check_integrity(b)
+        if not report:
+            raise IntegrityError(f"{b.source}: {report}")
+        m = b.manifest
+        header = b.tuning_cache().header
+        trials = b.tuning_cache().trials
+        run = Path(work) if work else out_dir / ".runs" / f"{m.release}-{m.release_version + 1}"
+        if run.exists() and any(run.iterdir()):
+            from dossier.errors import OutputError
+
+            raise OutputError(f"work folder {run} is not empty",
+                              hint="remove it, or give another --work")
+        inputs = run.parent / f".{run.name}.inputs"
+        shutil.rmtree(inputs, ignore_errors=True)
+        inputs.mkdir(parents=True)
+        if model is not None:
+            digest, _ = digest_file(Path(model))
+            if digest != m.model.digest:
+                raise InputError(f"--model {model} is not the bundle's model "
+                                 f"(xxh3-128 {digest}, the bundle's is {m.model.digest})")
+            model_path = Path(model).resolve()
+        elif m.model_included:
+            src = b.path / "model"
+            shutil.copytree(src, inputs / "model")
+            model_path = inputs / "model" / m.model.file_name
+        else:
+            raise InputError(f"{b.source} does not include its model",
+                             hint="give the model with --model; its hash must match the bundle's")
+        shutil.copytree(b.path / "validation", inputs / "validation")
+        warm = warm_routes(trials, m.summary.shipped_route, m.summary.runner_up_route,
+                           m.summary.baseline_route)[:top]
+        base = spec_from_header(header)
+        spec = base.model_copy(update={
+            "release": base.release.model_copy(update={"version": m.release_version + 1}),
+            "model": base.model.model_copy(update={"path": str(model_path)}),
+            "validation": base.validation.model_copy(update={"path": str(inputs / "validation")}),
+        })
+        result = tune(spec, run, observer=observer, warm_start=warm, parent=m.dossier_id)
+        written = write_bundle(run, out_dir, parent=m.dossier_id)
+        return Retuned(result, written, m.dossier_id, warm)

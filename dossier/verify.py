@@ -1,0 +1,211 @@
+"""Verify a bundle on this host: integrity, then the environment diff, then optionally
+re-check accuracy and re-time the shipped engine against the baseline.
+
+The order is a safety rule: no engine is loaded (deserializing an engine runs native code)
+before every file has passed the integrity check. Engines are loaded in a child process, so an
+engine that crashes this host's runtime is a finding, not a crash of ``verify``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dossier.bundle import Bundle, check_integrity
+from dossier.errors import IntegrityError
+from dossier.fingerprint import Fingerprint, collect
+from dossier.policy import Finding, Verdict, default_policy, diff, load_policy, worst
+from dossier.timing import TimingSettings, compare, summarize
+from dossier.trial import Comparison, TimingSummary
+from dossier.worker import WorkerRequest
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class Recheck(_Model):
+    """The bundle's validation set run through the shipped engine on this host."""
+
+    passed: bool
+    """Every loss of every pair below the threshold, no NaN/Inf."""
+    metric: str
+    """Loss metric."""
+    threshold: float
+    """Threshold applied (the bundle's, or a stricter one given to verify)."""
+    failure: str | None
+    """Which pair, which output, which loss, when it failed."""
+    losses: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    """Per pair, per output."""
+    worst_loss: float | None = None
+    """Largest loss."""
+    recorded_worst_loss: float | None = None
+    """The shipped route's largest loss on the tuning host."""
+
+
+class Rebench(_Model):
+    """The shipped engine and the baseline engine re-timed here, interleaved, in a fresh process."""
+
+    shipped: TimingSummary
+    """The shipped engine's latency here."""
+    baseline: TimingSummary
+    """The baseline engine's latency here."""
+    comparison: Comparison | None
+    """Shipped against baseline here (None when the baseline itself ships)."""
+    recorded_shipped: TimingSummary | None
+    """The shipped engine's latency on the tuning host."""
+    regression: bool
+    """The host's interval lies beyond the recorded one (slower), or the gain was lost."""
+    reason: str
+    """What was compared and what it showed."""
+
+
+class VerifyReport(_Model):
+    """Everything ``dossier verify`` found."""
+
+    bundle: str
+    """Bundle path."""
+    dossier_id: str
+    """Its id."""
+    release: str
+    """NAME-VERSION."""
+    backend: str
+    """Compiler backend."""
+    integrity: str
+    """Integrity check result."""
+    findings: list[Finding]
+    """One per compared fingerprint field, worst first."""
+    recheck: Recheck | None = None
+    """Accuracy re-check, when asked for."""
+    rebench: Rebench | None = None
+    """Re-timing, when asked for."""
+    verdict: Verdict
+    """The worst of every finding, the re-check and the re-timing."""
+    reasons: list[str]
+    """Why the verdict is what it is, worst first."""
+
+
+def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -> WorkerRequest:
+    header = bundle.tuning_cache().header
+    s = bundle.manifest.summary
+    return WorkerRequest(backend=bundle.manifest.backend, model="",
+                         validation=str(bundle.path / "validation"), metric=s.metric,
+                         threshold=s.threshold, atol=s.atol, rtol=s.rtol, timing=timing,
+                         baseline_route=bundle.manifest.engines.baseline.route,
+                         builder=header.builder, shapes=header.shapes,
+                         result=str(work / "result.json"), stage=str(work / "stage"),
+                         **kw)  # type: ignore[arg-type]
+
+
+def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
+    """Run the validation set through the shipped engine here, in a child process."""
+    from dossier.tuner import run_child
+
+    s = bundle.manifest.summary
+    shipped = bundle.manifest.engines.shipped
+    limit = threshold if threshold is not None else s.threshold
+    header = bundle.tuning_cache().header
+    recorded = next((t.worst_loss for t in bundle.tuning_cache().trials
+                     if t.index == shipped.trial_index), None)
+    with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
+        req = _request(bundle, Path(tmp), header.timing, mode="validate",
+                       engine=str(bundle.file(shipped.path)), route=shipped.route)
+        req = req.model_copy(update={"threshold": limit})
+        data, why = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
+                              header.timing.trial_memory_limit_mb)
+    if data is None or data.get("outcome") not in ("ok", "rejected"):
+        failure = why or (data or {}).get("reason") or "the engine did not run"
+        return Recheck(passed=False, metric=s.metric, threshold=limit, failure=failure,
+                       recorded_worst_loss=recorded)
+    return Recheck(passed=data["outcome"] == "ok", metric=s.metric, threshold=limit,
+                   failure=data.get("reason"), losses=data.get("losses") or {},
+                   worst_loss=data.get("worst_loss"), recorded_worst_loss=recorded)
+
+
+def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
+    """Re-time the shipped and the baseline engines here, interleaved, in a fresh process."""
+    from dossier.tuner import run_child
+
+    m = bundle.manifest
+    cache = bundle.tuning_cache()
+    timing = timing or cache.header.timing
+    shipped, base = m.engines.shipped, m.engines.baseline
+    same = shipped.trial_index == base.trial_index
+    with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
+        cands = [] if same else [(str(bundle.file(shipped.path)), shipped.route)]
+        req = _request(bundle, Path(tmp), timing, mode="confirm",
+                       baseline_engine=str(bundle.file(base.path)), candidates=cands)
+        data, why = run_child(req, Path(tmp), "rebench", timing.trial_timeout_s * 2,
+                              timing.trial_memory_limit_mb)
+    if data is None or data.get("outcome") != "ok":
+        from dossier.errors import TuneError
+
+        raise TuneError(f"re-timing failed on this host: {why or (data or {}).get('reason')}")
+    samples, warm = data["samples_ms"], data["warmup_runs"]
+    base_here = summarize(samples[0], timing.confidence, warm[0])
+    ship_here = base_here if same else summarize(samples[1], timing.confidence, warm[1])
+    comp = None if same else compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
+    recorded = recorded_trials[-1].timing if recorded_trials else None
+    reasons = []
+    if recorded and ship_here.ci_low_ms > recorded.ci_high_ms:
+        reasons.append(f"the shipped engine takes {ship_here.median_ms:.3f} ms "
+                       f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here, beyond "
+                       f"its recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
+                       f"{recorded.ci_high_ms:.3f}]")
+    if comp is not None and m.summary.speedup_ci_low is not None \
+            and comp.speedup_ci_high < m.summary.speedup_ci_low:
+        reasons.append(f"its speedup over the baseline fell to {comp.speedup:.3f}x "
+                       f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] from the "
+                       f"recorded {m.summary.speedup:.3f}x [{m.summary.speedup_ci_low:.3f}, "
+                       f"{m.summary.speedup_ci_high:.3f}]")
+    if reasons:
+        reason = "regression: " + "; ".join(reasons)
+    else:
+        reason = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
+                  f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
+                  + (f" (recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
+                     f"{recorded.ci_high_ms:.3f}])" if recorded else "")
+                  + ("" if comp is None else f"; {comp.speedup:.3f}x the baseline "
+                     f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}]")
+                  + "; no regression")
+    return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
+                   recorded_shipped=recorded, regression=bool(reasons), reason=reason)
+
+
+def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck: bool = False,
+                  do_rebench: bool = False, threshold: float | None = None,
+                  host: Fingerprint | None = None,
+                  timing: TimingSettings | None = None) -> VerifyReport:
+    """Integrity first (IntegrityError names each bad file), then the environment diff, then the
+    optional re-check and re-timing. ``host`` replaces this host's fingerprint (for tests and
+    for checking a fleet host's fingerprint file from elsewhere)."""
+    report = check_integrity(bundle)
+    if not report:
+        raise IntegrityError(f"{bundle.source}: {report}")
+    m = bundle.manifest
+    tuning_host = bundle.fingerprint()
+    here = host or collect(include_compiler=tuning_host.compiler is not None)
+    policy = default_policy(m.backend)
+    if policy_file is not None:
+        policy = load_policy(policy_file, policy)
+    findings = diff(tuning_host, here, policy, m.engines.shipped.flags)
+    verdicts = [f.verdict for f in findings]
+    reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}"
+               for f in findings if f.changed and f.verdict is not Verdict.VALID]
+    checked = recheck(bundle, threshold=threshold) if do_recheck else None
+    if checked is not None:
+        verdicts.append(Verdict.VALID if checked.passed else Verdict.INVALID)
+        if not checked.passed:
+            reasons.insert(0, f"accuracy re-check failed: {checked.failure}")
+    timed = rebench(bundle, timing) if do_rebench else None
+    if timed is not None:
+        verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
+        if timed.regression:
+            reasons.append(timed.reason)
+    verdict = worst(verdicts)
+    return VerifyReport(bundle=str(bundle.source), dossier_id=m.dossier_id, release=m.name,
+                        backend=m.backend, integrity=str(report), findings=findings,
+                        recheck=checked, rebench=timed, verdict=verdict, reasons=reasons)

@@ -1,0 +1,128 @@
+"""verify on the tuning host, a real environment change, accuracy re-check, re-timing, retune."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from dossier.bundle import open_bundle, write_bundle
+from dossier.errors import IntegrityError
+from dossier.fingerprint import collect
+from dossier.policy import Verdict
+from dossier.retune import retune
+from dossier.tuner import tune
+from dossier.verify import verify_bundle
+
+
+@pytest.fixture()
+def bundle(sample, tmp_path: Path) -> Path:
+    """A small convnet bundle tuned on this host (model included)."""
+    _, spec = sample("convnet", strategy="fast",
+                     selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
+    tune(spec, tmp_path / "run")
+    return write_bundle(tmp_path / "run", tmp_path / "out").path
+
+
+def test_same_host_same_environment_is_valid(bundle: Path) -> None:
+    with open_bundle(bundle) as b:
+        report = verify_bundle(b)
+    assert report.verdict is Verdict.VALID, report.reasons
+    assert report.findings and not report.reasons
+
+
+def test_recheck_passes_here_and_fails_with_a_stricter_threshold(bundle: Path) -> None:
+    with open_bundle(bundle) as b:
+        ok = verify_bundle(b, do_recheck=True)
+        recorded = ok.recheck.recorded_worst_loss
+        strict = verify_bundle(b, do_recheck=True, threshold=recorded / 2)
+    assert ok.recheck.passed and ok.verdict is Verdict.VALID
+    assert ok.recheck.worst_loss == pytest.approx(recorded, rel=0, abs=0)  # same engine, same CPU
+    assert not strict.recheck.passed and strict.verdict is Verdict.INVALID
+    assert "output 'logits'" in strict.recheck.failure and "pair-" in strict.recheck.failure
+    assert strict.reasons[0].startswith("accuracy re-check failed")
+
+
+def test_rebench_times_shipped_and_baseline_here(bundle: Path) -> None:
+    with open_bundle(bundle) as b:
+        report = verify_bundle(b, do_rebench=True)
+    rb = report.rebench
+    assert rb is not None and rb.shipped.n > 0 and rb.baseline.n > 0
+    assert rb.recorded_shipped is not None
+    assert report.verdict in (Verdict.VALID, Verdict.SUBOPTIMAL)
+    assert (report.verdict is Verdict.SUBOPTIMAL) == rb.regression
+
+
+def test_integrity_comes_before_anything_else(bundle: Path) -> None:
+    engine = next((bundle / "engine").iterdir())
+    data = bytearray(engine.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    engine.write_bytes(bytes(data))
+    with open_bundle(bundle) as b, pytest.raises(IntegrityError, match=engine.name):
+        verify_bundle(b, do_recheck=True)
+
+
+def test_another_architecture_and_another_cpu(bundle: Path) -> None:
+    here = collect()
+    with open_bundle(bundle) as b:
+        other_isa = here.model_copy(update={"cpu": here.cpu.model_copy(
+            update={"isa_flags": [f for f in here.cpu.isa_flags if not f.startswith("avx512")]})})
+        r = verify_bundle(b, host=other_isa)
+        assert r.verdict is Verdict.INVALID  # the shipped route is optimized at level all (NCHWc)
+        assert any(f.field == "cpu.isa_flags" and f.verdict is Verdict.INVALID for f in r.findings)
+        other_cpu = here.model_copy(update={"cpu": here.cpu.model_copy(update={"model": "Other"})})
+        r = verify_bundle(b, host=other_cpu)
+        assert r.verdict is Verdict.SUBOPTIMAL and "cpu.model" in r.reasons[0]
+
+
+def test_retune_writes_the_next_version_with_its_parent(bundle: Path, tmp_path: Path) -> None:
+    with open_bundle(bundle) as b:
+        v1 = b.manifest
+    done = retune(bundle, tmp_path / "out")
+    with open_bundle(done.bundle.path) as b:
+        v2 = b.manifest
+        header = b.tuning_cache().header
+    assert (v2.release, v2.release_version, v2.parent) == (v1.release, 2, v1.dossier_id)
+    assert header.warm_start == done.warm_start and header.parent == v1.dossier_id
+    assert done.warm_start and v1.summary.baseline_route not in done.warm_start
+    trials = [t for t in done.tune.cache.trials if t.role != "confirm"]
+    # warm-start routes are measured right after the baseline
+    assert [t.route for t in trials[1:1 + len(done.warm_start)]] == done.warm_start
+
+
+def test_retune_refuses_a_different_model(bundle: Path, tmp_path: Path) -> None:
+    from dossier.errors import InputError
+
+    other = tmp_path / "other.onnx"
+    other.write_bytes((bundle / "model" / "model.onnx").read_bytes() + b" ")
+    with pytest.raises(InputError, match="is not the bundle's model"):
+        retune(bundle, tmp_path / "out2", model=other)
+
+
+@pytest.mark.slow
+def test_real_environment_change_is_invalid(bundle: Path, tmp_path: Path) -> None:
+    """A second real virtual environment with another onnxruntime version verifies the bundle
+    made here: INVALID, naming packages.onnxruntime. Needs PyPI (pip install onnxruntime)."""
+    env = tmp_path / "venv-b"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    py = env / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "onnxruntime==1.31.1"],
+                   check=True)
+    site_b = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    # everything else (dossier, numpy, pyarrow, ...) from this environment, after env B's own
+    (Path(site_b) / "zz-dossier-deps.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n" + str(Path(__file__).resolve().parents[1]) + "\n")
+    out = subprocess.run([str(py), "-m", "cli.main", "verify", str(bundle), "--json"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert out.returncode == 11, out.stderr  # ExitCode.INVALID
+    report = json.loads(out.stdout)
+    changed = {f["field"]: f for f in report["findings"] if f["bundle_value"] != f["host_value"]}
+    assert changed["packages.onnxruntime"]["host_value"] == "1.31.1"
+    assert changed["packages.onnxruntime"]["verdict"] == "INVALID"
+    assert report["verdict"] == "INVALID"
