@@ -167,10 +167,15 @@ def verify(
     Exit 0 when intact, 6 when a file is missing, extra or altered.
     """
     from dossier.bundle import check_integrity, open_bundle
+    from dossier.errors import BundleError
 
-    with open_bundle(path) as b:
-        report = check_integrity(b)
-        name = b.manifest.name
+    try:
+        with open_bundle(path) as b:
+            report = check_integrity(b)
+            name = b.manifest.name
+    except BundleError as exc:  # unreadable manifest, unknown format, unsafe archive: one line
+        err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
+        raise typer.Exit(int(exc.exit_code)) from None
     if not report:
         for problem in report.problems or [str(report)]:
             err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
@@ -191,9 +196,10 @@ def pack(
     out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write "
                                  "NAME-VERSION.dossier.tar into."),
 ) -> None:
-    """Write a bundle as one deterministic file, [bold]NAME-VERSION.dossier.tar[/], for
-    transport: the same bundle always gives the same bytes. Every command that takes a bundle
-    takes the .tar too."""
+    """Write a bundle as one file for transport: [bold]OUT/NAME-VERSION.dossier.tar[/].
+
+    The archive is deterministic (the same bundle gives the same bytes). Every command that
+    takes a bundle folder takes the .tar too, and extracts it safely."""
     from dossier.bundle import pack_bundle
 
     target = pack_bundle(path, out_dir)

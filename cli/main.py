@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import cli.cmd_bundle  # noqa: F401 - registers release, bundle, inspect, verify, pack, schema
+import cli.cmd_explain  # noqa: F401 - registers explain, diff
 from cli import cmd_tune  # noqa: F401 - registers knobs, tune
 from cli.app import app
 

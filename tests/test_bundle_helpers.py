@@ -4,11 +4,9 @@ No tests here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,17 +42,11 @@ def cli(*args: str | os.PathLike[str]) -> Any:
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
-def samples(root: Path) -> dict[str, Path]:
-    """Build the sample models into ``root`` (once per session); name -> sample folder."""
+def samples(samples_dir: Path | None = None) -> dict[str, Path]:
+    """Name -> sample folder, from conftest's ``samples_dir`` (remembered after the first call)."""
     if "samples" not in _STATE:
-        spec = importlib.util.spec_from_file_location("samples_build_for_bundle",
-                                                      REPO / "samples" / "build.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        out = root / "samples"
-        _STATE["samples"] = {p.parent.name: p.parent for p in module.build_all(out)}
+        assert samples_dir is not None, "pass conftest's samples_dir first"
+        _STATE["samples"] = {n: samples_dir / n for n in ("convnet", "tblock")}
     return _STATE["samples"]  # type: ignore[no-any-return]
 
 
@@ -111,11 +103,11 @@ EXTRA_SHAPE = {"weight": 0.1, "inputs": {"x": [16, 32, 128]}}
 """A shape entry (batch 16) that no tblock validation pair covers: the writer must warn."""
 
 
-def released(root: Path) -> dict[str, Released]:
+def released(root: Path, samples_dir: Path) -> dict[str, Released]:
     """Both samples released once per session with small timing into ``root``. The tblock
     spec gets an extra, uncovered shape entry (batch 16)."""
     if "released" not in _STATE:
-        found = samples(root)
+        found = samples(samples_dir)
         out: dict[str, Released] = {}
         for name, folder in found.items():
             shapes = None
@@ -166,3 +158,8 @@ def rewrite_cache(cache: Path, edit: Any) -> None:
         if rec is not None:
             lines.append(json.dumps(rec))
     cache.write_text("\n".join(lines) + "\n")
+
+
+def said(result: Any) -> str:
+    """A CLI result's stderr with line wrapping undone (rich wraps long error lines)."""
+    return " ".join(result.stderr.split())

@@ -113,7 +113,8 @@ def check_target(out_dir: Path, release: str, version: int) -> Path:
 def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
                  include_model: bool = True) -> WrittenBundle:
     """Bundle the finished search in ``source`` (a run folder or its tuning-cache.jsonl) as
-    ``out_dir/NAME-VERSION.dossier``.
+    ``out_dir/NAME-VERSION.dossier``. ``parent`` defaults to the one the cache header records
+    (a re-tune's), else None.
 
     Everything is checked before anything is written: the search has decided, the engines,
     knob database, fingerprint, model and validation set are there and match what the tuning
@@ -130,6 +131,8 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     decision = cache.decision
     if decision is None:
         raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
+    if parent is None:  # a re-tune records the bundle it started from in the cache header
+        parent = getattr(cache.header, "parent", None)
     if parent is not None and not _ID.match(parent):
         raise InputError(f"--parent {parent!r} is not a dossier id (32 hex digits)",
                          hint="dossier inspect PARENT_BUNDLE shows its id")

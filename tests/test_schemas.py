@@ -1,0 +1,83 @@
+"""schemas/ (and the package's copy) are generated from the models and must not drift."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import test_bundle_helpers as h
+
+from dossier.schema import (
+    PACKAGED_DIR,
+    SCHEMAS,
+    check_schemas,
+    generate,
+    packaged_schema,
+    write_schemas,
+)
+
+COMMITTED = h.REPO / "schemas"
+
+
+def _diff(a: Path, b: Path) -> list[str]:
+    names = sorted({p.name for p in a.glob("*.json")} | {p.name for p in b.glob("*.json")})
+    return [n for n in names
+            if not (a / n).is_file() or not (b / n).is_file()
+            or (a / n).read_bytes() != (b / n).read_bytes()]
+
+
+@pytest.mark.parametrize("committed", [COMMITTED, PACKAGED_DIR], ids=["schemas", "package"])
+def test_committed_schemas_match_the_models(committed: Path, tmp_path: Path) -> None:
+    write_schemas(tmp_path)
+    drifted = _diff(tmp_path, committed)
+    assert not drifted, (f"{committed} drifted from the models: {drifted}; regenerate with "
+                         f"`dossier schema --out {committed.relative_to(h.REPO)}`")
+
+
+def test_schema_check_command(tmp_path: Path) -> None:
+    assert h.cli("schema", "--check", "--out", COMMITTED).exit_code == 0
+    work = tmp_path / "schemas"
+    shutil.copytree(COMMITTED, work)
+    manifest = work / "bundle-manifest.v1.schema.json"
+    manifest.write_text(manifest.read_text().replace("Release name.", "Release name!"))
+    (work / "fingerprint.schema.json").unlink()
+    (work / "old.schema.json").write_text("{}\n")
+    res = h.cli("schema", "--check", "--out", work)
+    assert res.exit_code == 1
+    assert [line.rsplit("/", 1)[-1] for line in res.stderr.splitlines()
+            if line.startswith("drifted:")] == ["bundle-manifest.v1.schema.json",
+                                                "fingerprint.schema.json", "old.schema.json"]
+    res = h.cli("schema", "--out", work)
+    assert res.exit_code == 0 and check_schemas(work) == []
+    assert not (work / "old.schema.json").exists()
+
+
+def test_schemas_are_deterministic_and_described() -> None:
+    first, second = generate(), generate()
+    assert first == second and set(first) == set(SCHEMAS)
+    for name, text in first.items():
+        assert text.endswith("}\n")
+        data = json.loads(text)
+        assert text == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        assert data["$schema"].startswith("https://json-schema.org/")
+        for title, model in [("(top)", data), *data.get("$defs", {}).items()]:
+            for field, prop in model.get("properties", {}).items():
+                ref = prop.get("$ref", "").rsplit("/", 1)[-1]  # pydantic leaves out a description
+                described = prop.get("description") or data["$defs"].get(ref, {}).get(
+                    "description")  # equal to the referenced model's own
+                assert described, f"{name}: {title}.{field} has no description"
+
+
+def test_manifest_schema_pins_the_format() -> None:
+    schema = json.loads(generate()["bundle-manifest.v1.schema.json"])
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["format"]["const"] == "dossier-bundle"
+    assert "dossier_id" in schema["required"] and "files" in schema["required"]
+    spec = json.loads(generate()["release-spec.schema.json"])
+    assert "base_dir" not in spec["properties"]  # set by the loader, never in release.toml
+
+
+def test_packaged_schema_is_readable() -> None:
+    assert packaged_schema("bundle-manifest.v1.schema.json")["title"] == "Manifest"
