@@ -27,7 +27,7 @@ app = typer.Typer(
 
 def fail(exc: DossierError) -> None:
     """Print one line for a DossierError and exit with its code."""
-    err.print(f"[bold red]error:[/] {escape(exc.diagnostics())}")
+    err.print(f"[bold red]error:[/] {escape(exc.diagnostics())}", soft_wrap=True)
     raise typer.Exit(int(exc.exit_code))
 
 

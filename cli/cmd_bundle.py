@@ -10,7 +10,6 @@ from rich.markup import escape
 
 from cli.app import app, handled
 from cli.render import ProgressObserver, err, out, print_json
-from dossier.errors import ExitCode
 
 
 def _report_written(written: Any, as_json: bool) -> None:
@@ -151,41 +150,6 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
     for w in o["warnings"]:
         lines.append(f"  warning      {w}")
     return lines
-
-
-# -------------------------------------------------------------------------------------- verify
-@app.command()
-@handled
-def verify(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
-    integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
-                                        "file matches the manifest (no environment check)."),
-) -> None:
-    """Check a bundle on this host: first its integrity (every file against the manifest's
-    size and xxh3-128; each missing, extra or altered file is named), then the environment.
-
-    Exit 0 when intact, 6 when a file is missing, extra or altered.
-    """
-    from dossier.bundle import check_integrity, open_bundle
-    from dossier.errors import BundleError
-
-    try:
-        with open_bundle(path) as b:
-            report = check_integrity(b)
-            name = b.manifest.name
-    except BundleError as exc:  # unreadable manifest, unknown format, unsafe archive: one line
-        err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
-        raise typer.Exit(int(exc.exit_code)) from None
-    if not report:
-        for problem in report.problems or [str(report)]:
-            err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
-        err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
-                  markup=False, soft_wrap=True)
-        raise typer.Exit(int(ExitCode.BUNDLE))
-    err.print(f"OK: {name} ({path}): {report}", markup=False, soft_wrap=True)
-    if not integrity_only:
-        err.print("environment check: not available yet in this version "
-                  "(integrity only)", markup=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------- pack

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sys
 
-import cli.cmd_bundle  # noqa: F401 - registers release, bundle, inspect, verify, pack, schema
-import cli.cmd_explain  # noqa: F401 - registers explain, diff
-from cli import cmd_tune  # noqa: F401 - registers knobs, tune
+import cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
+import cli.cmd_explain  # noqa: F401 - explain, diff
+import cli.cmd_tune  # noqa: F401 - knobs, tune
+import cli.cmd_verify  # noqa: F401 - verify, retune
 from cli.app import app
 
 

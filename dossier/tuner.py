@@ -8,9 +8,9 @@ search stopped: finished trials are never re-run, the best so far is never lost.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import ctypes
 import datetime as dt
+import itertools
 import os
 import platform
 import resource

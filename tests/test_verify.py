@@ -126,3 +126,36 @@ def test_real_environment_change_is_invalid(bundle: Path, tmp_path: Path) -> Non
     assert changed["packages.onnxruntime"]["host_value"] == "1.31.1"
     assert changed["packages.onnxruntime"]["verdict"] == "INVALID"
     assert report["verdict"] == "INVALID"
+
+
+def test_verify_cli_exit_codes_and_json(bundle: Path, runner, tmp_path: Path) -> None:
+    from cli.main import app
+
+    r = runner.invoke(app, ["verify", str(bundle), "--json", "--recheck"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["verdict"] == "VALID" and data["recheck"]["passed"]
+    r = runner.invoke(app, ["verify", str(bundle), "--recheck", "--threshold", "1e-12"])
+    assert r.exit_code == 11 and "accuracy re-check failed" in r.stdout
+    # a fleet host's fingerprint with another CPU model: SUBOPTIMAL, exit 10
+    fp = json.loads((bundle / "fingerprint.json").read_text())
+    fp["cpu"]["model"] = "Some Other CPU"
+    (tmp_path / "host.json").write_text(json.dumps(fp))
+    r = runner.invoke(app, ["verify", str(bundle), "--host-fingerprint", str(tmp_path / "host.json")])
+    assert r.exit_code == 10 and "cpu.model" in r.stdout
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[rule]]\npattern = "cpu.model"\nverdict = "VALID"\nreason = "we do not care"\n')
+    r = runner.invoke(app, ["verify", str(bundle), "--host-fingerprint", str(tmp_path / "host.json"),
+                            "--policy", str(policy)])
+    assert r.exit_code == 0, r.output
+
+
+def test_retune_cli(bundle: Path, runner, tmp_path: Path) -> None:
+    from cli.main import app
+
+    r = runner.invoke(app, ["retune", str(bundle), "--out", str(tmp_path / "o"), "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["version"] == 2 and data["parent"]
+    r = runner.invoke(app, ["inspect", data["bundle"], "--json"])
+    assert json.loads(r.stdout)["parent"] == data["parent"]

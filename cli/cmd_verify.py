@@ -1,0 +1,139 @@
+"""``dossier verify`` and ``dossier retune``: what a fleet host runs before it loads an engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cli.app import app, handled
+from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
+from dossier.errors import BundleError, ExitCode
+
+_COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
+
+
+@app.command()
+@handled
+def verify(
+    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
+                                        "file matches the manifest (no environment check)."),
+    recheck: bool = typer.Option(False, "--recheck", help="Load the shipped engine here and run "
+                                 "the bundle's validation set against its metric and threshold."),
+    rebench: bool = typer.Option(False, "--rebench", help="Re-time the shipped and the baseline "
+                                 "engines here; a regression beyond the recorded interval is "
+                                 "SUBOPTIMAL."),
+    threshold: float = typer.Option(None, help="With --recheck: a stricter threshold than the "
+                                     "bundle's."),
+    policy: Path = typer.Option(None, "--policy", help="TOML policy file whose [[rule]]s override "
+                                "the backend's default verdicts."),
+    host: Path = typer.Option(None, "--host-fingerprint", help="Judge against this fingerprint "
+                              "file instead of this host (e.g. collected on a fleet host)."),
+    show_all: bool = typer.Option(False, "--all", help="List unchanged fields too."),
+    as_json: bool = typer.Option(False, "--json", help="The report as JSON on stdout (for fleet "
+                                 "automation)."),
+) -> None:
+    """Check a bundle on this host before loading its engine.
+
+    1. integrity: every file against the manifest's size and xxh3-128 (each missing, extra or
+       altered file is named); no engine is loaded before this passes;
+    2. environment: this host's fingerprint against the tuning host's, a verdict per field
+       (VALID / SUBOPTIMAL / INVALID) with the reason, by the backend's policy;
+    3. optionally [bold]--recheck[/] accuracy and [bold]--rebench[/] latency here.
+
+    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle.
+    """
+    from dossier.bundle import check_integrity, open_bundle
+    from dossier.fingerprint import load_fingerprint
+    from dossier.verify import verify_bundle
+
+    try:
+        with open_bundle(path) as b:
+            report = check_integrity(b)
+            if not report:
+                for problem in report.problems or [str(report)]:
+                    err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
+                err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
+                          markup=False, soft_wrap=True)
+                raise typer.Exit(int(ExitCode.BUNDLE))
+            err.print(f"OK: {b.manifest.name} ({path}): {report}", markup=False, soft_wrap=True)
+            if integrity_only:
+                return
+            result = verify_bundle(b, policy_file=policy, do_recheck=recheck, do_rebench=rebench,
+                                   threshold=threshold,
+                                   host=load_fingerprint(host) if host else None)
+    except BundleError as exc:  # unreadable manifest, unknown format, unsafe archive: one line
+        err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
+        raise typer.Exit(int(exc.exit_code)) from None
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+    else:
+        _render(result, show_all)
+    raise typer.Exit(int(result.verdict.exit_code))
+
+
+def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
+    rows = [f for f in result.findings if show_all or f.changed]
+    table = Table(title=f"environment: {result.release} ({result.backend}) on this host")
+    for col in ("field", "bundle", "host", "verdict", "reason"):
+        table.add_column(col, overflow="fold")
+    for f in rows:
+        c = _COLOUR[f.verdict.value]
+        table.add_row(escape(f.field), escape(str(f.bundle_value)), escape(str(f.host_value)),
+                      f"[{c}]{f.verdict.value}[/]", escape(f.reason))
+    unchanged = sum(1 for f in result.findings if not f.changed)
+    if rows:
+        out.print(table)
+    out.print(f"{unchanged} of {len(result.findings)} fields unchanged", markup=False)
+    if result.recheck is not None:
+        r = result.recheck
+        state = "passed" if r.passed else "FAILED"
+        worst = f"{r.worst_loss:.3g}" if r.worst_loss is not None else "-"
+        out.print(f"accuracy re-check {state}: worst {r.metric} loss {worst} "
+                  f"(threshold {r.threshold:.3g}, recorded {r.recorded_worst_loss})"
+                  + (f": {r.failure}" if r.failure else ""), markup=False)
+    if result.rebench is not None:
+        rb = result.rebench
+        c = rb.comparison
+        out.print(f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
+                  f"{rb.baseline.median_ms:.3f} ms"
+                  + (f", {fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
+                  + f"; {rb.reason}", markup=False)
+    colour = _COLOUR[result.verdict.value]
+    out.print(f"verdict: [bold {colour}]{result.verdict.value}[/]")
+    for reason in result.reasons:
+        out.print(f"  - {escape(reason)}", soft_wrap=True)
+
+
+@app.command()
+@handled
+def retune(
+    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar to re-tune."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder for the new bundle "
+                                 "(NAME-(VERSION+1).dossier)."),
+    model: Path = typer.Option(None, help="The model, when the bundle does not include it; "
+                               "its xxh3-128 must match the bundle's model identity."),
+    work: Path = typer.Option(None, help="Run folder (default OUT/.runs/NAME-(VERSION+1))."),
+    top: int = typer.Option(3, min=0, help="How many of the bundle's best routes to measure "
+                            "first."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
+) -> None:
+    """Re-run a bundle's search on this host, starting from its best routes, and write the next
+    release version whose [bold]parent[/] is the old bundle's dossier id."""
+    from dossier.retune import retune as run_retune
+
+    with ProgressObserver(verbose=not quiet) as obs:
+        done = run_retune(path, out_dir, model=model, work=work, observer=obs, top=top)
+    m, d = done.bundle.manifest, done.tune.decision
+    if as_json:
+        print_json({"bundle": str(done.bundle.path), "dossier_id": m.dossier_id,
+                    "release": m.release, "version": m.release_version, "parent": m.parent,
+                    "warm_start": done.warm_start, "decision": d.model_dump(mode="json")})
+        return
+    out.print(f"wrote {done.bundle.path} (version {m.release_version}, parent {m.parent})",
+              markup=False)
+    out.print(d.reason, markup=False)
