@@ -1,0 +1,842 @@
+"""Why this route: the facts behind a bundle's decision, as one model (:class:`Explanation`).
+
+Everything comes from what the search recorded (the tuning cache, the bundle's tables, the
+tuning host's fingerprint and the manifest); nothing is re-measured::
+
+    from dossier.audit import explain
+    from dossier.bundle import open_bundle
+
+    with open_bundle(Path("releases/convnet-1.dossier")) as bundle:
+        facts = explain(bundle, inferences_per_day=2e6)
+    print(facts.decision.reason)
+    print(facts.model_dump_json(indent=2))   # what ``dossier explain --json`` prints
+
+Knob effects are given two ways. **One knob at a time**: a trial whose route differs from the
+baseline in exactly one knob was timed interleaved with the baseline, so its comparison is that
+knob value's effect (speedup with its bootstrap interval). **A model over all admissible
+trials**, when there are enough of them: ordinary least squares of log(speedup against the
+baseline timed alongside) on one-hot knob values (the baseline's value is the reference), with
+analytic standard errors and t-distribution intervals; the effect of a value is exp(coefficient),
+a speed factor against the baseline's value of that knob with the other knobs held fixed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from dossier.audit.payback import Payback, payback
+from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
+from dossier.fingerprint import Fingerprint
+from dossier.routes import Route
+from dossier.timing import TimingSettings
+from dossier.trial import Comparison, Outcome, TrialRecord
+
+if TYPE_CHECKING:
+    from dossier.bundle import Bundle, Manifest
+
+EXPLANATION_FORMAT: Literal["dossier-explanation"] = "dossier-explanation"
+"""Value of an explanation's ``format`` field."""
+EXPLANATION_VERSION = 1
+"""Version of the :class:`Explanation` model (raised when a field changes meaning or goes)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class Latency(_Model):
+    """One engine's latency in one measurement."""
+
+    median_ms: float
+    """Median of the samples (one sample = one pass over every validation pair's inputs)."""
+    ci_low_ms: float
+    """Lower end of the median's confidence interval (order statistics)."""
+    ci_high_ms: float
+    """Upper end of the median's confidence interval."""
+    n: int
+    """Number of samples."""
+
+
+class HeadToHead(_Model):
+    """The shipped route (or, without a gain, the best candidate) against the baseline."""
+
+    route: str
+    """The candidate route."""
+    trial_index: int
+    """Index of the candidate's search trial."""
+    measured_in: int
+    """Index of the trial record the numbers come from (a confirmation record, or the search
+    trial itself)."""
+    source: Literal["confirmation", "screening"]
+    """confirmation: re-timed with the baseline in a fresh process; screening: the search trial."""
+    shipped: bool
+    """True when this route ships (a significant gain); False: the best candidate, which did not."""
+    candidate: Latency
+    """The candidate's latency."""
+    baseline: Latency
+    """The baseline's latency, timed interleaved with the candidate."""
+    speedup: float
+    """Baseline median / candidate median (> 1: the candidate is faster)."""
+    speedup_ci_low: float
+    """Lower end of the speedup's bootstrap interval."""
+    speedup_ci_high: float
+    """Upper end of the speedup's bootstrap interval."""
+    confidence: float
+    """Confidence level of the intervals."""
+    test: str
+    """The significance test (two-sided Mann-Whitney U)."""
+    p_value: float
+    """Its p-value."""
+    alpha: float
+    """The level it was judged at (alpha / k, Bonferroni, in the confirmation round)."""
+    significant: bool
+    """p_value < alpha."""
+    min_effect: float
+    """The minimum effect a gain must reach (0.02 = 2%)."""
+    reaches_min_effect: bool
+    """speedup >= 1 + min_effect."""
+    interval_includes_one: bool
+    """The speedup's interval includes 1.0 (no difference is plausible)."""
+
+
+class RunnerUp(_Model):
+    """The next-best admissible route and how far behind it is."""
+
+    route: str
+    """The runner-up route."""
+    trial_index: int
+    """Its search trial."""
+    speedup: float
+    """Its speedup over the baseline, from the same kind of measurement as the winner's."""
+    speedup_ci_low: float
+    """Lower end of its interval."""
+    speedup_ci_high: float
+    """Upper end of its interval."""
+    source: Literal["confirmation", "screening"]
+    """Which measurement both speedups come from."""
+    winner_speedup: float
+    """The shipped route's speedup in that same kind of measurement (1.0 for the baseline)."""
+    margin: float
+    """winner_speedup / speedup - 1: how much faster the shipped route is (negative: the
+    runner-up measured faster, but not significantly so)."""
+
+
+class LossFailure(_Model):
+    """One loss that failed the accuracy check."""
+
+    pair: str
+    """Validation pair."""
+    output: str
+    """Output tensor."""
+    loss: float | None
+    """The loss (None: the output held NaN or Inf)."""
+    threshold: float
+    """The threshold it reached (a loss fails at loss >= threshold)."""
+
+
+class RejectedTrial(_Model):
+    """A trial that did not end ``ok``, and why."""
+
+    index: int
+    """Trial index."""
+    route: str
+    """Its route."""
+    outcome: Outcome
+    """How it ended."""
+    reason: str
+    """The recorded reason (the first failing loss, the error, the signal)."""
+    failures: list[LossFailure]
+    """For accuracy rejections: every failing loss of every pair, from the per-pair losses."""
+    error: str | None
+    """For build failures, crashes, timeouts and runtime errors: the error."""
+    speedup: float | None
+    """Its speedup over the baseline, when it was timed (rejected routes are timed too)."""
+
+
+class OneKnobEffect(_Model):
+    """A knob's effect from the trial that differs from the baseline in that knob alone."""
+
+    knob: str
+    """The knob."""
+    value: str
+    """Its value in the trial."""
+    baseline_value: str
+    """Its value in the baseline."""
+    trial_index: int
+    """The trial."""
+    outcome: Outcome
+    """How the trial ended (a rejected route's speed is still measured)."""
+    speedup: float
+    """Baseline median / trial median, timed interleaved in the trial's process."""
+    speedup_ci_low: float
+    """Lower end of the bootstrap interval."""
+    speedup_ci_high: float
+    """Upper end."""
+    p_value: float
+    """Two-sided Mann-Whitney U p-value."""
+    verdict: Literal["faster", "slower", "no significant effect"]
+    """faster/slower: significant and beyond the minimum effect."""
+
+
+class ModelEffect(_Model):
+    """A knob value's effect estimated over all admissible trials."""
+
+    knob: str
+    """The knob."""
+    value: str
+    """The value."""
+    reference: str
+    """The baseline's value, against which the effect is measured."""
+    speed_factor: float
+    """exp(coefficient): > 1 means this value makes the engine faster, other knobs fixed."""
+    ci_low: float
+    """Lower end of its confidence interval."""
+    ci_high: float
+    """Upper end."""
+    std_error: float
+    """Standard error of the coefficient (log scale)."""
+    trials: int
+    """Admissible trials with this value."""
+
+
+class KnobModel(_Model):
+    """Knob effects from a linear model over every admissible trial."""
+
+    fitted: bool
+    """False when there are too few admissible trials (or confounded knob values)."""
+    method: str
+    """How the model is fitted and its uncertainty computed."""
+    note: str
+    """Why it was not fitted, or what to keep in mind."""
+    trials: int
+    """Admissible trials used."""
+    parameters: int
+    """Coefficients including the intercept."""
+    residual_std: float | None
+    """Residual standard deviation (log scale)."""
+    r_squared: float | None
+    """Share of the variance of log(speedup) the knobs explain."""
+    effects: list[ModelEffect]
+    """One per non-reference knob value seen in an admissible trial."""
+
+
+class GpuFacts(_Model):
+    """One GPU of the tuning host."""
+
+    name: str | None
+    """Product name."""
+    compute_capability: str | None
+    """CUDA compute capability."""
+    memory_total_mib: int | None
+    """Device memory."""
+    driver_version: str | None
+    """Driver version."""
+
+
+class Environment(_Model):
+    """Where the numbers were measured: the tuning host."""
+
+    hostname: str | None
+    """Host name."""
+    cpu: str | None
+    """CPU model."""
+    cpu_vendor: str | None
+    """CPU vendor."""
+    cores: int | None
+    """Logical CPUs."""
+    physical_cores: int | None
+    """Physical cores."""
+    isa_flags: list[str]
+    """Instruction-set extensions that decide kernels."""
+    os: str | None
+    """Distribution (or system) name."""
+    kernel: str | None
+    """Kernel release."""
+    machine: str | None
+    """Architecture."""
+    glibc: str | None
+    """glibc version."""
+    python: str
+    """Python version."""
+    packages: dict[str, str]
+    """Relevant package versions."""
+    gpus: list[GpuFacts]
+    """GPUs (none on a CPU host)."""
+    cuda_runtime: str | None
+    """CUDA runtime version."""
+    collected_at: str
+    """When the fingerprint was taken."""
+
+
+class Lineage(_Model):
+    """Which release this is and what it replaces."""
+
+    release: str
+    """Release name."""
+    version: int
+    """Release version."""
+    description: str
+    """Release description."""
+    dossier_id: str | None
+    """The bundle's id (None when explaining a run folder)."""
+    parent: str | None
+    """Dossier id of the bundle this one replaces."""
+    first_release: bool
+    """True when the bundle names no parent."""
+    created_at: str
+    """When the search finished (or started, for a run folder)."""
+    tool_version: str
+    """dossier version that wrote it."""
+    backend: str
+    """Compiler backend."""
+    tuner_version: str
+    """Version of the knob source."""
+
+
+class AACheck(_Model):
+    """The baseline against a second load of itself, timed interleaved: should show no
+    difference, so its interval should include 1.0."""
+
+    trial_index: int
+    """The baseline trial."""
+    speedup: float
+    """Median of load 2 / median of load 1."""
+    speedup_ci_low: float
+    """Lower end of the interval."""
+    speedup_ci_high: float
+    """Upper end."""
+    p_value: float
+    """Mann-Whitney U p-value."""
+    includes_one: bool
+    """The interval includes 1.0 (as it should)."""
+    verdict: str
+    """What it says about the timing."""
+
+
+class SearchCost(_Model):
+    """What the search cost."""
+
+    search_wall_s: float
+    """Wall time of the search: every tune session added up."""
+    build_s: float
+    """Engine build time, every trial added up."""
+    measure_s: float
+    """Timing (warm-up and samples) of every trial, plus the confirmation round."""
+    confirm_s: float
+    """Wall time of the confirmation round (included in measure_s)."""
+    trials: int
+    """Baseline and search trials."""
+    confirm_trials: int
+    """Confirmation re-measurements."""
+    sessions: int
+    """Runs of tune the search took."""
+
+
+class SearchSetup(_Model):
+    """What was searched and how it was judged."""
+
+    backend: str
+    """Compiler backend."""
+    strategy: str
+    """Search strategy."""
+    selection: str
+    """The selection, trtexec syntax."""
+    metric: str
+    """Loss metric."""
+    threshold: float
+    """A route is admissible when every loss of every pair is below this."""
+    validation_pairs: int
+    """Validation pairs."""
+    samples: int
+    """Timed samples per engine per trial."""
+    alpha: float
+    """Significance level of the rank test."""
+    min_effect: float
+    """Minimum effect of a gain."""
+    confidence: float
+    """Confidence level of every interval."""
+    confirm_top: int
+    """Candidates re-timed in the confirmation round."""
+
+
+class DecisionFacts(_Model):
+    """Which route ships and why."""
+
+    rule: str
+    """The decision rule applied, in words."""
+    gain: bool
+    """True when a route beat the baseline significantly and by the minimum effect."""
+    baseline_route: str
+    """The baseline route."""
+    shipped_route: str
+    """The route whose engine ships."""
+    shipped_index: int
+    """Its trial index."""
+    result: str
+    """``1.234x [1.200, 1.270] (p=0.001)`` or ``no significant gain``."""
+    reason: str
+    """The decision's reason, as the search recorded it."""
+    why_not: list[str]
+    """Without a gain: why the best candidate (``head_to_head``) did not win: its interval
+    includes 1.0, p not below alpha, below the minimum effect, slower; or that no other route
+    was admissible."""
+
+
+class TrialFact(_Model):
+    """One row of the trial table."""
+
+    index: int
+    """Trial index."""
+    role: str
+    """baseline, search or confirm."""
+    route: str
+    """Route."""
+    knobs: dict[str, str]
+    """Value of every knob of the selection."""
+    outcome: Outcome
+    """How it ended."""
+    reason: str | None
+    """Why it did not end ok."""
+    worst_loss: float | None
+    """Largest loss over all pairs and outputs."""
+    median_ms: float | None
+    """Median latency."""
+    ci_low_ms: float | None
+    """Lower end of the median's interval."""
+    ci_high_ms: float | None
+    """Upper end."""
+    n: int | None
+    """Samples."""
+    speedup: float | None
+    """Speedup over the baseline timed alongside."""
+    speedup_ci_low: float | None
+    """Lower end of its interval."""
+    speedup_ci_high: float | None
+    """Upper end."""
+    p_value: float | None
+    """Rank-test p-value."""
+    build_s: float | None
+    """Build time."""
+    trial_s: float
+    """Wall time of the trial."""
+    shipped: bool
+    """This trial's engine ships."""
+
+
+class Explanation(_Model):
+    """Why a bundle ships the route it ships: ``dossier explain --json``."""
+
+    format: Literal["dossier-explanation"] = EXPLANATION_FORMAT
+    """Always "dossier-explanation"."""
+    format_version: int = EXPLANATION_VERSION
+    """Version of this model."""
+    lineage: Lineage
+    """Release identity and lineage."""
+    search: SearchSetup
+    """What was searched, how it was judged."""
+    decision: DecisionFacts
+    """The decision and the rule."""
+    head_to_head: HeadToHead | None
+    """Winner (or best candidate) against the baseline; None when only the baseline ran ok."""
+    runner_up: RunnerUp | None
+    """The next-best admissible route."""
+    trial_counts: dict[str, int]
+    """Baseline and search trials per outcome."""
+    confirm_trials: int
+    """Confirmation re-measurements."""
+    rejected: list[RejectedTrial]
+    """Every trial that did not end ok, with its reason."""
+    knob_effects: list[OneKnobEffect]
+    """Effects from one-knob-at-a-time trials."""
+    knob_model: KnobModel
+    """Effects from a model over all admissible trials."""
+    aa_check: AACheck | None
+    """The baseline's A/A check."""
+    environment: Environment | None
+    """The tuning host."""
+    cost: SearchCost
+    """What the search cost."""
+    payback: Payback
+    """When the search pays back."""
+    trials: list[TrialFact]
+    """Every trial record, confirmation re-measurements included."""
+
+
+# ----------------------------------------------------------------------------------- compute
+def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
+            horizon_days: float | None = None, hosts: int | None = None) -> Explanation:
+    """The explanation of an opened bundle. The expected volume comes from the spec's
+    [deployment] section unless given here."""
+    from dossier.bundle.tables import KNOB_PREFIX
+
+    cache = bundle.tuning_cache()
+    decision = cache.decision
+    if decision is None:  # the writer refuses unfinished searches; a hand-made bundle may not
+        from dossier.errors import BundleFormatError
+
+        raise BundleFormatError(f"{bundle.source}: its tuning cache has no decision record",
+                                hint="dossier verify --integrity-only BUNDLE")
+    routes = bundle.routes()
+    knob_cols = [c for c in routes.column_names if c.startswith(KNOB_PREFIX)]
+    rows = routes.select(["index", *knob_cols]).to_pylist()
+    knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
+             for r in rows}
+    return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                          fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
+                          inferences_per_day=inferences_per_day, horizon_days=horizon_days,
+                          hosts=hosts)
+
+
+def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
+                   sessions: Sequence[SessionRecord], decision: DecisionRecord, *,
+                   knobs: Mapping[int, Mapping[str, str]] | None = None,
+                   fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
+                   inferences_per_day: float | None = None, horizon_days: float | None = None,
+                   hosts: int | None = None) -> Explanation:
+    """The explanation of a finished search (a tuning cache's records).
+
+    ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
+    without it they are read from the route texts. ``manifest`` adds the bundle's identity and
+    lineage; ``fingerprint`` the tuning host.
+    """
+    settings = header.timing
+    trials = list(trials)
+    values = _knob_values(trials, knobs)
+    main = [t for t in trials if t.role != "confirm"]
+    baseline = next(t for t in trials if t.role == "baseline")
+    h2h = _head_to_head(trials, decision, settings)
+    counts: dict[str, int] = {}
+    for t in main:
+        counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    cost = _cost(trials, sessions)
+    dep = header.deployment
+    per_day = dep.inferences_per_day if inferences_per_day is None else inferences_per_day
+    source: Literal["spec", "flags", "none"] = (
+        "flags" if inferences_per_day is not None
+        else "spec" if dep.inferences_per_day > 0 else "none")
+    pay = payback(
+        tuning_s=cost.search_wall_s, gain=decision.gain,
+        baseline_median_ms=h2h.baseline.median_ms if h2h and h2h.shipped else None,
+        speedup=h2h.speedup if h2h and h2h.shipped else None,
+        speedup_ci_low=h2h.speedup_ci_low if h2h and h2h.shipped else None,
+        speedup_ci_high=h2h.speedup_ci_high if h2h and h2h.shipped else None,
+        inferences_per_day=per_day,
+        horizon_days=dep.horizon_days if horizon_days is None else horizon_days,
+        hosts=dep.hosts if hosts is None else hosts, source=source,
+        validation_pairs=header.validation_pairs)
+    return Explanation(
+        lineage=_lineage(header, manifest),
+        search=SearchSetup(backend=header.backend, strategy=header.strategy,
+                           selection=header.selection, metric=header.metric,
+                           threshold=header.threshold, validation_pairs=header.validation_pairs,
+                           samples=settings.samples, alpha=settings.alpha,
+                           min_effect=settings.min_effect, confidence=settings.confidence,
+                           confirm_top=settings.confirm_top),
+        decision=DecisionFacts(rule=decision.rule, gain=decision.gain,
+                               baseline_route=decision.baseline_route,
+                               shipped_route=decision.shipped_route,
+                               shipped_index=decision.shipped_index,
+                               result=_result(decision), reason=decision.reason,
+                               why_not=[] if decision.gain else _why_not(h2h, main)),
+        head_to_head=h2h,
+        runner_up=_runner_up(trials, decision, h2h),
+        trial_counts=dict(sorted(counts.items())),
+        confirm_trials=sum(t.role == "confirm" for t in trials),
+        rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
+        knob_effects=_one_knob_effects(main, values, baseline),
+        knob_model=fit_knob_model(main, values, baseline, settings.confidence),
+        aa_check=_aa(baseline),
+        environment=_environment(fingerprint) if fingerprint is not None else None,
+        cost=cost,
+        payback=pay,
+        trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index)
+                for t in trials],
+    )
+
+
+def _knob_values(trials: Sequence[TrialRecord],
+                 knobs: Mapping[int, Mapping[str, str]] | None) -> dict[int, dict[str, str]]:
+    """Each trial's knob values; a knob a route does not name takes the baseline's value (the
+    default, as the baseline pins only what the selection pins)."""
+    if knobs is not None:
+        out = {i: dict(v) for i, v in knobs.items()}
+        by_route = {t.route: out[t.index] for t in trials if t.index in out}
+        for t in trials:  # confirmation records are not rows of routes.parquet in every version
+            if t.index not in out and t.route in by_route:
+                out[t.index] = by_route[t.route]
+        if all(t.index in out for t in trials):
+            return out
+    parsed = {t.index: Route.parse(t.route).as_dict() for t in trials}
+    base = next((parsed[t.index] for t in trials if t.role == "baseline"), {})
+    names = sorted({k for v in parsed.values() for k in v})
+    return {i: {k: v.get(k, base.get(k, "")) for k in names} for i, v in parsed.items()}
+
+
+def _latency(median: float, lo: float, hi: float, n: int) -> Latency:
+    return Latency(median_ms=median, ci_low_ms=lo, ci_high_ms=hi, n=n)
+
+
+def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
+                  settings: TimingSettings) -> HeadToHead | None:
+    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None}
+    search = {t.route: t for t in trials if t.role == "search"}
+    k = max(len(confirms), 1)
+    if decision.gain:
+        route = decision.shipped_route
+        record = confirms.get(route) or search.get(route)
+    elif confirms:
+        record = max(confirms.values(), key=lambda t: _cmp(t).speedup)
+    else:
+        ok = [t for t in search.values() if t.admissible and t.comparison is not None]
+        record = max(ok, key=lambda t: _cmp(t).speedup) if ok else None
+    if record is None or record.comparison is None or record.timing is None:
+        return None
+    c, tm = record.comparison, record.timing
+    confirmed = record.role == "confirm"
+    alpha = settings.alpha / k if confirmed else settings.alpha
+    origin = search.get(record.route)
+    return HeadToHead(
+        route=record.route, trial_index=origin.index if origin else record.index,
+        measured_in=record.index, source="confirmation" if confirmed else "screening",
+        shipped=decision.gain and record.route == decision.shipped_route,
+        candidate=_latency(tm.median_ms, tm.ci_low_ms, tm.ci_high_ms, tm.n),
+        baseline=_latency(c.baseline.median_ms, c.baseline.ci_low_ms, c.baseline.ci_high_ms,
+                          c.baseline.n),
+        speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
+        confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
+        significant=c.p_value < alpha, min_effect=settings.min_effect,
+        reaches_min_effect=c.speedup >= 1 + settings.min_effect,
+        interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high)
+
+
+def _cmp(t: TrialRecord) -> Comparison:
+    assert t.comparison is not None
+    return t.comparison
+
+
+def _result(d: DecisionRecord) -> str:
+    if d.gain and d.speedup is not None:
+        return (f"{d.speedup:.3f}x [{d.speedup_ci_low:.3f}, {d.speedup_ci_high:.3f}] "
+                f"(p={d.p_value:.2g})")
+    return "no significant gain"
+
+
+def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord]) -> list[str]:
+    if h2h is None:
+        if not any(t.role == "search" for t in main):
+            return ["only the baseline was measured"]
+        return ["no other route was admissible"]
+    if h2h.significant and h2h.speedup < 1:
+        return [f"it was significantly slower than the baseline ({h2h.speedup:.3f}x, "
+                f"p={h2h.p_value:.2g})"]
+    out = []
+    if h2h.interval_includes_one:
+        out.append(f"its speedup interval [{h2h.speedup_ci_low:.3f}, "
+                   f"{h2h.speedup_ci_high:.3f}] includes 1.0")
+    if not h2h.significant:
+        out.append(f"p={h2h.p_value:.2g} is not below alpha={h2h.alpha:.2g} "
+                   f"({_test_name(h2h.test)})")
+    if not h2h.reaches_min_effect:
+        out.append(f"{h2h.speedup:.3f}x is below the minimum effect of {h2h.min_effect:.0%}")
+    return out or ["it was not confirmed"]
+
+
+def _test_name(test: str) -> str:
+    return "two-sided Mann-Whitney U" if test == "mann-whitney-u" else test
+
+
+def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
+               h2h: HeadToHead | None) -> RunnerUp | None:
+    shipped = decision.shipped_route
+    search = {t.route: t for t in trials if t.role == "search"}
+    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None}
+    ok = [t for t in search.values() if t.admissible and t.comparison is not None
+          and t.route != shipped]
+    if not ok:
+        return None
+    route = decision.runner_up_route if decision.runner_up_route in {t.route for t in ok} \
+        else max(ok, key=lambda t: _cmp(t).speedup).route
+    other = search[route]
+    if decision.gain and route in confirms and shipped in confirms:
+        source: Literal["confirmation", "screening"] = "confirmation"
+        r, w = _cmp(confirms[route]), _cmp(confirms[shipped]).speedup
+    else:
+        source = "screening"
+        r = _cmp(other)
+        w = _cmp(search[shipped]).speedup if decision.gain and shipped in search \
+            and search[shipped].comparison is not None else 1.0
+    return RunnerUp(route=route, trial_index=other.index, speedup=r.speedup,
+                    speedup_ci_low=r.speedup_ci_low, speedup_ci_high=r.speedup_ci_high,
+                    source=source, winner_speedup=w, margin=w / r.speedup - 1)
+
+
+def _rejected(t: TrialRecord, threshold: float) -> RejectedTrial:
+    failures = []
+    if t.outcome is Outcome.REJECTED:
+        for pair, per in sorted((t.losses or {}).items()):
+            for output, loss in sorted(per.items()):
+                if loss is None or not math.isfinite(loss) or loss >= threshold:
+                    failures.append(LossFailure(pair=pair, output=output,
+                                                loss=loss if loss is None or math.isfinite(loss)
+                                                else None, threshold=threshold))
+    return RejectedTrial(
+        index=t.index, route=t.route, outcome=t.outcome,
+        reason=t.reason or t.outcome.value, failures=failures,
+        error=None if t.outcome is Outcome.REJECTED else (t.reason or t.outcome.value),
+        speedup=t.comparison.speedup if t.comparison else None)
+
+
+def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
+                      baseline: TrialRecord) -> list[OneKnobEffect]:
+    base = values.get(baseline.index, {})
+    out = []
+    for t in main:
+        if t.role != "search" or t.comparison is None:
+            continue
+        mine = values.get(t.index, {})
+        diff = [k for k in sorted(set(base) | set(mine)) if base.get(k) != mine.get(k)]
+        if len(diff) != 1:
+            continue
+        c = t.comparison
+        verdict: Literal["faster", "slower", "no significant effect"] = (
+            "faster" if c.faster else "slower" if c.slower else "no significant effect")
+        out.append(OneKnobEffect(
+            knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
+            trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
+            speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
+            p_value=c.p_value, verdict=verdict))
+    return sorted(out, key=lambda e: (e.knob, e.value))
+
+
+MODEL_METHOD = ("ordinary least squares (numpy lstsq) of log(speedup against the baseline timed "
+                "interleaved in the same trial) on one-hot knob values, the baseline's value "
+                "as reference, with an intercept; analytic standard errors, t-distribution "
+                "intervals; effect = exp(coefficient), a speed factor with the other knobs "
+                "fixed")
+
+
+def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
+                   baseline: TrialRecord, confidence: float = 0.95) -> KnobModel:
+    """Fit the knob model over the admissible baseline and search trials (see module doc).
+
+    Fitted only when there are at least two residual degrees of freedom and the knob values
+    are not confounded; otherwise ``fitted`` is False and ``note`` says why.
+    """
+    rows = [t for t in main if t.admissible and t.comparison is not None
+            and t.comparison.speedup > 0]
+    base = values.get(baseline.index, {})
+    varied = sorted(k for k in base if len({values.get(t.index, {}).get(k) for t in main}) > 1)
+    columns = [(k, v) for k in varied
+               for v in sorted({values.get(t.index, {}).get(k, "") for t in rows})
+               if v != base.get(k)]
+    n, p = len(rows), len(columns) + 1
+
+    def _unfitted(note: str) -> KnobModel:
+        return KnobModel(fitted=False, method=MODEL_METHOD, note=note, trials=n, parameters=p,
+                         residual_std=None, r_squared=None, effects=[])
+
+    if not columns:
+        return _unfitted("no knob value other than the baseline's was admissible; only the "
+                        "one-knob-at-a-time effects (if any) are measured")
+    if n - p < 2:
+        return _unfitted(f"{n} admissible trial(s) for {p} coefficients: at least {p + 2} are "
+                        "needed (two residual degrees of freedom); see the one-knob-at-a-time "
+                        "effects")
+    x = np.ones((n, p))
+    for j, (k, v) in enumerate(columns, start=1):
+        x[:, j] = [1.0 if values.get(t.index, {}).get(k) == v else 0.0 for t in rows]
+    y = np.log([_cmp(t).speedup for t in rows])
+    if np.linalg.matrix_rank(x) < p:
+        return _unfitted("the knob values seen in admissible trials are confounded (some "
+                        "always change together), so their effects cannot be told apart")
+    from scipy import stats
+
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ beta
+    dof = n - p
+    sigma2 = float(resid @ resid) / dof
+    cov = sigma2 * np.linalg.inv(x.T @ x)
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    tq = float(stats.t.ppf((1 + confidence) / 2, dof))
+    total = float(((y - y.mean()) ** 2).sum())
+    effects = [ModelEffect(knob=k, value=v, reference=base.get(k, ""),
+                           speed_factor=math.exp(beta[j]),
+                           ci_low=math.exp(beta[j] - tq * se[j]),
+                           ci_high=math.exp(beta[j] + tq * se[j]), std_error=float(se[j]),
+                           trials=int(x[:, j].sum()))
+               for j, (k, v) in enumerate(columns, start=1)]
+    return KnobModel(fitted=True, method=MODEL_METHOD,
+                     note=f"{n} admissible trials, {p} coefficients, {dof} residual degrees of "
+                     "freedom; assumes knob effects multiply (no interactions)",
+                     trials=n, parameters=p, residual_std=math.sqrt(sigma2),
+                     r_squared=1 - float(resid @ resid) / total if total > 0 else None,
+                     effects=effects)
+
+
+def _aa(baseline: TrialRecord) -> AACheck | None:
+    c = baseline.comparison
+    if c is None:
+        return None
+    inside = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
+    verdict = ("as expected: the interval includes 1.0, so two loads of the same engine time "
+               "alike" if inside else
+               "the interval excludes 1.0: two loads of the same engine timed differently, so "
+               "differences of this size between routes are not to be trusted (a noisy host)")
+    return AACheck(trial_index=baseline.index, speedup=c.speedup,
+                   speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
+                   p_value=c.p_value, includes_one=inside, verdict=verdict)
+
+
+def _cost(trials: Sequence[TrialRecord], sessions: Sequence[SessionRecord]) -> SearchCost:
+    main = [t for t in trials if t.role != "confirm"]
+    confirm_rounds = {t.started_at: t.trial_s for t in trials if t.role == "confirm"}
+    confirm_s = sum(confirm_rounds.values())
+    return SearchCost(
+        search_wall_s=sum(s.wall_s for s in sessions),
+        build_s=sum(t.build_s or 0.0 for t in trials if t.role != "confirm"),
+        measure_s=sum(t.phases_s.get("time", 0.0) for t in main) + confirm_s,
+        confirm_s=confirm_s, trials=len(main), confirm_trials=len(trials) - len(main),
+        sessions=len(sessions))
+
+
+def _lineage(h: CacheHeader, m: Manifest | None) -> Lineage:
+    if m is None:
+        return Lineage(release=h.release, version=h.release_version, description=h.description,
+                       dossier_id=None, parent=None, first_release=True, created_at=h.created_at,
+                       tool_version=h.tool_version, backend=h.backend,
+                       tuner_version=h.tuner_version)
+    return Lineage(release=m.release, version=m.release_version, description=m.description,
+                   dossier_id=m.dossier_id, parent=m.parent, first_release=m.parent is None,
+                   created_at=m.created_at, tool_version=m.tool_version, backend=m.backend,
+                   tuner_version=m.tuner_version)
+
+
+def _environment(fp: Fingerprint) -> Environment:
+    return Environment(
+        hostname=fp.hostname, cpu=fp.cpu.model, cpu_vendor=fp.cpu.vendor, cores=fp.cpu.cores,
+        physical_cores=fp.cpu.physical_cores, isa_flags=list(fp.cpu.isa_flags),
+        os=fp.os.distribution or fp.os.system, kernel=fp.os.release, machine=fp.os.machine,
+        glibc=fp.os.glibc, python=f"{fp.python.implementation} {fp.python.version}",
+        packages=dict(sorted(fp.packages.items())),
+        gpus=[GpuFacts(name=g.name, compute_capability=g.compute_capability,
+                       memory_total_mib=g.memory_total_mib, driver_version=g.driver_version)
+              for g in fp.gpus],
+        cuda_runtime=fp.cuda_runtime, collected_at=fp.collected_at)
+
+
+def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int) -> TrialFact:
+    tm, c = t.timing, t.comparison
+    return TrialFact(
+        index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
+        reason=t.reason, worst_loss=t.worst_loss,
+        median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
+        ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
+        speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,
+        speedup_ci_high=c.speedup_ci_high if c else None, p_value=c.p_value if c else None,
+        build_s=t.build_s, trial_s=t.trial_s,
+        shipped=t.index == shipped_index and t.role != "confirm")

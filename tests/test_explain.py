@@ -1,0 +1,411 @@
+"""``dossier explain``: the facts of a decision (winner or "no significant gain" and why, every
+rejected trial's reason, knob effects, A/A check, cost), ``--json`` against the model, the
+payback arithmetic, and the HTML page's structure. The browser test is test_report_browser.py.
+
+:func:`make_bundle` (a tiny search bundled once per session) is shared with test_diff.py and
+test_report_browser.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from cli.main import app
+from dossier.audit import Explanation, explain, explain_search, fit_knob_model, payback
+from dossier.audit.payback import saved_ms
+from dossier.bundle import open_bundle, write_bundle
+from dossier.cache import CacheHeader, FileIdentity, SessionRecord
+from dossier.decision import decide
+from dossier.spec import DeploymentSection, load_spec
+from dossier.timing import TimingSettings
+from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
+from dossier.tuner import tune
+from tests.conftest import TINY_TIMING
+
+RUNS = {
+    "faulty": dict(backend="faulty", strategy="fast",
+                   selection="-fault=[none|nan|raise] -enable_mem_reuse=[on|off]"),
+    "convnet": dict(strategy="full", selection="-graph_optimization_level=[all|disable_all]"),
+}
+"""Tiny searches of the conv-net sample: the faulty one gives a rejected (NaN) and a
+build_failed trial and two one-knob-at-a-time trials."""
+
+_MADE: dict[tuple, Path] = {}
+
+
+def make_bundle(root: Path, samples_dir: Path, key: str, *, name: str | None = None,
+                version: int = 1, selection: str | None = None,
+                deployment: DeploymentSection | None = None) -> Path:
+    """Tune the conv-net sample with RUNS[key] (tiny timing) and bundle it; made once per
+    session for the same arguments. Returns the bundle folder; its run folder is beside it."""
+    args = (key, name, version, selection, deployment)
+    if args in _MADE:
+        return _MADE[args]
+    run_args = {**RUNS[key], **({"selection": selection} if selection else {})}
+    where = root / f"{key}-{len(_MADE)}"
+    src = where / "sample"
+    shutil.copytree(samples_dir / "convnet", src)
+    spec = load_spec(src / "release.toml", run_args)
+    release = spec.release.model_copy(update={"name": name or f"convnet-{key}",
+                                              "version": version})
+    spec = spec.model_copy(update={"timing": TINY_TIMING, "release": release,
+                                   "deployment": deployment or spec.deployment})
+    with pytest.MonkeyPatch.context() as mp:
+        if run_args.get("backend") == "faulty":
+            mp.setenv("DOSSIER_TEST_BACKENDS", "1")
+        tune(spec, where / "run")
+    _MADE[args] = write_bundle(where / "run", where / "out").path
+    return _MADE[args]
+
+
+def cli(*args: object):  # noqa: ANN201 - click's Result
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False,
+                              env={"COLUMNS": "250"})
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("explain"), samples_dir, "faulty")
+
+
+@pytest.fixture(scope="module")
+def convnet(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("explain"), samples_dir, "convnet",
+                       deployment=DeploymentSection(inferences_per_day=2e6, horizon_days=30,
+                                                    hosts=3))
+
+
+# ------------------------------------------------------------------------------- real bundles
+def test_explain_lists_every_rejected_trial_with_its_reason(faulty: Path) -> None:
+    res = cli("explain", faulty)
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    with open_bundle(faulty) as b:
+        trials = {t.route: t for t in b.tuning_cache().trials if t.role != "confirm"}
+    nan = next(t for r, t in trials.items() if "-fault=nan" in r)
+    raised = next(t for r, t in trials.items() if "-fault=raise" in r)
+    assert nan.outcome is Outcome.REJECTED and raised.outcome is Outcome.BUILD_FAILED
+    assert "Rejected trials (2)" in text
+    assert f"#{nan.index} rejected {nan.route}" in text
+    for pair in sorted(nan.losses or {}):  # every pair's failing output, from per-pair losses
+        assert f"accuracy: {pair}, output 'logits': NaN/Inf in the output" in text
+    assert f"#{raised.index} build_failed {raised.route}" in text
+    assert "error: injected build failure" in text
+    # the structured facts say the same
+    facts = Explanation.model_validate_json(cli("explain", faulty, "--json").stdout)
+    by = {r.index: r for r in facts.rejected}
+    assert set(by) == {nan.index, raised.index}
+    assert [(f.pair, f.output, f.loss) for f in by[nan.index].failures] == [
+        (p, "logits", None) for p in sorted(nan.losses or {})]
+    assert by[nan.index].error is None and by[nan.index].speedup is not None  # timed too
+    assert by[raised.index].error == "injected build failure" and not by[raised.index].failures
+    assert facts.trial_counts == {"build_failed": 1, "ok": 2, "rejected": 1}
+
+
+def test_explain_names_the_winner_or_no_gain_and_why(convnet: Path) -> None:
+    res = cli("explain", convnet)
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    with open_bundle(convnet) as b:
+        s = b.manifest.summary
+        baseline = next(t for t in b.tuning_cache().trials if t.role == "baseline")
+    if s.gain:
+        assert f"ships {s.shipped_route} (trial {s.shipped_index}): {s.result}" in text
+        assert "Winner against the baseline" in text
+    else:
+        assert f"no significant gain: the baseline {s.shipped_route} ships" in text
+        assert "Best candidate against the baseline (did not win)" in text
+        assert any(why in text for why in ("includes 1.0", "is not below alpha",
+                                           "below the minimum effect", "significantly slower"))
+    assert f"why: {s.reason}" in text
+    assert "two-sided Mann-Whitney U: p=" in text and "(n=10)" in text
+    assert "Decision rule" in text and s.decision_rule in text
+    # A/A check, environment, lineage, cost, payback from the spec's [deployment]
+    c = baseline.comparison
+    assert c is not None
+    assert "A/A check" in text and f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}" in text
+    assert "CPU" in text and "onnxruntime" in text and f"{os.cpu_count()} logical" in text
+    assert "parent: none: first release" in text
+    assert "search wall time" in text and "builds" in text and "measurement" in text
+    assert "volume: 2,000,000 inferences/day on 3 host(s), horizon 30 days (from the spec)" in text
+
+
+def test_explain_json_validates_against_the_model(faulty: Path) -> None:
+    res = cli("explain", faulty, "--json", "--per-day", "1000", "--horizon-days", "7")
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    facts = Explanation.model_validate(data)
+    with open_bundle(faulty) as b:
+        cache = b.tuning_cache()
+        assert facts == explain(b, inferences_per_day=1000, horizon_days=7)
+        assert facts.lineage.dossier_id == b.manifest.dossier_id
+    assert [t.index for t in facts.trials] == [t.index for t in cache.trials]
+    assert (facts.payback.source, facts.payback.inferences_per_day,
+            facts.payback.horizon_days) == ("flags", 1000, 7)
+    assert facts.aa_check is not None and facts.aa_check.trial_index == 0
+    assert {(k.knob, k.value) for k in facts.knob_effects} == {("enable_mem_reuse", "off"),
+                                                               ("fault", "nan")}
+    assert not facts.knob_model.fitted and "admissible trial" in facts.knob_model.note
+    assert facts.environment is not None and facts.environment.cores == os.cpu_count()
+    # the model is strict: unknown fields are refused, and it is frozen
+    with pytest.raises(ValidationError):
+        Explanation.model_validate({**data, "surprise": 1})
+    with pytest.raises(ValidationError):
+        facts.decision.gain = True  # type: ignore[misc]
+    schema = Explanation.model_json_schema()
+    assert schema["properties"]["payback"] and "description" in \
+        schema["$defs"]["HeadToHead"]["properties"]["p_value"]
+
+
+def test_explain_refuses_what_is_not_a_bundle(tmp_path: Path) -> None:
+    res = cli("explain", tmp_path / "nothing")
+    assert res.exit_code == 6 and "not a bundle" in res.stderr
+
+
+def test_html_report_is_one_self_contained_page(faulty: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    page = tmp_path / "report.html"
+    res = cli("explain", faulty, "--html", page, "--json")
+    assert res.exit_code == 0, res.stderr
+    assert "wrote" in res.stderr and json.loads(res.stdout)["format"] == "dossier-explanation"
+    text = page.read_text()
+    found = _Tags()
+    found.feed(text)
+    with open_bundle(faulty) as b:
+        trials = b.tuning_cache().trials
+    assert found.rows == [str(t.index) for t in trials]
+    assert found.script_src == [] and found.links == []  # nothing fetched from anywhere
+    assert found.plot_divs == ["plot-latency", "plot-accuracy", "plot-search", "plot-knobs"]
+    assert "Plotly.newPlot" in text and "injected build failure" in text
+    # written again: replaced, not refused (make sample runs it on every run)
+    assert cli("explain", faulty, "--html", page).exit_code == 0
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[str] = []
+        self.script_src: list[str] = []
+        self.links: list[str] = []
+        self.plot_divs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "tr" and "data-trial" in a:
+            self.rows.append(a["data-trial"] or "")
+        if tag == "script" and a.get("src"):
+            self.script_src.append(a["src"] or "")
+        if tag in ("link", "img", "iframe"):
+            self.links.append(tag)
+        if tag == "div" and (a.get("id") or "").startswith("plot-"):
+            self.plot_divs.append(a["id"] or "")
+
+
+# ---------------------------------------------------------------------- synthetic decisions
+def _summary(median: float, n: int = 60) -> TimingSummary:
+    return TimingSummary(n=n, median_ms=median, ci_low_ms=median * 0.98,
+                         ci_high_ms=median * 1.02, mean_ms=median, p10_ms=median * 0.97,
+                         p90_ms=median * 1.03, warmup_runs=5)
+
+
+def _trial(index: int, route: str, speedup: float, lo: float, hi: float, p: float, *,
+           role: str = "search", outcome: Outcome = Outcome.OK, base_ms: float = 10.0,
+           settings: TimingSettings = TimingSettings()) -> TrialRecord:
+    significant = p < settings.alpha
+    return TrialRecord(
+        index=index, route=route, role=role, outcome=outcome,  # type: ignore[arg-type]
+        timing=_summary(base_ms / speedup),
+        comparison=Comparison(baseline=_summary(base_ms), speedup=speedup, speedup_ci_low=lo,
+                              speedup_ci_high=hi, p_value=p, significant=significant,
+                              faster=significant and speedup >= 1 + settings.min_effect,
+                              slower=significant and speedup <= 1 / (1 + settings.min_effect)),
+        worst_loss=1e-6, build_s=2.0, trial_s=5.0, phases_s={"time": 1.5},
+        started_at=f"2026-01-01T00:00:{index:02d}+00:00")
+
+
+def _header(**kw: object) -> CacheHeader:
+    return CacheHeader(
+        tool_version="0", created_at="2026-01-01T00:00:00+00:00", release="synthetic",
+        release_version=1, backend="onnxruntime", tuner_version="x", knob_db_digest="0" * 32,
+        selection="-a=[x|y] -b=[p|q]", strategy="fast", metric="linf", threshold=1e-3,
+        atol=0, rtol=0, timing=TimingSettings(),
+        model=FileIdentity(path="/m.onnx", size=1, digest="0" * 32), validation_path="/v",
+        validation_digest="0" * 32, validation_pairs=4, baseline_route="-a=x -b=p", **kw)
+
+
+SESSION = [SessionRecord(started_at="2026-01-01T00:00:00+00:00", wall_s=600.0, trials_run=3,
+                         interrupted=False)]
+
+
+def test_no_significant_gain_is_explained_with_its_reason(capsys: pytest.CaptureFixture) -> None:
+    """An A/A-like search: the one candidate's interval includes 1.0 and p is large."""
+    trials = [_trial(0, "-a=x -b=p", 1.004, 0.99, 1.02, 0.61, role="baseline"),
+              _trial(1, "-a=y -b=p", 1.01, 0.97, 1.05, 0.40),
+              _trial(2, "-a=x -b=q", 0.999, 0.96, 1.03, 0.93)]
+    decision = decide(trials, TimingSettings())
+    assert not decision.gain
+    e = explain_search(_header(), trials, SESSION, decision)
+    assert e.decision.result == "no significant gain" and e.decision.shipped_index == 0
+    h = e.head_to_head
+    assert h is not None and not h.shipped and h.route == "-a=y -b=p"
+    assert h.interval_includes_one and not h.significant and not h.reaches_min_effect
+    why = " | ".join(e.decision.why_not)
+    assert "[0.970, 1.050] includes 1.0" in why
+    assert "p=0.4 is not below alpha=0.05" in why and "below the minimum effect of 2%" in why
+    assert e.payback.cases == [] and e.payback.verdict.startswith("never: there is no "
+                                                                  "significant gain")
+    assert e.runner_up is not None and e.runner_up.route == "-a=y -b=p"
+    from cli.cmd_explain import render_explanation
+
+    render_explanation(e)
+    text = capsys.readouterr().out
+    assert "no significant gain: the baseline -a=x -b=p ships" in text
+    assert "includes 1.0" in text and "not significant" in text
+    assert "never: there is no significant gain" in text
+
+
+def test_a_confirmed_gain_is_explained_from_the_confirmation() -> None:
+    s = TimingSettings()
+    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
+              _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),          # screened faster
+              _trial(2, "-a=x -b=q", 1.10, 1.06, 1.15, 1e-4),          # screened faster
+              _trial(3, "-a=y -b=p", 1.25, 1.20, 1.31, 1e-7, role="confirm"),
+              _trial(4, "-a=x -b=q", 1.08, 1.04, 1.12, 1e-3, role="confirm")]
+    round_start = {"started_at": trials[3].started_at}  # one confirmation round, one process
+    trials[4] = trials[4].model_copy(update=round_start)
+    decision = decide(trials, s)
+    assert decision.gain and decision.shipped_route == "-a=y -b=p"
+    e = explain_search(_header(deployment=DeploymentSection(inferences_per_day=1000,
+                                                            horizon_days=90, hosts=2)),
+                       trials, SESSION, decision)
+    h = e.head_to_head
+    assert h is not None and h.shipped and h.source == "confirmation" and h.measured_in == 3
+    assert h.trial_index == 1 and h.alpha == pytest.approx(0.025)  # alpha / k, k = 2
+    assert (h.speedup, h.speedup_ci_low, h.speedup_ci_high) == (1.25, 1.20, 1.31)
+    assert h.candidate.median_ms == pytest.approx(8.0) and h.baseline.n == 60
+    r = e.runner_up
+    assert r is not None and r.route == "-a=x -b=q" and r.source == "confirmation"
+    assert r.margin == pytest.approx(1.25 / 1.08 - 1)
+    assert e.trial_counts == {"ok": 3} and e.confirm_trials == 2 and e.decision.why_not == []
+    assert e.cost.build_s == 6.0 and e.cost.measure_s == pytest.approx(3 * 1.5 + 5.0)
+    assert e.cost.search_wall_s == 600.0
+    one = {(k.knob, k.value): k for k in e.knob_effects}
+    assert set(one) == {("a", "y"), ("b", "q")} and one[("a", "y")].verdict == "faster"
+    assert one[("a", "y")].baseline_value == "x" and one[("a", "y")].trial_index == 1
+    # payback from the spec's volume: 1000/day on 2 hosts, baseline median 10 ms
+    p = e.payback
+    assert p.source == "spec" and p.baseline_median_ms == 10.0
+    measured = next(c for c in p.cases if c.case == "measured")
+    assert measured.saved_ms == pytest.approx(10 - 10 / 1.25)  # 2 ms
+    assert measured.inferences == pytest.approx(600_000 / 2)  # 300,000 inferences
+    assert measured.days == pytest.approx(150)  # 300,000 / 2,000 a day: beyond 90 days
+    best = next(c for c in p.cases if c.case == "best")  # 1.31x: 2.366 ms, 253,588 inferences
+    assert best.inferences == pytest.approx(600_000 / (10 - 10 / 1.31))
+    assert best.days == pytest.approx(best.inferences / 2000) and not best.within_horizon
+    assert "does not pay back within the 90-day horizon, even in the best case" in p.verdict
+
+
+def test_knob_model_recovers_known_effects() -> None:
+    """Full 3 x 2 factorial with multiplicative effects a=y: 1.5x, a=z: 0.8x, b=q: 1.2x."""
+    factor = {"x": 1.0, "y": 1.5, "z": 0.8, "p": 1.0, "q": 1.2}
+    noise = [0.004, -0.003, 0.002, -0.001, 0.003, -0.005]
+    trials, values = [], {}
+    for i, (a, b) in enumerate([(a, b) for a in "xyz" for b in "pq"]):
+        s = factor[a] * factor[b] * math.exp(noise[i])
+        trials.append(_trial(i, f"-a={a} -b={b}", s, s * 0.95, s * 1.05, 1e-3,
+                             role="baseline" if i == 0 else "search"))
+        values[i] = {"a": a, "b": b}
+    m = fit_knob_model(trials, values, trials[0])
+    assert m.fitted and m.trials == 6 and m.parameters == 4
+    got = {(x.knob, x.value): x for x in m.effects}
+    assert set(got) == {("a", "y"), ("a", "z"), ("b", "q")}
+    for key, want in ((("a", "y"), 1.5), (("a", "z"), 0.8), (("b", "q"), 1.2)):
+        x = got[key]
+        assert x.speed_factor == pytest.approx(want, rel=0.01)
+        assert x.ci_low < want < x.ci_high and x.ci_high / x.ci_low < 1.1
+        assert x.reference == {"a": "x", "b": "p"}[key[0]]
+    assert m.r_squared is not None and m.r_squared > 0.99
+    # too few trials: not fitted, and says why
+    small = fit_knob_model(trials[:3], values, trials[0])
+    assert not small.fitted and "at least" in small.note and small.effects == []
+    # confounded: a and b always change together
+    together = [trials[0], trials[3], _trial(6, "-a=x -b=p", 1.0, 0.9, 1.1, 0.5),
+                _trial(7, "-a=y -b=q", 1.8, 1.7, 1.9, 1e-3),
+                _trial(8, "-a=x -b=p", 1.01, 0.9, 1.1, 0.5)]
+    vals = {0: {"a": "x", "b": "p"}, 3: {"a": "y", "b": "q"}, 6: {"a": "x", "b": "p"},
+            7: {"a": "y", "b": "q"}, 8: {"a": "x", "b": "p"}}
+    conf = fit_knob_model(together, vals, trials[0])
+    assert not conf.fitted and "confounded" in conf.note
+
+
+# ------------------------------------------------------------------------------------ payback
+def test_payback_arithmetic_by_hand() -> None:
+    # baseline 10 ms; speedup 1.25 [1.1, 1.5]; search 600 s; 1000 a day on 2 hosts; 90 days
+    p = payback(tuning_s=600, gain=True, baseline_median_ms=10.0, speedup=1.25,
+                speedup_ci_low=1.1, speedup_ci_high=1.5, inferences_per_day=1000,
+                horizon_days=90, hosts=2, source="spec", validation_pairs=3)
+    c = {x.case: x for x in p.cases}
+    # best: 10 - 10/1.5 = 3.333 ms; 600,000 ms / 3.333 = 180,000 inferences; / 2,000 = 90 days
+    assert c["best"].saved_ms == pytest.approx(10 / 3)
+    assert c["best"].inferences == pytest.approx(180_000)
+    assert c["best"].days == pytest.approx(90) and c["best"].within_horizon
+    # measured: 2 ms; 300,000 inferences; 150 days: beyond the horizon
+    assert c["measured"].saved_ms == pytest.approx(2.0)
+    assert c["measured"].inferences == pytest.approx(300_000)
+    assert c["measured"].days == pytest.approx(150) and not c["measured"].within_horizon
+    # worst: 10 - 10/1.1 = 0.90909 ms; 660,000 inferences; 330 days
+    assert c["worst"].saved_ms == pytest.approx(10 / 11)
+    assert c["worst"].inferences == pytest.approx(660_000)
+    assert c["worst"].days == pytest.approx(330)
+    # net over the horizon: 2 ms * 2,000/day * 90 days = 360 s saved - 600 s spent
+    assert c["measured"].net_saving_s == pytest.approx(360 - 600)
+    assert "one pass over the 3 validation pair(s)' inputs" in p.unit
+    assert "at the measured speedup it does not pay back within the 90-day horizon" in p.verdict
+    assert saved_ms(8.0, 2.0) == 4.0
+
+
+def test_payback_says_plainly_when_it_never_pays_back() -> None:
+    kw = dict(tuning_s=100.0, baseline_median_ms=4.0, inferences_per_day=1e6, horizon_days=10)
+    none = payback(gain=False, speedup=None, speedup_ci_low=None, speedup_ci_high=None, **kw)
+    assert none.cases == [] and none.verdict.startswith("never: there is no significant gain")
+    # lower end at 1: the worst case saves nothing
+    p = payback(gain=True, speedup=1.05, speedup_ci_low=0.99, speedup_ci_high=1.12, **kw)
+    worst = next(x for x in p.cases if x.case == "worst")
+    assert worst.saved_ms < 0 and worst.inferences is None and worst.days is None
+    assert not worst.within_horizon
+    assert "never in the worst case" in p.verdict and "not above 1" in p.verdict
+    # horizon too short even in the best case: 4 - 4/1.001 ms saved = 0.004 ms
+    slow = payback(gain=True, speedup=1.001, speedup_ci_low=1.0005, speedup_ci_high=1.001,
+                   tuning_s=100.0, baseline_median_ms=4.0, inferences_per_day=1000,
+                   horizon_days=10)
+    assert all(not x.within_horizon for x in slow.cases)
+    assert "does not pay back within the 10-day horizon, even in the best case" in slow.verdict
+    # no volume: inference counts, no days, and what to set
+    nov = payback(gain=True, speedup=1.25, speedup_ci_low=1.1, speedup_ci_high=1.5,
+                  tuning_s=600, baseline_median_ms=10.0)
+    assert nov.source == "none" and all(x.days is None for x in nov.cases)
+    assert "--per-day" in nov.verdict and "180,000 inferences" in nov.verdict
+
+
+def test_nothing_admissible_is_said_so() -> None:
+    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.8, role="baseline"),
+              _trial(1, "-a=y -b=p", 1.4, 1.3, 1.5, 1e-6, outcome=Outcome.REJECTED)]
+    trials[1] = trials[1].model_copy(update={
+        "reason": "pair-001: output 'y' linf loss 0.02 >= threshold 0.001",
+        "losses": {"pair-000": {"y": 1e-4}, "pair-001": {"y": 0.02}}, "worst_loss": 0.02})
+    decision = decide(trials, TimingSettings())
+    e = explain_search(_header(), trials, SESSION, decision)
+    assert not e.decision.gain and e.decision.why_not == ["no other route was admissible"]
+    assert e.head_to_head is None and e.runner_up is None
+    (r,) = e.rejected
+    assert [(f.pair, f.output, f.loss) for f in r.failures] == [("pair-001", "y", 0.02)]
+    assert r.speedup == 1.4  # a rejected route is timed too, and its speed is shown
+    assert not e.knob_model.fitted
