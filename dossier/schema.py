@@ -16,12 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dossier.audit import BundleDiff, Explanation
 from dossier.bundle.manifest import FORMAT_VERSION, Manifest, ModelIdentity, ValidationInfo
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
 from dossier.errors import OutputError
 from dossier.fingerprint import Fingerprint
 from dossier.spec import ReleaseSpec
 from dossier.trial import TrialRecord
+from dossier.verify import VerifyReport
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _MAJOR = FORMAT_VERSION.split(".")[0]
@@ -36,6 +38,9 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
     "tuning-cache-decision.schema.json": (DecisionRecord, "serialization"),
     "fingerprint.schema.json": (Fingerprint, "serialization"),
     "release-spec.schema.json": (ReleaseSpec, "validation"),
+    "explanation.v1.schema.json": (Explanation, "serialization"),
+    "bundle-diff.schema.json": (BundleDiff, "serialization"),
+    "verify-report.schema.json": (VerifyReport, "serialization"),
 }
 """File name -> (model, mode). Files dossier writes are described as written
 ("serialization"); the release spec, which people write, as accepted ("validation")."""

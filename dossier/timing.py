@@ -28,8 +28,11 @@ class TimingSettings(BaseModel):
 
     samples: int = Field(60, ge=5)
     """Timed runs per engine per trial."""
-    rounds: int = Field(6, ge=2)
+    rounds: int = Field(10, ge=2)
     """Blocks the samples are split into; engines alternate order from block to block."""
+    block_warmup: int = Field(2, ge=0)
+    """Untimed runs at the start of every block, so the engine that ran just before (its
+    threads still spinning, its data in the caches) does not colour the first samples."""
     warmup_min_runs: int = Field(5, ge=1)
     """Warm-up runs at least."""
     warmup_window: int = Field(10, ge=2)
@@ -83,6 +86,8 @@ def sample_interleaved(fns: Sequence[Timed], settings: TimingSettings,
         order = [(r + j) % k for j in range(k)]  # each engine takes each position in turn
         for idx in order:
             fn = fns[idx]
+            for i in range(settings.block_warmup):
+                fn(i % n_inputs)
             out[idx].extend(fn(i % n_inputs) for i in range(count))
     return out
 

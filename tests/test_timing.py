@@ -49,6 +49,8 @@ def test_interleaving_alternates_order_and_counts() -> None:
     def make(tag: str):
         return lambda i: calls.append(tag) or 1.0
 
-    out = sample_interleaved([make("a"), make("b")], TimingSettings(samples=6, rounds=3), 1)
+    settings = TimingSettings(samples=6, rounds=3, block_warmup=1)
+    out = sample_interleaved([make("a"), make("b")], settings, 1)
     assert [len(x) for x in out] == [6, 6]
-    assert "".join(calls) == "aabbbbaaaabb"  # A B, B A, A B: neither always goes first
+    # A B, B A, A B (each block one untimed run first): neither always goes first
+    assert "".join(calls) == "aaabbbbbbaaaaaabbb"
