@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The H200 benchmark of the torch-inductor backend: eager and torch.compile timings, dossier
+# tune with fast / mixed / full (each followed by a fresh-process re-measurement of its winner),
+# and A/A repetitions. A failed step is recorded and the next one runs.
+#
+# usage: OUT=DIR bench/h200/run.sh STEP [STEP ...]
+#
+#   setup              record the software and the GPU (always first; wheels in .whl/ are
+#                      installed to /tmp/site when pydantic is missing)
+#   specs[=C1,C2]      specs, exported programs, validation sets (bench/h200/make_specs.py)
+#   eager[=C1,C2]      eager and torch.compile (default mode) timings
+#   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
+#   aa=C:N             N A/A searches of config C (warm shared inductor cache)
+#   plan1|plan2|plan3  the benchmark split into three commands of <= 9 minutes (see README.md)
+#   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
+#
+# configs: resnet50_b1 resnet50_b32 bert_b1 bert_b32 (tiny: tiny_mlp_b8 tiny_convnet_b4)
+# env: OUT (required)  BENCH_WORK (bench/work/h200)  DEADLINE_S (540, for the whole command)
+#      BENCH_DEVICE (cuda)  BENCH_TINY (0)  BENCH_TAG (UTC time)  PYTHON (python3)
+# writes: $OUT/h200-$TAG.json (all step records), $OUT/h200-$TAG.log, $OUT/caches-$TAG.tar.gz
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+REPO=$(pwd)
+PY=${PYTHON:-python3}
+OUT=${OUT:?set OUT to the folder the results go to}
+WORK=${BENCH_WORK:-$REPO/bench/work/h200}
+DEADLINE_S=${DEADLINE_S:-540}
+export BENCH_DEVICE=${BENCH_DEVICE:-cuda}
+TINY=${BENCH_TINY:-0}
+TAG=${BENCH_TAG:-$(date -u +%Y%m%dT%H%M%SZ)}
+START=$(date +%s)
+RESULTS="$WORK/results/$TAG"
+LOG="$OUT/h200-$TAG.log"
+mkdir -p "$OUT" "$RESULTS" "$WORK/runs/$TAG"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if [ "$TINY" = 1 ]; then ALL="tiny_mlp_b8,tiny_convnet_b4"; TINYFLAG=--tiny
+else ALL="resnet50_b1,resnet50_b32,bert_b1,bert_b32"; TINYFLAG=; fi
+
+if ! "$PY" -c "import pydantic" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
+N=0
+left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
+note() { echo "[$(date -u +%H:%M:%S) +$(( $(date +%s) - START ))s] $*" | tee -a "$LOG" >&2; }
+merge() {
+    "$PY" bench/h200/steps.py merge --dir "$RESULTS" --out "$OUT/h200-$TAG.json" --tag "$TAG" \
+        >>"$LOG" 2>&1
+    (cd "$WORK/runs" && find "$TAG" -name tuning-cache.jsonl -o -name knobs.json \
+        -o -name fresh.json | tar czf "$OUT/caches-$TAG.tar.gz" -T - ) 2>>"$LOG"
+}
+# run NAME MIN_S CMD...: run CMD with what is left of the deadline (it gets --timeout), record it
+run() {
+    local name=$1 min=$2; shift 2
+    N=$((N + 1))
+    local file; file="$RESULTS/$(printf %02d $N)-$name.json"
+    local budget; budget=$(left)
+    if [ "$budget" -lt "$min" ]; then
+        note "skip $name: ${budget}s left, it needs ${min}s"
+        printf '{"step": "%s", "ok": false, "skipped": "deadline: %ss left"}\n' \
+            "$name" "$budget" >"$file"
+        merge; return
+    fi
+    note "start $name (${budget}s left)"
+    timeout -k 15 "$budget" "$@" --json "$file" --timeout $((budget - 15)) >>"$LOG" 2>&1
+    local rc=$?
+    [ -f "$file" ] || printf '{"step": "%s", "ok": false, "error": "exit %s, no record"}\n' \
+        "$name" "$rc" >"$file"
+    note "end $name rc=$rc"
+    merge
+}
+specs() {
+    N=$((N + 1))
+    local file; file="$RESULTS/$(printf %02d $N)-specs.json"
+    note "start specs $1"
+    timeout -k 15 "$(left)" "$PY" bench/h200/make_specs.py --work "$WORK" --configs "$1" \
+        --device "$BENCH_DEVICE" $TINYFLAG --json "$file" >>"$LOG" 2>&1
+    note "end specs rc=$?"
+    [ -f "$file" ] || echo '{"step": "specs", "ok": false, "error": "no record"}' >"$file"
+    merge
+}
+tune() {  # tune CONFIG STRATEGIES
+    local s
+    for s in ${2//,/ }; do
+        run "tune-$1-$s" 60 "$PY" bench/h200/steps.py tune --work "$WORK" --tag "$TAG" \
+            --config "$1" --strategy "$s"
+    done
+}
+aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
+
+note "tag $TAG, work $WORK, device $BENCH_DEVICE, deadline ${DEADLINE_S}s"
+"$PY" bench/h200/steps.py env --json "$RESULTS/00-env.json" >>"$LOG" 2>&1
+merge
+[ $# -gt 0 ] || set -- setup
+for step in "$@"; do
+    case "$step" in
+        setup) ;;
+        specs) specs "$ALL" ;;
+        specs=*) specs "${step#specs=}" ;;
+        eager) eager "$ALL" ;;
+        eager=*) eager "${step#eager=}" ;;
+        tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
+        aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
+        plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
+        plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
+        plan3) tune bert_b32 full,fast,mixed ;;
+        smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2 ;;
+        *) note "unknown step $step"; echo "{\"step\": \"$step\", \"ok\": false, \"error\": \"unknown step\"}" \
+               >"$RESULTS/$(printf %02d $((N += 1)))-unknown.json"; merge ;;
+    esac
+done
+note "done in $(( $(date +%s) - START ))s; results in $OUT"

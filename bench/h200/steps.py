@@ -1,0 +1,504 @@
+"""Steps of the H200 benchmark; ``run.sh`` calls them. Each writes one JSON record and records
+a failure instead of raising, so the next step still runs.
+
+::
+
+    steps.py env    --json FILE
+    steps.py eager  --work W --configs a,b --json FILE [--device cuda] [--no-compile]
+    steps.py tune   --work W --config C --strategy S --json FILE [--aa] [--timeout S] [--no-fresh]
+    steps.py aa     --work W --config C --reps N --json FILE [--timeout S]
+    steps.py fresh  --run RUN_DIR --json FILE
+    steps.py merge  --dir DIR --out FILE [--tag TAG]
+
+``eager`` times the model in PyTorch eager and under ``torch.compile`` (default mode) with
+dossier's timing procedure (warm-up until stable, then samples; CUDA events). ``tune`` runs
+``dossier tune`` (the CLI, in a child process with a timeout) and then, in another fresh
+process, re-measures the shipped route (or the best admissible one when nothing shipped)
+against the baseline. ``aa`` repeats the A/A spec (two values that build the same kernels)
+with one inductor cache shared by the repetitions (warm builds; the timing is what is tested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+BENCH_DIR = Path(__file__).resolve().parent
+CACHE_FILE = "tuning-cache.jsonl"
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _failure(exc: BaseException) -> dict:
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc(limit=6)}
+
+
+def _spec_folder(work: Path, config: str) -> Path:
+    """The config's spec folder, written by make_specs (here and now when it is missing)."""
+    folder = work / "specs" / config
+    if not (folder / "meta.json").is_file():
+        sys.path.insert(0, str(BENCH_DIR))
+        import make_specs
+
+        table = {**make_specs.CONFIGS, **make_specs.TINY_CONFIGS}
+        factory, batch = table[config]
+        tiny = config in make_specs.TINY_CONFIGS
+        import torch
+
+        device = os.environ.get("BENCH_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
+        ref = "cuda" if torch.cuda.is_available() else "cpu"
+        make_specs.write_config(work, config, factory, batch, device=device, ref_device=ref,
+                                dtype=os.environ.get("BENCH_DTYPE", "bfloat16"), pairs=2,
+                                tiny=tiny, force=False)
+    return folder
+
+
+# ------------------------------------------------------------------------------------ env
+def step_env() -> dict:
+    """What the benchmark ran on."""
+    rec: dict[str, Any] = {"step": "env", "python": platform.python_version(),
+                           "machine": platform.machine(), "cpus": os.cpu_count()}
+    try:
+        import torch
+
+        rec["torch"] = torch.__version__
+        rec["torch_cuda"] = torch.version.cuda
+        rec["cuda_available"] = torch.cuda.is_available()
+        if torch.cuda.is_available():
+            rec["gpu"] = torch.cuda.get_device_name(0)
+            rec["compute_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+            rec["cudnn"] = torch.backends.cudnn.version()
+    except Exception as exc:  # noqa: BLE001
+        rec["torch_error"] = str(exc)
+    from importlib import metadata
+
+    installed = {d.metadata["Name"].lower(): d.version for d in metadata.distributions()}
+    for pkg in ("pydantic", "pyarrow", "xxhash", "typer", "rich", "scipy", "triton",
+                "torchvision", "transformers"):
+        rec[pkg] = installed.get(pkg)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        out = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.max.sm,"  # noqa: S603
+                              "power.limit", "--format=csv,noheader"], capture_output=True,
+                             text=True, check=False, timeout=30)
+        rec["nvidia_smi"] = out.stdout.strip()
+    out = subprocess.run(["g++", "--version"], capture_output=True, text=True,  # noqa: S607
+                         check=False)
+    rec["gxx"] = (out.stdout.splitlines() or [""])[0]
+    rec["ok"] = True
+    return rec
+
+
+# ------------------------------------------------------------------------------------ eager
+def _event_timer(torch: Any, device: str) -> Callable[[Callable[[], Any]], float]:
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def timed(fn: Callable[[], Any]) -> float:
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end))
+    else:
+        def timed(fn: Callable[[], Any]) -> float:
+            t0 = time.perf_counter_ns()
+            fn()
+            return (time.perf_counter_ns() - t0) / 1e6
+    return timed
+
+
+def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict:
+    import torch
+
+    from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.spec import load_spec
+    from dossier.timing import sample_interleaved, summarize, warm_up
+    from dossier.validation import judge, load_validation_set
+    from samples import torch_models
+
+    folder = _spec_folder(work, config)
+    meta = json.loads((folder / "meta.json").read_text())
+    spec = load_spec(folder / "release.toml")
+    timing = spec.timing
+    factory = torch_models.FACTORIES[meta["factory"]]
+    sig_dict = torch_models.fixed_signature(factory.signature, meta["batch"])  # type: ignore[attr-defined]
+    sig = signature_from_dict(sig_dict, config)
+    vset = load_validation_set(folder / "validation")
+    names = [t.name for t in sig.inputs]
+    args = [tuple(torch.from_numpy(p.inputs[n]).to(device) for n in names) for p in vset.pairs]
+    module = wrap_module(factory().eval().to(device), meta["dtype"], sig)
+    timer = _event_timer(torch, device)
+    rec: dict[str, Any] = {"config": config, "batch": meta["batch"], "dtype": meta["dtype"],
+                           "device": device, "metric": spec.tune.metric}
+
+    def measure(fn: Callable[..., Any], label: str) -> None:
+        with torch.no_grad():
+            outs = {}
+            for p, a in zip(vset.pairs, args):
+                flat = fn(*a)
+                outs[p.name] = {t.name: o.detach().float().cpu().numpy()
+                                for t, o in zip(sig.outputs, flat)}
+            acc = judge(outs, vset, spec.tune.metric, spec.tune.threshold)
+
+            def one(_i: int) -> float:
+                return sum(timer(functools.partial(fn, *a)) for a in args)
+
+            warm = warm_up(one, timing, 1)
+            samples = sample_interleaved([one], timing, 1)[0]
+        s = summarize(samples, timing.confidence, warm)
+        rec[label] = {"timing": s.model_dump(), "worst_loss": acc.worst,
+                      "admissible": bool(acc), "samples_ms": [round(x, 5) for x in samples]}
+
+    measure(module, "eager")
+    if with_compile:
+        from dossier.backends.torch_inductor import _build_cache
+
+        with _build_cache():  # a cold inductor cache, as each dossier build gets
+            compiled = torch.compile(module)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                compiled(*args[0])
+            if device == "cuda":
+                torch.cuda.synchronize()
+            compile_s = time.perf_counter() - t0
+            measure(compiled, "compile")
+        rec["compile"]["compile_s"] = round(compile_s, 2)
+        torch._dynamo.reset()
+    del module
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    rec["ok"] = True
+    return rec
+
+
+def step_eager(work: Path, configs: list[str], device: str, with_compile: bool,
+               timeout: float, json_path: Path) -> dict:
+    """Eager and torch.compile timings per config (the record is rewritten after each)."""
+    records: list[dict] = []
+    t_start = time.perf_counter()
+    out: dict[str, Any] = {"step": "eager", "records": records, "ok": False}
+    for config in configs:
+        if timeout - (time.perf_counter() - t_start) < 45:
+            records.append({"config": config, "ok": False, "skipped": "time budget"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            rec = _eager_one(work, config, device, with_compile)
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            rec = {"config": config, **_failure(exc)}
+        rec["wall_s"] = round(time.perf_counter() - t0, 2)
+        records.append(rec)
+        out["ok"] = all(r.get("ok") for r in records)
+        _write(json_path, out)
+        print(f"eager {config}: {'ok' if rec.get('ok') else rec.get('error')}", file=sys.stderr)
+    return out
+
+
+# ------------------------------------------------------------------------------------ tune
+def run_summary(run_dir: Path) -> dict:
+    """What a run folder's tuning cache says: trials, decision, wall time (no raw samples)."""
+    from dossier.cache import TuningCache
+
+    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    h = cache.header
+    trials = []
+    for t in cache.trials:
+        c, s = t.comparison, t.timing
+        trials.append({
+            "index": t.index, "route": t.route, "role": t.role, "outcome": t.outcome.value,
+            "reason": (t.reason or "")[:300] or None, "build_s": t.build_s,
+            "trial_s": round(t.trial_s, 2), "worst_loss": t.worst_loss,
+            "admissible": t.admissible, "faster": t.faster,
+            "timing": s.model_dump() if s else None,
+            "baseline_timing": c.baseline.model_dump() if c else None,
+            "speedup": c.speedup if c else None,
+            "speedup_ci": [c.speedup_ci_low, c.speedup_ci_high] if c else None,
+            "p_value": c.p_value if c else None, "significant": c.significant if c else None,
+            "slower": c.slower if c else None,
+            "normalized_digest": t.extra.get("normalized_digest"),
+        })
+    knobs = None
+    if (run_dir / "knobs.json").is_file():
+        knobs = json.loads((run_dir / "knobs.json").read_text())
+    d = cache.decision
+    return {"selection": h.selection, "strategy": h.strategy, "baseline_route": h.baseline_route,
+            "timing_settings": h.timing.model_dump(), "metric": h.metric,
+            "threshold": h.threshold, "host": h.host,
+            "builds": sum(1 for t in cache.trials if t.role != "confirm"),
+            "search_wall_s": round(sum(s.wall_s for s in cache.sessions), 2),
+            "interrupted": any(s.interrupted for s in cache.sessions) or d is None,
+            "decision": d.model_dump() if d else None, "trials": trials, "knob_database": knobs}
+
+
+def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
+               env: dict[str, str] | None = None) -> dict:
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    cmd = [sys.executable, "-m", "cli.main", "tune", str(spec), "--strategy", strategy,
+           "--out", str(run_dir), "--json", "--quiet"]
+    rec: dict[str, Any] = {"run_dir": str(run_dir), "command": " ".join(cmd)}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
+                              timeout=timeout, env={**os.environ, **(env or {})}, check=False)
+        rec["rc"] = proc.returncode
+        rec["stderr_tail"] = proc.stderr[-3000:]
+        rec["stdout_tail"] = proc.stdout[-2000:]
+    except subprocess.TimeoutExpired as exc:
+        rec["rc"] = None
+        rec["timeout"] = f"killed after {timeout:.0f} s"
+        rec["stderr_tail"] = (exc.stderr or b"")[-3000:].decode("utf-8", "replace") \
+            if isinstance(exc.stderr, bytes) else str(exc.stderr or "")[-3000:]
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    if (run_dir / CACHE_FILE).is_file():
+        try:
+            rec.update(run_summary(run_dir))
+        except Exception as exc:  # noqa: BLE001
+            rec["summary_error"] = f"{type(exc).__name__}: {exc}"
+    rec["ok"] = rec.get("rc") == 0 and rec.get("decision") is not None
+    return rec
+
+
+def _fresh_subprocess(run_dir: Path, timeout: float) -> dict:
+    out = run_dir / "fresh.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "fresh", "--run", str(run_dir),
+           "--json", str(out)]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"fresh re-measurement killed after {timeout:.0f} s"}
+    if out.is_file():
+        return json.loads(out.read_text())
+    return {"ok": False, "error": f"exit {proc.returncode}: {proc.stderr[-1500:]}"}
+
+
+def step_tune(work: Path, config: str, strategy: str, aa: bool, timeout: float,
+              fresh: bool, tag: str) -> dict:
+    """One ``dossier tune`` of a config, then the fresh-process re-measurement."""
+    rec: dict[str, Any] = {"step": "tune", "config": config, "strategy": strategy, "aa": aa}
+    t_start = time.perf_counter()
+    try:
+        folder = _spec_folder(work, config)
+        spec = folder / ("release-aa.toml" if aa else "release.toml")
+        run_dir = work / "runs" / tag / f"{config}-{strategy}{'-aa' if aa else ''}"
+        rec.update(_tune_once(spec, strategy, run_dir, timeout * 0.85 if fresh else timeout))
+        left = timeout - (time.perf_counter() - t_start)
+        if fresh and rec.get("decision") and left > 20:
+            rec["fresh"] = _fresh_subprocess(run_dir, left)
+    except Exception as exc:  # noqa: BLE001 - record and go on
+        rec.update(_failure(exc))
+    return rec
+
+
+def _best_target(cache: Any) -> tuple[Any, str] | tuple[None, str]:
+    d = cache.decision
+    search = {t.route: t for t in cache.trials if t.role == "search" and t.admissible}
+    if d is not None and d.gain and d.shipped_route in search:
+        return search[d.shipped_route], "shipped"
+    if d is not None and d.runner_up_route in search:
+        return search[d.runner_up_route], "best_admissible"
+    ok = [t for t in search.values() if t.comparison is not None]
+    if ok:
+        return max(ok, key=lambda t: t.comparison.speedup), "best_admissible"
+    return None, "none"
+
+
+def step_fresh(run_dir: Path) -> dict:
+    """Re-time the shipped (or best admissible) route against the baseline in this process."""
+    from dossier.backends import get_backend
+    from dossier.cache import TuningCache
+    from dossier.routes import Route
+    from dossier.timing import compare, sample_interleaved, summarize, warm_up
+    from dossier.validation import load_validation_set
+
+    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    h = cache.header
+    timing = h.timing
+    base = next(t for t in cache.trials if t.role == "baseline")
+    target, kind = _best_target(cache)
+    rec: dict[str, Any] = {"step": "fresh", "run_dir": str(run_dir), "target": kind}
+    if target is None or not base.engine or not target.engine:
+        return {**rec, "ok": True, "note": "no admissible route besides the baseline"}
+    confirm = next((t for t in cache.trials if t.role == "confirm" and t.route == target.route),
+                   None)
+    ref = confirm or target
+    backend = get_backend(h.backend)
+    vset = load_validation_set(Path(h.validation_path))
+    runners = [backend.load(run_dir / base.engine, Route.parse(h.baseline_route)),
+               backend.load(run_dir / target.engine, Route.parse(target.route))]
+    fns = []
+    for r in runners:
+        prepared = [r.prepare(p.inputs) for p in vset.pairs]
+        fns.append(lambda _i, r=r, prepared=prepared: sum(r.timed(x) for x in prepared))
+    warm = [warm_up(f, timing, 1) for f in fns]
+    samples = sample_interleaved(fns, timing, 1)
+    comp = compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    fresh_target = summarize(samples[1], timing.confidence, warm[1])
+    fresh_base = summarize(samples[0], timing.confidence, warm[0])
+    rc, rt = ref.comparison, ref.timing
+    rec.update({
+        "route": target.route, "reference": "confirm" if confirm else "screening",
+        "fresh_speedup": comp.speedup, "fresh_speedup_ci": [comp.speedup_ci_low,
+                                                              comp.speedup_ci_high],
+        "fresh_p_value": comp.p_value, "fresh_faster": comp.faster,
+        "fresh_median_ms": fresh_target.median_ms, "fresh_baseline_median_ms": fresh_base.median_ms,
+        "tuned_speedup": rc.speedup if rc else None,
+        "tuned_speedup_ci": [rc.speedup_ci_low, rc.speedup_ci_high] if rc else None,
+        "tuned_median_ci_ms": [rt.ci_low_ms, rt.ci_high_ms] if rt else None,
+        "tuned_baseline_median_ci_ms": [rc.baseline.ci_low_ms, rc.baseline.ci_high_ms] if rc else None,
+        "speedup_inside_ci": bool(rc and rc.speedup_ci_low <= comp.speedup <= rc.speedup_ci_high),
+        "median_inside_ci": bool(rt and rt.ci_low_ms <= fresh_target.median_ms <= rt.ci_high_ms),
+        "baseline_median_inside_ci": bool(
+            rc and rc.baseline.ci_low_ms <= fresh_base.median_ms <= rc.baseline.ci_high_ms),
+        "ok": True,
+    })
+    return rec
+
+
+# ------------------------------------------------------------------------------------ A/A
+def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dict:
+    """Repeat the A/A spec ``reps`` times (fast strategy, shared warm inductor cache)."""
+    from dossier.backends.torch_inductor import CACHE_ENV
+
+    rec: dict[str, Any] = {"step": "aa", "config": config, "reps_planned": reps, "runs": []}
+    t0 = time.perf_counter()
+    try:
+        folder = _spec_folder(work, config)
+        cache_dir = work / "inductor-cache" / f"aa-{config}"
+        env = {CACHE_ENV: str(cache_dir)}
+        per_rep = 0.0
+        for i in range(reps):
+            left = timeout - (time.perf_counter() - t0)
+            if left < max(30.0, 1.2 * per_rep):
+                rec["stopped"] = f"time budget: {i} of {reps} repetitions ran"
+                break
+            r0 = time.perf_counter()
+            run = _tune_once(folder / "release-aa.toml", "fast",
+                             work / "runs" / tag / f"{config}-aa-{i:02d}", left, env)
+            per_rep = max(per_rep, time.perf_counter() - r0) if i else time.perf_counter() - r0
+            d = run.get("decision") or {}
+            search = [t for t in run.get("trials", []) if t["role"] == "search"]
+            rec["runs"].append({
+                "rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"),
+                "gain": d.get("gain"), "speedup": d.get("speedup"),
+                "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+                "screened_faster": bool(search and search[0]["faster"]),
+                "screened_slower": bool(search and search[0]["slower"]),
+                "screened_speedup": search[0]["speedup"] if search else None,
+                "screened_p": search[0]["p_value"] if search else None,
+                "error": None if run.get("ok") else (run.get("timeout") or run.get("stderr_tail",
+                                                                                   "")[-500:]),
+            })
+        done = [r for r in rec["runs"] if r["ok"]]
+        rec["reps_done"] = len(done)
+        rec["no_gain"] = sum(1 for r in done if r["gain"] is False)
+        rec["screened_faster"] = sum(1 for r in done if r["screened_faster"])
+        rec["ok"] = bool(done)
+    except Exception as exc:  # noqa: BLE001 - record and go on
+        rec.update(_failure(exc))
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+# ------------------------------------------------------------------------------------ merge
+def _read_record(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        return {"step": path.stem, "ok": False, "error": f"unreadable: {exc}"}
+
+
+def step_merge(folder: Path, out: Path, tag: str) -> dict:
+    """Every step record of one run.sh invocation, in order, as one file."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        records.append(_read_record(path))
+    data = {"format": "dossier-bench-h200/1", "tag": tag, "steps": records}
+    _write(out, data)
+    return data
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    default_work = REPO_ROOT / "bench" / "work" / "h200"
+    for name in ("env", "eager", "tune", "aa", "fresh", "merge"):
+        p = sub.add_parser(name)
+        if name != "merge":
+            p.add_argument("--json", type=Path, required=True)
+        if name in ("eager", "tune", "aa"):
+            p.add_argument("--work", type=Path, default=default_work)
+            p.add_argument("--timeout", type=float, default=540.0)
+            p.add_argument("--tag", default="manual")
+        if name == "eager":
+            p.add_argument("--configs", required=True)
+            p.add_argument("--device", default=os.environ.get("BENCH_DEVICE", "cuda"))
+            p.add_argument("--no-compile", action="store_true")
+        if name in ("tune", "aa"):
+            p.add_argument("--config", required=True)
+        if name == "tune":
+            p.add_argument("--strategy", required=True, choices=("fast", "mixed", "full"))
+            p.add_argument("--aa", action="store_true")
+            p.add_argument("--no-fresh", action="store_true")
+        if name == "aa":
+            p.add_argument("--reps", type=int, default=10)
+        if name == "fresh":
+            p.add_argument("--run", type=Path, required=True)
+        if name == "merge":
+            p.add_argument("--dir", type=Path, required=True)
+            p.add_argument("--out", type=Path, required=True)
+            p.add_argument("--tag", default="")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        if args.cmd == "env":
+            rec = step_env()
+        elif args.cmd == "eager":
+            rec = step_eager(args.work, [c for c in args.configs.split(",") if c], args.device,
+                             not args.no_compile, args.timeout, args.json)
+        elif args.cmd == "tune":
+            rec = step_tune(args.work, args.config, args.strategy, args.aa, args.timeout,
+                            not args.no_fresh, args.tag)
+        elif args.cmd == "aa":
+            rec = step_aa(args.work, args.config, args.reps, args.timeout, args.tag)
+        elif args.cmd == "fresh":
+            try:
+                rec = step_fresh(args.run)
+            except Exception as exc:  # noqa: BLE001
+                rec = {"step": "fresh", **_failure(exc)}
+        else:
+            step_merge(args.dir, args.out, args.tag)
+            return 0
+    except Exception as exc:  # noqa: BLE001 - a step never takes the benchmark down
+        rec = {"step": args.cmd, **_failure(exc)}
+    rec.setdefault("step_wall_s", round(time.perf_counter() - t0, 2))
+    _write(args.json, rec)
+    return 0 if rec.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Turn the H200 benchmark's result files into ``bench/results/h200.json`` and a Markdown table.
+
+::
+
+    python bench/h200/summarize.py RESULTS... [--out-json bench/results/h200.json]
+                                              [--out-md bench/results/h200.md]
+
+RESULTS are ``h200-<tag>.json`` files written by ``run.sh`` (or folders holding them); later
+files win where two measured the same thing. For every configuration it reports eager and
+torch.compile medians with their 95% intervals; for every search the number of builds, the
+search's wall time, the baseline's and the winner's medians, the speedup with its interval,
+whether the fresh-process re-measurement fell inside the tuned interval, and for ``full`` how
+many builds ``fast`` and ``mixed`` needed to reach full's winner: measured (their own runs) and
+replayed (the strategies walked over full's measurements, which cover every route).
+A/A rows count how often the decision was "no significant gain" out of N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+STRATEGIES = ("fast", "mixed", "full")
+
+
+def load_results(paths: list[Path]) -> list[dict]:
+    """Every run.sh result file under ``paths``, oldest tag first."""
+    files: list[Path] = []
+    for p in paths:
+        files += sorted(p.glob("h200-*.json")) if p.is_dir() else [p]
+    data = []
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"skipping {f}: {exc}", file=sys.stderr)
+            continue
+        if d.get("format", "").startswith("dossier-bench-h200"):
+            d["_file"] = str(f)
+            data.append(d)
+    return sorted(data, key=lambda d: d.get("tag", ""))
+
+
+def _ci(t: dict | None) -> dict | None:
+    if not t:
+        return None
+    return {"median_ms": t["median_ms"], "ci_ms": [t["ci_low_ms"], t["ci_high_ms"]], "n": t["n"]}
+
+
+def search_row(rec: dict) -> dict:
+    """One search's summary row."""
+    trials = [t for t in rec.get("trials", []) if t["role"] != "confirm"]
+    confirms = {t["route"]: t for t in rec.get("trials", []) if t["role"] == "confirm"}
+    base = next((t for t in trials if t["role"] == "baseline"), None)
+    d = rec.get("decision") or {}
+    shipped = d.get("shipped_route")
+    win = confirms.get(shipped) or next((t for t in trials if t["route"] == shipped), None)
+    outcomes: dict[str, int] = {}
+    for t in trials:
+        outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
+    fresh = rec.get("fresh") or {}
+    return {
+        "strategy": rec.get("strategy"), "ok": rec.get("ok"), "builds": len(trials),
+        "outcomes": outcomes, "search_wall_s": rec.get("search_wall_s"),
+        "command_wall_s": rec.get("wall_s"),
+        "build_s": [t["build_s"] for t in trials if t.get("build_s") is not None],
+        "baseline": _ci(base["timing"]) if base else None,
+        "baseline_route": rec.get("baseline_route"),
+        "gain": d.get("gain"), "shipped_route": shipped,
+        "winner": _ci(win["timing"]) if win and d.get("gain") else None,
+        "speedup": d.get("speedup"),
+        "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")] if d.get("gain") else None,
+        "p_value": d.get("p_value"), "reason": d.get("reason"),
+        "order": [t["route"] for t in trials],
+        "fresh": {k: fresh.get(k) for k in (
+            "ok", "target", "route", "fresh_speedup", "fresh_speedup_ci", "fresh_median_ms",
+            "tuned_speedup", "tuned_speedup_ci", "tuned_median_ci_ms", "speedup_inside_ci",
+            "median_inside_ci", "baseline_median_inside_ci", "note", "error")} if fresh else None,
+        "error": None if rec.get("ok") else (rec.get("error") or rec.get("timeout")
+                                             or (rec.get("stderr_tail") or "")[-400:]),
+    }
+
+
+class _Judged:
+    def __init__(self, trial: dict | None) -> None:
+        self.admissible = bool(trial and trial["outcome"] == "ok")
+        self.faster = bool(trial and trial.get("faster"))
+
+
+def full_best(full: dict) -> str | None:
+    """Full's answer: its shipped route (the baseline when nothing was significantly faster)."""
+    d = full.get("decision") or {}
+    return d.get("shipped_route")
+
+
+def replay(full: dict, strategy: str) -> dict:
+    """Walk ``strategy`` over full's measurements: the routes it would build, in order."""
+    from dossier.knobs import KnobDatabase
+    from dossier.routes import Selection
+    from dossier.strategies import get_strategy
+
+    db = KnobDatabase.model_validate(full["knob_database"])
+    selection = Selection.parse(full["selection"], db)
+    table = {t["route"]: t for t in full["trials"] if t["role"] != "confirm"}
+    base = full["baseline_route"]
+    results: dict[str, _Judged] = {base: _Judged(table.get(base))}
+    order = [base]
+    for route in get_strategy(strategy).routes(selection, db, results):
+        text = route.text()
+        if text in results:
+            continue
+        order.append(text)
+        results[text] = _Judged(table.get(text))
+    best = full_best(full)
+    # (the confirmation re-timing cannot be replayed: which route the replayed search would
+    # ship is not claimed, only whether and when it builds full's answer)
+    return {"builds": len(order), "order": order,
+            "builds_to_reach_full_best": order.index(best) + 1 if best in order else None}
+
+
+def summarize(results: list[dict]) -> dict:
+    """The summary document."""
+    env: dict = {}
+    configs: dict[str, dict] = {}
+    sources = []
+    for doc in results:
+        sources.append({"tag": doc.get("tag"), "file": doc.get("_file")})
+        for step in doc.get("steps", []):
+            kind = step.get("step")
+            if kind == "env":
+                env = {k: v for k, v in step.items() if k not in ("step", "ok", "step_wall_s")}
+            elif kind == "eager":
+                for r in step.get("records", []):
+                    c = configs.setdefault(r["config"], {})
+                    if r.get("ok"):
+                        c["eager"] = {**(_ci(r["eager"]["timing"]) or {}),
+                                      "worst_loss": r["eager"]["worst_loss"]}
+                        if "compile" in r:
+                            c["compile"] = {**(_ci(r["compile"]["timing"]) or {}),
+                                            "worst_loss": r["compile"]["worst_loss"],
+                                            "compile_s": r["compile"].get("compile_s")}
+                    else:
+                        c.setdefault("errors", []).append(f"eager: {r.get('error') or r.get('skipped')}")
+            elif kind == "tune":
+                c = configs.setdefault(step["config"], {})
+                key = "aa_single" if step.get("aa") else step["strategy"]
+                c.setdefault("searches", {})[key] = search_row(step)
+                if step.get("strategy") == "full" and step.get("ok") and not step.get("aa"):
+                    c["_full"] = step
+                c.setdefault("_raw", {})[key] = step
+            elif kind == "aa":
+                c = configs.setdefault(step["config"], {})
+                runs = [r for r in step.get("runs", []) if r.get("ok")]
+                speedups = [r["screened_speedup"] for r in runs if r.get("screened_speedup")]
+                c["aa"] = {"reps": len(runs), "planned": step.get("reps_planned"),
+                           "no_significant_gain": sum(1 for r in runs if r["gain"] is False),
+                           "screened_faster": sum(1 for r in runs if r["screened_faster"]),
+                           "screened_slower": sum(1 for r in runs if r["screened_slower"]),
+                           "median_screened_speedup": statistics.median(speedups) if speedups
+                           else None,
+                           "stopped": step.get("stopped"), "error": step.get("error")}
+    for c in configs.values():
+        full = c.pop("_full", None)
+        raw = c.pop("_raw", {})
+        if not full:
+            continue
+        best = full_best(full)
+        reach: dict[str, Any] = {"full_best": best, "full_builds": len(
+            [t for t in full["trials"] if t["role"] != "confirm"])}
+        for s in ("fast", "mixed"):
+            entry: dict[str, Any] = {}
+            measured = raw.get(s)
+            if measured and measured.get("trials"):
+                order = [t["route"] for t in measured["trials"] if t["role"] != "confirm"]
+                entry["measured_builds_to_reach"] = order.index(best) + 1 if best in order else None
+                entry["measured_ships_same"] = (measured.get("decision") or {}).get(
+                    "shipped_route") == best
+            try:
+                rp = replay(full, s)
+                entry["replayed_builds_to_reach"] = rp["builds_to_reach_full_best"]
+                entry["replayed_builds"] = rp["builds"]
+            except Exception as exc:  # noqa: BLE001 - a replay problem must not hide the rest
+                entry["replay_error"] = f"{type(exc).__name__}: {exc}"
+            reach[s] = entry
+        c["reach_full_best"] = reach
+    return {"format": "dossier-bench-h200-summary/1", "sources": sources, "env": env,
+            "configs": configs}
+
+
+# ------------------------------------------------------------------------------------ markdown
+def _ms(x: dict | None) -> str:
+    if not x:
+        return "-"
+    lo, hi = x["ci_ms"]
+    return f"{x['median_ms']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _sp(v: float | None, ci: list | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else f"{v:.3f}x"
+
+
+def _yn(v: object) -> str:
+    return "-" if v is None else ("yes" if v else "no")
+
+
+def markdown(summary: dict) -> str:
+    """The summary as Markdown tables."""
+    env = summary.get("env", {})
+    lines = ["# dossier torch-inductor on an H200", ""]
+    if env:
+        lines += [f"GPU {env.get('gpu', '?')} (sm {env.get('compute_capability', '?')}), "
+                  f"torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}), "
+                  f"{env.get('cpus', '?')} CPUs, {env.get('gxx', '')}".rstrip(", "), ""]
+    lines += ["Medians in ms with their 95% confidence intervals (order statistics); speedups are "
+              "baseline median / route median with a bootstrap 95% interval.", "",
+              "## Eager and torch.compile", "",
+              "| config | eager | torch.compile (default) | compile s | AOTI default route (baseline) |",
+              "|---|---|---|---|---|"]
+    cfgs = summary["configs"]
+    for name, c in sorted(cfgs.items()):
+        base = next((s["baseline"] for s in c.get("searches", {}).values() if s.get("baseline")),
+                    None)
+        comp = c.get("compile")
+        lines.append(f"| {name} | {_ms(c.get('eager'))} | {_ms(comp)} | "
+                     f"{comp.get('compile_s') if comp else '-'} | {_ms(base)} |")
+    lines += ["", "## Searches", "",
+              "| config | strategy | builds | search s | baseline | shipped route | winner | "
+              "speedup | fresh re-measurement | inside tuned interval? | builds to full's best |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, c in sorted(cfgs.items()):
+        reach = c.get("reach_full_best", {})
+        for strat in (*STRATEGIES, "aa_single"):
+            s = c.get("searches", {}).get(strat)
+            if not s:
+                continue
+            f = s.get("fresh") or {}
+            inside = (f"speedup {_yn(f.get('speedup_inside_ci'))}, median "
+                      f"{_yn(f.get('median_inside_ci'))}") if f.get("fresh_speedup") else "-"
+            fresh = (f"{_sp(f.get('fresh_speedup'), f.get('fresh_speedup_ci'))} "
+                     f"({f.get('target')})") if f.get("fresh_speedup") else (f.get("note") or
+                                                                            f.get("error") or "-")
+            if strat == "full":
+                to_best = str(reach.get("full_builds", "-"))
+            else:
+                r = reach.get(strat, {})
+                to_best = (f"measured {r.get('measured_builds_to_reach', '-')}, replayed "
+                           f"{r.get('replayed_builds_to_reach', '-')}") if r else "-"
+            shipped = s.get("shipped_route") if s.get("gain") else "(baseline: no significant gain)"
+            if not s.get("ok"):
+                shipped = f"FAILED: {str(s.get('error'))[:80]}"
+            wall = s.get("search_wall_s")
+            lines.append(f"| {name} | {strat} | {s['builds']} | {wall if wall is not None else '-'} | "
+                         f"{_ms(s.get('baseline'))} | `{shipped}` | {_ms(s.get('winner'))} | "
+                         f"{_sp(s.get('speedup'), s.get('speedup_ci'))} | {fresh} | {inside} | "
+                         f"{to_best} |")
+    aa_rows = [(n, c["aa"]) for n, c in sorted(cfgs.items()) if c.get("aa")]
+    if aa_rows:
+        lines += ["", "## A/A (two values that build the same kernels)", "",
+                  "| config | runs | no significant gain | screened faster | screened slower | "
+                  "median screened speedup |", "|---|---|---|---|---|---|"]
+        for name, a in aa_rows:
+            med = a.get("median_screened_speedup")
+            lines.append(f"| {name} | {a['reps']} of {a.get('planned')} | "
+                         f"{a['no_significant_gain']} of {a['reps']} | {a['screened_faster']} | "
+                         f"{a['screened_slower']} | {f'{med:.4f}' if med else '-'} |")
+    errors = [(n, e) for n, c in sorted(cfgs.items()) for e in c.get("errors", [])]
+    if errors:
+        lines += ["", "## Failed steps", ""] + [f"- {n}: {e}" for n, e in errors]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path)
+    parser.add_argument("--out-json", type=Path, default=REPO_ROOT / "bench" / "results" / "h200.json")
+    parser.add_argument("--out-md", type=Path, default=REPO_ROOT / "bench" / "results" / "h200.md")
+    args = parser.parse_args(argv)
+    results = load_results(args.results)
+    if not results:
+        print("no result files found", file=sys.stderr)
+        return 1
+    summary = summarize(results)
+    args.out_json.parent.mkdir(parents=True, exist_ok=True)
+    args.out_json.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    args.out_md.write_text(markdown(summary), encoding="utf-8")
+    print(args.out_md.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
