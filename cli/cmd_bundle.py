@@ -134,8 +134,8 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
     if sp:
         lines.append(f"  speedup      {sp['value']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] "
                      f"({sp['confidence']:.0%} CI), p={sp['p_value']:.2g}")
-    else:
-        lines.append("  speedup      no significant gain")
+    else:  # "no significant gain", or "not statistically checked" (a trtexec import)
+        lines.append(f"  speedup      {o['result']}")
     lines.append(f"  why          {o['reason']}")
     if o["runner_up"]:
         ru = o["runner_up"]

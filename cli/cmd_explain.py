@@ -99,7 +99,11 @@ def render_explanation(e: Any) -> None:
     d, s, lin = e.decision, e.search, e.lineage
     out.print(f"[bold]{escape(lin.release)} version {lin.version}[/]: why this route",
               soft_wrap=True)
-    if d.gain:
+    if not d.statistically_checked:
+        out.print(f"[bold yellow]not statistically checked[/]: {_r(d.shipped_route)} ships "
+                  f"(trial {d.shipped_index}), chosen by the rule of the "
+                  f"{escape(e.imported_from or 'tool that searched')}", soft_wrap=True)
+    elif d.gain:
         out.print(f"[bold green]ships[/] {_r(d.shipped_route)} (trial {d.shipped_index}): "
                   f"{escape(d.result)}", soft_wrap=True)
     else:
@@ -172,7 +176,10 @@ def render_explanation(e: Any) -> None:
 
     _heading("Knob effects, one knob at a time (trial vs the baseline timed interleaved)")
     if not e.knob_effects:
-        out.print("  none: no trial differs from the baseline in exactly one knob")
+        out.print(f"  not measured: the {escape(e.imported_from)} has no baseline timed "
+                  "alongside each trial" if e.imported_from
+                  else "  none: no trial differs from the baseline in exactly one knob",
+                  soft_wrap=True)
     width = max((len(k.knob) for k in e.knob_effects), default=0)
     for k in e.knob_effects:
         out.print(f"  {escape(k.knob.ljust(width))}  {escape(k.baseline_value)} -> "
@@ -202,7 +209,8 @@ def render_explanation(e: Any) -> None:
     _heading("Environment the numbers were measured in (tuning host)")
     env = e.environment
     if env is None:
-        out.print("  unknown (no fingerprint)")
+        out.print(f"  unknown: the {escape(e.imported_from)} records no host" if e.imported_from
+                  else "  unknown (no fingerprint)", soft_wrap=True)
     else:
         gpus = "; ".join(f"{g.name} (cc {g.compute_capability}, {g.memory_total_mib} MiB, "
                          f"driver {g.driver_version})" for g in env.gpus) or "none"
@@ -227,10 +235,14 @@ def render_explanation(e: Any) -> None:
 
     c = e.cost
     _heading("Search cost")
-    out.print(f"  search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s); "
-              f"builds {c.build_s:.1f} s; measurement {c.measure_s:.1f} s (confirmation round "
-              f"{c.confirm_s:.1f} s); {c.trials} trials + {c.confirm_trials} confirmation",
-              soft_wrap=True)
+    if e.imported_from:
+        out.print(f"  unknown: the {escape(e.imported_from)} records no wall or build times; "
+                  f"{c.trials} trials", soft_wrap=True)
+    else:
+        out.print(f"  search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s); "
+                  f"builds {c.build_s:.1f} s; measurement {c.measure_s:.1f} s (confirmation round "
+                  f"{c.confirm_s:.1f} s); {c.trials} trials + {c.confirm_trials} confirmation",
+                  soft_wrap=True)
 
     p = e.payback
     _heading("Payback (search cost against benefit)")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cli.app import app, handled
 from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
-from dossier.errors import BundleError, ExitCode
+from dossier.errors import BundleError, ExitCode, SignatureError
 
 _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
 
@@ -35,23 +35,42 @@ def verify(
     show_all: bool = typer.Option(False, "--all", help="List unchanged fields too."),
     as_json: bool = typer.Option(False, "--json", help="The report as JSON on stdout (for fleet "
                                  "automation)."),
+    require_signature: bool = typer.Option(False, "--require-signature", help="Refuse (exit 13) "
+                                           "a bundle that is not signed by a --trusted-key."),
+    trusted_keys: list[Path] = typer.Option([], "--trusted-key", help="Ed25519 public key (PEM) "
+                                            "whose signature is accepted; repeat for several."),
+    signature: Path = typer.Option(None, "--signature", help="The bundle's signature file "
+                                   "(default: NAME-VERSION.dossier.sig.json beside it)."),
 ) -> None:
     """Check a bundle on this host before loading its engine.
 
+    0. signature: when the bundle has one beside it, or [bold]--require-signature[/]: the DSSE
+       envelope must be signed by a [bold]--trusted-key[/] and every file must match the
+       signed statement's BLAKE3 (exit 13 otherwise);
     1. integrity: every file against the manifest's size and xxh3-128 (each missing, extra or
        altered file is named); no engine is loaded before this passes;
     2. environment: this host's fingerprint against the tuning host's, a verdict per field
        (VALID / SUBOPTIMAL / INVALID) with the reason, by the backend's policy;
     3. optionally [bold]--recheck[/] accuracy and [bold]--rebench[/] latency here.
 
-    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle.
+    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
+    13 signature missing, untrusted or not matching.
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint
+    from dossier.signing import check_signature
     from dossier.verify import verify_bundle
 
+    if require_signature and not trusted_keys:
+        err.print("error: --require-signature needs at least one --trusted-key (the signer's "
+                  "public key)", markup=False, soft_wrap=True)
+        raise typer.Exit(int(ExitCode.USAGE))
     try:
         with open_bundle(path) as b:
+            signed = check_signature(b, trusted_keys, require=require_signature,
+                                     signature=signature)
+            if signed is not None:
+                err.print(f"OK: signature {signed.path}: {signed}", markup=False, soft_wrap=True)
             report = check_integrity(b)
             if not report:
                 for problem in report.problems or [str(report)]:
@@ -64,8 +83,9 @@ def verify(
                 return
             result = verify_bundle(b, policy_file=policy, do_recheck=recheck, do_rebench=rebench,
                                    threshold=threshold,
-                                   host=load_fingerprint(host) if host else None)
-    except BundleError as exc:  # unreadable manifest, unknown format, unsafe archive: one line
+                                   host=load_fingerprint(host) if host else None,
+                                   signature_check=signed)
+    except (BundleError, SignatureError) as exc:  # unreadable, unsafe, unsigned...: one line
         err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
         raise typer.Exit(int(exc.exit_code)) from None
     if as_json:

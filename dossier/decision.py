@@ -56,7 +56,9 @@ def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
 def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionRecord:
     """Apply the rule to a finished search (screening and confirmation trials)."""
     baseline = next(t for t in trials if t.role == "baseline")
-    confirms = [t for t in trials if t.role == "confirm" and t.comparison is not None]
+    # the last measurement of each route: a round cut short by a kill was re-timed whole
+    confirms = list({t.route: t for t in trials
+                     if t.role == "confirm" and t.comparison is not None}.values())
     screened = candidates(trials)
     k = max(len(confirms), 1)
     alpha = settings.alpha / k

@@ -59,6 +59,12 @@ class ExitCode(enum.IntEnum):
     """Interrupted by the user (Ctrl-C); whatever was finished is kept."""
 
 
+_ONE_LINE = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, 0x85, 0x2028, 0x2029)
+             if c != 0x09}
+"""Line breaks and other control characters, escaped: a message is one line even when it
+quotes hostile input (a JSON key holding a newline)."""
+
+
 class DossierError(Exception):
     """Base type of every error dossier raises on purpose."""
 
@@ -66,9 +72,9 @@ class DossierError(Exception):
     hint: str = ""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(str(message).translate(_ONE_LINE))
         if hint is not None:
-            self.hint = hint
+            self.hint = str(hint).translate(_ONE_LINE)
 
     def diagnostics(self) -> str:
         """The message plus what to do about it, for a person."""

@@ -8,6 +8,8 @@ a changed field decides its :class:`Verdict`. Patterns are fnmatch-style over th
 * ``layout_optimized`` (onnxruntime): the model was optimized at the layout/all level.
 * ``cpu_package`` (torch-inductor): the .pt2 package was compiled for the CPU.
 * ``version_compatible`` / ``hardware_compatible`` (tensorrt): the plan's compatibility flags.
+* ``tuning_host_unknown``: the bundle does not know its tuning host (a trtexec import); every
+  changed field is then SUBOPTIMAL: "cannot be compared", never VALID.
 * ``bundle_has_gpu``, ``host_has_gpu``, ``gpu_lost`` (bundle had a GPU, host has none): derived
   by :func:`diff` from the two fingerprints; facts passed by the caller take precedence.
 
@@ -276,6 +278,10 @@ def _r(pattern: str, verdict: Verdict, reason: str, when: str | None = None,
 VALID, SUB, INVALID = Verdict.VALID, Verdict.SUBOPTIMAL, Verdict.INVALID
 
 _COMMON = [
+    _r("*", SUB, "The tuning host was not recorded (the bundle was imported from a trtexec tuning "
+       "cache, which records no host), so this host cannot be compared with it: check that the "
+       "engine loads and re-time it here before relying on its tuning.",
+       when="tuning_host_unknown"),
     _r("gpu[*].uuid", VALID, "The GPU's serial identity is recorded only; another board of the "
        "same model runs the engine the same way."),
     _r("hostname", VALID, "The host name is recorded only; it does not affect the engine."),

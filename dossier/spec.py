@@ -135,8 +135,10 @@ def load_spec(path: Path, overrides: dict | None = None) -> ReleaseSpec:
         raise SpecError(f"release spec {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read release spec {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise SpecError(f"{path} is not valid TOML: {exc}") from exc
+    if not isinstance(data.get("tune", {}), dict):
+        raise SpecError(f"{path}: tune: must be a table ([tune]), not a {type(data['tune']).__name__}")
     tune = dict(data.get("tune", {}))
     tune.update({k: v for k, v in (overrides or {}).items() if v is not None})
     data["tune"] = tune

@@ -43,6 +43,9 @@ LAST_PAIR = "last-pair"
 """Key of the one loss set trtexec keeps (each validation pair overwrites the previous one's)."""
 CRASH_OUTCOMES = (Outcome.CRASHED, Outcome.BUILD_FAILED, Outcome.TIMEOUT, Outcome.RUNTIME_ERROR)
 """Outcomes exported as ``crash: true``."""
+SOURCE = "trtexec tuning cache"
+"""``extra["source"]`` of every trial record read from a trtexec cache (how a search record
+that dossier did not measure is recognised, e.g. by ``explain``)."""
 
 _BUILD_FAILED = re.compile(r"build\w*\b.*\bfail|fail\w*\b.*\bbuild|setBuildRoute", re.IGNORECASE)
 """Wording that marks a crash as a failed build (see :func:`to_trial_records`)."""
@@ -271,9 +274,10 @@ def to_trial_records(header: TrtexecHeader,
         except SelectionError as exc:
             raise TrtexecCacheError(f"iteration {pos} (iter {it.iter}): build route "
                                     f"{it.build_route!r} does not parse ({exc})") from None
-        extra = {"source": "trtexec tuning cache", "trtexec_iter": str(it.iter),
+        extra = {"source": SOURCE, "trtexec_iter": str(it.iter),
                  "trtexec_build_route": it.build_route, "trial_s": "unknown",
-                 "metric": header.metric, "threshold": repr(eps)}
+                 "metric": header.metric, "threshold": repr(eps),
+                 "trtexec_row": json.dumps(it.model_dump(mode="json"), ensure_ascii=False)}
         if it.gpu_time is not None:
             extra["trtexec_gpu_time_ms"] = repr(it.gpu_time)
             extra["trtexec_gpu_time_note"] = "mean of every inference, warm-up included"
@@ -342,9 +346,15 @@ def make_trtexec_header(*, tuner_version: str, metric: str, atol: float, rtol: f
 
 
 def to_trtexec_iterations(records: Sequence[TrialRecord]) -> list[TrtexecIteration]:
-    """trtexec iteration lines for dossier trials (see :func:`write_trtexec_cache`)."""
+    """trtexec iteration lines for dossier trials (see :func:`write_trtexec_cache`). A record
+    read from trtexec (``extra["trtexec_row"]`` whose route is the record's) is written back as
+    trtexec wrote it."""
     out = []
     for rec in records:
+        original = _original_row(rec)
+        if original is not None:
+            out.append(original)
+            continue
         crash = rec.outcome in CRASH_OUTCOMES
         loss = None
         if rec.losses and not crash:
@@ -368,6 +378,18 @@ def to_trtexec_iterations(records: Sequence[TrialRecord]) -> list[TrtexecIterati
     return out
 
 
+def _original_row(rec: TrialRecord) -> TrtexecIteration | None:
+    text = rec.extra.get("trtexec_row")
+    if text is None:
+        return None
+    try:
+        row = TrtexecIteration.model_validate_json(text)
+        same = Route.parse(row.build_route).text() == rec.route
+    except (ValidationError, SelectionError):
+        return None
+    return row if same else None
+
+
 def write_trtexec_cache(path: Path, header: TrtexecHeader, records: Sequence[TrialRecord], *,
                         overwrite: bool = False) -> None:
     """Export dossier trials as a trtexec tuning cache.
@@ -379,7 +401,9 @@ def write_trtexec_cache(path: Path, header: TrtexecHeader, records: Sequence[Tri
     ``gpu_time`` = the candidate's median in ms (or, for a record read from trtexec, its
     original mean), null when not timed.
 
-    Lost in the export: every validation pair's loss but the last; the difference between
+    Records read from a trtexec cache are written back as read (see
+    :func:`to_trtexec_iterations`). Lost in the export of dossier's own trials: every
+    validation pair's loss but the last; the difference between
     build_failed, crashed, timeout and runtime_error (all ``crash: true``); that ``rejected``
     was an accuracy failure (only ``crash: false``, the reason and the loss say so); timing
     statistics, raw samples and the comparison with the baseline; build and trial times, start

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from dossier import __version__
 from dossier.backends import Backend, get_backend
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
@@ -29,7 +31,7 @@ from dossier.decision import candidates, decide
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
-from dossier.knobs import KnobDatabase
+from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.strategies import Strategy, get_strategy
@@ -147,14 +149,22 @@ def _header(p: Prepared, spec_path: Path | None, warm_start: list[Route],
 
 
 def spec_from_header(h: CacheHeader) -> ReleaseSpec:
-    """The spec a cache was started from (for ``--continue``)."""
-    return ReleaseSpec(
-        release=ReleaseSection(name=h.release, version=h.release_version, description=h.description),
-        model=ModelSection(path=h.model.path), validation=ValidationSection(path=h.validation_path),
-        tune=TuneSection(backend=h.backend, strategy=h.strategy, selection=h.selection,
-                         metric=h.metric, threshold=h.threshold, atol=h.atol, rtol=h.rtol),
-        timing=h.timing, shapes=h.shapes, deployment=h.deployment, builder=h.builder,
-        base_dir="/")
+    """The spec a cache was started from (for ``--continue``); CacheMismatchError when the
+    header's settings do not make a valid spec (an edited or corrupt cache)."""
+    try:
+        return ReleaseSpec(
+            release=ReleaseSection(name=h.release, version=h.release_version,
+                                   description=h.description),
+            model=ModelSection(path=h.model.path),
+            validation=ValidationSection(path=h.validation_path),
+            tune=TuneSection(backend=h.backend, strategy=h.strategy, selection=h.selection,
+                             metric=h.metric, threshold=h.threshold, atol=h.atol, rtol=h.rtol),
+            timing=h.timing, shapes=h.shapes, deployment=h.deployment, builder=h.builder,
+            base_dir="/")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise CacheMismatchError(f"the tuning cache header does not hold a valid release spec "
+                                 f"({'.'.join(map(str, err['loc']))}: {err['msg']})") from exc
 
 
 def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
@@ -200,7 +210,7 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
     req_path.write_text(req.model_dump_json())
     Path(req.result).unlink(missing_ok=True)
     Path(req.stage).write_text("start")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
@@ -268,21 +278,65 @@ class Tuner:
         engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
         self.observer.trial_started(index, route.text(), role)
         base_engine = self._baseline_engine() if role != "baseline" else None
+        same = self._same_build(route)
         req = self._request(mode="trial", route=route.text(), engine=str(engine),
-                            baseline_engine=str(base_engine) if base_engine else None)
+                            baseline_engine=str(base_engine) if base_engine else None,
+                            reuse_engine=str(self.run_dir / same.engine) if same else None,
+                            reuse_facts=dict(same.extra) if same else {})
         started = _now()
         t0 = time.perf_counter()
         timing = self.p.spec.timing
-        data, why = run_child(req, self.work, f"trial-{index:04d}", timing.trial_timeout_s,
-                              timing.trial_memory_limit_mb)
+        name = f"trial-{index:04d}"
+        built: dict | None = None
+        log = self.work / f"{name}.log"
+        if self.p.backend.separate_build and same is None:
+            log = self.work / f"{name}-build.log"
+            built, why = run_child(req.model_copy(update={"mode": "build"}), self.work,
+                                   name + "-build", timing.trial_timeout_s,
+                                   timing.trial_memory_limit_mb)
+            data = built
+            if built is not None and built.get("outcome") == "built":
+                log = self.work / f"{name}.log"
+                req = req.model_copy(update={"prebuilt_build_s": built["build_s"],
+                                             "reuse_facts": built.get("facts") or {}})
+                data, why = run_child(req, self.work, name, timing.trial_timeout_s,
+                                      timing.trial_memory_limit_mb)
+                if data is not None:
+                    data["phases_s"] = {
+                        **{f"{k}_build": v for k, v in (built.get("phases_s") or {}).items()
+                           if k != "build"},
+                        "build": (built.get("phases_s") or {}).get("build", built["build_s"]),
+                        **{k: v for k, v in (data.get("phases_s") or {}).items() if k != "build"}}
+        else:
+            data, why = run_child(req, self.work, name, timing.trial_timeout_s,
+                                  timing.trial_memory_limit_mb)
         trial_s = time.perf_counter() - t0
         record = self._record(index, route, role, data, why, engine, trial_s, started)
+        if data is None and log.is_file():  # keep what the dying process said last
+            tail = log.read_text(errors="replace").strip().splitlines()[-20:]
+            record = record.model_copy(update={"extra": {**record.extra,
+                                                         "log_tail": "\n".join(tail)}})
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
         self.ran += 1
         self.observer.trial_finished(record)
         return record
+
+    def _build_key(self, route: Route) -> tuple[tuple[str, str], ...]:
+        db = self.p.db
+        return tuple((k, v) for k, v in route.effective(db).items()
+                     if db.get(k).phase is KnobPhase.BUILD)
+
+    def _same_build(self, route: Route) -> TrialRecord | None:
+        """An earlier admissible trial whose build-time knobs equal ``route``'s: its engine is
+        the same compiler output, so it is reused instead of rebuilt (load-time knobs differ)."""
+        key = self._build_key(route)
+        for t in self.cache.trials:
+            if t.role != "confirm" and t.engine and (self.run_dir / t.engine).is_file() \
+                    and self._build_key(Route.parse(t.route)) == key:
+                return t
+        return None
 
     def _record(self, index: int, route: Route, role: str, data: dict | None, why: str,
                 engine: Path, trial_s: float, started: str) -> TrialRecord:
@@ -360,10 +414,10 @@ class Tuner:
             results[route.text()] = self.run_trial(route, "search")
         if self.cache.decision is not None:
             return self.cache.decision
-        confirms = [t for t in self.cache.trials if t.role == "confirm"]
+        confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
         top = candidates(self.cache.trials)[: s.spec.timing.confirm_top]
-        if top and not confirms and s.spec.timing.confirm_top > 0:
-            self.confirm(top)
+        if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
+            self.confirm(top)  # not yet, or a round cut short by a kill: re-time it whole
         decision = decide(self.cache.trials, s.spec.timing)
         self.cache.append(decision)
         return decision
@@ -387,19 +441,23 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
         _check_resume(cache, fresh)
-    else:
-        if out.exists() and any(out.iterdir()):
-            raise OutputError(f"output folder {out} is not empty",
-                              hint="choose a new --out, or --continue the search that is there")
-        try:
+    elif out.exists() and any(out.iterdir()):
+        raise OutputError(f"output folder {out} is not empty",
+                          hint="choose a new --out, or --continue the search that is there")
+    try:
+        if not resume:
             out.mkdir(parents=True, exist_ok=True)
             cache = TuningCache.create(cache_path, fresh)
+        # written after the header: a kill in between leaves them to --continue (the knob
+        # database matches the header's digest; the fingerprint is of the host tuning now)
+        if not (out / KNOBS_NAME).is_file():
             _write_json(out / KNOBS_NAME, p.db.model_dump_json(indent=2))
+        if not (out / FINGERPRINT_NAME).is_file():
             _write_json(out / FINGERPRINT_NAME,
                         collect(include_compiler=p.backend.name == "torch-inductor")
                         .model_dump_json(indent=2))
-        except OSError as exc:
-            raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
+    except OSError as exc:
+        raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
     tuner = Tuner(p, out, cache, observer, warm)
     started, t0 = _now(), time.perf_counter()
     try:

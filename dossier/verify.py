@@ -1,14 +1,16 @@
-"""Verify a bundle on this host: integrity, then the environment diff, then optionally
-re-check accuracy and re-time the shipped engine against the baseline.
+"""Verify a bundle on this host: its signature (when it has one or one is required), integrity,
+then the environment diff, then optionally re-check accuracy and re-time the shipped engine
+against the baseline.
 
 The order is a safety rule: no engine is loaded (deserializing an engine runs native code)
-before every file has passed the integrity check. Engines are loaded in a child process, so an
+before the signature (see :mod:`dossier.signing`) and every file have passed their checks. Engines are loaded in a child process, so an
 engine that crashes this host's runtime is a finding, not a crash of ``verify``.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +19,7 @@ from dossier.bundle import Bundle, check_integrity
 from dossier.errors import IntegrityError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.policy import Finding, Verdict, default_policy, diff, load_policy, worst
+from dossier.signing import SignatureCheck, check_signature
 from dossier.timing import TimingSettings, compare, summarize
 from dossier.trial import Comparison, TimingSummary
 from dossier.worker import WorkerRequest
@@ -75,6 +78,8 @@ class VerifyReport(_Model):
     """Compiler backend."""
     integrity: str
     """Integrity check result."""
+    signature: str | None = None
+    """Signature check result; None when the bundle is unsigned and no signature was required."""
     findings: list[Finding]
     """One per compared fingerprint field, worst first."""
     recheck: Recheck | None = None
@@ -178,10 +183,19 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
 def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck: bool = False,
                   do_rebench: bool = False, threshold: float | None = None,
                   host: Fingerprint | None = None,
-                  timing: TimingSettings | None = None) -> VerifyReport:
-    """Integrity first (IntegrityError names each bad file), then the environment diff, then the
-    optional re-check and re-timing. ``host`` replaces this host's fingerprint (for tests and
-    for checking a fleet host's fingerprint file from elsewhere)."""
+                  timing: TimingSettings | None = None,
+                  trusted_keys: Sequence[Path] = (), require_signature: bool = False,
+                  signature: Path | None = None,
+                  signature_check: SignatureCheck | None = None) -> VerifyReport:
+    """The signature first (SignatureError: unsigned when ``require_signature``, not signed by
+    one of ``trusted_keys``, or any file altered, missing or extra; a signature beside the
+    bundle is checked even when not required), then integrity (IntegrityError names each bad
+    file), then the environment diff, then the optional re-check and re-timing. ``host``
+    replaces this host's fingerprint (for tests and for checking a fleet host's fingerprint
+    file from elsewhere). ``signature_check`` is a check the caller already made."""
+    if signature_check is None:
+        signature_check = check_signature(bundle, trusted_keys, require=require_signature,
+                                          signature=signature)
     report = check_integrity(bundle)
     if not report:
         raise IntegrityError(f"{bundle.source}: {report}")
@@ -207,5 +221,7 @@ def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck
             reasons.append(timed.reason)
     verdict = worst(verdicts)
     return VerifyReport(bundle=str(bundle.source), dossier_id=m.dossier_id, release=m.name,
-                        backend=m.backend, integrity=str(report), findings=findings,
+                        backend=m.backend, integrity=str(report),
+                        signature=str(signature_check) if signature_check else None,
+                        findings=findings,
                         recheck=checked, rebench=timed, verdict=verdict, reasons=reasons)

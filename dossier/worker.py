@@ -27,7 +27,7 @@ class WorkerRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["trial", "confirm", "validate"]
+    mode: Literal["build", "trial", "confirm", "validate"]
     backend: str
     model: str
     validation: str
@@ -42,6 +42,12 @@ class WorkerRequest(BaseModel):
     baseline_engine: str | None = None
     route: str | None = None
     engine: str | None = None
+    reuse_engine: str | None = None
+    """An engine built earlier with the same build-time knobs: copied instead of rebuilt."""
+    reuse_facts: dict[str, str] = {}
+    """The build facts of that engine."""
+    prebuilt_build_s: float | None = None
+    """Set when ``engine`` was built by an earlier ``build`` process: its build time."""
     candidates: list[tuple[str, str]] = []
     """(engine path, route text) to re-time against the baseline (confirm mode)."""
     result: str
@@ -92,14 +98,27 @@ def run_trial(req: WorkerRequest) -> dict:
     _stage(req, "build")
     t0 = time.perf_counter()
     try:
-        info = backend.build(Path(req.model), route, engine)
+        if req.prebuilt_build_s is not None:  # built by a separate process already
+            from dossier.backends import BuildInfo
+
+            info = BuildInfo(dict(req.reuse_facts))
+        elif req.reuse_engine:  # same build-time knobs as an earlier trial: same compiler output
+            import shutil
+
+            from dossier.backends import BuildInfo
+
+            shutil.copyfile(req.reuse_engine, engine)
+            info = BuildInfo({**req.reuse_facts, "reused_engine": Path(req.reuse_engine).name})
+        else:
+            info = backend.build(Path(req.model), route, engine)
     except BuildError as exc:
         return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
                 "build_s": time.perf_counter() - t0}
     except MemoryError:
         return {"outcome": "crashed", "reason": "out of memory during build",
                 "build_s": time.perf_counter() - t0}
-    build_s = time.perf_counter() - t0
+    build_s = (req.prebuilt_build_s if req.prebuilt_build_s is not None
+               else None if req.reuse_engine else time.perf_counter() - t0)
     base = {"build_s": build_s, "facts": info.facts}
     try:
         _stage(req, "load")
@@ -126,6 +145,27 @@ def run_trial(req: WorkerRequest) -> dict:
     outcome = "ok" if acc else "rejected"
     return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": cand,
             "baseline_samples_ms": ref, "warmup_runs": warm, "baseline_warmup_runs": base_warm}
+
+
+def run_build(req: WorkerRequest) -> dict:
+    """Only build the route (backends that load in a fresh process)."""
+    from dossier.backends import BuildError, get_backend
+    from dossier.routes import Route
+
+    _stage(req, "setup")
+    backend = get_backend(req.backend)
+    backend.configure(req.builder, req.shapes)
+    _stage(req, "build")
+    t0 = time.perf_counter()
+    try:
+        info = backend.build(Path(req.model), Route.parse(req.route or ""), Path(req.engine or ""))
+    except BuildError as exc:
+        return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
+                "build_s": time.perf_counter() - t0}
+    except MemoryError:
+        return {"outcome": "crashed", "reason": "out of memory during build",
+                "build_s": time.perf_counter() - t0}
+    return {"outcome": "built", "build_s": time.perf_counter() - t0, "facts": info.facts}
 
 
 def run_confirm(req: WorkerRequest) -> dict:
@@ -169,7 +209,8 @@ def run_validate(req: WorkerRequest) -> dict:
             "worst_loss": acc.worst}
 
 
-_MODES = {"trial": run_trial, "confirm": run_confirm, "validate": run_validate}
+_MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
+          "validate": run_validate}
 
 
 def main(argv: list[str]) -> int:

@@ -155,3 +155,14 @@ def test_spec_errors_are_specific(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="tune.threshold"):
         load_spec(tmp_path / "t.toml")
     assert TimingSettings().samples >= 30  # the defaults measure, the tests shrink them
+
+
+def test_routes_that_differ_only_in_load_time_knobs_reuse_the_engine(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast",
+                     selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
+    res = tune(spec, tmp_path / "run")
+    by_route = {t.route: t for t in res.cache.trials if t.role != "confirm"}
+    threads = by_route["-intra_op_num_threads=1 -optimizer:NchwcTransformer=on"]
+    nchwc = by_route["-intra_op_num_threads=0 -optimizer:NchwcTransformer=off"]
+    assert threads.extra.get("reused_engine") == "trial-0000.ort" and threads.build_s is None
+    assert "reused_engine" not in nchwc.extra and nchwc.build_s is not None  # a build knob: rebuilt

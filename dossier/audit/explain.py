@@ -35,6 +35,7 @@ from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TrialRecord
+from dossier.trtexec import SOURCE as TRTEXEC
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle, Manifest
@@ -384,7 +385,12 @@ class DecisionFacts(_Model):
     why_not: list[str]
     """Without a gain: why the best candidate (``head_to_head``) did not win: its interval
     includes 1.0, p not below alpha, below the minimum effect, slower; or that no other route
-    was admissible."""
+    was admissible. Empty for a search dossier did not measure (``statistically_checked``
+    false)."""
+    statistically_checked: bool = True
+    """False when the choice was made by another tool's rule that no statistics back (a trtexec
+    import: the lowest of one mean per route, warm-up included, no repeats, no significance
+    test); ``gain`` is then false because nothing was shown, not because nothing was faster."""
 
 
 class TrialFact(_Model):
@@ -465,6 +471,10 @@ class Explanation(_Model):
     """When the search pays back."""
     trials: list[TrialFact]
     """Every trial record, confirmation re-measurements included."""
+    imported_from: str | None = None
+    """Where the search record came from when dossier did not run the search ("trtexec tuning
+    cache"); None for a dossier search. Such a record has no timing statistics, wall times or
+    tuning host."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -508,7 +518,9 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     trials = list(trials)
     values = _knob_values(trials, knobs)
     main = [t for t in trials if t.role != "confirm"]
-    baseline = next(t for t in trials if t.role == "baseline")
+    # a trtexec ``full`` search need not have built the default route: no baseline trial
+    baseline = next((t for t in trials if t.role == "baseline"), None)
+    imported = next((t.extra["source"] for t in trials if t.extra.get("source") == TRTEXEC), None)
     h2h = _head_to_head(trials, decision, settings)
     counts: dict[str, int] = {}
     for t in main:
@@ -529,6 +541,17 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         horizon_days=dep.horizon_days if horizon_days is None else horizon_days,
         hosts=dep.hosts if hosts is None else hosts, source=source,
         validation_pairs=header.validation_pairs)
+    if imported:
+        pay = pay.model_copy(update={"verdict": f"unknown: the {imported} records neither the "
+                                     "search's wall time nor a statistically checked speedup"})
+    if imported or baseline is None:
+        note = (f"the {imported} has one mean per route (warm-up included), no samples and no "
+                "baseline timed alongside, so knob effects cannot be estimated" if imported
+                else "no baseline trial to measure effects against")
+        knob_model = KnobModel(fitted=False, method=MODEL_METHOD, note=note, trials=0,
+                               parameters=0, residual_std=None, r_squared=None, effects=[])
+    else:
+        knob_model = fit_knob_model(main, values, baseline, settings.confidence)
     return Explanation(
         lineage=_lineage(header, manifest),
         search=SearchSetup(backend=header.backend, strategy=header.strategy,
@@ -541,21 +564,26 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                                baseline_route=decision.baseline_route,
                                shipped_route=decision.shipped_route,
                                shipped_index=decision.shipped_index,
-                               result=_result(decision), reason=decision.reason,
-                               why_not=[] if decision.gain else _why_not(h2h, main)),
+                               result="not statistically checked" if imported
+                               else _result(decision), reason=decision.reason,
+                               why_not=[] if decision.gain or imported else _why_not(h2h, main),
+                               statistically_checked=not imported),
         head_to_head=h2h,
         runner_up=_runner_up(trials, decision, h2h),
         trial_counts=dict(sorted(counts.items())),
         confirm_trials=sum(t.role == "confirm" for t in trials),
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
-        knob_effects=_one_knob_effects(main, values, baseline),
-        knob_model=fit_knob_model(main, values, baseline, settings.confidence),
-        aa_check=_aa(baseline),
-        environment=_environment(fingerprint) if fingerprint is not None else None,
+        knob_effects=_one_knob_effects(main, values, baseline) if baseline else [],
+        knob_model=knob_model,
+        aa_check=_aa(baseline) if baseline else None,
+        # an imported record's fingerprint is the "unknown host" placeholder, not a host
+        environment=_environment(fingerprint) if fingerprint is not None and not imported
+        else None,
         cost=cost,
         payback=pay,
         trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index)
                 for t in trials],
+        imported_from=imported,
     )
 
 

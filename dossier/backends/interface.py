@@ -128,6 +128,9 @@ class Backend(abc.ABC):
     """File suffix of the engine artifact, e.g. ``.ort``."""
     requirement: ClassVar[str]
     """What to install for this backend, for error messages."""
+    separate_build: ClassVar[bool] = False
+    """Build in one process and load, validate and time in a fresh one (as a deployment
+    loads a shipped engine): for compilers whose in-process state can disturb the engine."""
 
     def configure(self, options: Mapping[str, object], shapes: list) -> None:
         """Apply the spec's ``[builder]`` options and shape distribution (``[[shapes]]``).

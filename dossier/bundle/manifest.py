@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dossier.errors import BundleFormatError
-from dossier.hashing import digest_json
+from dossier.hashing import canonical_json, digest_json
 from dossier.trial import TimingSummary
 
 FORMAT = "dossier-bundle"
@@ -140,8 +140,9 @@ class Engines(_Model):
 
     shipped: EngineEntry
     """The engine to deploy."""
-    baseline: EngineEntry
-    """The baseline (default route) engine; the same entry as ``shipped`` when the baseline ships."""
+    baseline: EngineEntry | None
+    """The baseline (default route) engine; the same entry as ``shipped`` when the baseline ships;
+    null when the bundle has none (imported from trtexec, which keeps only the winner's engine)."""
 
 
 class Summary(_Model):
@@ -259,6 +260,8 @@ class Manifest(_Model):
     def _engines_listed(self) -> Manifest:
         table = {f.path: f for f in self.files}
         for engine in (self.engines.shipped, self.engines.baseline):
+            if engine is None:
+                continue
             entry = table.get(engine.path)
             if entry is None or (entry.size, entry.digest) != (engine.size, engine.digest):
                 raise ValueError(f"engine {engine.path} does not match the file table")
@@ -312,7 +315,8 @@ def parse_manifest(data: bytes, where: str = MANIFEST_NAME) -> tuple[dict[str, A
                                 "not a dossier manifest")
     try:
         raw = json.loads(data)
-    except ValueError as exc:
+        canonical_json(raw)  # the dossier id is computed over this: no NaN, no lone surrogate
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise BundleFormatError(f"{where} is not valid JSON ({exc})",
                                 hint="the bundle is corrupt; fetch it again") from exc
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:

@@ -111,8 +111,12 @@ class Bundle:
         return self.table(tables.SHAPES)
 
     def engine_path(self, role: str = "shipped") -> Path:
-        """The shipped (or baseline) engine file."""
+        """The shipped (or baseline) engine file; BundleFormatError when the bundle has no
+        baseline engine (a trtexec import)."""
         entry = self.manifest.engines.shipped if role == "shipped" else self.manifest.engines.baseline
+        if entry is None:
+            raise BundleFormatError(f"{self.source} has no baseline engine (imported from "
+                                    "trtexec, which keeps only the winner's engine)")
         return self.file(entry.path)
 
     def overview(self) -> dict[str, Any]:
@@ -148,8 +152,9 @@ class Bundle:
                          "n": bt.n if bt else None},
             "winner": {"route": s.shipped_route, "trial_index": s.shipped_index,
                        "engine": m.engines.shipped.path,
-                       "is_baseline": m.engines.shipped.trial_index
-                       == m.engines.baseline.trial_index},
+                       "is_baseline": m.engines.baseline is not None
+                       and m.engines.shipped.trial_index == m.engines.baseline.trial_index},
+            "baseline_engine": m.engines.baseline is not None,
             "gain": s.gain,
             "speedup": None if not s.gain or s.speedup is None else {
                 "value": s.speedup, "ci_low": s.speedup_ci_low, "ci_high": s.speedup_ci_high,

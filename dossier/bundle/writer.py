@@ -15,7 +15,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +140,17 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     out_dir = Path(out_dir)
     target = check_target(out_dir, h.release, h.release_version)
     plan = _Plan.make(cache, decision, cache_path.parent, include_model)
+    return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
+
+
+def commit_bundle(out_dir: Path, target: Path,
+                  fill: Callable[[Path], Manifest]) -> WrittenBundle:
+    """Write a bundle folder atomically: ``fill(staging)`` writes every file into a staging
+    folder next to ``target`` (the manifest last) and returns the manifest; the folder is then
+    fsynced and renamed into place without replacing anything. A staging folder left by a
+    killed writer in ``out_dir`` is removed first; on any failure the staging folder goes.
+    OutputError when ``out_dir`` cannot be written or ``target`` appeared meanwhile."""
+    out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -147,7 +158,7 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     remove_stale_staging(out_dir)
     staging = new_staging(out_dir, target.name, directory=True)
     try:
-        manifest = plan.write(staging, parent)
+        manifest = fill(staging)
         fsync_tree(staging)
         try:
             rename_noreplace(staging, target)

@@ -1,0 +1,666 @@
+"""Signed provenance: an in-toto Statement v1 over every file of a bundle, with a SLSA
+provenance v1 predicate, in a DSSE envelope signed with Ed25519.
+
+xxh3-128 (the manifest's file table, the dossier id) detects corruption, not forgery: anyone can
+edit a file, recompute its xxh3 and the id, and the bundle passes its integrity check. A
+signature closes that gap. ``dossier sign`` hashes every file of the bundle *and manifest.json*
+with BLAKE3 (a cryptographic hash), names them as the statement's subjects, describes how the
+bundle was made (selection, strategy, metric, threshold, tuning host, model, validation set,
+backend stack, the tuning sessions) as SLSA provenance, and signs the statement::
+
+    from dossier.bundle import open_bundle
+    from dossier.signing import check_signature, generate_key_pair, sign_bundle
+
+    keys = generate_key_pair(Path("keys"))                    # keys/dossier.key (0600), .pub
+    signed = sign_bundle(Path("out/convnet-1.dossier"), keys.private)
+    with open_bundle(Path("out/convnet-1.dossier")) as b:     # on the fleet host
+        check = check_signature(b, [keys.public], require=True)   # SignatureError if not good
+        print(check)                # "signed by 3f1c... (19 subjects match)"
+
+**Where the signature lives: beside the bundle**, as ``NAME-VERSION.dossier.sig.json`` (the
+same name for the folder ``NAME-VERSION.dossier`` and the archive ``NAME-VERSION.dossier.tar``:
+the statement names the bundle's files, which are the same in both forms). Not inside, because:
+
+- the bundle stays exactly what was verified and packed: signing changes no byte of it, so its
+  dossier id, its integrity check (which refuses any file not in the file table) and its
+  deterministic ``.dossier.tar`` are the same signed or not, and the archive extractor keeps
+  its strict allow-list (a ``signatures/`` exception would be one more path an attacker can
+  write through);
+- a signature cannot cover itself; beside the bundle nothing needs excluding from the digests;
+- more signers can co-sign later (one envelope, several signatures over the same statement)
+  without rewriting the bundle. Signing is deterministic (Ed25519 signatures are, and the
+  statement holds no signing time), so signing twice writes the same bytes.
+
+The cost is one more file to ship; ``dossier verify --signature FILE`` names it when it is not
+beside the bundle.
+
+Formats (all JSON; the payload is canonical JSON: sorted keys, no whitespace, UTF-8):
+
+- envelope (DSSE v1): ``{"payloadType": "application/vnd.in-toto+json", "payload": base64,
+  "signatures": [{"keyid": KEYID, "sig": base64}]}``; the signature is Ed25519 over
+  ``PAE(payloadType, payload)`` = ``"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
+  (https://github.com/secure-systems-lab/dsse/blob/master/protocol.md);
+- ``keyid``: lowercase hex BLAKE3 of the raw 32-byte Ed25519 public key (a hint: every trusted
+  key is tried against every signature);
+- subjects: ``{"name": "<bundle path>", "digest": {"blake3": "<64 lowercase hex>"}}`` for every
+  file of the bundle and ``manifest.json``. ``blake3`` is not one of in-toto's predefined
+  DigestSet names; its value is the lowercase hex of the default 256-bit BLAKE3 output.
+
+Verification (:func:`check_signature`) runs before the integrity check, before any engine is
+loaded and before the environment diff: the envelope's signature is checked against the trusted
+keys *before* its payload is parsed (DSSE's rule), then every file actually in the bundle folder
+is hashed (nothing named by the statement is ever opened) and the two sets must be equal, digest
+for digest: an altered file, a file missing and a file the statement does not name each fail.
+
+Sigstore's keyless signing (an OIDC identity, a Fulcio certificate, a Rekor transparency-log
+entry) needs those services on the network; these machines have none, so signing here is with
+keys you hold. The envelope is the same DSSE + in-toto format Sigstore bundles carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import json
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dossier.bundle._files import new_staging, remove_stale_staging, rename_noreplace
+from dossier.bundle.manifest import MANIFEST_NAME
+from dossier.bundle.reader import Bundle, open_bundle
+from dossier.errors import (
+    BackendUnavailableError,
+    InputError,
+    IntegrityError,
+    OutputError,
+    SignatureError,
+)
+from dossier.hashing import CHUNK, canonical_json
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+"""in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+"""SLSA provenance v1 (https://slsa.dev/spec/v1.0/provenance)."""
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+"""DSSE payload type of an in-toto statement."""
+BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
+"""Our SLSA buildType: a search by ``dossier tune`` (externalParameters: release, backend,
+selection, strategy, metric, threshold, tolerances, timing, shapes, builder options, parent;
+internalParameters: the tuning host summary and tool versions), then ``dossier bundle``."""
+BUILDER_ID = "urn:dossier:builder:dossier-cli"
+"""SLSA builder.id: the dossier command line run by whoever holds the signing key."""
+DIGEST = "blake3"
+"""DigestSet key of the subjects' digests (lowercase hex, 256-bit BLAKE3)."""
+SIGNATURE_SUFFIX = ".dossier.sig.json"
+"""A bundle ``NAME-VERSION.dossier`` (or ``.dossier.tar``) is signed by ``NAME-VERSION.dossier.sig.json``."""
+ENVELOPE_MAX_BYTES = 16 << 20
+"""A signature file larger than this is refused before it is parsed."""
+MAX_SIGNATURES = 64
+"""An envelope with more signatures than this is refused (bounds the work of checking it)."""
+PRIVATE_KEY_SUFFIX = ".key"
+PUBLIC_KEY_SUFFIX = ".pub"
+
+_HINT_INSTALL = "pip install 'dossier[sign]' (cryptography and blake3)"
+_HINT_ALTERED = "the bundle or its signature was altered after signing; do not use it"
+
+
+# ------------------------------------------------------------------------------ dependencies
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:  # pragma: no cover - the [sign] extra is installed in CI
+        raise BackendUnavailableError("signing needs the cryptography package",
+                                      hint=_HINT_INSTALL) from None
+    return ed25519
+
+
+def _blake3() -> Any:
+    try:
+        import blake3
+    except ImportError:  # pragma: no cover - the [sign] extra is installed in CI
+        raise BackendUnavailableError("signing needs the blake3 package", hint=_HINT_INSTALL) from None
+    return blake3.blake3
+
+
+def blake3_file(path: Path) -> str:
+    """BLAKE3 (256-bit, lowercase hex) of the file at ``path``, streamed in fixed chunks."""
+    h = _blake3()()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return str(h.hexdigest())
+
+
+def blake3_bytes(data: bytes) -> str:
+    """BLAKE3 (256-bit, lowercase hex) of ``data``."""
+    return str(_blake3()(data).hexdigest())
+
+
+# -------------------------------------------------------------------------------------- keys
+@dataclass(frozen=True)
+class KeyPair:
+    """A key pair written by :func:`generate_key_pair`."""
+
+    private: Path
+    """PEM, PKCS#8, unencrypted, mode 0600."""
+    public: Path
+    """PEM, SubjectPublicKeyInfo: what verifiers pass as ``--trusted-key``."""
+    keyid: str
+    """The key's id in signatures."""
+
+
+def key_id(public_key: Any) -> str:
+    """Lowercase hex BLAKE3 of the raw 32-byte Ed25519 public key."""
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return blake3_bytes(raw)
+
+
+def generate_key_pair(out_dir: Path, name: str = "dossier") -> KeyPair:
+    """Write a new Ed25519 key pair as ``out_dir/NAME.key`` (mode 0600) and ``NAME.pub``.
+
+    Existing files are never replaced (OutputError). The private key file is created with mode
+    0600 from the start, so it is never readable by others, not even for a moment.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    ed25519 = _crypto()
+    if not name or "/" in name or name.startswith("."):
+        raise InputError(f"key name {name!r} must be a plain file name")
+    out_dir = Path(out_dir)
+    private = out_dir / f"{name}{PRIVATE_KEY_SUFFIX}"
+    public = out_dir / f"{name}{PUBLIC_KEY_SUFFIX}"
+    for path in (private, public):
+        if os.path.lexists(path):
+            raise OutputError(f"{path} exists already", hint="keys are never overwritten")
+    key = ed25519.Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write_new(private, private_pem, 0o600)
+        try:
+            _write_new(public, public_pem, 0o644)
+        except BaseException:
+            private.unlink(missing_ok=True)
+            raise
+    except FileExistsError as exc:
+        raise OutputError(f"{exc.filename} exists already", hint="keys are never overwritten") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write the key pair into {out_dir}: {exc.strerror or exc}") from exc
+    return KeyPair(private, public, key_id(key.public_key()))
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        os.fchmod(fd, mode)  # the umask may have taken bits away; never adds any here
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_key_file(path: Path, what: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > 64 << 10:
+        raise InputError(f"{path} is not a PEM {what} (larger than 64 KiB)")
+    return data
+
+
+def load_private_key(path: Path) -> Any:
+    """The Ed25519 private key in the PEM file ``path``; InputError if it is not one."""
+    from cryptography.hazmat.primitives import serialization
+
+    ed25519 = _crypto()
+    data = _read_key_file(path, "private key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise InputError(f"{path} is an encrypted private key; dossier reads unencrypted PEM "
+                         "keys only", hint="keep the key in a secret store that hands it "
+                         "to the signing job; dossier keygen writes one") from None
+    except (ValueError, binascii.Error) as exc:
+        raise InputError(f"{path} is not a PEM private key ({_one_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - cryptography raises its own types for odd PEM
+        raise InputError(f"{path} is not a PEM private key ({_one_line(exc)})") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise InputError(f"{path} is not an Ed25519 private key ({type(key).__name__})",
+                         hint="dossier keygen --out DIR writes one")
+    return key
+
+
+def load_public_key(path: Path) -> Any:
+    """The Ed25519 public key in the PEM file ``path``; InputError if it is not one."""
+    from cryptography.hazmat.primitives import serialization
+
+    ed25519 = _crypto()
+    data = _read_key_file(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except Exception as exc:  # noqa: BLE001 - ValueError, UnsupportedAlgorithm, ...
+        hint = " (that is a private key: pass the .pub file)" if b"PRIVATE KEY" in data else ""
+        raise InputError(f"{path} is not a PEM public key{hint} ({_one_line(exc)})") from None
+    if not isinstance(key, ed25519.Ed25519PublicKey):
+        raise InputError(f"{path} is not an Ed25519 public key ({type(key).__name__})")
+    return key
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# -------------------------------------------------------------------------------------- DSSE
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding of ``payload``: what is actually signed."""
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
+
+
+def _b64decode(text: object) -> bytes | None:
+    """Strict base64 (standard or URL-safe alphabet, as DSSE allows); None when it is not."""
+    if not isinstance(text, str) or not text.isascii():
+        return None
+    for altchars in (None, b"-_"):
+        with contextlib.suppress(binascii.Error, ValueError):
+            return base64.b64decode(text.encode("ascii"), altchars=altchars, validate=True)
+    return None
+
+
+# ------------------------------------------------------------------------------- the statement
+def signature_path(bundle: Path) -> Path:
+    """Where the signature of the bundle folder or archive ``bundle`` lives by default."""
+    bundle = Path(bundle)
+    name = bundle.name
+    for suffix in (".dossier.tar", ".dossier"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return bundle.with_name(name[: -len(suffix)] + SIGNATURE_SUFFIX)
+    return bundle.with_name(name + ".sig.json")
+
+
+def bundle_digests(bundle: Bundle) -> tuple[dict[str, str], list[str]]:
+    """BLAKE3 of every regular file actually in the bundle folder (links are never followed),
+    and the paths of entries that are not regular files."""
+    digests: dict[str, str] = {}
+    odd: list[str] = []
+    root = bundle.path
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        base = Path(folder)
+        for name in [*files, *[d for d in dirs if os.path.islink(base / d)]]:
+            path = base / name
+            rel = path.relative_to(root).as_posix()
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                digests[rel] = blake3_file(path)
+            else:
+                odd.append(rel)
+    return dict(sorted(digests.items())), sorted(odd)
+
+
+def statement(bundle: Bundle, digests: dict[str, str] | None = None) -> dict[str, Any]:
+    """The in-toto statement of ``bundle``: every file (and manifest.json) as a subject with
+    its BLAKE3, and SLSA provenance v1 of how the bundle was made."""
+    if digests is None:
+        digests, odd = bundle_digests(bundle)
+        if odd:
+            raise IntegrityError(f"{bundle.source}: {odd[0]} is not a regular file; not signed")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": rel, "digest": {DIGEST: d}} for rel, d in sorted(digests.items())],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": provenance(bundle, digests),
+    }
+
+
+def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
+    """SLSA provenance v1 predicate of ``bundle`` (``digests``: BLAKE3 by bundle path)."""
+    from dossier.bundle.tables import ROUTES, SHAPES, TIMINGS
+    from dossier.bundle.writer import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME
+
+    m, s = bundle.manifest, bundle.manifest.summary
+    cache = bundle.tuning_cache()
+    h = cache.header
+
+    def file(rel: str, media: str | None = None, **notes: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": rel, "digest": {DIGEST: digests[rel]}}
+        if media:
+            out["mediaType"] = media
+        if notes:
+            out["annotations"] = {k.replace("_", "-"): v for k, v in notes.items()}
+        return out
+
+    model_dep: dict[str, Any] = {"name": m.model.file_name,
+                                 "annotations": {"xxh3-128": m.model.digest, "size": m.model.size,
+                                                 "included": m.model_included}}
+    if Path(h.model.path).is_absolute():
+        model_dep["uri"] = Path(h.model.path).as_uri()
+    main_model = f"model/{m.model.file_name}"
+    if main_model in digests:  # a cryptographic digest only where the bundle holds the file
+        model_dep["digest"] = {DIGEST: digests[main_model]}
+    deps: list[dict[str, Any]] = [model_dep]
+    deps += [file(p, external_data_of=m.model.file_name) for p in sorted(digests)
+             if p.startswith("model/") and p != main_model]
+    deps += [file(p, role="validation set", set_xxh3_128=h.validation_digest)
+             for p in sorted(digests) if p.startswith("validation/") or p == "validation.json"]
+    deps.append(file(KNOBS_NAME, "application/json", role="knob database",
+                     xxh3_128=m.knob_db_digest))
+    stack = {k: v for k, v in m.tuning_host.items() if k not in ("hostname", "machine", "python")}
+    deps += [{"name": pkg, "uri": f"pkg:pypi/{pkg}@{version}",
+              "annotations": {"role": "backend stack"}} for pkg, version in sorted(stack.items())]
+    if "python" in m.tuning_host:
+        deps.append({"name": "python", "uri": f"pkg:generic/python@{m.tuning_host['python']}",
+                     "annotations": {"role": "backend stack"}})
+    started = cache.sessions[0].started_at if cache.sessions else h.created_at
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "release": {"name": m.release, "version": m.release_version,
+                            "description": m.description},
+                "backend": m.backend,
+                "selection": s.selection,
+                "strategy": s.strategy,
+                "metric": s.metric,
+                "threshold": s.threshold,
+                "atol": s.atol,
+                "rtol": s.rtol,
+                "timing": h.timing.model_dump(mode="json"),
+                "shapes": [e.model_dump(mode="json") for e in h.shapes],
+                "builder": h.builder,
+                "parent": m.parent,
+            },
+            "internalParameters": {
+                "tuningHost": dict(m.tuning_host),
+                "toolVersion": m.tool_version,
+                "tunerVersion": m.tuner_version,
+                "decisionRule": s.decision_rule,
+            },
+            "resolvedDependencies": deps,
+        },
+        "runDetails": {
+            "builder": {"id": BUILDER_ID,
+                        "version": {"dossier": m.tool_version, m.backend: m.tuner_version}},
+            "metadata": {"invocationId": m.dossier_id, "startedOn": _rfc3339(started),
+                         "finishedOn": _rfc3339(m.created_at)},
+            "byproducts": [
+                file(CACHE_NAME, "application/jsonl", sessions=len(cache.sessions),
+                     trials=len(cache.trials)),
+                file(ROUTES, "application/vnd.apache.parquet"),
+                file(TIMINGS, "application/vnd.apache.parquet"),
+                file(SHAPES, "application/vnd.apache.parquet"),
+                file(FINGERPRINT_NAME, "application/json", role="tuning host"),
+            ],
+        },
+    }
+
+
+def _rfc3339(text: str) -> str:
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------- sign
+@dataclass(frozen=True)
+class SignedBundle:
+    """What :func:`sign_bundle` wrote."""
+
+    signature: Path
+    """The envelope file."""
+    keyid: str
+    """The signing key's id."""
+    subjects: int
+    """Files covered (manifest.json included)."""
+    dossier_id: str
+    """The bundle's id."""
+    signatures: int
+    """Signatures the envelope now holds (more than one when co-signed)."""
+
+
+def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBundle:
+    """Sign the bundle folder or archive at ``path`` with the Ed25519 private key file ``key``.
+
+    The bundle must pass its integrity check first (IntegrityError otherwise: a corrupt bundle
+    is never signed). The envelope goes to ``out`` (default :func:`signature_path`). An envelope
+    already there over the same statement gets this signature added (co-signing); one over
+    another statement is never replaced (OutputError).
+    """
+    from dossier.bundle.integrity import check_integrity
+
+    private = load_private_key(key)
+    keyid = key_id(private.public_key())
+    path = Path(path)
+    with open_bundle(path) as bundle:
+        report = check_integrity(bundle)
+        if not report:
+            raise IntegrityError(f"{bundle.source} fails its integrity check "
+                                 f"({report.problems[0] if report.problems else report}); "
+                                 "not signed")
+        body = statement(bundle)
+        dossier_id = bundle.manifest.dossier_id
+    payload = canonical_json(body)
+    sig = base64.b64encode(private.sign(pae(PAYLOAD_TYPE, payload))).decode("ascii")
+    target = Path(out) if out is not None else signature_path(path)
+    signatures = [{"keyid": keyid, "sig": sig}]
+    if os.path.lexists(target):
+        existing = _read_envelope(target, OutputError)
+        if _b64decode(existing.get("payload")) != payload:
+            raise OutputError(f"{target} exists and signs other content",
+                              hint="remove it, or write the signature elsewhere with --out")
+        found = existing.get("signatures")
+        kept = [s for s in (found if isinstance(found, list) else []) if isinstance(s, dict)
+                and s.get("keyid") != keyid]
+        signatures = sorted([*kept, *signatures], key=lambda s: str(s.get("keyid")))
+    envelope = {"payloadType": PAYLOAD_TYPE,
+                "payload": base64.b64encode(payload).decode("ascii"),
+                "signatures": signatures}
+    data = (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode()
+    _write_envelope(target, data, replace=os.path.lexists(target))
+    return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
+
+
+def _write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(folder)
+        staging = new_staging(folder, target.name, directory=False)
+        with open(staging, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            if replace:
+                os.replace(staging, target)
+            else:
+                rename_noreplace(staging, target)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
+    except FileExistsError:
+        raise OutputError(f"{target} appeared while the signature was written") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+
+
+# -------------------------------------------------------------------------------------- verify
+@dataclass(frozen=True)
+class SignatureCheck:
+    """The result of :func:`check_signature` for a signed bundle whose files all match."""
+
+    path: Path
+    """The envelope file."""
+    keyids: list[str]
+    """Trusted keys whose signature verified (empty when no key was given)."""
+    signer_checked: bool
+    """False when no trusted key was given: the files match the statement, but who signed it
+    was not checked."""
+    subjects: int
+    """Files covered (manifest.json included), every one matching."""
+    envelope_keyids: list[str] = field(default_factory=list)
+    """Key ids the envelope's signatures claim."""
+
+    def __str__(self) -> str:
+        if self.signer_checked:
+            who = ", ".join(k[:16] for k in self.keyids)
+            return f"signed by trusted key {who} ({self.subjects} subjects match)"
+        claimed = ", ".join(k[:16] for k in self.envelope_keyids) or "an unnamed key"
+        return (f"signed by {claimed}, signer NOT checked (no --trusted-key); "
+                f"{self.subjects} subjects match")
+
+
+def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, require: bool = False,
+                    signature: Path | None = None) -> SignatureCheck | None:
+    """Check the signature of an opened bundle; None when it has none and none is required.
+
+    With ``trusted_keys``, the envelope must carry a signature one of them verifies, checked
+    before its payload is parsed. Then every file in the bundle folder must be a subject of the
+    statement with the same BLAKE3, and every subject a file. Raises SignatureError (exit 13)
+    for: no signature when ``require``; no trusted key when ``require``; an envelope that cannot
+    be read; no signature by a trusted key; a statement of another type; any file altered,
+    missing or not named. InputError for an unreadable key file.
+    """
+    path = Path(signature) if signature is not None else signature_path(bundle.source)
+    if require and not trusted_keys:
+        raise SignatureError("a signature is required but no trusted key was given",
+                             hint="pass the signer's public key with --trusted-key")
+    keys = [(load_public_key(p), p) for p in trusted_keys]
+    if not os.path.lexists(path):
+        if require or signature is not None:
+            raise SignatureError(f"{bundle.source} is not signed: there is no {path}",
+                                 hint="sign it with dossier sign BUNDLE --key KEY, or name its "
+                                 "signature with --signature")
+        return None
+    envelope = _read_envelope(path, SignatureError)
+    if envelope.get("payloadType") != PAYLOAD_TYPE:
+        raise SignatureError(f"{path}: payload type {envelope.get('payloadType')!r} is not "
+                             f"{PAYLOAD_TYPE!r}", hint=_HINT_ALTERED)
+    payload = _b64decode(envelope.get("payload"))
+    if payload is None:
+        raise SignatureError(f"{path}: the payload is not base64", hint=_HINT_ALTERED)
+    sigs = envelope.get("signatures")
+    if not isinstance(sigs, list) or not sigs or len(sigs) > MAX_SIGNATURES:
+        raise SignatureError(f"{path}: the envelope holds no signatures (or more than "
+                             f"{MAX_SIGNATURES})", hint=_HINT_ALTERED)
+    claimed = sorted({s["keyid"] for s in sigs if isinstance(s, dict)
+                      and isinstance(s.get("keyid"), str)})
+    verified = _verified_keyids(keys, sigs, payload) if keys else []
+    if keys and not verified:
+        ours = {key_id(k) for k, _ in keys}
+        if ours & set(claimed):
+            raise SignatureError(f"{path}: the signature of trusted key "
+                                 f"{sorted(ours & set(claimed))[0][:16]} does not verify: the "
+                                 "statement or the signature was altered", hint=_HINT_ALTERED)
+        raise SignatureError(f"{path}: not signed by a trusted key (signed by "
+                             f"{', '.join(k[:16] for k in claimed) or 'unnamed keys'}; trusted: "
+                             f"{', '.join(sorted(k[:16] for k in ours))})",
+                             hint="pass the signer's public key with --trusted-key, if you "
+                             "trust it")
+    subjects = _subjects(path, payload)
+    actual, odd = bundle_digests(bundle)
+    problems = []
+    for rel in sorted(set(actual) | set(subjects) | set(odd)):
+        if rel in odd:
+            problems.append(f"{rel}: not a regular file")
+        elif rel not in subjects:
+            problems.append(f"{rel}: not in the signed statement")
+        elif rel not in actual:
+            problems.append(f"{rel}: missing")
+        elif actual[rel] != subjects[rel]:
+            problems.append(f"{rel}: BLAKE3 differs from the signed statement")
+    if problems:
+        raise SignatureError(f"{bundle.source} does not match its signed statement "
+                             f"({len(problems)} problem(s)): {'; '.join(problems)}",
+                             hint=_HINT_ALTERED)
+    return SignatureCheck(path, verified, bool(keys), len(subjects), claimed)
+
+
+def _verified_keyids(keys: list[tuple[Any, Path]], sigs: list[Any], payload: bytes) -> list[str]:
+    from cryptography.exceptions import InvalidSignature
+
+    message = pae(PAYLOAD_TYPE, payload)
+    found = []
+    for key, _ in keys:
+        for s in sigs:
+            raw = _b64decode(s.get("sig")) if isinstance(s, dict) else None
+            if raw is None or len(raw) != 64:
+                continue
+            try:
+                key.verify(raw, message)
+            except InvalidSignature:
+                continue
+            found.append(key_id(key))
+            break
+    return sorted(set(found))
+
+
+def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(ENVELOPE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise error(f"cannot read signature {path}: {exc.strerror or exc}") from exc
+    if len(data) > ENVELOPE_MAX_BYTES:
+        raise error(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB; not a signature")
+    try:
+        envelope = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise error(f"{path} is not a DSSE envelope (not JSON: {_one_line(exc)})") from None
+    if not isinstance(envelope, dict):
+        raise error(f"{path} is not a DSSE envelope (a JSON {type(envelope).__name__})")
+    return envelope
+
+
+def _subjects(path: Path, payload: bytes) -> dict[str, str]:
+    """Subject name -> BLAKE3 from a statement; SignatureError when it is not ours."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise SignatureError(f"{path}: the signed payload is not JSON", hint=_HINT_ALTERED) from None
+    if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
+        raise SignatureError(f"{path}: the payload is not an in-toto Statement v1",
+                             hint=_HINT_ALTERED)
+    if body.get("predicateType") != PREDICATE_TYPE:
+        raise SignatureError(f"{path}: predicate type {body.get('predicateType')!r} is not "
+                             f"{PREDICATE_TYPE!r}", hint=_HINT_ALTERED)
+    found: dict[str, str] = {}
+    subjects = body.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        raise SignatureError(f"{path}: the statement names no subjects", hint=_HINT_ALTERED)
+    for item in subjects:
+        name = item.get("name") if isinstance(item, dict) else None
+        digest = item.get("digest") if isinstance(item, dict) else None
+        value = digest.get(DIGEST) if isinstance(digest, dict) else None
+        if not isinstance(name, str) or not isinstance(value, str) or name in found:
+            raise SignatureError(f"{path}: subject {str(name)[:80]!r} has no {DIGEST} digest "
+                                 "or appears twice", hint=_HINT_ALTERED)
+        found[name] = value
+    if MANIFEST_NAME not in found:
+        raise SignatureError(f"{path}: the statement does not cover {MANIFEST_NAME}",
+                             hint=_HINT_ALTERED)
+    return found
+
+
+__all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "PAYLOAD_TYPE", "PREDICATE_TYPE",
+           "SIGNATURE_SUFFIX", "STATEMENT_TYPE", "KeyPair", "SignatureCheck", "SignedBundle",
+           "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
+           "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
+           "provenance", "sign_bundle", "signature_path", "statement"]

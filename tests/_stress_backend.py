@@ -1,0 +1,94 @@
+"""A test-only backend for the reliability tests: ONNX Runtime plus two knobs. Not collected.
+
+- ``pace``: ``slow`` (the default) sleeps 10 ms in every inference, ``brisk`` 1 ms, ``fast``
+  not at all. The baseline (each varied knob at its default) is therefore far slower than a
+  ``brisk`` or ``fast`` route, even on a busy machine, so a search has candidates and runs its
+  confirmation round.
+- ``hazard``: breaks the trial's process for real *after* the engine was built, where
+  ``dossier.backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
+  ``oom_load`` (allocates until the address-space limit stops it), ``raise_load`` (the engine
+  does not load), ``segv_run``, ``oom_run``, ``hang_run``, ``raise_run`` (the first inference
+  crashes, exhausts memory, hangs or fails), ``segv_time``, ``oom_time`` (the 10th inference,
+  i.e. while timing, after validation passed).
+
+Child processes find it through :data:`SITECUSTOMIZE`, which the tests write into a folder they
+put first on PYTHONPATH (the registry of :mod:`dossier.backends` has no plug-in hook).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from dossier.backends.interface import EngineRuntimeError, Runner
+from dossier.backends.onnxruntime import OnnxRuntimeBackend
+from dossier.knobs import Knob, KnobDatabase, KnobPhase
+from dossier.routes import Route
+
+NAME = "stress"
+PACES = {"slow": 0.010, "brisk": 0.001}
+HAZARDS = ("none", "segv_load", "abort_load", "oom_load", "raise_load", "segv_run", "oom_run",
+           "hang_run", "raise_run", "segv_time", "oom_time")
+SITECUSTOMIZE = (
+    "import os\n"
+    "if os.environ.get('DOSSIER_STRESS_BACKEND') == '1':\n"
+    "    import dossier.backends\n"
+    f"    dossier.backends._REGISTRY[{NAME!r}] = ('tests._stress_backend', 'StressBackend')\n")
+"""Registers the backend in every Python process that has DOSSIER_STRESS_BACKEND=1."""
+
+
+def _break(how: str) -> None:
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if how == "abort":
+        os.abort()
+    if how == "oom":
+        hog = []
+        while True:
+            hog.append(bytearray(256 << 20))
+    if how == "hang":
+        while True:
+            time.sleep(60)
+    if how == "raise":
+        raise EngineRuntimeError(f"injected {how} failure")
+
+
+class _StressRunner(Runner):
+    def __init__(self, inner: Runner, pace: str, hazard: str) -> None:
+        self._inner, self._pace, self._hazard, self._calls = inner, pace, hazard, 0
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._calls += 1
+        how, _, when = self._hazard.partition("_")
+        if when == "run" or (when == "time" and self._calls >= 10):
+            _break(how)
+        if self._pace in PACES:
+            time.sleep(PACES[self._pace])
+        return self._inner.run(inputs)
+
+
+class StressBackend(OnnxRuntimeBackend):
+    """ONNX Runtime with a slow default pace and post-build hazards (tests only)."""
+
+    name = NAME
+
+    def knob_database(self) -> KnobDatabase:
+        db = super().knob_database()
+        extra = (Knob(name="pace", values=("slow", "brisk", "fast"), default="slow",
+                      phase=KnobPhase.LOAD, help="test-only: sleep per inference (10, 1, 0 ms)"),
+                 Knob(name="hazard", values=HAZARDS, default="none", phase=KnobPhase.LOAD,
+                      help="test-only: break the trial's process after the build"))
+        return db.model_copy(update={"backend": self.name, "knobs": (*extra, *db.knobs)})
+
+    def load(self, engine: Path, route: Route) -> Runner:
+        values = route.as_dict()
+        hazard = values.get("hazard", "none")
+        how, _, when = hazard.partition("_")
+        if when == "load":
+            _break(how)
+        return _StressRunner(super().load(engine, route), values.get("pace", "slow"), hazard)
