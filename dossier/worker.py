@@ -75,6 +75,17 @@ def _result(req: WorkerRequest, data: dict) -> None:
     os.replace(tmp, req.result)
 
 
+def _setup(req: WorkerRequest, *, validation: bool = True):  # type: ignore[no-untyped-def]
+    """The configured backend and (unless not needed) the validation set."""
+    from dossier.backends import get_backend
+    from dossier.validation import load_validation_set
+
+    _stage(req, "setup")
+    backend = get_backend(req.backend)
+    backend.configure(req.builder, req.shapes)
+    return backend, load_validation_set(Path(req.validation)) if validation else None
+
+
 def _timers(runner, vset):  # type: ignore[no-untyped-def]
     """One sample = one pass over every validation pair's inputs (so the inputs rotate and the
     samples of a model with several shapes stay unimodal)."""
@@ -84,15 +95,12 @@ def _timers(runner, vset):  # type: ignore[no-untyped-def]
 
 def run_trial(req: WorkerRequest) -> dict:
     """Build, validate and time one route; return the raw result."""
-    from dossier.backends import BuildError, EngineRuntimeError, get_backend
+    from dossier.backends import BuildError, EngineRuntimeError
     from dossier.routes import Route
     from dossier.timing import sample_interleaved, warm_up
-    from dossier.validation import judge, load_validation_set
+    from dossier.validation import judge
 
-    _stage(req, "setup")
-    backend = get_backend(req.backend)
-    backend.configure(req.builder, req.shapes)
-    vset = load_validation_set(Path(req.validation))
+    backend, vset = _setup(req)
     route = Route.parse(req.route or "")
     engine = Path(req.engine or "")
     _stage(req, "build")
@@ -149,12 +157,10 @@ def run_trial(req: WorkerRequest) -> dict:
 
 def run_build(req: WorkerRequest) -> dict:
     """Only build the route (backends that load in a fresh process)."""
-    from dossier.backends import BuildError, get_backend
+    from dossier.backends import BuildError
     from dossier.routes import Route
 
-    _stage(req, "setup")
-    backend = get_backend(req.backend)
-    backend.configure(req.builder, req.shapes)
+    backend, _ = _setup(req, validation=False)
     _stage(req, "build")
     t0 = time.perf_counter()
     try:
@@ -170,15 +176,10 @@ def run_build(req: WorkerRequest) -> dict:
 
 def run_confirm(req: WorkerRequest) -> dict:
     """Re-time the baseline and the candidates together, interleaved, in this fresh process."""
-    from dossier.backends import get_backend
     from dossier.routes import Route
     from dossier.timing import sample_interleaved, warm_up
-    from dossier.validation import load_validation_set
 
-    _stage(req, "setup")
-    backend = get_backend(req.backend)
-    backend.configure(req.builder, req.shapes)
-    vset = load_validation_set(Path(req.validation))
+    backend, vset = _setup(req)
     _stage(req, "load")
     runners = [backend.load(Path(req.baseline_engine or ""), Route.parse(req.baseline_route))]
     runners += [backend.load(Path(e), Route.parse(r)) for e, r in req.candidates]
@@ -192,14 +193,10 @@ def run_confirm(req: WorkerRequest) -> dict:
 
 def run_validate(req: WorkerRequest) -> dict:
     """Load an existing engine and judge it on the validation set (``verify --recheck``)."""
-    from dossier.backends import get_backend
     from dossier.routes import Route
-    from dossier.validation import judge, load_validation_set
+    from dossier.validation import judge
 
-    _stage(req, "setup")
-    backend = get_backend(req.backend)
-    backend.configure(req.builder, req.shapes)
-    vset = load_validation_set(Path(req.validation))
+    backend, vset = _setup(req)
     _stage(req, "load")
     runner = backend.load(Path(req.engine or ""), Route.parse(req.route or ""))
     _stage(req, "validate")
