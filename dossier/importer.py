@@ -433,14 +433,14 @@ def _decision(p: _Plan) -> DecisionRecord:
               f"{len(passing) + 1} passing row(s)")
     if p.baseline is not None and p.baseline != p.winner and gpu[p.baseline] is not None:
         b = gpu[p.baseline]
-        reason += (f"; the baseline measured {b:.4g} ms (ratio {b / win_ms:.3f}, one mean each "
-                   "including warm-up)")  # type: ignore[operator]
+        ratio = f"ratio {b / win_ms:.3f}, " if win_ms else ""  # type: ignore[operator]
+        reason += f"; the baseline measured {b:.4g} ms ({ratio}one mean each including warm-up)"
     elif p.baseline == p.winner:
         reason += "; it is the baseline"
     runner = passing[0] if passing else None
     if runner is not None and runner[1] != p.baseline:
-        reason += (f"; runner-up {p.trials[runner[1]].route} at {runner[0]:.4g} ms "
-                   f"({runner[0] / win_ms - 1:+.1%})")  # type: ignore[operator]
+        margin = f" ({runner[0] / win_ms - 1:+.1%})" if win_ms else ""  # type: ignore[operator]
+        reason += f"; runner-up {p.trials[runner[1]].route} at {runner[0]:.4g} ms{margin}"
     reason += ("; not statistically checked: a difference this size may be noise, and "
                "rebuilding the route may not reproduce the engine")
     return DecisionRecord(rule=RULE, baseline_route=p.baseline_route, shipped_route=w.route,

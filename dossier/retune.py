@@ -54,6 +54,9 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
         if not report:
             raise IntegrityError(f"{b.source}: {report}")
         m = b.manifest
+        if not (b.path / "validation").is_dir():  # a trtexec import carries none
+            raise InputError(f"{b.source} has no validation set to re-tune against",
+                             hint="tune the model with a release spec and a validation set")
         header = b.tuning_cache().header
         trials = b.tuning_cache().trials
         run = Path(work) if work else out_dir / ".runs" / f"{m.release}-{m.release_version + 1}"

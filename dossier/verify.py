@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dossier.bundle import Bundle, check_integrity
-from dossier.errors import IntegrityError
+from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.policy import Finding, Verdict, default_policy, diff, load_policy, worst
 from dossier.signing import SignatureCheck, check_signature
@@ -98,7 +98,7 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
     return WorkerRequest(backend=bundle.manifest.backend, model="",
                          validation=str(bundle.path / "validation"), metric=s.metric,
                          threshold=s.threshold, atol=s.atol, rtol=s.rtol, timing=timing,
-                         baseline_route=bundle.manifest.engines.baseline.route,
+                         baseline_route=s.baseline_route,
                          builder=header.builder, shapes=header.shapes,
                          result=str(work / "result.json"), stage=str(work / "stage"),
                          **kw)  # type: ignore[arg-type]
@@ -110,6 +110,9 @@ def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
 
     s = bundle.manifest.summary
     shipped = bundle.manifest.engines.shipped
+    if not (bundle.path / "validation").is_dir():
+        raise InputError(f"{bundle.source} has no validation set (imported from trtexec?): "
+                         "--recheck has nothing to run")
     limit = threshold if threshold is not None else s.threshold
     header = bundle.tuning_cache().header
     recorded = next((t.worst_loss for t in bundle.tuning_cache().trials
@@ -137,6 +140,11 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     cache = bundle.tuning_cache()
     timing = timing or cache.header.timing
     shipped, base = m.engines.shipped, m.engines.baseline
+    if base is None:
+        raise InputError(f"{bundle.source} has no baseline engine (imported from trtexec?): "
+                         "--rebench cannot compare against the baseline")
+    if not (bundle.path / "validation").is_dir():
+        raise InputError(f"{bundle.source} has no validation set to time the engines on")
     same = shipped.trial_index == base.trial_index
     with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
         cands = [] if same else [(str(bundle.file(shipped.path)), shipped.route)]

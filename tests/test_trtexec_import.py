@@ -450,3 +450,20 @@ def test_import_library_call(run: Path, tmp_path: Path) -> None:
                              engine=run / "best.plan", name="lib", version=2)
     assert written.path.name == "lib-2.dossier"
     assert written.manifest.summary.result == "not statistically checked"
+
+
+def test_retune_of_an_import_is_refused(run: Path, tmp_path: Path) -> None:
+    bundle = imported(run, tmp_path / "out")
+    res = cli("retune", bundle, "--out", tmp_path / "next")
+    assert res.exit_code == ExitCode.INPUT and "no validation set" in res.stderr
+    assert not (tmp_path / "next").exists()
+
+
+def test_verify_recheck_and_rebench_refuse_an_import_with_one_line(run: Path,
+                                                                   tmp_path: Path) -> None:
+    """An imported bundle has no validation set and no baseline engine: one line, exit 3."""
+    bundle = imported(run, tmp_path / "out")
+    for flag, words in (("--recheck", "no validation set"), ("--rebench", "no baseline engine")):
+        r = CliRunner().invoke(app, ["verify", str(bundle), flag])
+        assert r.exit_code == 3, (flag, r.output)
+        assert words in r.output
