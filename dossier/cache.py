@@ -184,14 +184,22 @@ class TuningCache:
     def create(cls, path: Path, header: CacheHeader) -> TuningCache:
         """Start a new cache file (refuses to overwrite one)."""
         path = Path(path)
+        if path.exists():
+            raise InputError(f"tuning cache {path} exists already",
+                             hint="use --continue to resume it, or another --out")
+        # written aside and linked into place: a kill never leaves a torn header behind
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(header.model_dump_json() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         try:
-            with open(path, "x", encoding="utf-8") as f:
-                f.write(header.model_dump_json() + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            os.link(tmp, path)  # fails if another process created the cache meanwhile
         except FileExistsError:
             raise InputError(f"tuning cache {path} exists already",
                              hint="use --continue to resume it, or another --out") from None
+        finally:
+            tmp.unlink(missing_ok=True)
         return cls(path, header, [])
 
     @classmethod

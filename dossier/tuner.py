@@ -193,9 +193,11 @@ def _short(v: object) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-def _child_setup(memory_mb: int | None) -> None:  # runs in the child before exec
+def _child_setup(memory_mb: int | None, parent: int) -> None:  # runs in the child before exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the search died between fork and prctl: do not outlive it
+        os._exit(1)
     if memory_mb:
         limit = memory_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -211,11 +213,12 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
     Path(req.result).unlink(missing_ok=True)
     Path(req.stage).write_text("start")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+    parent = os.getpid()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
             stdout=log, stderr=log, env=env, start_new_session=True,
-            preexec_fn=lambda: _child_setup(memory_mb))
+            preexec_fn=lambda: _child_setup(memory_mb, parent))
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
