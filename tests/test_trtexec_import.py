@@ -30,33 +30,17 @@ from dossier.importer import export_trtexec_cache, import_trtexec, unknown_finge
 from dossier.policy import Verdict, default_policy, diff
 from dossier.routes import Route
 from dossier.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
+from tests.test_trtexec import ITERATIONS
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "assets" / "golden" / "convnet-1.dossier"
 EPSILON = 0.01
 TRT = (11, 1, 0, 106)
 
-# A fast search over three knobs: the baseline, then one-offs right to left. Row 1 is a failed
-# build, row 2 a crash (signal), row 3 an accuracy failure (crash false, exit status 1, a loss
-# >= epsilon) that is the fastest of all, row 4 the fastest passing route: trtexec's winner.
-ROWS = [
-    {"iter": 0, "build_route": "-conv_use_long_w=on -kgen:codegen:cuda_tile=0 -kgen:tiling=auto",
-     "crash": False, "error_message": "", "accuracy_loss": {"y": 0.0, "z": 0.001},
-     "gpu_time": 1.5},
-    {"iter": 1, "build_route": "-conv_use_long_w=on -kgen:codegen:cuda_tile=1 -kgen:tiling=auto",
-     "crash": True, "error_message": "IBuilderConfig::setBuildRoute failed for: "
-     "-conv_use_long_w=on -kgen:codegen:cuda_tile=1 -kgen:tiling=auto",
-     "accuracy_loss": None, "gpu_time": None},
-    {"iter": 2, "build_route": "-conv_use_long_w=on -kgen:codegen:cuda_tile=0 -kgen:tiling=none",
-     "crash": True, "error_message": "child terminated by signal 11", "accuracy_loss": None,
-     "gpu_time": None},
-    {"iter": 3, "build_route": "-conv_use_long_w=on -kgen:codegen:cuda_tile=0 "
-     "-kgen:tiling=aggressive", "crash": False, "error_message": "child exited with status 1",
-     "accuracy_loss": {"y": 0.25, "z": 0.0}, "gpu_time": 0.9},
-    {"iter": 4, "build_route": "-conv_use_long_w=off -kgen:codegen:cuda_tile=0 -kgen:tiling=auto",
-     "crash": False, "error_message": "", "accuracy_loss": {"y": 0.002, "z": 0.0},
-     "gpu_time": 1.2},
-]
+# The documented-format rows of tests/test_trtexec.py: a fast search over three knobs. Row 1 is
+# a failed build, row 2 a crash (signal), row 3 an accuracy failure (crash false, exit status 1,
+# a loss >= epsilon) that is the fastest of all, row 4 the fastest passing route: the winner.
+ROWS = ITERATIONS
 WINNER = 4
 DEFAULT_ROUTE = ("-conv_use_long_w=on -kgen:codegen:cuda_tile=0 -kgen:tiling=auto "
                  "-match_ragged_mha=off")
