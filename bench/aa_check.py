@@ -1,0 +1,84 @@
+"""A/A check of the decision rule on ONNX Runtime (CPU): a selection whose two values do the
+same thing must end "no significant gain" every time.
+
+The knob is ``-inter_op_num_threads=[0|1]`` with the default sequential execution mode, where
+ORT runs no inter-op pool: both routes build the same engine (the second reuses the first) and
+run the same way. Writes bench/results/aa-ort.json with how often the rule shipped a route
+anyway (a false positive), and how often the screening alone would have.
+
+    python bench/aa_check.py [--runs 10] [--sample convnet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dossier.spec import load_spec  # noqa: E402
+from dossier.tuner import tune  # noqa: E402
+
+SELECTION = "-execution_mode=sequential -inter_op_num_threads=[0|1]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--sample", default="convnet")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "aa-ort.json")
+    args = ap.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_file = ROOT / "samples" / "build.py"
+        module_spec = importlib.util.spec_from_file_location("samples_build", spec_file)
+        module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+        sys.modules["samples_build"] = module
+        module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        module.build_all(Path(tmp) / "samples")
+        spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
+                         {"strategy": "full", "selection": SELECTION})
+        for i in range(args.runs):
+            res = tune(spec, Path(tmp) / f"run{i}")
+            screen = next(t for t in res.cache.trials if t.role == "search")
+            c = screen.comparison
+            confirm = [t for t in res.cache.trials if t.role == "confirm"]
+            runs.append({
+                "run": i, "shipped": res.decision.shipped_route, "gain": res.decision.gain,
+                "screening": {"speedup": c.speedup, "ci": [c.speedup_ci_low, c.speedup_ci_high],
+                              "p_value": c.p_value, "faster": c.faster, "slower": c.slower},
+                "confirmed": [{"speedup": t.comparison.speedup, "p_value": t.comparison.p_value}
+                              for t in confirm if t.comparison],
+                "reused_engine": screen.extra.get("reused_engine"),
+                "reason": res.decision.reason})
+            print(f"[{i}] screening {c.speedup:.3f}x [{c.speedup_ci_low:.3f}, "
+                  f"{c.speedup_ci_high:.3f}] p={c.p_value:.2g}"
+                  f"{' faster' if c.faster else ''}{' slower' if c.slower else ''}"
+                  f" -> {'GAIN' if res.decision.gain else 'no significant gain'}")
+    result = {
+        "benchmark": "A/A check of the decision rule", "backend": "onnxruntime",
+        "sample": args.sample, "selection": SELECTION, "timing": "default TimingSettings",
+        "host": {"machine": platform.machine(), "python": platform.python_version()},
+        "runs": len(runs),
+        "no_significant_gain": sum(not r["gain"] for r in runs),
+        "screened_faster": sum(r["screening"]["faster"] for r in runs),
+        "screened_significant": sum(r["screening"]["p_value"] < 0.05 for r in runs),
+        "interval_includes_1": sum(r["screening"]["ci"][0] <= 1 <= r["screening"]["ci"][1]
+                                   for r in runs),
+        "details": runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"no significant gain in {result['no_significant_gain']} of {len(runs)} runs; "
+          f"screening called 'faster' {result['screened_faster']} times, 'significant' "
+          f"{result['screened_significant']} times; the interval held 1.0 "
+          f"{result['interval_includes_1']} times")
+
+
+if __name__ == "__main__":
+    main()
