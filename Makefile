@@ -12,7 +12,7 @@ OUT ?= out
 $(BIN)/dossier: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]' '$(TORCH)'
+	$(BIN)/python -m pip install -q -e '.[dev]' $(if $(TORCH),'$(TORCH)',)
 	touch $(BIN)/dossier
 
 setup: $(BIN)/dossier
