@@ -21,10 +21,9 @@ import tarfile
 from pathlib import Path
 
 from dossier.bundle._files import (
+    begin_staging,
     copy_hashed,
     fsync_path,
-    new_staging,
-    remove_stale_staging,
     rename_noreplace,
 )
 from dossier.bundle.integrity import check_integrity
@@ -59,12 +58,7 @@ def pack_bundle(path: Path, out_dir: Path) -> Path:
         target = out_dir / archive_name(bundle)
         if os.path.lexists(target):
             raise OutputError(f"{target} exists already", hint="archives are never overwritten")
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"cannot create {out_dir}: {exc.strerror}") from exc
-        remove_stale_staging(out_dir)
-        staging = new_staging(out_dir, target.name, directory=False)
+        staging = begin_staging(out_dir, target.name, directory=False)
         try:
             with open(staging, "xb") as f:
                 write_archive(bundle, f)

@@ -24,11 +24,10 @@ from pydantic import ValidationError
 from dossier import __version__
 from dossier.bundle import tables
 from dossier.bundle._files import (
+    begin_staging,
     copy_file_hashed,
     fsync_path,
     fsync_tree,
-    new_staging,
-    remove_stale_staging,
     rename_noreplace,
     write_durable,
 )
@@ -151,12 +150,7 @@ def commit_bundle(out_dir: Path, target: Path,
     killed writer in ``out_dir`` is removed first; on any failure the staging folder goes.
     OutputError when ``out_dir`` cannot be written or ``target`` appeared meanwhile."""
     out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create {out_dir}: {exc.strerror}") from exc
-    remove_stale_staging(out_dir)
-    staging = new_staging(out_dir, target.name, directory=True)
+    staging = begin_staging(out_dir, target.name, directory=True)
     try:
         manifest = fill(staging)
         fsync_tree(staging)
