@@ -218,9 +218,13 @@ class RegistryClient:
                                 hint="a loopback registry over plain HTTP needs --insecure"
                                 ) from None
         except requests.RequestException as exc:
-            raise RegistryError(f"{self.ref.registry} is unreachable ({_reason(exc)})",
-                                hint="check the address and that the registry runs; "
-                                "nothing was changed") from None
+            if "NewConnectionError" in repr(exc) or isinstance(exc, requests.ConnectTimeout):
+                raise RegistryError(f"{self.ref.registry} is unreachable ({_reason(exc)})",
+                                    hint="check the address and that the registry runs"
+                                    ) from None
+            raise RegistryError(f"{self.ref.registry} dropped the connection during {method} "
+                                f"{urlsplit(url).path[:120]} ({_reason(exc)})",
+                                hint="nothing was kept half-done; try again") from None
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 data: Any = None, stream: bool = False) -> Any:
@@ -408,7 +412,8 @@ def _oci_error(r: Any) -> str:
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a requests/urllib3 error, in a few words."""
     text = str(exc)
-    m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+    m = re.search(r"\[SSL: [A-Z_]+\] ([^(]+)", text) or re.search(r"\[Errno -?\d+\] ([^'\")]+)",
+                                                                  text)
     if m:
         return m.group(1).strip()
     for key in ("Connection refused", "Connection reset", "timed out", "Connection aborted",
