@@ -228,14 +228,18 @@ class RegistryClient:
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 data: Any = None, stream: bool = False) -> Any:
-        """One request with the credentials in force; a bearer challenge for another scope
-        (pull, then push) is answered once."""
+        """One request with the credentials in force. A challenge is answered once: the first
+        one (a registry whose version check needed no credentials may still ask for them per
+        repository), or a bearer challenge for another scope (pull, then push)."""
         headers = {**(headers or {}), **self._auth_header}
         r = self._send(method, url, headers=headers, data=data, stream=stream)
-        if r.status_code == 401 and self._auth is not None and "Bearer" in r.headers.get(
-                "Www-Authenticate", ""):
+        challenge = r.headers.get("Www-Authenticate", "").lower()
+        if r.status_code == 401 and (self._auth is None or challenge.startswith("bearer")):
             r.close()
-            self._bearer(r)
+            if self._auth is None:
+                self._authenticate(r)
+            else:
+                self._bearer(r)
             if hasattr(data, "seek"):
                 data.seek(0)
             r = self._send(method, url, headers={**headers, **self._auth_header}, data=data,
