@@ -264,6 +264,48 @@ def test_a_tampered_blob_in_the_registry_is_refused(registry: Registry, bundle: 
         stored.write_bytes(bytes(data))
 
 
+def _put_manifest(registry: Registry, repo: str, tag: str, manifest: dict[str, Any]) -> None:
+    req = urllib.request.Request(f"http://{registry.addr}/v2/{repo}/manifests/{tag}",
+                                 data=json.dumps(manifest).encode(), method="PUT", headers={
+                                     "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    urllib.request.urlopen(req, timeout=10).close()
+
+
+def _crafted(manifest: dict[str, Any], case: str) -> dict[str, Any]:
+    crafted = json.loads(json.dumps(manifest))
+    layers = crafted["layers"]
+    if case == "a layer leading out":
+        layers.append({**layers[0], "annotations": {
+            "org.opencontainers.image.title": "../../outside"}})
+    elif case == "a layer missing":
+        del layers[-1]
+    elif case == "a layer twice":
+        layers.append(layers[0])
+    elif case == "a size lie":
+        layers[0]["size"] += 1
+    elif case == "another artifact type":
+        crafted["artifactType"] = "application/vnd.example.other"
+    return crafted
+
+
+@pytest.mark.parametrize("case", ["a layer leading out", "a layer missing", "a layer twice",
+                                  "a size lie", "another artifact type"])
+def test_a_crafted_manifest_is_refused_before_a_byte_is_written(
+        registry: Registry, bundle: Path, tmp_path: Path, case: str) -> None:
+    ref = _ref(registry)
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    repo, tag = _repo_tag(ref)
+    manifest = json.loads(registry.get(f"{repo}/manifests/{tag}")[1])
+    _put_manifest(registry, repo, "crafted", _crafted(manifest, case))
+    out = tmp_path / "deep" / "out"
+    out.parent.mkdir()
+    res = h.cli("pull", ref.rsplit(":", 1)[0] + ":crafted", "--out", out, "--insecure")
+    assert res.exit_code == ExitCode.BUNDLE, h.said(res)
+    _one_error_line(res)
+    assert _leftovers(out) == [] and _leftovers(tmp_path / "deep") in (["out"], [])
+    assert not (tmp_path / "outside").exists()
+
+
 def test_verify_ref_pulls_into_the_cache_and_verifies(registry: Registry, bundle: Path,
                                                       tmp_path: Path) -> None:
     ref = _ref(registry)
@@ -382,10 +424,7 @@ def test_registry_errors_are_one_line_with_their_exit_code(registry: Registry, b
     signed = json.loads(h.cli("push", bundle, ref, "--insecure", "--json").stdout)
     repo, _ = _repo_tag(ref)
     sig_manifest = registry.get(f"{repo}/manifests/{signed['signature']}")[1]
-    req = urllib.request.Request(f"http://{registry.addr}/v2/{repo}/manifests/sig",
-                                 data=sig_manifest, method="PUT", headers={
-                                     "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-    urllib.request.urlopen(req, timeout=10).close()
+    _put_manifest(registry, repo, "sig", json.loads(sig_manifest))
     for name, (args, code, words) in cases.items():
         started = time.monotonic()
         res = h.cli(*args)

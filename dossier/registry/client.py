@@ -136,6 +136,7 @@ class RegistryClient:
         self.session = self._oras.session
         self._auth: Any = None
         self._auth_header: dict[str, str] = {}
+        self._credential_source = "nowhere"
 
     # ------------------------------------------------------------------------ connection
     def connect(self) -> RegistryClient:
@@ -157,8 +158,6 @@ class RegistryClient:
             else:
                 self.check(r, "the version check")
         return self
-
-    _credential_source = "nowhere"
 
     def _credentials(self, auth: Any) -> bool:
         user, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
