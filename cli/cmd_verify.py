@@ -58,6 +58,8 @@ def verify(
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
     13 signature missing, untrusted or not matching.
+
+    A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint
