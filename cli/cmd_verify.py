@@ -18,7 +18,8 @@ _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
 @app.command()
 @handled
 def verify(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar, or a registry "
+                                "reference REGISTRY/REPO:TAG or REGISTRY/REPO@DIGEST."),
     integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
                                         "file matches the manifest (no environment check)."),
     recheck: bool = typer.Option(False, "--recheck", help="Load the shipped engine here and run "
@@ -41,6 +42,8 @@ def verify(
                                             "whose signature is accepted; repeat for several."),
     signature: Path = typer.Option(None, "--signature", help="The bundle's signature file "
                                    "(default: NAME-VERSION.dossier.sig.json beside it)."),
+    insecure: bool = typer.Option(False, "--insecure", help="For a registry reference: plain "
+                                  "HTTP, allowed only for a loopback registry."),
 ) -> None:
     """Check a bundle on this host before loading its engine.
 
@@ -55,9 +58,12 @@ def verify(
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
     13 signature missing, untrusted or not matching.
+
+    A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint
+    from dossier.registry import check_referrer_signatures
     from dossier.signing import check_signature
     from dossier.verify import verify_bundle
 
@@ -65,10 +71,16 @@ def verify(
         err.print("error: --require-signature needs at least one --trusted-key (the signer's "
                   "public key)", markup=False, soft_wrap=True)
         raise typer.Exit(int(ExitCode.USAGE))
+    fetched = _fetch(path, insecure)  # a registry reference: pulled into the cache, verified
+    if fetched is not None:
+        path = fetched.path
     try:
         with open_bundle(path) as b:
             signed = check_signature(b, trusted_keys, require=require_signature,
-                                     signature=signature)
+                                     signature=signature) if fetched is None or signature \
+                else check_referrer_signatures(b, fetched.signatures, trusted_keys,
+                                               require=require_signature,
+                                               source=fetched.reference)
             if signed is not None:
                 err.print(f"OK: signature {signed.path}: {signed}", markup=False, soft_wrap=True)
             report = check_integrity(b)
@@ -93,6 +105,19 @@ def verify(
     else:
         _render(result, show_all)
     raise typer.Exit(int(result.verdict.exit_code))
+
+
+def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
+    """A registry reference (not a local path) pulled into the cache; None for a local path."""
+    from dossier.registry import fetch_bundle, looks_like_reference
+
+    if path.exists() or not looks_like_reference(str(path)):
+        return None
+    fetched = fetch_bundle(str(path), insecure=insecure)
+    err.print(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'}"
+              f" {fetched.path}, {len(fetched.signatures)} signature referrer(s)", markup=False,
+              soft_wrap=True)
+    return fetched
 
 
 def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import sys
 
 import cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
 import cli.cmd_explain  # noqa: F401 - explain, diff
+import cli.cmd_registry  # noqa: F401 - push, pull
 import cli.cmd_sign  # noqa: F401
 import cli.cmd_trtexec  # noqa: F401 - import, export
 import cli.cmd_tune  # noqa: F401 - knobs, tune

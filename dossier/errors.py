@@ -19,8 +19,12 @@ Hierarchy::
     │   ├── BundleFormatError      not a bundle, or a format version this reader does not know
     │   ├── IntegrityError         a file is missing, extra or altered
     │   └── UnsafeArchiveError     a .dossier.tar member that would write outside its target
+    │       └── DigestMismatchError  a blob pulled from a registry does not match its digest
     ├── OutputError                output exists or cannot be written (exit 7)
-    └── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
+    ├── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
+    └── RegistryError              registry unreachable, failed or refused a request (exit 20)
+        ├── RegistryAuthError      credentials missing or refused (exit 21)
+        └── NotFoundError          no such repository, tag or digest in the registry (exit 22)
 
     InternalError                  a bug in dossier itself (exit 70); deliberately outside the tree
 """
@@ -53,6 +57,12 @@ class ExitCode(enum.IntEnum):
     """``verify``: the engine must not be used here (rebuild or re-tune)."""
     SIGNATURE = 13
     """Signature missing, not trusted or not matching."""
+    REGISTRY = 20
+    """An OCI registry is unreachable, failed (HTTP 5xx, died mid-transfer) or refused a request."""
+    REGISTRY_AUTH = 21
+    """An OCI registry wants credentials that are missing, or refused the ones given."""
+    NOT_FOUND = 22
+    """The repository, tag or digest is not in the registry."""
     INTERNAL = 70
     """A bug in dossier itself."""
     INTERRUPTED = 130
@@ -144,6 +154,12 @@ class UnsafeArchiveError(BundleError):
     hint = "the archive was not written by dossier pack; do not use it"
 
 
+class DigestMismatchError(IntegrityError):
+    """A blob or manifest pulled from a registry does not match its sha256 digest or size."""
+
+    hint = "the registry's copy is corrupt or was tampered with; nothing was kept"
+
+
 class OutputError(DossierError):
     """Output exists already or cannot be written."""
 
@@ -154,6 +170,26 @@ class SignatureError(DossierError):
     """A bundle's signature is missing, untrusted or does not match."""
 
     exit_code = ExitCode.SIGNATURE
+
+
+class RegistryError(DossierError):
+    """An OCI registry is unreachable, failed or refused a request."""
+
+    exit_code = ExitCode.REGISTRY
+
+
+class RegistryAuthError(RegistryError):
+    """An OCI registry wants credentials that are missing, or refused the ones given."""
+
+    exit_code = ExitCode.REGISTRY_AUTH
+    hint = ("log in with docker login (DOCKER_CONFIG or ~/.docker/config.json), or set "
+            "DOSSIER_REGISTRY_USERNAME and DOSSIER_REGISTRY_PASSWORD")
+
+
+class NotFoundError(RegistryError):
+    """The repository, tag or digest is not in the registry."""
+
+    exit_code = ExitCode.NOT_FOUND
 
 
 class InternalError(Exception):

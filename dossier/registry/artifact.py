@@ -1,0 +1,361 @@
+"""A bundle as an OCI artifact: push, pull (verified on arrival), and the pull cache of verify.
+
+The artifact is an OCI image manifest (image-spec 1.1) with:
+
+- ``artifactType`` :data:`ARTIFACT_TYPE`;
+- ``config``: the bundle's ``manifest.json``, byte for byte (:data:`CONFIG_TYPE`), so the
+  dossier id (xxh3-128 over it) survives the trip;
+- ``layers``: one per file of the manifest's file table, in its order (sorted by path), each
+  :data:`LAYER_TYPE` with its size, its sha256 digest (the distribution spec's; xxh3-128 stays
+  in dossier's own manifest) and its bundle path as ``org.opencontainers.image.title``;
+- annotations: the bundle name, release version, creation time (from the manifest, so pushing
+  the same bundle twice gives the same bytes and the same digest) and dossier id.
+
+One layer per file rather than one tar: files that did not change between releases (the model,
+the knob database) are stored once and not uploaded again, and a push cut short resumes with
+the blobs already there. The folder and the ``.dossier.tar`` of a bundle push as the same
+artifact.
+
+Pull checks, in order: the manifest's digest (the one asked for, or the one the registry
+names); that it is a dossier artifact; the config blob's sha256, then its format version; that
+the layers are exactly the file table, sizes included; every layer's sha256 and size while it
+streams to disk (no byte past its size is written); then the bundle's integrity check
+(xxh3-128 of every file, the dossier id). Everything lands in a staging folder beside the
+target and is renamed into place only after all of that passed: a pull that fails or is
+killed never leaves anything that looks like a bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dossier.bundle._files import (
+    begin_staging,
+    fsync_path,
+    fsync_tree,
+    rename_noreplace,
+    write_durable,
+)
+from dossier.bundle.integrity import check_integrity
+from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, Manifest, parse_manifest
+from dossier.bundle.reader import open_bundle, read_bundle
+from dossier.bundle.writer import BUNDLE_SUFFIX
+from dossier.errors import (
+    BundleFormatError,
+    DossierError,
+    IntegrityError,
+    OutputError,
+)
+from dossier.hashing import canonical_json
+from dossier.registry.client import (
+    OCI_MANIFEST,
+    RegistryClient,
+    connect,
+    sha256_bytes,
+    sha256_file,
+)
+from dossier.registry.reference import DIGEST, Reference, parse_reference
+
+ARTIFACT_TYPE = "application/vnd.dossier.bundle.v1"
+"""The manifest's ``artifactType``."""
+CONFIG_TYPE = "application/vnd.dossier.bundle.manifest.v1+json"
+"""Media type of the config blob: the bundle's manifest.json."""
+LAYER_TYPE = "application/vnd.dossier.bundle.file.v1"
+"""Media type of a layer: one file of the bundle, verbatim."""
+TITLE = "org.opencontainers.image.title"
+ID_ANNOTATION = "vnd.dossier.id"
+CACHE_ENV = "DOSSIER_REGISTRY_CACHE"
+"""Where ``verify REF`` keeps pulled bundles (default ``$XDG_CACHE_HOME/dossier/registry``)."""
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """What :func:`push_bundle` did."""
+
+    reference: str
+    """``REGISTRY/REPO@sha256:...``: the artifact, pinned."""
+    tag: str
+    """The tag it is under."""
+    digest: str
+    """The manifest's digest (the same for the same bundle, every time)."""
+    dossier_id: str
+    """The bundle's id."""
+    files: int
+    """Layers (files of the bundle)."""
+    bytes: int
+    """Bytes of all layers and the config."""
+    uploaded: int
+    """Blobs uploaded by this push (the others were there already)."""
+    signature: str | None = None
+    """Digest of the signature's referrer manifest, when one was attached."""
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """What :func:`pull_bundle` wrote."""
+
+    path: Path
+    """``OUT/NAME-VERSION.dossier``."""
+    reference: str
+    """``REGISTRY/REPO@sha256:...``."""
+    digest: str
+    """The manifest's digest."""
+    dossier_id: str
+    """The bundle's id (its integrity check passed)."""
+    files: int
+    """Files pulled (manifest.json not counted)."""
+    cached: bool = False
+    """True when an intact copy was in the cache and nothing was downloaded."""
+    signatures: list[Path] = field(default_factory=list)
+    """Signature envelopes found as referrers (:func:`fetch_bundle` only)."""
+
+
+# ------------------------------------------------------------------------------------- push
+def artifact_manifest(config: bytes, manifest: Manifest, layers: list[dict[str, Any]]) -> bytes:
+    """The OCI image manifest of a bundle, as canonical JSON bytes (deterministic)."""
+    body = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": CONFIG_TYPE, "digest": sha256_bytes(config), "size": len(config)},
+        "layers": layers,
+        "annotations": {
+            TITLE: manifest.name + BUNDLE_SUFFIX,
+            "org.opencontainers.image.version": str(manifest.release_version),
+            "org.opencontainers.image.created": manifest.created_at,
+            ID_ANNOTATION: manifest.dossier_id,
+        },
+    }
+    return canonical_json(body)
+
+
+def push_bundle(path: Path, target: str, *, insecure: bool = False,
+                signature: Path | None = None) -> Pushed:
+    """Push the bundle folder or ``.dossier.tar`` at ``path`` to ``target``
+    (``REGISTRY/REPO:TAG``).
+
+    The bundle must pass its integrity check (IntegrityError otherwise). Blobs the repository
+    holds already are not uploaded again; the manifest is stored last, so a push cut short
+    leaves no tag pointing at a partial artifact. ``signature`` (a ``dossier sign`` envelope,
+    checked against the bundle's files first) is attached as a referrer of the manifest.
+    """
+    from dossier.registry.referrers import attach_signature
+    from dossier.signing import check_signature
+
+    ref = parse_reference(target, need_tag=True)
+    if ref.digest:
+        raise BundleFormatError(f"{target}: push to a tag, not a digest (the digest is what the "
+                                "push computes)")
+    client = RegistryClient(ref, insecure=insecure)  # refuses --insecure before any I/O
+    with open_bundle(Path(path)) as bundle:
+        report = check_integrity(bundle)
+        if not report:
+            raise IntegrityError(f"{bundle.source} fails its integrity check "
+                                 f"({report.problems[0] if report.problems else report}); "
+                                 "not pushed")
+        if signature is not None:  # before any upload: never attach a signature of other bytes
+            check_signature(bundle, (), signature=signature)
+        config = (bundle.path / MANIFEST_NAME).read_bytes()
+        blobs: list[tuple[Path | bytes, str, int]] = [(config, sha256_bytes(config), len(config))]
+        layers = []
+        for entry in bundle.manifest.files:
+            digest, size = sha256_file(bundle.path / entry.path)
+            if size != entry.size:
+                raise IntegrityError(f"{bundle.source}: {entry.path} changed while it was pushed")
+            layers.append({"mediaType": LAYER_TYPE, "digest": digest, "size": size,
+                           "annotations": {TITLE: entry.path}})
+            blobs.append((bundle.path / entry.path, digest, size))
+        body = artifact_manifest(config, bundle.manifest, layers)
+        client.connect()
+        uploaded = 0
+        seen: set[str] = set()
+        for source, digest, size in blobs:
+            if digest in seen or client.has_blob(digest):
+                continue
+            client.upload_blob(source, digest, size)
+            seen.add(digest)
+            uploaded += 1
+        digest, _ = client.put_manifest(ref.target, body, OCI_MANIFEST)
+        dossier_id = bundle.manifest.dossier_id
+    sig_digest = None
+    if signature is not None:
+        sig_digest = attach_signature(client, digest, len(body), signature)
+    return Pushed(str(ref.with_digest(digest)), ref.target, digest, dossier_id, len(layers),
+                  sum(b[2] for b in blobs), uploaded, sig_digest)
+
+
+# ------------------------------------------------------------------------------------- pull
+@dataclass(frozen=True)
+class _Artifact:
+    config: dict[str, Any]
+    layers: dict[str, dict[str, Any]]
+
+
+def parse_artifact(body: bytes, where: str) -> _Artifact:
+    """The config descriptor and the layers (by bundle path) of a dossier artifact manifest;
+    BundleFormatError for anything else."""
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BundleFormatError(f"{where}: the manifest is not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict) or raw.get("schemaVersion") != 2:
+        raise BundleFormatError(f"{where} is not an OCI image manifest")
+    config = raw.get("config")
+    kind = raw.get("artifactType") or (config.get("mediaType") if isinstance(config, dict)
+                                       else None)
+    if kind != ARTIFACT_TYPE or not isinstance(config, dict) or config.get(
+            "mediaType") != CONFIG_TYPE:
+        raise BundleFormatError(f"{where} is not a dossier bundle (artifact type {kind!r}, "
+                                f"expected {ARTIFACT_TYPE!r})")
+    _descriptor(config, where, "config")
+    layers: dict[str, dict[str, Any]] = {}
+    found = raw.get("layers")
+    if not isinstance(found, list):
+        raise BundleFormatError(f"{where}: layers is not a list")
+    for i, layer in enumerate(found):
+        _descriptor(layer, where, f"layer {i}")
+        title = (layer.get("annotations") or {}).get(TITLE)
+        if layer.get("mediaType") != LAYER_TYPE or not isinstance(title, str):
+            raise BundleFormatError(f"{where}: layer {i} is not a dossier bundle file")
+        if title in layers:
+            raise BundleFormatError(f"{where}: {title!r} appears twice among the layers")
+        layers[title] = layer
+    return _Artifact(config, layers)
+
+
+def _descriptor(d: Any, where: str, what: str) -> None:
+    if (not isinstance(d, dict) or not isinstance(d.get("digest"), str)
+            or not DIGEST.match(d["digest"]) or type(d.get("size")) is not int or d["size"] < 0):
+        raise BundleFormatError(f"{where}: the {what} descriptor is malformed (a sha256 digest "
+                                "and a size are required)")
+
+
+def pull_bundle(source: str, out_dir: Path, *, insecure: bool = False) -> Pulled:
+    """Pull ``source`` (``REGISTRY/REPO:TAG`` or ``@sha256:...``) into
+    ``out_dir/NAME-VERSION.dossier``, verified on arrival (see the module docstring).
+
+    OutputError when the bundle folder exists already (never overwritten); DigestMismatchError
+    or IntegrityError (exit 6) for content that does not match; RegistryError and its kinds
+    for the registry's failures. Nothing is left at the target on failure.
+    """
+    ref = parse_reference(source)
+    client = connect(ref, insecure=insecure)
+    body, digest, _ = _get_manifest(client, ref)
+    return _pull(client, ref, body, digest, Path(out_dir))
+
+
+def _get_manifest(client: RegistryClient, ref: Reference) -> tuple[bytes, str, str]:
+    got = client.get_manifest(ref.target)
+    assert got is not None
+    return got
+
+
+def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
+          out_dir: Path) -> Pulled:
+    pinned = str(ref.with_digest(digest))
+    artifact = parse_artifact(body, pinned)
+    if artifact.config["size"] > MANIFEST_MAX_BYTES:
+        raise BundleFormatError(f"{pinned}: the config blob is larger than "
+                                f"{MANIFEST_MAX_BYTES >> 20} MiB; not a dossier manifest")
+    config = client.blob_bytes(artifact.config["digest"], artifact.config["size"],
+                               f"the config blob ({MANIFEST_NAME})")
+    _, manifest, _ = parse_manifest(config, f"{pinned}: {MANIFEST_NAME}")
+    table = manifest.table()
+    extra = sorted(set(artifact.layers) - set(table))
+    missing = sorted(set(table) - set(artifact.layers))
+    if extra or missing:
+        raise BundleFormatError(f"{pinned}: the layers are not the bundle's file table ("
+                                + (f"{extra[0]!r} is not in it" if extra else
+                                   f"{missing[0]!r} has no layer") + ")")
+    for path, layer in artifact.layers.items():
+        if layer["size"] != table[path].size:
+            raise BundleFormatError(f"{pinned}: layer {path!r} is {layer['size']} bytes, the "
+                                    f"manifest says {table[path].size}")
+    target = out_dir / (manifest.name + BUNDLE_SUFFIX)
+    if os.path.lexists(target):
+        raise OutputError(f"{target} exists already", hint="bundles are never overwritten; "
+                          "pull into another --out")
+    staging = begin_staging(out_dir, target.name, directory=True)
+    try:
+        write_durable(staging / MANIFEST_NAME, config)
+        for path in sorted(artifact.layers):
+            layer = artifact.layers[path]
+            dest = staging.joinpath(*path.split("/"))
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BundleFormatError(f"{pinned}: {path!r} cannot be placed ({exc.strerror})"
+                                        ) from exc
+            client.download_blob(layer["digest"], layer["size"], dest, f"layer {path!r}")
+        fsync_tree(staging)
+        bundle = read_bundle(staging, source=Path(pinned))
+        report = check_integrity(bundle)
+        if not report:
+            raise IntegrityError(f"{pinned} fails its integrity check "
+                                 f"({report.problems[0] if report.problems else report})")
+        try:
+            rename_noreplace(staging, target)
+        except FileExistsError:
+            raise OutputError(f"{target} appeared while the bundle was pulled") from None
+        fsync_path(out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Pulled(target, pinned, digest, manifest.dossier_id, len(table))
+
+
+# ------------------------------------------------------------------------------------ cache
+def cache_dir() -> Path:
+    """``$DOSSIER_REGISTRY_CACHE``, else ``$XDG_CACHE_HOME/dossier/registry`` (default
+    ``~/.cache/dossier/registry``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dossier" / "registry"
+
+
+def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = None) -> Pulled:
+    """Pull ``source`` into the cache (``CACHE/sha256-HEX/NAME-VERSION.dossier``, by manifest
+    digest), or reuse an intact copy there, and fetch its signature referrers. A cached copy
+    that fails its integrity check is removed and pulled again."""
+    from dossier.registry.referrers import fetch_signatures
+
+    ref = parse_reference(source)
+    client = connect(ref, insecure=insecure)
+    body, digest, _ = _get_manifest(client, ref)
+    folder = (cache or cache_dir()) / digest.replace(":", "-")
+    pulled = _cached(folder, ref, digest)
+    if pulled is None:
+        try:
+            pulled = _pull(client, ref, body, digest, folder)
+        except OutputError:  # another process pulled the same digest meanwhile
+            pulled = _cached(folder, ref, digest)
+            if pulled is None:
+                raise
+    sigs = fetch_signatures(client, digest, folder / "signatures")
+    return Pulled(pulled.path, pulled.reference, digest, pulled.dossier_id, pulled.files,
+                  pulled.cached, sigs)
+
+
+def _cached(folder: Path, ref: Reference, digest: str) -> Pulled | None:
+    found = sorted(folder.glob("*" + BUNDLE_SUFFIX)) if folder.is_dir() else []
+    for path in found:
+        try:
+            bundle = read_bundle(path)
+            if check_integrity(bundle):
+                return Pulled(path, str(ref.with_digest(digest)), digest,
+                              bundle.manifest.dossier_id, len(bundle.manifest.files), cached=True)
+        except DossierError:
+            pass
+        shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+__all__ = ["ARTIFACT_TYPE", "CACHE_ENV", "CONFIG_TYPE", "LAYER_TYPE", "Pulled", "Pushed",
+           "artifact_manifest", "cache_dir", "fetch_bundle", "parse_artifact",
+           "pull_bundle", "push_bundle"]

@@ -1,0 +1,198 @@
+"""Signatures as OCI 1.1 referrers of a bundle's manifest.
+
+A ``dossier sign`` envelope is pushed as its own small artifact: an image manifest with
+``artifactType`` :data:`SIGNATURE_TYPE`, the empty config, one layer (the DSSE envelope,
+:data:`ENVELOPE_TYPE`) and ``subject`` = the bundle's manifest. The signature does not change the
+bundle's artifact or its digest, and more signatures can be added later (co-signing writes a new
+envelope, a new referrer).
+
+A registry with the referrers API (distribution spec 1.1) answers the manifest PUT with an
+``OCI-Subject`` header and lists referrers at ``/v2/REPO/referrers/DIGEST``. For a registry
+without it (the CNCF distribution registry 2.x, among others) the spec's tag schema fallback is
+used: an image index under the tag ``sha256-HEX`` (the subject's digest) lists the referrers;
+pushing reads it, adds the new descriptor if it is not there yet, and writes it back (a registry
+without conditional writes makes two concurrent pushers race; the later index wins).
+
+Finding them again: the referrers API when the registry answers it, the tag otherwise; each
+referrer's manifest and envelope are fetched by digest and checked (sha256, size cap, subject,
+types) before the envelope is handed to :func:`dossier.signing.check_signature`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dossier.bundle._files import new_staging
+from dossier.bundle.reader import Bundle
+from dossier.errors import BundleFormatError, DossierError, OutputError, SignatureError
+from dossier.hashing import canonical_json
+from dossier.registry.client import (
+    MANIFEST_MAX_BYTES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RegistryClient,
+    sha256_bytes,
+)
+from dossier.registry.reference import DIGEST
+from dossier.signing import ENVELOPE_MAX_BYTES, SignatureCheck, check_signature
+
+SIGNATURE_TYPE = "application/vnd.dossier.signature.v1+json"
+"""``artifactType`` of a signature referrer."""
+ENVELOPE_TYPE = "application/vnd.dsse.envelope.v1+json"
+"""Media type of its one layer: the DSSE envelope ``dossier sign`` wrote."""
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+"""The OCI empty config (image-spec 1.1)."""
+MAX_REFERRERS = 256
+"""At most this many signature referrers are fetched."""
+
+
+def signature_manifest(envelope: bytes, subject: str, subject_size: int, name: str) -> bytes:
+    """The referrer manifest of an envelope, canonical JSON (the same envelope always gives the
+    same digest)."""
+    return canonical_json({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": SIGNATURE_TYPE,
+        "config": {"mediaType": EMPTY_TYPE, "digest": sha256_bytes(EMPTY), "size": len(EMPTY)},
+        "layers": [{"mediaType": ENVELOPE_TYPE, "digest": sha256_bytes(envelope),
+                    "size": len(envelope), "annotations": {"org.opencontainers.image.title": name}}],
+        "subject": {"mediaType": OCI_MANIFEST, "digest": subject, "size": subject_size},
+    })
+
+
+def _read_envelope(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(ENVELOPE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise SignatureError(f"cannot read the signature {path}: {exc.strerror}") from exc
+    if len(data) > ENVELOPE_MAX_BYTES:
+        raise SignatureError(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB")
+    return data
+
+
+def attach_signature(client: RegistryClient, subject: str, subject_size: int,
+                     envelope_path: Path) -> str:
+    """Push the envelope at ``envelope_path`` as a referrer of the manifest ``subject``; the
+    referrer manifest's digest. Pushing the same envelope again changes nothing."""
+    envelope = _read_envelope(Path(envelope_path))
+    for data in (EMPTY, envelope):
+        digest = sha256_bytes(data)
+        if not client.has_blob(digest):
+            client.upload_blob(data, digest, len(data))
+    body = signature_manifest(envelope, subject, subject_size, Path(envelope_path).name)
+    digest, headers = client.put_manifest(sha256_bytes(body), body, OCI_MANIFEST)
+    if headers.get("OCI-Subject") != subject:  # no referrers API: the tag schema fallback
+        tag = _fallback_tag(subject)
+        got = client.get_manifest(tag, (OCI_INDEX,), missing_ok=True)
+        index = _index(got[0], tag) if got else {"schemaVersion": 2, "mediaType": OCI_INDEX,
+                                                 "manifests": []}
+        if not any(isinstance(d, dict) and d.get("digest") == digest for d in index["manifests"]):
+            index["manifests"].append({"mediaType": OCI_MANIFEST, "digest": digest,
+                                       "size": len(body), "artifactType": SIGNATURE_TYPE})
+            client.put_manifest(tag, canonical_json(index), OCI_INDEX)
+    return digest
+
+
+def _fallback_tag(digest: str) -> str:
+    return digest.replace(":", "-")
+
+
+def _index(body: bytes, where: str) -> dict[str, Any]:
+    import json
+
+    try:
+        index = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BundleFormatError(f"the referrers index {where} is not JSON ({exc})") from exc
+    if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
+        raise BundleFormatError(f"the referrers index {where} is not an OCI image index")
+    return index
+
+
+def list_signatures(client: RegistryClient, subject: str) -> list[dict[str, Any]]:
+    """Descriptors of the signature referrers of ``subject``: from the referrers API, or from
+    the tag schema fallback where the registry has no such API."""
+    url = f"{client.repo_url}/referrers/{subject}?artifactType={SIGNATURE_TYPE}"
+    with client.request("GET", url, headers={"Accept": OCI_INDEX}, stream=True) as r:
+        api = r.status_code == 200 and r.headers.get("Content-Type", "").startswith(OCI_INDEX)
+        if not api and r.status_code not in (400, 404, 405):
+            client.check(r, "the referrers list")
+        body = client.read_capped(r, MANIFEST_MAX_BYTES, "the referrers list") if api else None
+    if body is None:
+        got = client.get_manifest(_fallback_tag(subject), (OCI_INDEX,), missing_ok=True)
+        if got is None:
+            return []
+        body = got[0]
+    found = _index(body, f"of {subject}")["manifests"]
+    return [d for d in found if isinstance(d, dict) and d.get("artifactType") == SIGNATURE_TYPE
+            and isinstance(d.get("digest"), str) and DIGEST.match(d["digest"])
+            and type(d.get("size")) is int][:MAX_REFERRERS]
+
+
+def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list[Path]:
+    """Download every signature envelope referring to ``subject`` into ``folder`` (named by
+    their sha256); their paths. Each referrer is checked: its manifest's digest, its subject,
+    its types, its envelope's digest and size."""
+    import json
+
+    out = []
+    for desc in list_signatures(client, subject):
+        got = client.get_manifest(desc["digest"])
+        assert got is not None
+        try:
+            m = json.loads(got[0])
+            layer = m["layers"][0]
+            ok = (m.get("artifactType") == SIGNATURE_TYPE and m["subject"]["digest"] == subject
+                  and layer["mediaType"] == ENVELOPE_TYPE and DIGEST.match(layer["digest"])
+                  and type(layer["size"]) is int and 0 < layer["size"] <= ENVELOPE_MAX_BYTES)
+        except (ValueError, KeyError, IndexError, TypeError):
+            ok = False
+        if not ok:
+            raise SignatureError(f"{client.ref.name}@{desc['digest']} is not a dossier signature "
+                                 f"referrer of {subject}")
+        data = client.blob_bytes(layer["digest"], layer["size"], "a signature envelope")
+        out.append(_keep(folder, layer["digest"].split(":")[1] + ".sig.json", data))
+    return sorted(out)
+
+
+def _keep(folder: Path, name: str, data: bytes) -> Path:
+    target = folder / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        staging = new_staging(folder, name, directory=False)
+        staging.write_bytes(data)
+        os.replace(staging, target)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    return target
+
+
+def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
+                              trusted_keys: Sequence[Path] = (), *, require: bool = False,
+                              source: str = "") -> SignatureCheck | None:
+    """:func:`~dossier.signing.check_signature` against the envelopes found as referrers: the
+    first that passes; None when there are none and none is required. SignatureError (the
+    first envelope's) when none passes."""
+    if not envelopes:
+        if require:
+            raise SignatureError(f"{source or bundle.source} is not signed: the registry holds "
+                                 "no signature referrer for it",
+                                 hint="sign the bundle (dossier sign) and push it again")
+        return None
+    errors: list[DossierError] = []
+    for envelope in envelopes:
+        try:
+            return check_signature(bundle, trusted_keys, require=require, signature=envelope)
+        except SignatureError as exc:  # noqa: PERF203 - a few envelopes at most
+            errors.append(exc)
+    raise errors[0]
+
+
+__all__ = ["EMPTY_TYPE", "ENVELOPE_TYPE", "SIGNATURE_TYPE", "attach_signature",
+           "check_referrer_signatures", "fetch_signatures", "list_signatures",
+           "signature_manifest"]
