@@ -19,6 +19,7 @@ import onnx
 import onnx.helper as oh
 import pydantic
 import pytest
+from _trt_api import Api, Checked
 
 from dossier.backends.interface import BuildError, EngineRuntimeError
 from dossier.backends.onnx_model import onnx_signature
@@ -261,6 +262,9 @@ class FakeEnum:
         return f"{self._name}.{member}"
 
 
+API = Api()
+"""The names of the real TensorRT bindings (every version listed in tests/assets/tensorrt-api)."""
+
 FAKE_TRT = SimpleNamespace(
     TilingOptimizationLevel=FakeEnum("TilingOptimizationLevel"),
     HardwareCompatibilityLevel=FakeEnum("HardwareCompatibilityLevel"),
@@ -318,9 +322,15 @@ def test_builder_options_to_trtexec_args():
     assert "--hardwareCompatibilityLevel=sameComputeCapability" in same_cc.to_trtexec_args()
 
 
+def _checked(cfg: FakeConfig) -> tuple[object, object]:
+    """The fake module and config as TensorRT 11.x objects: names outside the real bindings
+    fail the test (see tests/_trt_api.py)."""
+    return Checked(cfg, "IBuilderConfig", API, {}), Checked(FAKE_TRT, None, API, {})
+
+
 def test_builder_options_apply_defaults_to_fake_config():
     cfg = FakeConfig()
-    BuilderOptions().apply(cfg, FAKE_TRT)
+    BuilderOptions().apply(*_checked(cfg))
     assert cfg.attrs == {
         "builder_optimization_level": 3,
         "tiling_optimization_level": "TilingOptimizationLevel.NONE",
@@ -337,7 +347,7 @@ def test_builder_options_apply_everything_to_fake_config():
                    hardware_compatibility_level="same_compute_capability",
                    version_compatible=True, exclude_lean_runtime=True, avg_timing_iterations=1,
                    max_aux_streams=2, workspace_bytes=4096,
-                   runtime_platform="windows_amd64").apply(cfg, FAKE_TRT)
+                   runtime_platform="windows_amd64").apply(*_checked(cfg))
     assert cfg.attrs == {
         "builder_optimization_level": 0,
         "tiling_optimization_level": "TilingOptimizationLevel.FULL",
@@ -586,7 +596,8 @@ class _FakeNetwork:
 
 
 class _FakeBuildConfig(FakeConfig):
-    """An IBuilderConfig whose build_route setter drops routes naming unknown knobs."""
+    """An IBuilderConfig whose build_route setter drops routes naming knobs outside ``known``
+    (a subset of what its all_build_routes lists, so the read-back check is exercised)."""
 
     def __init__(self, known: set[str], logger: _FakeILogger) -> None:
         super().__init__()
@@ -631,10 +642,11 @@ class FakeTRT:
     TensorIOMode = SimpleNamespace(INPUT="input", OUTPUT="output")
 
     def __init__(self, inputs: list[_FakeTensor], *, parse_ok: bool = True,
-                 plan: bytes | None = b"", engine_ok: bool = True) -> None:
-        self.inputs, self.parse_ok, self.engine_ok = inputs, parse_ok, engine_ok
+                 plan: bytes | None = b"", engine_ok: bool = True, knobs: str = KNOB_JSON) -> None:
+        self.inputs, self.parse_ok, self.engine_ok, self.knobs = inputs, parse_ok, engine_ok, knobs
         self.plan = _plan() if plan == b"" else plan
         self.configs: list[_FakeBuildConfig] = []
+        self.builds = 0
         self.deserialized: list[bytes] = []
         fake = self
 
@@ -647,14 +659,15 @@ class FakeTRT:
                 return _FakeNetwork(fake.inputs)
 
             def create_builder_config(self) -> _FakeBuildConfig:
-                fake.configs.append(_FakeBuildConfig({"a", "kgen:tiling"}, self.logger))
-                fake.configs[-1].attrs["all_build_routes"] = KNOB_JSON
+                fake.configs.append(_FakeBuildConfig({"kgen:tiling"}, self.logger))
+                fake.configs[-1].attrs["all_build_routes"] = fake.knobs
                 return fake.configs[-1]
 
             def create_optimization_profile(self) -> _FakeProfile:
                 return _FakeProfile()
 
             def build_serialized_network(self, network: object, config: object) -> object:
+                fake.builds += 1
                 if fake.plan is None:
                     self.logger.log(_Severity.ERROR, "no implementation for node Relu")
                     return None
@@ -792,20 +805,29 @@ class _FakeEngine:
         return _FakeContext()
 
 
+FAKE_KINDS: dict[type, str] = {
+    _FakeBuildConfig: "IBuilderConfig", _FakeNetwork: "INetworkDefinition",
+    _FakeTensor: "ITensor", _FakeProfile: "IOptimizationProfile", _FakeEngine: "ICudaEngine",
+    _FakeContext: "IExecutionContext"}
+"""The TensorRT class each fake object stands for."""
+
+
 @pytest.fixture
 def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
-    """A TensorRTBackend wired to the fakes; returns (backend, fake trt) via a factory."""
+    """A TensorRTBackend wired to the fakes, seen through :class:`Checked`: every TensorRT name
+    the backend uses must exist in the real bindings of every listed version."""
     import dossier.backends.tensorrt as module
 
     monkeypatch.setattr(module, "_cudart", lambda: DEVICE)
 
     def make(fake: FakeTRT, **kwargs: object) -> TensorRTBackend:
         backend = TensorRTBackend(**kwargs)  # type: ignore[arg-type]
+        checked = Checked(fake, None, API, FAKE_KINDS)
 
-        def trt() -> FakeTRT:
+        def trt() -> object:
             if backend._logger is None:
-                backend._logger = module._make_logger(fake)
-            return fake
+                backend._logger = module._make_logger(checked)
+            return checked
 
         monkeypatch.setattr(backend, "_trt", trt)
         return backend
@@ -841,7 +863,7 @@ def test_glue_build_failures(fake_backend, tmp_path):
     model, engine = tmp_path / "m.onnx", tmp_path / "e.plan"
     static = [_FakeTensor("x", (2, 4))]
     with pytest.raises(BuildError, match="did not accept build route.*unknown knob"):
-        fake_backend(FakeTRT(static)).build(model, Route.parse("-bogus=1"), engine)
+        fake_backend(FakeTRT(static)).build(model, Route.parse("-conv_use_long_w=off"), engine)
     with pytest.raises(BuildError, match="ONNX parser rejected m.onnx: node 0"):
         fake_backend(FakeTRT(static, parse_ok=False)).build(model, Route.of({}), engine)
     with pytest.raises(BuildError, match="could not build route.*no implementation"):
