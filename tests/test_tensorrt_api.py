@@ -162,3 +162,43 @@ def test_listing_from_disk_is_validated(tmp_path):
 
 def test_backend_module_names_the_checked_versions_in_its_doc():
     assert "BINDINGS_CHECKED" in inspect.getdoc(backend_module)
+
+
+# ---------------------------------------------------------------- the generator's pure parts
+
+def _generator():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "bench" / "tensorrt_api.py"
+    spec = importlib.util.spec_from_file_location("tensorrt_api_generator", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_generator_reads_self_type_from_pybind11_template_arguments():
+    gen = _generator()
+    # as c++filt prints a pybind11 ``initialize<Func, Return, Args...>::types`` symbol
+    name = ("pybind11::cpp_function::initialize<tensorrt::lambdas::get_build_route::{lambda("
+            "nvinfer1::IBuilderConfig&)#1} const&, std::__cxx11::basic_string<char, "
+            "std::char_traits<char>, std::allocator<char> >, nvinfer1::IBuilderConfig const&>"
+            "(tensorrt::lambdas::get_build_route::{lambda(nvinfer1::IBuilderConfig&)#1} const&, "
+            "std::__cxx11::basic_string<char> (*)(nvinfer1::IBuilderConfig))::types")
+    args = gen.template_args(name, "pybind11::cpp_function::initialize")
+    assert len(args) == 3
+    assert gen.cpp_type(args[2]) == "nvinfer1::IBuilderConfig"
+    assert args[1].startswith("std::__cxx11::basic_string<char")
+    assert gen.template_args("no template here", "pybind11::cpp_function::initialize") == []
+
+
+def test_generator_reads_module_names_of_the_wheel_init():
+    gen = _generator()
+    source = ('from .tensorrt import *\n__version__ = "11.4.0.106"\n_private = 1\n'
+              "def nptype(t):\n    pass\nclass Helper:\n    pass\n")
+    assert gen.python_names(source) == ["Helper", "__version__", "nptype"]
+
+
+def test_generator_refuses_what_is_not_an_x86_64_elf():
+    gen = _generator()
+    with pytest.raises(SystemExit, match="not an x86-64 ELF64"):
+        gen.Elf(b"PK\x03\x04" + b"\0" * 64)
