@@ -45,6 +45,8 @@ from typing import Any
 
 LISTING_FORMAT = "dossier-tensorrt-api-1"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLASS_RECORD = re.compile(r"(?:void )?pybind11::class_<([\w:]+)[,>].*?::(?:dealloc|init_instance)")
+"""The functions pybind11 stores in the type record of a ``class_<T>``: they name ``T``."""
 _CALLER_SAVED = ("rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
 
 
@@ -133,8 +135,9 @@ def cpp_type(arg: str) -> str:
 
 def sweep(elf: Elf) -> list[tuple[str, Any, Any]]:
     """Events in address order: ("member", kind, (cpp_class, name, returns)),
-    ("enum", cpp_enum, name), ("value", cpp_enum, name), ("class", name, cpp_type),
-    ("module", name, None)."""
+    ("enum", cpp_enum, name), ("value", cpp_enum, name), ("class", name, cpp_type) read at
+    ``generic_type::initialize``, ("class?", name, cpp_type) read from nearby constants only
+    (used where no "class" event names the type), ("module", name, None)."""
     import capstone
     from capstone import x86_const as x86
 
@@ -179,8 +182,7 @@ def sweep(elf: Elf) -> list[tuple[str, Any, Any]]:
             regs[parent.get(ins.reg_name(ops[0].reg), "?")] = value
             if value:
                 recent = [*recent[-15:], value]
-                m = re.match(r"(?:void )?pybind11::class_<([\w:]+)[,>].*?::(?:dealloc|init_instance)",
-                             value[1]) if value[0] == "Y" else None
+                m = _CLASS_RECORD.match(value[1]) if value[0] == "Y" else None
                 name = next((v for k, v in reversed(recent[-4:-1])
                              if k == "S" and _IDENT.fullmatch(v)), None)
                 if m and name:  # a class_<T> record being filled in right after NAME
@@ -193,8 +195,7 @@ def sweep(elf: Elf) -> list[tuple[str, Any, Any]]:
             if callee.startswith("pybind11::detail::generic_type::initialize(") and recent:
                 # class_<T>(scope, NAME, ...): the record holds NAME and class_<T>'s functions
                 for i, (k, v) in enumerate(recent):
-                    m = re.match(r"(?:void )?pybind11::class_<([\w:]+)[,>].*?::(?:dealloc|init_instance)",
-                                 v) if k == "Y" else None
+                    m = _CLASS_RECORD.match(v) if k == "Y" else None
                     if m:
                         name = next((v2 for k2, v2 in reversed(recent[:i])
                                      if k2 == "S" and _IDENT.fullmatch(v2)), None)
