@@ -157,6 +157,11 @@ class Fingerprint(_Model):
     """NVIDIA GPUs in NVML index order; empty without NVML, driver or GPU."""
     compiler: str | None = None
     """First line of the C++ compiler's ``--version`` (collected only on request)."""
+    trt_internal_options: str | None = None
+    """``TRT_INTERNAL_OPTIONS`` as set when collected: TensorRT's internal switches (its
+    ``bypass_build_route_whitelist`` makes TensorRT accept build-route knobs that
+    ``all_build_routes`` does not list). None when unset. Engines are built in child processes
+    that inherit it; each TensorRT engine also records it."""
 
 
 def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fingerprint:
@@ -179,6 +184,7 @@ def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fing
         cudnn=_first(packages, "nvidia-cudnn"),
         gpus=_gpus() if include_gpu else [],
         compiler=_compiler() if include_compiler else None,
+        trt_internal_options=os.environ.get("TRT_INTERNAL_OPTIONS"),
     )
 
 

@@ -19,6 +19,7 @@ import onnx
 import onnx.helper as oh
 import pydantic
 import pytest
+from _trt_api import Api, Checked
 
 from dossier.backends.interface import BuildError, EngineRuntimeError
 from dossier.backends.onnx_model import onnx_signature
@@ -261,6 +262,9 @@ class FakeEnum:
         return f"{self._name}.{member}"
 
 
+API = Api()
+"""The names of the real TensorRT bindings (every version listed in tests/assets/tensorrt-api)."""
+
 FAKE_TRT = SimpleNamespace(
     TilingOptimizationLevel=FakeEnum("TilingOptimizationLevel"),
     HardwareCompatibilityLevel=FakeEnum("HardwareCompatibilityLevel"),
@@ -318,9 +322,15 @@ def test_builder_options_to_trtexec_args():
     assert "--hardwareCompatibilityLevel=sameComputeCapability" in same_cc.to_trtexec_args()
 
 
+def _checked(cfg: FakeConfig) -> tuple[object, object]:
+    """The fake module and config as TensorRT 11.x objects: names outside the real bindings
+    fail the test (see tests/_trt_api.py)."""
+    return Checked(cfg, "IBuilderConfig", API, {}), Checked(FAKE_TRT, None, API, {})
+
+
 def test_builder_options_apply_defaults_to_fake_config():
     cfg = FakeConfig()
-    BuilderOptions().apply(cfg, FAKE_TRT)
+    BuilderOptions().apply(*_checked(cfg))
     assert cfg.attrs == {
         "builder_optimization_level": 3,
         "tiling_optimization_level": "TilingOptimizationLevel.NONE",
@@ -337,7 +347,7 @@ def test_builder_options_apply_everything_to_fake_config():
                    hardware_compatibility_level="same_compute_capability",
                    version_compatible=True, exclude_lean_runtime=True, avg_timing_iterations=1,
                    max_aux_streams=2, workspace_bytes=4096,
-                   runtime_platform="windows_amd64").apply(cfg, FAKE_TRT)
+                   runtime_platform="windows_amd64").apply(*_checked(cfg))
     assert cfg.attrs == {
         "builder_optimization_level": 0,
         "tiling_optimization_level": "TilingOptimizationLevel.FULL",
@@ -586,7 +596,8 @@ class _FakeNetwork:
 
 
 class _FakeBuildConfig(FakeConfig):
-    """An IBuilderConfig whose build_route setter drops routes naming unknown knobs."""
+    """An IBuilderConfig whose build_route setter drops routes naming knobs outside ``known``
+    (a subset of what its all_build_routes lists, so the read-back check is exercised)."""
 
     def __init__(self, known: set[str], logger: _FakeILogger) -> None:
         super().__init__()
@@ -631,10 +642,11 @@ class FakeTRT:
     TensorIOMode = SimpleNamespace(INPUT="input", OUTPUT="output")
 
     def __init__(self, inputs: list[_FakeTensor], *, parse_ok: bool = True,
-                 plan: bytes | None = b"", engine_ok: bool = True) -> None:
-        self.inputs, self.parse_ok, self.engine_ok = inputs, parse_ok, engine_ok
+                 plan: bytes | None = b"", engine_ok: bool = True, knobs: str = KNOB_JSON) -> None:
+        self.inputs, self.parse_ok, self.engine_ok, self.knobs = inputs, parse_ok, engine_ok, knobs
         self.plan = _plan() if plan == b"" else plan
         self.configs: list[_FakeBuildConfig] = []
+        self.builds = 0
         self.deserialized: list[bytes] = []
         fake = self
 
@@ -647,14 +659,15 @@ class FakeTRT:
                 return _FakeNetwork(fake.inputs)
 
             def create_builder_config(self) -> _FakeBuildConfig:
-                fake.configs.append(_FakeBuildConfig({"a", "kgen:tiling"}, self.logger))
-                fake.configs[-1].attrs["all_build_routes"] = KNOB_JSON
+                fake.configs.append(_FakeBuildConfig({"kgen:tiling"}, self.logger))
+                fake.configs[-1].attrs["all_build_routes"] = fake.knobs
                 return fake.configs[-1]
 
             def create_optimization_profile(self) -> _FakeProfile:
                 return _FakeProfile()
 
             def build_serialized_network(self, network: object, config: object) -> object:
+                fake.builds += 1
                 if fake.plan is None:
                     self.logger.log(_Severity.ERROR, "no implementation for node Relu")
                     return None
@@ -792,20 +805,29 @@ class _FakeEngine:
         return _FakeContext()
 
 
+FAKE_KINDS: dict[type, str] = {
+    _FakeBuildConfig: "IBuilderConfig", _FakeNetwork: "INetworkDefinition",
+    _FakeTensor: "ITensor", _FakeProfile: "IOptimizationProfile", _FakeEngine: "ICudaEngine",
+    _FakeContext: "IExecutionContext"}
+"""The TensorRT class each fake object stands for."""
+
+
 @pytest.fixture
 def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
-    """A TensorRTBackend wired to the fakes; returns (backend, fake trt) via a factory."""
+    """A TensorRTBackend wired to the fakes, seen through :class:`Checked`: every TensorRT name
+    the backend uses must exist in the real bindings of every listed version."""
     import dossier.backends.tensorrt as module
 
     monkeypatch.setattr(module, "_cudart", lambda: DEVICE)
 
     def make(fake: FakeTRT, **kwargs: object) -> TensorRTBackend:
         backend = TensorRTBackend(**kwargs)  # type: ignore[arg-type]
+        checked = Checked(fake, None, API, FAKE_KINDS)
 
-        def trt() -> FakeTRT:
+        def trt() -> object:
             if backend._logger is None:
-                backend._logger = module._make_logger(fake)
-            return fake
+                backend._logger = module._make_logger(checked)
+            return checked
 
         monkeypatch.setattr(backend, "_trt", trt)
         return backend
@@ -841,7 +863,7 @@ def test_glue_build_failures(fake_backend, tmp_path):
     model, engine = tmp_path / "m.onnx", tmp_path / "e.plan"
     static = [_FakeTensor("x", (2, 4))]
     with pytest.raises(BuildError, match="did not accept build route.*unknown knob"):
-        fake_backend(FakeTRT(static)).build(model, Route.parse("-bogus=1"), engine)
+        fake_backend(FakeTRT(static)).build(model, Route.parse("-conv_use_long_w=off"), engine)
     with pytest.raises(BuildError, match="ONNX parser rejected m.onnx: node 0"):
         fake_backend(FakeTRT(static, parse_ok=False)).build(model, Route.of({}), engine)
     with pytest.raises(BuildError, match="could not build route.*no implementation"):
@@ -895,3 +917,135 @@ def test_glue_load_failures(fake_backend, tmp_path):
     cross = BuilderOptions(runtime_platform="windows_amd64")
     with pytest.raises(EngineRuntimeError, match="windows_amd64"):
         fake_backend(FakeTRT([]), options=cross).load(engine, Route.of({}))
+
+
+# ------------------------------------------------------- what the real docstrings promise (glue)
+
+@pytest.mark.parametrize("call", ["knob_database", "build"])
+def test_glue_empty_all_build_routes_is_a_one_line_refusal(fake_backend, tmp_path, call):
+    """An empty all_build_routes means the tuner is disabled (TensorRT-RTX, Windows, a build
+    without it): refused in one line naming that cause, and nothing is built."""
+    fake = FakeTRT([_FakeTensor("x", (2, 4))], knobs="")
+    backend = fake_backend(fake)
+    with pytest.raises(BackendUnavailableError) as info:
+        if call == "knob_database":
+            backend.knob_database()
+        else:
+            backend.build(tmp_path / "m.onnx", Route.of({}), tmp_path / "e.plan")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "all_build_routes is empty" in message
+    assert all(cause in message for cause in ("TensorRT-RTX", "Windows", "without the tuner"))
+    assert info.value.exit_code is ExitCode.BACKEND_UNAVAILABLE
+    assert fake.builds == 0 and not (tmp_path / "e.plan").exists()
+
+
+@pytest.mark.parametrize("route, message", [
+    ("-no_such_knob=1", "knob -no_such_knob is not in IBuilderConfig.all_build_routes "
+                        "\\(tuner 2.19.15, 5 knobs\\)"),
+    ("-kgen:tiling=bogus", "value 'bogus' of -kgen:tiling is not in IBuilderConfig."
+                           "all_build_routes \\(-kgen:tiling=\\[none\\|auto\\|aggressive\\]\\)"),
+])
+def test_glue_route_outside_all_build_routes_is_refused_before_building(
+        fake_backend, tmp_path, monkeypatch, route, message):
+    monkeypatch.delenv("TRT_INTERNAL_OPTIONS", raising=False)
+    fake = FakeTRT([_FakeTensor("x", (2, 4))])
+    with pytest.raises(BuildError, match=message + ".*refused before building") as info:
+        fake_backend(fake).build(tmp_path / "m.onnx", Route.parse(route), tmp_path / "e.plan")
+    assert "TRT_INTERNAL_OPTIONS" not in str(info.value)
+    assert fake.builds == 0  # TensorRT was never asked to build
+    assert fake.configs[-1].attrs["build_route"] == ""  # nor was the route set
+
+
+def test_glue_refusal_says_the_whitelist_bypass_is_not_followed(fake_backend, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setenv("TRT_INTERNAL_OPTIONS", "bypass_build_route_whitelist=1")
+    with pytest.raises(BuildError, match="TRT_INTERNAL_OPTIONS is set, and dossier does not "
+                       "follow its whitelist bypass"):
+        fake_backend(FakeTRT([_FakeTensor("x", (2, 4))])).build(
+            tmp_path / "m.onnx", Route.parse("-no_such_knob=1"), tmp_path / "e.plan")
+
+
+@pytest.mark.parametrize("value", [None, "", "bypass_build_route_whitelist=1"])
+def test_glue_engine_facts_record_trt_internal_options(fake_backend, tmp_path, monkeypatch,
+                                                       value):
+    if value is None:
+        monkeypatch.delenv("TRT_INTERNAL_OPTIONS", raising=False)
+    else:
+        monkeypatch.setenv("TRT_INTERNAL_OPTIONS", value)
+    info = fake_backend(FakeTRT([_FakeTensor("x", (2, 4))])).build(
+        tmp_path / "m.onnx", Route.parse("-kgen:tiling=none"), tmp_path / "e.plan")
+    assert info.facts["trt_internal_options_set"] == ("false" if value is None else "true")
+    assert info.facts["trt_internal_options"] == (value or "")
+
+
+@pytest.mark.parametrize("value", [None, "bypass_build_route_whitelist=1"])
+def test_fingerprint_records_trt_internal_options(monkeypatch, value):
+    from dossier.fingerprint import collect, flatten
+
+    if value is None:
+        monkeypatch.delenv("TRT_INTERNAL_OPTIONS", raising=False)
+    else:
+        monkeypatch.setenv("TRT_INTERNAL_OPTIONS", value)
+    fp = collect(include_gpu=False)
+    assert fp.trt_internal_options == value
+    assert flatten(fp)["trt_internal_options"] == value
+
+
+# --------------------------------------------------- the fakes against the real bindings
+
+def test_glue_reaches_the_core_tensorrt_names_through_the_check(fake_backend, tmp_path):
+    """The backend's code paths run through :class:`Checked`, so these names were each found in
+    every listed TensorRT version (a name missing from one fails where it is used)."""
+    engine = tmp_path / "e.plan"
+    fake = FakeTRT([_FakeTensor("x", (-1, 4))])
+    backend = fake_backend(fake, options=BuilderOptions(version_compatible=True,
+                                                        workspace_bytes=1 << 20),
+                           shapes=[({"x": [1, 4]}, 1), ({"x": [8, 4]}, 3)])
+    backend.knob_database()
+    backend.build(tmp_path / "m.onnx", Route.parse("-kgen:tiling=none"), engine)
+    with backend.load(engine, Route.of({})) as runner:
+        x = np.ones((2, 4), np.float32)
+        runner.timed(runner.prepare({"x": x}))
+    assert {("IBuilderConfig", "all_build_routes"), ("IBuilderConfig", "build_route"),
+            ("Builder", "build_serialized_network"), ("OnnxParser", "parse_from_file"),
+            ("Runtime", "deserialize_cuda_engine"), ("IExecutionContext", "execute_async_v3"),
+            ("IBuilderConfig", "set_memory_pool_limit"), ("MemoryPoolType", "WORKSPACE"),
+            ("ILogger.Severity", "ERROR"), ("tensorrt", "nptype")} <= API.seen
+
+
+_TEST_STATE = {"inputs", "parse_ok", "engine_ok", "knobs", "plan", "configs", "deserialized",
+               "builds", "logger", "flags", "pools", "attrs", "shapes", "addresses"}
+"""Attributes the fakes keep for the tests themselves, not parts of the TensorRT API."""
+
+
+def _fake_api(obj: object) -> set[str]:
+    names = {n for n in dir(obj) if not n.startswith("_")}
+    return names - _TEST_STATE
+
+
+def test_fakes_define_only_real_tensorrt_names():
+    """A fake can no longer invent an API: each public name on a fake is a member of the
+    TensorRT class it stands for, in every listed version."""
+    fake = FakeTRT([_FakeTensor("x", (2, 4))])
+    logger = _FakeILogger()
+    builder = fake.Builder(logger)
+    objects = [(fake, None), (builder, "Builder"),
+               (fake.OnnxParser(None, logger), "OnnxParser"), (fake.Runtime(logger), "Runtime"),
+               (builder.create_builder_config(), "IBuilderConfig"),
+               (builder.create_network(0), "INetworkDefinition"),
+               (_FakeTensor("x", (1,)), "ITensor"),
+               (builder.create_optimization_profile(), "IOptimizationProfile"),
+               (_FakeEngine(), "ICudaEngine"), (_FakeContext(), "IExecutionContext"),
+               (logger, "ILogger"), (_Severity, "ILogger.Severity"),
+               (FakeTRT.TensorIOMode, "TensorIOMode")]
+    checked = 0
+    for obj, owner in objects:
+        for name in sorted(_fake_api(obj)):
+            API.kind(owner, name)
+            checked += 1
+    config = builder.create_builder_config()  # the properties it holds as attributes
+    for name in sorted(set(config.attrs) - {"_known", "_logger", "profiles"}):
+        API.kind("IBuilderConfig", name)
+        checked += 1
+    assert checked > 30

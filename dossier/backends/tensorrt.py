@@ -16,7 +16,12 @@ Errors raised here, besides the interface's BuildError / EngineRuntimeError:
   header this reader does not know. A BundleError because plans reach this parser as bundle
   engine files (``verify``, ``explain``); the build path never lets it escape.
 - BackendUnavailableError: TensorRT / cuda-python not installed, TensorRT older than 11.1, or a
-  platform where the tuner is disabled (``all_build_routes`` is empty: TensorRT-RTX, Windows).
+  platform where the tuner is disabled (``all_build_routes`` is empty: TensorRT-RTX, Windows, a
+  TensorRT built without the tuner).
+
+The TensorRT names used here (classes, methods, properties, enum members) are checked in CI
+against listings read from the real bindings wheels of :data:`BINDINGS_CHECKED`
+(``tests/assets/tensorrt-api``, made by ``bench/tensorrt_api.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
 import struct
 from collections.abc import Mapping, Sequence
@@ -50,6 +56,12 @@ from dossier.routes import Route
 
 MIN_VERSION = (11, 1)
 """First TensorRT release with build routes (``IBuilderConfig.build_route``)."""
+BINDINGS_CHECKED = ("11.1.0.106", "11.4.0.106")
+"""TensorRT Python bindings whose API listing every TensorRT name used here is checked against
+(the oldest and the newest 11.x wheel with build routes on PyPI)."""
+INTERNAL_OPTIONS_ENV = "TRT_INTERNAL_OPTIONS"
+"""TensorRT's internal switches; its ``bypass_build_route_whitelist`` lets TensorRT accept knobs
+that ``all_build_routes`` does not list. Recorded with every engine built."""
 
 _NAME = re.compile(r"^[^=\s\[\]|]+$")
 """What a knob name may be: anything a route token ``-name=value`` can carry."""
@@ -87,8 +99,9 @@ def parse_knob_json(text: str) -> KnobDatabase:
     """
     if not text.strip():
         raise BackendUnavailableError(
-            "TensorRT's global performance tuner is not available on this platform "
-            "(IBuilderConfig.all_build_routes is empty)",
+            "TensorRT's global performance tuner is not available on this platform: "
+            "IBuilderConfig.all_build_routes is empty, as on TensorRT-RTX, on Windows and in a "
+            "TensorRT built without the tuner",
             hint="build routes exist only in enterprise TensorRT >= 11.1 on Linux, not in "
                  "TensorRT-RTX or on Windows")
     try:
@@ -418,6 +431,36 @@ def read_plan_header(path: Path) -> PlanHeader:
 # Build route
 
 
+def check_route(route: Route, db: KnobDatabase) -> None:
+    """Refuse, before anything is built, a route that TensorRT's own whitelist would refuse.
+
+    TensorRT validates build-route knob names against ``all_build_routes`` (unless
+    ``bypass_build_route_whitelist`` is set through ``TRT_INTERNAL_OPTIONS``, which dossier does
+    not follow); a value outside a bounded knob's list is refused too. Raises BuildError naming
+    the first offending knob and the tuner version."""
+    known = {k.name: k for k in db.knobs}
+    unknown = [name for name, _ in route.values if name not in known]
+    if unknown:
+        bypass = (f"; {INTERNAL_OPTIONS_ENV} is set, and dossier does not follow its whitelist "
+                  "bypass" if os.environ.get(INTERNAL_OPTIONS_ENV) else "")
+        raise BuildError(f"knob -{unknown[0]} is not in IBuilderConfig.all_build_routes (tuner "
+                         f"{db.tuner_version}, {len(known)} knobs); route {route} refused before "
+                         f"building, as TensorRT would refuse it{bypass}")
+    for name, value in route.values:
+        allowed = known[name].values
+        if allowed is not None and value not in allowed:
+            raise BuildError(f"value {value!r} of -{name} is not in IBuilderConfig."
+                             f"all_build_routes ({known[name].allowed_text()}); route {route} "
+                             "refused before building")
+
+
+def internal_options() -> dict[str, str]:
+    """Whether ``TRT_INTERNAL_OPTIONS`` is set in this process, and its value, as engine facts."""
+    value = os.environ.get(INTERNAL_OPTIONS_ENV)
+    return {"trt_internal_options_set": "true" if value is not None else "false",
+            "trt_internal_options": value or ""}
+
+
 def set_build_route(config: Any, route: Route, errors: list[str] | None = None) -> None:
     """Set ``config.build_route`` to the route's text and read it back.
 
@@ -709,6 +752,7 @@ class TensorRTBackend(Backend):
                 raise BuildError(f"TensorRT's ONNX parser rejected {Path(model).name}: "
                                  f"{problems[0] if problems else 'no detail'}")
             config = builder.create_builder_config()
+            check_route(route, parse_knob_json(config.all_build_routes))
             self.options.apply(config, trt)
             set_build_route(config, route, errors)
             profile = self._profile(builder, network)
@@ -725,7 +769,8 @@ class TensorRTBackend(Backend):
         except OSError as exc:
             raise BuildError(f"cannot write engine {engine}: {exc.strerror or exc}") from exc
         facts = {"format": "tensorrt-plan", "build_route": route.text(),
-                 "tensorrt_version": trt.__version__, **self.options.facts()}
+                 "tensorrt_version": trt.__version__, **self.options.facts(),
+                 **internal_options()}
         try:
             facts.update(parse_plan_header(data).facts())
         except PlanHeaderError as exc:  # a header layout we do not know must not fail the build
