@@ -36,6 +36,12 @@ def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> st
     return f"{speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
 
 
+def verdict_label(c: Any) -> str:
+    """faster / slower / no significant effect, as the comparison recorded it (the same rule
+    as :func:`dossier.verdict.speed_verdict`)."""
+    return "faster" if c.faster else "slower" if c.slower else "no significant effect"
+
+
 class ProgressObserver(TuneObserver):
     """A rich progress bar on stderr: trials done / total, current route, ETA."""
 
@@ -85,9 +91,12 @@ def trial_line(r: TrialRecord) -> str:
     parts = [f"[{r.index:>3}] {r.role:<8}", f"[{style}]{r.outcome.value:<13}[/]"]
     if r.timing:
         parts.append(f"{r.timing.median_ms:8.3f} ms")
-    if r.comparison and r.role != "baseline":
+    if r.comparison:
         c = r.comparison
+        # the trial's own paired baseline: the speedup is this median over the one before
+        parts.append(f"vs {c.baseline.median_ms:.3f} ms baseline alongside")
         parts.append(fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high))
+        parts.append("A/A: " + verdict_label(c) if r.role == "baseline" else verdict_label(c))
     parts.append(escape(r.route) or "(default route)")
     if r.reason:
         parts.append(f"[dim]({escape(r.reason)})[/]")
