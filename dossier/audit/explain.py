@@ -35,8 +35,8 @@ from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TrialRecord
-from dossier.validation import worst_by_output
 from dossier.trtexec import SOURCE as TRTEXEC
+from dossier.validation import worst_by_output
 from dossier.verdict import speed_verdict
 
 if TYPE_CHECKING:
