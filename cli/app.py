@@ -20,7 +20,7 @@ app = typer.Typer(
     name="dossier", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
     help="Tune compiled inference engines, bundle them with their evidence, verify them on "
          "target hosts, and explain why a build route was chosen.\n\n"
-         "Exit codes: 0 ok/VALID, 2 usage, 3 bad input, 4 search failed, 5 backend not "
+         "Exit codes: 0 ok/VALID, 1 schema --check drift, 2 usage, 3 bad input, 4 search failed, 5 backend not "
          "installed, 6 bad bundle, 7 output exists/unwritable, 10 SUBOPTIMAL, 11 INVALID, "
          "13 signature, 70 internal error, 130 interrupted.")
 

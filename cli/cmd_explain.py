@@ -83,15 +83,26 @@ def _print_model(model: Any) -> None:
 def _write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file renamed into place)."""
     path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"--html {path} is a folder", hint="give a file name, e.g. "
+                          f"{path / 'report.html'}")
     folder = path.parent if str(path.parent) else Path(".")
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any new file (mkstemp makes it 0600)
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}",
                           hint="check that its folder exists and is writable") from exc
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def render_explanation(e: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -20,8 +21,20 @@ from rich.progress import (
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
+
+def _console(stderr: bool) -> Console:
+    """Lines are never hard-wrapped: in a terminal they wrap as the terminal wraps them;
+    elsewhere (a pipe, a file, CI) a line is one line and tables are not truncated."""
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
+    return console
+
+
+UNWRAPPED = 10_000
+"""Console width outside a terminal: wide enough that nothing is wrapped or cut."""
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 
 def print_json(data: Any) -> None:

@@ -441,6 +441,9 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder",
+                          hint="give a folder for the run (it is created when missing)")
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
     if resume:
