@@ -376,7 +376,9 @@ class DecisionFacts(_Model):
     rule: str
     """The decision rule applied, in words."""
     gain: bool
-    """True when a route beat the baseline significantly and by the minimum effect."""
+    """True when a route other than the baseline ships: it beat the baseline significantly and
+    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
+    statistically checked"), the other tool's rule chose it and nothing was shown."""
     baseline_route: str
     """The baseline route."""
     shipped_route: str
@@ -395,7 +397,7 @@ class DecisionFacts(_Model):
     statistically_checked: bool = True
     """False when the choice was made by another tool's rule that no statistics back (a trtexec
     import: the lowest of one mean per route, warm-up included, no repeats, no significance
-    test); ``gain`` is then false because nothing was shown, not because nothing was faster."""
+    test); ``gain`` then only says that a route other than the baseline ships."""
 
 
 class OutputLoss(_Model):
