@@ -21,10 +21,11 @@ def create(
     out_dir: Path = typer.Argument(..., help="The new validation set folder (must not exist)."),
     inputs: list[Path] = typer.Option(..., "--inputs", "-i", help="One pair's inputs: .npz "
                                       "(one array per input name) or .npy (a single-input "
-                                      "model). Repeat for each pair."),
-    references: list[Path] = typer.Option([], "--references", "-r", help="That pair's "
-                                           "reference outputs (.npz/.npy), one per --inputs, "
-                                           "in the same order."),
+                                      "model); or a Polygraphy inputs .json (--save-inputs), "
+                                      "one pair per feed. Repeat for more pairs."),
+    references: list[Path] = typer.Option([], "--references", "-r", help="Reference "
+                                           "outputs (.npz/.npy), one file per pair, in the "
+                                           "order of the pairs."),
     reference: str = typer.Option(None, "--reference", help="Compute the references instead: "
                                   "'onnxruntime-cpu' (the model run by ONNX Runtime's CPU "
                                   "provider, all optimizations off) or 'module:function' (your "

@@ -44,13 +44,59 @@ PROVENANCE = "provenance.json"
 Arrays = dict[str, np.ndarray]
 
 
+def read_pairs(path: Path, single_name: str | None = None) -> list[Arrays]:
+    """The pairs' inputs in one file: an ``.npy``/``.npz`` is one pair; a Polygraphy inputs
+    file (``polygraphy run --save-inputs``: a JSON list of name -> array feeds) one pair per
+    feed."""
+    if Path(path).suffix.lower() == ".json":
+        return read_polygraphy_inputs(path)
+    return [read_arrays(path, single_name)]
+
+
+def read_polygraphy_inputs(path: Path) -> list[Arrays]:
+    """Polygraphy's input data JSON: a list of feed dicts whose arrays are encoded as
+    ``{"array": base64 of numpy.save bytes, "polygraphy_class": "ndarray"}`` (no pickles)."""
+    import base64
+    import binascii
+    import io
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValidationSetError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValidationSetError(f"{path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(data, list) or not data or not all(isinstance(d, dict) and d
+                                                         for d in data):
+        raise ValidationSetError(f"{path}: not a Polygraphy inputs file (a JSON list of "
+                                 "name -> array feeds)")
+    feeds = []
+    for i, feed in enumerate(data):
+        arrays = {}
+        for name, enc in feed.items():
+            if not isinstance(enc, dict) or not isinstance(enc.get("array"), str):
+                raise ValidationSetError(f"{path}: feed {i}, {name!r} is not an encoded array")
+            try:
+                raw = base64.b64decode(enc["array"].encode(), validate=True)
+                arr = np.load(io.BytesIO(raw), allow_pickle=False)
+            except (binascii.Error, ValueError, OSError, EOFError) as exc:
+                raise ValidationSetError(f"{path}: feed {i}, {name!r}: not a NumPy array "
+                                         f"({exc})") from exc
+            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+                raise ValidationSetError(f"{path}: feed {i}, {name!r} is not a numeric tensor")
+            arrays[str(name)] = arr
+        feeds.append(arrays)
+    return feeds
+
+
 def read_arrays(path: Path, single_name: str | None = None) -> Arrays:
     """The named arrays of a ``.npy`` or ``.npz`` file (no pickles). A ``.npy`` holds one
     array, named ``single_name``; ValidationSetError when the file cannot be used."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".npz"):
-        raise ValidationSetError(f"{path}: not a .npy or .npz file",
+        raise ValidationSetError(f"{path}: not a .npy, .npz or Polygraphy inputs .json file",
                                  hint="save arrays with numpy.save or numpy.savez")
     try:
         ctx = np.load(path, allow_pickle=False) if suffix == ".npz" else _Single(path)
@@ -201,20 +247,23 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
     if bool(references) == bool(reference):
         raise InputError("give either a references file per inputs file (--references) or a "
                          "reference computation (--reference)")
-    if references and len(references) != len(inputs):
-        raise InputError(f"{len(inputs)} inputs file(s) but {len(references)} references "
-                         "file(s): give one references file per inputs file")
     sig = onnx_signature(model) if model is not None else None
     one_in = sig.inputs[0].name if sig and len(sig.inputs) == 1 else None
     one_out = sig.outputs[0].name if sig and len(sig.outputs) == 1 else None
+    feeds: list[tuple[str, Arrays]] = []
+    for f in inputs:
+        for x in read_pairs(f, one_in):
+            feeds.append((f"pair {len(feeds)} ({Path(f).name})", x))
+    if references and len(references) != len(feeds):
+        raise InputError(f"{len(feeds)} pair(s) of inputs but {len(references)} references "
+                         "file(s): give one references file per pair, in the same order")
     comp = reference_computation(reference, model) if reference else None
     pairs: list[tuple[Arrays, Arrays]] = []
-    for i, f in enumerate(inputs):
-        x = read_arrays(f, one_in)
+    for i, (where, x) in enumerate(feeds):
         if sig is not None:
-            sig.check_inputs(f"pair {i} ({Path(f).name})", x)
+            sig.check_inputs(where, x)
         refs = comp.run(x) if comp else read_arrays(references[i], one_out)
-        _check(f"pair {i} ({Path(f).name})", x, refs, sig)
+        _check(where, x, refs, sig)
         pairs.append((x, refs))
     provenance = {
         "method": comp.method if comp else "supplied by the user as NumPy files",

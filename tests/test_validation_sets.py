@@ -135,3 +135,36 @@ def test_create_refuses_an_existing_folder(runner, conv: Path, tmp_path: Path) -
                             str(tmp_path / "a.npy"), "--reference", "onnxruntime-cpu",
                             "--model", str(conv.parent / "model.onnx")])
     assert r.exit_code == ExitCode.OUTPUT and "exists already" in r.output
+
+
+def _polygraphy_feed(arrays: dict[str, np.ndarray]) -> dict:
+    """One feed as Polygraphy's JSON encoder writes it (numpy.save bytes, base64)."""
+    import base64
+    import io
+
+    out = {}
+    for name, arr in arrays.items():
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        out[name] = {"array": base64.b64encode(buf.getvalue()).decode(),
+                     "polygraphy_class": "ndarray"}
+    return out
+
+
+def test_create_from_polygraphy_inputs_json(runner, conv: Path, tmp_path: Path) -> None:
+    xs = [np.full((n, 3, 32, 32), 0.5, np.float32) for n in (1, 3)]
+    f = tmp_path / "inputs.json"
+    f.write_text(json.dumps([_polygraphy_feed({"x": x}) for x in xs]))
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set"), "-i", str(f),
+                            "--reference", "onnxruntime-cpu", "--model",
+                            str(conv.parent / "model.onnx")])
+    assert r.exit_code == 0, r.output
+    made = load_validation_set(tmp_path / "set")
+    assert [p.inputs["x"].shape[0] for p in made.pairs] == [1, 3]
+    np.testing.assert_array_equal(made.pairs[1].inputs["x"], xs[1])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"x": {"array": "not base64!"}}]))
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set2"), "-i", str(bad),
+                            "--reference", "onnxruntime-cpu", "--model",
+                            str(conv.parent / "model.onnx")])
+    assert r.exit_code == ExitCode.INPUT and "not a NumPy array" in r.output
