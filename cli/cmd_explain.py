@@ -149,8 +149,7 @@ def render_explanation(e: Any) -> None:
             f"({h.confidence:.0%} bootstrap interval"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
-            f"({'significant' if h.significant else 'not significant'}); minimum effect "
-            f"{h.min_effect:.0%} {'reached' if h.reaches_min_effect else 'not reached'}",
+            f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
         ] + ([f"verdict    {h.verdict}"] if h.verdict else [])
         for line in lines:
             out.print("  " + line, soft_wrap=True)
@@ -273,6 +272,13 @@ def render_explanation(e: Any) -> None:
             days = "" if x.days is None else f", {x.days:,.1f} days"
             out.print(f"  {x.case:<9} {x.speedup:.3f}x saves {x.saved_ms:.4f} ms/inference: "
                       f"{when}{days}", soft_wrap=True)
+
+
+def min_effect_text(h: Any) -> str:
+    """Whether the minimum effect of a gain was reached; a slowdown says so instead."""
+    if h.speedup < 1:
+        return f"minimum effect {h.min_effect:.0%}: a slowdown ({h.speedup:.3f}x), not a gain"
+    return f"minimum effect {h.min_effect:.0%} {'reached' if h.reaches_min_effect else 'not reached'}"
 
 
 def baseline_line(base: Any) -> str:

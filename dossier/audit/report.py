@@ -324,7 +324,8 @@ def _summary_html(e: Explanation) -> str:
                         f"{h.alpha:.3g} ({'significant' if h.significant else 'not significant'})"
                         if h.test == "mann-whitney-u" else f"{h.test}: p={h.p_value:.3g}")),
             ("minimum effect", _e(f"{h.min_effect:.0%}: "
-                                  f"{'reached' if h.reaches_min_effect else 'not reached'}")),
+                                  + (f"a slowdown ({h.speedup:.3f}x), not a gain" if h.speedup < 1
+                                     else "reached" if h.reaches_min_effect else "not reached"))),
         ] + ([("verdict", _e(h.verdict))] if h.verdict else [])
         parts.append(f"<h2>{title}</h2>" + _dl(rows))
     if e.runner_up is not None:
