@@ -16,13 +16,28 @@ from dossier.errors import DossierError, ExitCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_EXIT_LABELS = {
+    ExitCode.OK: "ok/VALID", ExitCode.USAGE: "usage", ExitCode.INPUT: "bad input",
+    ExitCode.TUNE: "search failed", ExitCode.BACKEND_UNAVAILABLE: "backend not installed",
+    ExitCode.BUNDLE: "bad bundle", ExitCode.OUTPUT: "output exists/unwritable",
+    ExitCode.SUBOPTIMAL: "SUBOPTIMAL", ExitCode.INVALID: "INVALID",
+    ExitCode.SIGNATURE: "signature", ExitCode.INTERNAL: "internal error",
+    ExitCode.INTERRUPTED: "interrupted"}
+"""Short labels for the root help; a code without one is named after its member."""
+
+
+def _exit_codes() -> str:
+    """Every exit code, from :class:`ExitCode` (so a new code is never missing), and 1."""
+    codes = {int(c): _EXIT_LABELS.get(c, c.name.lower().replace("_", " ")) for c in ExitCode}
+    codes[1] = "schema --check drift"
+    return ", ".join(f"{k} {v}" for k, v in sorted(codes.items()))
+
+
 app = typer.Typer(
     name="dossier", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
     help="Tune compiled inference engines, bundle them with their evidence, verify them on "
-         "target hosts, and explain why a build route was chosen.\n\n"
-         "Exit codes: 0 ok/VALID, 2 usage, 3 bad input, 4 search failed, 5 backend not "
-         "installed, 6 bad bundle, 7 output exists/unwritable, 10 SUBOPTIMAL, 11 INVALID, "
-         "13 signature, 70 internal error, 130 interrupted.")
+         f"target hosts, and explain why a build route was chosen.\n\nExit codes: "
+         f"{_exit_codes()}.")
 
 
 def fail(exc: DossierError) -> None:

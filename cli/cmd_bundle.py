@@ -116,7 +116,9 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
         f"  dossier id   {o['dossier_id']}",
         f"  parent       {o['parent'] or 'none'}",
         f"  created      {o['created_at']} (dossier {o['tool_version']}, format {o['format_version']})",
-        f"  backend      {o['backend']} ({o['tuner_version']})",
+        f"  backend      {o['backend']}"
+        + (f" {o['engine_version']} (the plan's TensorRT; tuner {o['tuner_version']})"
+           if o.get("engine_version") else f" ({o['tuner_version']})"),
         f"  model        {m['file_name']}, {m['size']} bytes, {m['algorithm']} {m['digest']}"
         + (f", {m['external_data']} external data file(s)" if m["external_data"] else "")
         + ("" if m["included"] else " (not included)"),
@@ -125,8 +127,8 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
         f"{o['validation_pairs']} pair(s)"
         + (f" (atol {o['atol']:g}, rtol {o['rtol']:g})" if o["metric"] == "l0" else ""),
         f"  baseline     {b['route'] or '(default route)'}"
-        + (f"  {b['median_ms']:.3f} ms [{b['ci_low_ms']:.3f}, {b['ci_high_ms']:.3f}] (n={b['n']})"
-           if b["median_ms"] is not None else ""),
+        + (f"  baseline (trial {b['trial_index']}) {b['median_ms']:.3f} ms [{b['ci_low_ms']:.3f}, "
+           f"{b['ci_high_ms']:.3f}] (n={b['n']})" if b["median_ms"] is not None else ""),
         f"  shipped      {o['winner']['route'] or '(default route)'}"
         + ("  (the baseline)" if o["winner"]["is_baseline"] else ""),
     ]
@@ -141,9 +143,15 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
         ru = o["runner_up"]
         lines.append(f"  runner-up    {ru['route']}"
                      + (f"  {ru['speedup']:.3f}x" if ru["speedup"] is not None else ""))
+    for i, x in enumerate(o.get("accuracy_by_output") or []):
+        loss = "NaN/Inf" if x["loss"] is None else f"{x['loss']:.3g}"
+        lines.append(("  losses       " if i == 0 else " " * 15)
+                     + f"{x['output']}: {o['metric']} {loss} (worst pair {x['pair']})")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(o["trials"].items()))
-    lines.append(f"  trials       {counts} (+{o['confirm_trials']} confirmation); search "
-                 f"{o['search_wall_s']:.1f} s, builds {o['build_s_total']:.1f} s")
+    cost = ("search unknown (the search record has no wall or build times)"
+            if o["search_wall_s"] is None else
+            f"search {o['search_wall_s']:.1f} s, builds {o['build_s_total']:.1f} s")
+    lines.append(f"  trials       {counts} (+{o['confirm_trials']} confirmation); {cost}")
     host = o["tuning_host"]
     lines.append("  tuning host  " + (", ".join(f"{k} {v}" for k, v in sorted(host.items()))
                                       or "unknown"))

@@ -83,15 +83,26 @@ def _print_model(model: Any) -> None:
 def _write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file renamed into place)."""
     path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"--html {path} is a folder", hint="give a file name, e.g. "
+                          f"{path / 'report.html'}")
     folder = path.parent if str(path.parent) else Path(".")
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as any new file (mkstemp makes it 0600)
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}",
                           hint="check that its folder exists and is writable") from exc
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def render_explanation(e: Any) -> None:
@@ -132,14 +143,14 @@ def render_explanation(e: Any) -> None:
             f"candidate  {_r(h.route)} (trial {h.trial_index})",
             f"measured   {src} (record {h.measured_in})",
             f"candidate  median {_ci(h.candidate.median_ms, h.candidate.ci_low_ms, h.candidate.ci_high_ms, ' ms', 4)} (n={h.candidate.n})",
-            f"baseline   median {_ci(h.baseline.median_ms, h.baseline.ci_low_ms, h.baseline.ci_high_ms, ' ms', 4)} (n={h.baseline.n})",
+            f"baseline   median {_ci(h.baseline.median_ms, h.baseline.ci_low_ms, h.baseline.ci_high_ms, ' ms', 4)} (n={h.baseline.n}), "
+            f"timed alongside it in record {h.measured_in}",
             f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} "
             f"({h.confidence:.0%} bootstrap interval"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
-            f"({'significant' if h.significant else 'not significant'}); minimum effect "
-            f"{h.min_effect:.0%} {'reached' if h.reaches_min_effect else 'not reached'}",
-        ]
+            f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
+        ] + ([f"verdict    {h.verdict}"] if h.verdict else [])
         for line in lines:
             out.print("  " + line, soft_wrap=True)
     if e.runner_up is not None:
@@ -156,6 +167,10 @@ def render_explanation(e: Any) -> None:
     out.print(f"  {escape(counts)} (+{e.confirm_trials} confirmation re-measurements); "
               f"{escape(s.strategy)} over {escape(s.selection)}; accuracy: {escape(s.metric)} < "
               f"{s.threshold:g} on every output of {s.validation_pairs} pair(s)", soft_wrap=True)
+    base = next((t for t in e.trials if t.role == "baseline"), None)
+    if base is not None and base.median_ms is not None:
+        out.print(f"  {escape(baseline_line(base))}", soft_wrap=True)
+    _accuracy_lines(e)
     if e.rejected:
         _heading(f"Rejected trials ({len(e.rejected)})")
         for t in e.rejected:
@@ -257,6 +272,38 @@ def render_explanation(e: Any) -> None:
             days = "" if x.days is None else f", {x.days:,.1f} days"
             out.print(f"  {x.case:<9} {x.speedup:.3f}x saves {x.saved_ms:.4f} ms/inference: "
                       f"{when}{days}", soft_wrap=True)
+
+
+def min_effect_text(h: Any) -> str:
+    """Whether the minimum effect of a gain was reached; a slowdown says so instead."""
+    if h.speedup < 1:
+        return f"minimum effect {h.min_effect:.0%}: a slowdown ({h.speedup:.3f}x), not a gain"
+    return f"minimum effect {h.min_effect:.0%} {'reached' if h.reaches_min_effect else 'not reached'}"
+
+
+def baseline_line(base: Any) -> str:
+    """The summary's baseline figure, named the same in inspect, explain and the HTML."""
+    return (f"baseline (trial {base.index}) {base.median_ms:.3f} ms [{base.ci_low_ms:.3f}, "
+            f"{base.ci_high_ms:.3f}] (n={base.n}); each speedup compares a trial with the "
+            "baseline timed alongside it")
+
+
+def _accuracy_lines(e: Any) -> None:
+    shown = [t for t in e.trials if t.role != "confirm" and t.output_losses
+             and t.outcome.value == "ok" and (t.shipped or t.role == "baseline"
+                                              or (e.head_to_head is not None
+                                                  and t.index == e.head_to_head.trial_index))]
+    if not shown:
+        return
+    _heading(f"Accuracy of the passing routes shown above ({e.search.metric}, per output, "
+             "worst pair)")
+    for t in shown:
+        what = "shipped" if t.shipped else "baseline" if t.role == "baseline" else "candidate"
+        out.print(f"  trial {t.index} ({what}) {_r(t.route)}", soft_wrap=True)
+        for x in t.output_losses:
+            loss = "NaN/Inf" if x.loss is None else f"{x.loss:.3g}"
+            out.print(f"      {escape(x.output)}: {loss} ({escape(x.pair)}; threshold "
+                      f"{e.search.threshold:g})", soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------- diff

@@ -14,17 +14,18 @@ from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
 
 
 # --------------------------------------------------------------------------------------- knobs
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": True})
 @handled
 def knobs(
-    knob: str = typer.Argument(None, help="Show only this knob (leading '-' optional)."),
-    backend: str = typer.Option("onnxruntime", "--backend", "-b",
+    knob: str = typer.Argument(None, help="Show only this knob, as the table names it "
+                               "(-optimizer:NchwcTransformer) or without the dash."),
+    backend: str = typer.Option("onnxruntime", "--backend",  # no -b: "-builderX" is a knob
                                 help="Backend whose knob database to show."),
     as_json: bool = typer.Option(False, "--json", help="Print the database as JSON."),
 ) -> None:
     """List the knob database of a backend: every knob, its allowed values, default and help.
 
-    Knobs go into a selection in trtexec syntax: [bold]-knob=[a|b][/] varies a knob,
+    Knobs go into a selection in trtexec syntax: [bold]-knob=\\[a|b][/] varies a knob,
     [bold]-knob=v[/] pins it.
     """
     from dossier.backends import get_backend
@@ -40,7 +41,7 @@ def knobs(
         return
     table = Table(title=f"{db.backend} knobs ({db.tuner_version}, {len(db.knobs)} knobs)")
     for col in ("knob", "allowed values", "default", "phase", "help"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a narrow terminal wraps names, never cuts them
     for k in items:
         table.add_row(escape("-" + k.name), escape(k.allowed_text().split("=", 1)[1]), k.default,
                       k.phase.value, escape(k.help + (" [numerics]" if k.changes_numerics else "")))
@@ -64,7 +65,7 @@ def default_out(name: str, version: int) -> Path:
 def tune(
     spec: Path = typer.Argument(None, help="Release spec (release.toml). Optional with --continue."),
     selection: str = typer.Option(None, help="Override the spec's selection, trtexec syntax: "
-                                  "'-a=[x|y] -b=z'."),
+                                  "'-a=\\[x|y] -b=z'."),
     strategy: str = typer.Option(None, help="Override the strategy: fast, mixed or full."),
     threshold: float = typer.Option(None, help="Override the accuracy threshold (> 0)."),
     metric: str = typer.Option(None, help="Override the metric: l0, l1, l2, linf or cos."),

@@ -121,13 +121,24 @@ def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
 
 
 def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
-    rows = [f for f in result.findings if show_all or f.changed]
+    from dossier.policy import collapse
+
+    if show_all:
+        groups = [([f], f) for f in result.findings]
+    else:  # one row for many fields with the same verdict and reason ("cannot be compared")
+        groups = collapse(result.findings) + [([f], f) for f in result.findings
+                                               if f.changed and f.verdict.value == "VALID"]
+    rows = [g for g, _ in groups]
     table = Table(title=f"environment: {result.release} ({result.backend}) on this host")
     for col in ("field", "bundle", "host", "verdict", "reason"):
         table.add_column(col, overflow="fold")
-    for f in rows:
+    for group, f in groups:
         c = _COLOUR[f.verdict.value]
-        table.add_row(escape(f.field), escape(str(f.bundle_value)), escape(str(f.host_value)),
+        many = len(group) > 1
+        table.add_row(escape(f"{len(group)} fields: " + ", ".join(x.field for x in group)
+                             if many else f.field),
+                      "-" if many else escape(str(f.bundle_value)),
+                      "-" if many else escape(str(f.host_value)),
                       f"[{c}]{f.verdict.value}[/]", escape(f.reason))
     unchanged = sum(1 for f in result.findings if not f.changed)
     if rows:

@@ -13,6 +13,7 @@ import cli.cmd_registry  # noqa: F401 - push, pull
 import cli.cmd_sign  # noqa: F401
 import cli.cmd_trtexec  # noqa: F401 - import, export
 import cli.cmd_tune  # noqa: F401 - knobs, tune
+import cli.cmd_validation  # noqa: F401 - validation create, show
 import cli.cmd_verify  # noqa: F401 - verify, retune
 from cli.app import app
 

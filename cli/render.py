@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -20,8 +21,20 @@ from rich.progress import (
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver
 
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False, soft_wrap=True)
+
+def _console(stderr: bool) -> Console:
+    """Lines are never hard-wrapped: in a terminal they wrap as the terminal wraps them;
+    elsewhere (a pipe, a file, CI) a line is one line and tables are not truncated."""
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
+    return console
+
+
+UNWRAPPED = 10_000
+"""Console width outside a terminal: wide enough that nothing is wrapped or cut."""
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 
 def print_json(data: Any) -> None:
@@ -34,6 +47,12 @@ def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> st
     if speedup is None:
         return "-"
     return f"{speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+
+
+def verdict_label(c: Any) -> str:
+    """faster / slower / no significant effect, as the comparison recorded it (the same rule
+    as :func:`dossier.verdict.speed_verdict`)."""
+    return "faster" if c.faster else "slower" if c.slower else "no significant effect"
 
 
 class ProgressObserver(TuneObserver):
@@ -85,9 +104,12 @@ def trial_line(r: TrialRecord) -> str:
     parts = [f"[{r.index:>3}] {r.role:<8}", f"[{style}]{r.outcome.value:<13}[/]"]
     if r.timing:
         parts.append(f"{r.timing.median_ms:8.3f} ms")
-    if r.comparison and r.role != "baseline":
+    if r.comparison:
         c = r.comparison
+        # the trial's own paired baseline: the speedup is this median over the one before
+        parts.append(f"vs {c.baseline.median_ms:.3f} ms baseline alongside")
         parts.append(fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high))
+        parts.append("A/A: " + verdict_label(c) if r.role == "baseline" else verdict_label(c))
     parts.append(escape(r.route) or "(default route)")
     if r.reason:
         parts.append(f"[dim]({escape(r.reason)})[/]")

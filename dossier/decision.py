@@ -1,7 +1,8 @@
 """The decision rule: which route ships, and why.
 
 1. Candidates are admissible search trials whose interleaved comparison with the baseline was
-   significant (Mann-Whitney U, p < alpha) with a speedup of at least 1 + min_effect.
+   significant (Mann-Whitney U, p < alpha) with a speedup of at least 1 + min_effect and a
+   speedup interval above 1.0 (so the verdict never contradicts the interval printed with it).
 2. The best ``confirm_top`` candidates (by speedup) are re-timed together with the baseline in a
    fresh process; each must again be significant at alpha / k (Bonferroni) and reach the minimum
    effect. This removes the winner's curse of picking the maximum of many noisy estimates.
@@ -16,12 +17,14 @@ from collections.abc import Sequence
 from dossier.cache import DecisionRecord
 from dossier.timing import TimingSettings
 from dossier.trial import TrialRecord
+from dossier.verdict import speed_verdict
 
 
 def rule_text(settings: TimingSettings) -> str:
     """The decision rule in words, with the numbers in force."""
     return (f"admissible routes faster than the baseline by a two-sided Mann-Whitney U test "
-            f"(alpha={settings.alpha:g}) and by at least {settings.min_effect:.0%} were re-timed "
+            f"(alpha={settings.alpha:g}), by at least {settings.min_effect:.0%} and with a speedup "
+            f"interval above 1.0 were re-timed "
             f"(top {settings.confirm_top}) against the baseline in a fresh process at "
             f"alpha/k (Bonferroni); the largest confirmed speedup ships, else the baseline")
 
@@ -39,18 +42,9 @@ def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
 
 
 def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
-    c = t.comparison
-    assert c is not None
-    if c.slower:
-        return "significantly slower than the baseline"
-    parts = []
-    if c.speedup_ci_low <= 1.0 <= c.speedup_ci_high:
-        parts.append("its interval includes 1.0")
-    if c.p_value >= alpha:
-        parts.append(f"p={c.p_value:.2g} >= alpha {alpha:.2g}")
-    if c.speedup < 1 + settings.min_effect:
-        parts.append(f"below the minimum effect of {settings.min_effect:.0%}")
-    return ", ".join(parts) or "not significant"
+    assert t.comparison is not None
+    v = speed_verdict(t.comparison, alpha=alpha, min_effect=settings.min_effect)
+    return "slower than the baseline" if v.label == "slower" else ", ".join(v.reasons) or v.label
 
 
 def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionRecord:
@@ -64,7 +58,8 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
     alpha = settings.alpha / k
     confirmed = sorted(
         (t for t in confirms if t.comparison.p_value < alpha  # type: ignore[union-attr]
-         and t.comparison.speedup >= 1 + settings.min_effect),  # type: ignore[union-attr]
+         and t.comparison.speedup >= 1 + settings.min_effect
+         and t.comparison.speedup_ci_low > 1.0),  # type: ignore[union-attr]
         key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
     if settings.confirm_top == 0:
         confirms, confirmed, alpha = [], screened, settings.alpha

@@ -9,7 +9,8 @@ dossier search as a trtexec tuning cache.
 - the winner is the one trtexec would pick (:func:`~dossier.trtexec.trtexec_winner`: lowest
   ``gpu_time`` among passing rows, strict ``<``), and the decision says it was **not
   statistically checked** (one mean per route including warm-up, no repeats, no significance
-  test); there is no speedup, interval or p-value;
+  test); there is no speedup, interval or p-value, and ``gain`` says only that a route other than
+  the baseline ships;
 - the tuning host is **unknown**: ``fingerprint.json`` is an empty placeholder (no field is this
   host's), ``tuning_host`` says "unknown", and the shipped engine carries the flag
   ``tuning_host_unknown``, so ``verify`` judges every field "cannot be compared" (SUBOPTIMAL),
@@ -444,7 +445,8 @@ def _decision(p: _Plan) -> DecisionRecord:
     reason += ("; not statistically checked: a difference this size may be noise, and "
                "rebuilding the route may not reproduce the engine")
     return DecisionRecord(rule=RULE, baseline_route=p.baseline_route, shipped_route=w.route,
-                          shipped_index=p.winner, gain=False, speedup=None, speedup_ci_low=None,
+                          shipped_index=p.winner, gain=w.route != p.baseline_route,
+                          speedup=None, speedup_ci_low=None,
                           speedup_ci_high=None, p_value=None, reason=reason,
                           runner_up_route=p.trials[runner[1]].route if runner else None,
                           runner_up_speedup=None)
@@ -547,7 +549,7 @@ def _write(p: _Plan, staging: Path) -> Manifest:
         threshold=h.epsilon, atol=h.accuracy_parameter.atol, rtol=h.accuracy_parameter.rtol,
         validation_pairs=p.validation_pairs, baseline_route=p.baseline_route,
         baseline_timing=None, shipped_route=decision.shipped_route, shipped_index=p.winner,
-        gain=False, speedup=None, speedup_ci_low=None, speedup_ci_high=None,
+        gain=decision.gain, speedup=None, speedup_ci_low=None, speedup_ci_high=None,
         confidence=cache_header.timing.confidence, p_value=None,
         result="not statistically checked", reason=decision.reason, decision_rule=RULE,
         runner_up_route=decision.runner_up_route, runner_up_speedup=None,

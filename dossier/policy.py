@@ -241,6 +241,42 @@ def diff_fields(bundle: Mapping[str, str | None], host: Mapping[str, str | None]
     return sorted(findings, key=lambda f: (-f.verdict.severity, not f.changed))  # stable
 
 
+def requirement_findings(backend: str, host: Fingerprint) -> list[Finding]:
+    """What an engine of ``backend`` needs on any host, whatever its tuning host was (so also
+    when the tuning host is unknown): a TensorRT plan runs only on an NVIDIA GPU, loaded by the
+    TensorRT runtime. Each missing requirement is an INVALID finding."""
+    if backend != "tensorrt":
+        return []
+    out = []
+    if not host.gpus:
+        out.append(Finding(field="requires.gpu", bundle_value="an NVIDIA GPU", host_value="none",
+                           verdict=Verdict.INVALID, reason="A TensorRT plan runs only on an "
+                           "NVIDIA GPU, and this host has none."))
+    if not any(name.startswith("tensorrt") for name in host.packages):
+        out.append(Finding(field="requires.tensorrt", bundle_value="TensorRT",
+                           host_value="not installed", verdict=Verdict.INVALID,
+                           reason="A TensorRT plan is loaded by the TensorRT runtime, which is "
+                           "not installed on this host."))
+    return out
+
+
+def collapse(findings: Iterable[Finding], at: int = 3) -> list[tuple[list[Finding], Finding]]:
+    """Changed, non-VALID findings grouped by verdict and reason, in order: a group of ``at``
+    or more (e.g. 20 fields that "cannot be compared") is one entry, so the reason is said
+    once; each entry is (its findings, the first of them)."""
+    groups: dict[tuple[Verdict, str], list[Finding]] = {}
+    for f in findings:
+        if f.changed and f.verdict is not Verdict.VALID:
+            groups.setdefault((f.verdict, f.reason), []).append(f)
+    out = []
+    for members in groups.values():
+        if len(members) >= at:
+            out.append((members, members[0]))
+        else:
+            out.extend(([f], f) for f in members)
+    return out
+
+
 def overall(findings: Iterable[Finding]) -> Verdict:
     """The worst verdict of the findings; ValueError if there are none."""
     return worst(f.verdict for f in findings)

@@ -7,11 +7,20 @@ strategy over its own selection. The new bundle's ``parent`` is the old dossier 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dossier.bundle import WrittenBundle, check_integrity, open_bundle, write_bundle
+from dossier.bundle import (
+    Bundle,
+    Manifest,
+    WrittenBundle,
+    check_integrity,
+    open_bundle,
+    write_bundle,
+)
+from dossier.cache import CacheHeader
 from dossier.errors import InputError, IntegrityError
 from dossier.hashing import digest_file
 from dossier.tuner import TuneObserver, TuneResult, spec_from_header, tune
@@ -48,7 +57,8 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
     The model is the one stored in the bundle, or ``model``, whose xxh3-128 must match the
     bundle's model identity. The bundle must pass its integrity check first.
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()  # the spec rebuilt below resolves paths against "/"
+    work = Path(work).absolute() if work else None
     with open_bundle(Path(bundle_path)) as b:
         report = check_integrity(b)
         if not report:
@@ -66,30 +76,57 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
             raise OutputError(f"work folder {run} is not empty",
                               hint="remove it, or give another --work")
         inputs = run.parent / f".{run.name}.inputs"
-        shutil.rmtree(inputs, ignore_errors=True)
-        inputs.mkdir(parents=True)
-        if model is not None:
-            digest, _ = digest_file(Path(model))
-            if digest != m.model.digest:
-                raise InputError(f"--model {model} is not the bundle's model "
-                                 f"(xxh3-128 {digest}, the bundle's is {m.model.digest})")
-            model_path = Path(model).resolve()
-        elif m.model_included:
-            src = b.path / "model"
-            shutil.copytree(src, inputs / "model")
-            model_path = inputs / "model" / m.model.file_name
-        else:
-            raise InputError(f"{b.source} does not include its model",
-                             hint="give the model with --model; its hash must match the bundle's")
-        shutil.copytree(b.path / "validation", inputs / "validation")
-        warm = warm_routes(trials, m.summary.shipped_route, m.summary.runner_up_route,
-                           m.summary.baseline_route)[:top]
-        base = spec_from_header(header)
-        spec = base.model_copy(update={
-            "release": base.release.model_copy(update={"version": m.release_version + 1}),
-            "model": base.model.model_copy(update={"path": str(model_path)}),
-            "validation": base.validation.model_copy(update={"path": str(inputs / "validation")}),
-        })
-        result = tune(spec, run, observer=observer, warm_start=warm, parent=m.dossier_id)
-        written = write_bundle(run, out_dir, parent=m.dossier_id)
-        return Retuned(result, written, m.dossier_id, warm)
+        created = [d for d in (out_dir, run.parent) if not d.exists()]
+        try:
+            return _retune(b, m, header, trials, run, inputs, out_dir, model, observer, top)
+        except BaseException:
+            # nothing of a re-tune that did not finish a trial is worth keeping
+            shutil.rmtree(inputs, ignore_errors=True)
+            if not any(t.admissible for t in _trials_in(run)):
+                shutil.rmtree(run, ignore_errors=True)
+                for d in sorted(created, key=lambda p: -len(p.parts)):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+            raise
+
+
+def _trials_in(run: Path) -> list:
+    from dossier.cache import TuningCache
+    from dossier.errors import DossierError
+    from dossier.tuner import CACHE_NAME
+
+    try:
+        return TuningCache.open(run / CACHE_NAME).trials if (run / CACHE_NAME).is_file() else []
+    except DossierError:
+        return []
+
+
+def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list, run: Path,
+            inputs: Path, out_dir: Path, model: Path | None, observer: TuneObserver | None, top: int) -> Retuned:
+    shutil.rmtree(inputs, ignore_errors=True)
+    inputs.mkdir(parents=True)
+    if model is not None:
+        digest, _ = digest_file(Path(model))
+        if digest != m.model.digest:
+            raise InputError(f"--model {model} is not the bundle's model "
+                             f"(xxh3-128 {digest}, the bundle's is {m.model.digest})")
+        model_path = Path(model).resolve()
+    elif m.model_included:
+        src = b.path / "model"
+        shutil.copytree(src, inputs / "model")
+        model_path = inputs / "model" / m.model.file_name
+    else:
+        raise InputError(f"{b.source} does not include its model",
+                         hint="give the model with --model; its hash must match the bundle's")
+    shutil.copytree(b.path / "validation", inputs / "validation")
+    warm = warm_routes(trials, m.summary.shipped_route, m.summary.runner_up_route,
+                       m.summary.baseline_route)[:top]
+    base = spec_from_header(header)
+    spec = base.model_copy(update={
+        "release": base.release.model_copy(update={"version": m.release_version + 1}),
+        "model": base.model.model_copy(update={"path": str(model_path)}),
+        "validation": base.validation.model_copy(update={"path": str(inputs / "validation")}),
+    })
+    result = tune(spec, run, observer=observer, warm_start=warm, parent=m.dossier_id)
+    written = write_bundle(run, out_dir, parent=m.dossier_id)
+    return Retuned(result, written, m.dossier_id, warm)

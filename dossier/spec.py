@@ -62,8 +62,9 @@ class TuneSection(_Section):
     """Knobs to vary and pin, trtexec syntax: ``-a=[x|y] -b=z``."""
     metric: str = "l0"
     """Loss: l0, l1, l2, linf or cos."""
-    threshold: float = Field(gt=0)
-    """Admissible when every loss of every pair is below this."""
+    threshold: float = Field(gt=0, allow_inf_nan=False)
+    """Admissible when every loss of every pair is below this (finite: infinity would switch
+    the accuracy check off)."""
     atol: float = Field(1e-5, ge=0)
     """Absolute tolerance for l0."""
     rtol: float = Field(1e-5, ge=0)
@@ -146,8 +147,11 @@ def load_spec(path: Path, overrides: dict | None = None) -> ReleaseSpec:
         spec = ReleaseSpec.model_validate({**data, "base_dir": str(path.parent.resolve())})
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise SpecError(f"{path}: {where}: {err['msg']}") from exc
+        loc = [str(p) for p in err["loc"]]
+        if loc[:1] == ["tune"] and len(loc) > 1 and (overrides or {}).get(loc[1]) is not None:
+            raise SpecError(f"--{loc[1]} {overrides[loc[1]]}: {err['msg']}",  # type: ignore[index]
+                            hint=f"the command line overrides tune.{loc[1]} of {path}") from exc
+        raise SpecError(f"{path}: {'.'.join(loc)}: {err['msg']}") from exc
     if spec.tune.metric not in METRICS:
         raise SpecError(f"{path}: tune.metric {spec.tune.metric!r} is not one of {', '.join(METRICS)}")
     return spec

@@ -139,5 +139,5 @@ def compare(baseline: Sequence[float], candidate: Sequence[float], settings: Tim
     return Comparison(
         baseline=summarize(b, settings.confidence, baseline_warmup), speedup=speedup,
         speedup_ci_low=lo, speedup_ci_high=hi, p_value=p, significant=significant,
-        faster=significant and speedup >= 1 + settings.min_effect,
-        slower=significant and speedup <= 1 / (1 + settings.min_effect))
+        faster=significant and speedup >= 1 + settings.min_effect and lo > 1.0,
+        slower=significant and speedup <= 1 / (1 + settings.min_effect) and hi < 1.0)

@@ -72,9 +72,10 @@ class Comparison(_Model):
     significant: bool
     """p_value below alpha."""
     faster: bool
-    """Significant, and the speedup is at least 1 + the minimum effect."""
+    """Significant, the speedup at least 1 + the minimum effect, and its interval above 1.0."""
     slower: bool
-    """Significant, and the speedup is at most 1 / (1 + the minimum effect)."""
+    """Significant, the speedup at most 1 / (1 + the minimum effect), and its interval below
+    1.0."""
 
 
 class TrialRecord(_Model):

@@ -109,6 +109,8 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     vset = load_validation_set(spec.resolve(spec.validation.path))
     for pair in vset.pairs:
         signature.check_pair(pair.name, pair.inputs, pair.references)
+    for i, entry in enumerate(spec.shapes, start=1):
+        signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
     baseline = selection.baseline(db)
     probe = dict(baseline.as_dict())
     for item in selection.items:
@@ -439,12 +441,21 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder",
+                          hint="give a folder for the run (it is created when missing)")
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
-        _check_resume(cache, fresh)
-    elif out.exists() and any(out.iterdir()):
+        if not any(t.admissible for t in cache.trials):
+            # a start that failed (the baseline did not pass, or was killed before it ended):
+            # nothing worth keeping, so begin again with the inputs as they are now
+            _clear_failed_start(out)
+            resume = False
+        else:
+            _check_resume(cache, fresh)
+    if not resume and out.exists() and any(out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
     try:
@@ -473,6 +484,14 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                                trials_run=tuner.ran, interrupted=False))
     shutil.rmtree(tuner.work, ignore_errors=True)
     return TuneResult(out, cache, decision, tuner.ran)
+
+
+def _clear_failed_start(out: Path) -> None:
+    """Remove what a search that never got an admissible trial wrote in ``out``."""
+    for name in (CACHE_NAME, KNOBS_NAME, FINGERPRINT_NAME):
+        (out / name).unlink(missing_ok=True)
+    for name in (ENGINES, WORK):
+        shutil.rmtree(out / name, ignore_errors=True)
 
 
 def _write_json(path: Path, text: str) -> None:

@@ -141,6 +141,19 @@ class AccuracyResult:
         return max(vals) if vals else None
 
 
+def worst_by_output(losses: Mapping[str, Mapping[str, float | None]] | None
+                    ) -> dict[str, tuple[str, float | None]]:
+    """Per output tensor, the pair with the largest loss and that loss (None: NaN/Inf, which
+    counts as the worst), outputs in name order."""
+    worst: dict[str, tuple[str, float | None]] = {}
+    for pair in sorted(losses or {}):
+        for out, value in (losses or {})[pair].items():
+            seen = worst.get(out)
+            if seen is None or (seen[1] is not None and (value is None or value > seen[1])):
+                worst[out] = (pair, value)
+    return dict(sorted(worst.items()))
+
+
 def judge(outputs: Mapping[str, Mapping[str, np.ndarray]], vset: ValidationSet, metric: str,
           threshold: float, *, atol: float = 1e-5, rtol: float = 1e-5) -> AccuracyResult:
     """Compare ``outputs`` (per pair name, per output name) with the references."""

@@ -18,7 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from dossier.bundle import Bundle, check_integrity
 from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
-from dossier.policy import Finding, Verdict, default_policy, diff, load_policy, worst
+from dossier.policy import (
+    Finding,
+    Verdict,
+    collapse,
+    default_policy,
+    diff,
+    load_policy,
+    requirement_findings,
+    worst,
+)
 from dossier.signing import SignatureCheck, check_signature
 from dossier.timing import TimingSettings, compare, summarize
 from dossier.trial import Comparison, TimingSummary
@@ -188,6 +197,12 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
                    recorded_shipped=recorded, regression=bool(reasons), reason=reason)
 
 
+def _names(group: Sequence[Finding], shown: int = 4) -> str:
+    names = [f.field for f in group]
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown
+                                       else "")
+
+
 def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck: bool = False,
                   do_rebench: bool = False, threshold: float | None = None,
                   host: Fingerprint | None = None,
@@ -213,10 +228,12 @@ def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck
     policy = default_policy(m.backend)
     if policy_file is not None:
         policy = load_policy(policy_file, policy)
-    findings = diff(tuning_host, here, policy, m.engines.shipped.flags)
+    findings = [*requirement_findings(m.backend, here),
+                *diff(tuning_host, here, policy, m.engines.shipped.flags)]
     verdicts = [f.verdict for f in findings]
-    reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}"
-               for f in findings if f.changed and f.verdict is not Verdict.VALID]
+    reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
+               else f"{len(group)} fields ({_names(group)}): {f.reason}"
+               for group, f in collapse(findings)]
     checked = recheck(bundle, threshold=threshold) if do_recheck else None
     if checked is not None:
         verdicts.append(Verdict.VALID if checked.passed else Verdict.INVALID)

@@ -59,8 +59,11 @@ def test_dry_run_text_and_mixed_refusal(runner, conv: Path) -> None:
     (["--selection", "-intra_op_num_threads=[1|1]"], "listed twice"),
     (["--selection", "-intra_op_num_threads=[1|2] -intra_op_num_threads=4"], "appears twice"),
     (["--selection", " "], "the selection is empty"),
-    (["--threshold", "0"], "tune.threshold"),
-    (["--threshold", "-1"], "tune.threshold"),
+    (["--threshold", "0"], "--threshold 0.0: Input should be greater than 0"),
+    (["--threshold", "-1"], "--threshold -1.0: Input should be greater than 0 (the command "
+                            "line overrides tune.threshold"),
+    (["--threshold", "inf"], "--threshold inf: Input should be a finite number"),
+    (["--threshold", "nan"], "--threshold nan: Input should be a finite number"),
     (["--metric", "l3"], "tune.metric 'l3'"),
     (["--strategy", "random"], "unknown strategy 'random'"),
 ])
@@ -86,14 +89,27 @@ def test_missing_and_malformed_model(runner, conv: Path, tmp_path: Path) -> None
 @pytest.mark.parametrize(("inputs", "refs", "message"), [
     ({"x": np.zeros((2, 3, 16, 16), np.float32)}, None, "input 'x' has shape (2, 3, 16, 16)"),
     ({"x": np.zeros((2, 3, 32, 32), np.float64)}, None, "input 'x' has dtype float64"),
-    ({"image": np.zeros((2, 3, 32, 32), np.float32)}, None, "do not match the model"),
-    (None, {"probs": np.zeros((2, 10), np.float32)}, "do not match the model's outputs"),
+    ({"image": np.zeros((2, 3, 32, 32), np.float32)}, None, "inputs lack 'x' of the model's"),
+    (None, {"probs": np.zeros((2, 10), np.float32)},
+     "references lack 'logits' of the model's outputs ('logits'); every output is compared"),
+    (None, {"logits": np.zeros((2, 10)), "probs": np.zeros((2, 10))},
+     "references name 'probs', not among the model's outputs"),
+    # a reference of the wrong shape, rank or batch is refused before the first build
+    (None, {"logits": np.zeros((2, 7), np.float32)}, "reference 'logits' has shape (2, 7), "
+                                                     "model expects ('N', 10)"),
+    (None, {"logits": np.zeros((2, 10, 1), np.float32)}, "reference 'logits' has rank 3"),
+    (None, {"logits": np.zeros((3, 10), np.float32)}, "but dim 'N' is 2 in another tensor"),
+    (None, {"logits": np.zeros((2, 10), np.float16)}, "dtype float16, less precise than the "
+                                                      "model output's float32"),
+    (None, {"logits": np.zeros((2, 10), np.int32)}, "a reference must be floating point"),
     (None, {"logits": np.full((2, 10), np.nan, np.float32)}, "holds NaN or Inf"),
     (None, {"logits": np.full((2, 10), np.inf, np.float32)}, "holds NaN or Inf"),
 ])
 def test_validation_pairs_that_do_not_fit(runner, conv: Path, tmp_path: Path, inputs, refs,
                                           message: str) -> None:
     pair = conv.parent / "validation" / "pair-000"
+    if refs is not None and inputs is None:
+        inputs = {"x": np.zeros((2, 3, 32, 32), np.float32)}
     if inputs is not None:
         write_tensors(pair / "inputs.arrow", inputs)
     if refs is not None:
@@ -102,6 +118,90 @@ def test_validation_pairs_that_do_not_fit(runner, conv: Path, tmp_path: Path, in
     assert r.exit_code == ExitCode.INPUT, r.output
     assert message in _one_error_line(r)
     assert not (tmp_path / "run").exists()
+    r = _tune(runner, conv, "--dry-run")  # the dry run checks as much
+    assert r.exit_code == ExitCode.INPUT and message in _one_error_line(r)
+
+
+def _set_shapes(spec: Path, entries: list[dict[str, list[int]]]) -> None:
+    text = spec.read_text().split("[[shapes]]")[0]
+    for e in entries:
+        body = ", ".join(f"{k} = {v}" for k, v in e.items())
+        text += f"[[shapes]]\ninputs = {{ {body} }}\n\n"
+    spec.write_text(text)
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ([{"x": [4, 3, 32, 32]}, {"x": [8, 3, 31, 32]}], "[[shapes]] entry 2: input 'x' has shape "
+                                                      "(8, 3, 31, 32), model expects"),
+    ([{"x": [4, 5, 32, 32]}], "entry 1: input 'x' has shape (4, 5, 32, 32)"),
+    ([{"x": [4, 3, 32]}], "entry 1: input 'x' has rank 3"),
+    ([{"x": [4, 3, 32, 32], "y": [4, 2]}], "entry 1: inputs name 'y', not among"),
+    ([{"x": [0, 3, 32, 32]}], "every dimension must be at least 1"),
+])
+def test_shape_entries_checked_against_the_model(runner, conv: Path, tmp_path: Path, entries,
+                                                 message: str) -> None:
+    _set_shapes(conv, entries)
+    r = _tune(runner, conv, "--out", tmp_path / "run")
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert message in _one_error_line(r)
+    assert not (tmp_path / "run").exists()
+
+
+def test_shape_entry_missing_one_of_two_inputs(runner, conv: Path, tmp_path: Path) -> None:
+    """A two-input model (built here with onnx.helper) and an entry naming one input."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add", [a, b], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(conv.parent / "model.onnx"))
+    vdir = conv.parent / "validation"
+    for pair in sorted(vdir.glob("pair-*")):
+        write_tensors(pair / "inputs.arrow", {"a": np.ones((2, 4), np.float32),
+                                              "b": np.ones((2, 4), np.float32)})
+        write_tensors(pair / "references.arrow", {"y": np.full((2, 4), 2.0)})
+    text = conv.read_text().replace("-optimizer:NchwcTransformer=[on|off] "
+                                    "-optimizer:ConvBNFusion=[on|off]", "")
+    conv.write_text(text)
+    _set_shapes(conv, [{"a": [2, 4], "b": [2, 4]}])
+    assert _tune(runner, conv, "--dry-run").exit_code == 0
+    _set_shapes(conv, [{"a": [2, 4]}])
+    r = _tune(runner, conv, "--dry-run")
+    assert r.exit_code == ExitCode.INPUT
+    assert "[[shapes]] entry 1: inputs lack 'b' of the model's inputs ('a', 'b')" in \
+        _one_error_line(r)
+
+
+def test_failed_start_resumes_after_the_validation_set_is_fixed(runner, conv: Path,
+                                                                tmp_path: Path) -> None:
+    """A baseline that fails accuracy (references of the right shape but wrong values) exits
+    4; once the references are fixed, the same run folder starts again (no trial finished
+    ok), where a search with a finished trial would refuse the changed set."""
+    pair = conv.parent / "validation" / "pair-000"
+    good = pair.joinpath("references.arrow").read_bytes()
+    from dossier.tensors import read_tensors
+
+    refs = read_tensors(pair / "references.arrow")
+    write_tensors(pair / "references.arrow", {k: v + 1.0 for k, v in refs.items()})
+    out = tmp_path / "run"
+    args = ["--out", out, "--selection", "-intra_op_num_threads=[0|1]", "--strategy", "fast",
+            "--quiet"]
+    r = _tune(runner, conv, *args)
+    assert r.exit_code == ExitCode.TUNE, r.output
+    assert "baseline route" in r.output
+    pair.joinpath("references.arrow").write_bytes(good)
+    r = _tune(runner, conv, "--continue", out, "--quiet")
+    assert r.exit_code == 0, r.output
+    cache = [json.loads(line) for line in (out / "tuning-cache.jsonl").read_text().splitlines()]
+    assert [t["outcome"] for t in cache if t.get("kind") == "trial"][0] == "ok"
+    # with a finished trial, a changed validation set is refused
+    write_tensors(pair / "references.arrow", {k: v + 1e-3 for k, v in refs.items()})
+    r = _tune(runner, conv, "--continue", out, "--quiet")
+    assert r.exit_code == ExitCode.INPUT and "validation set changed" in _one_error_line(r)
 
 
 def test_unwritable_output(runner, conv: Path, tmp_path: Path) -> None:

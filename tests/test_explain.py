@@ -7,6 +7,7 @@ test_report_browser.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -409,3 +410,80 @@ def test_nothing_admissible_is_said_so() -> None:
     assert [(f.pair, f.output, f.loss) for f in r.failures] == [("pair-001", "y", 0.02)]
     assert r.speedup == 1.4  # a rejected route is timed too, and its speed is shown
     assert not e.knob_model.fitted
+
+
+# ------------------------------------------------------------ one story of the numbers
+def test_one_baseline_figure_and_per_output_losses_everywhere(convnet: Path,
+                                                               tmp_path: Path) -> None:
+    """inspect, explain, explain --json and the HTML name the same baseline figure (the
+    baseline's own trial) and show the passing routes' losses per output (worst pair)."""
+    with open_bundle(convnet) as b:
+        trials = b.tuning_cache().trials
+        s = b.manifest.summary
+    base = next(t for t in trials if t.role == "baseline")
+    assert base.timing is not None and base.losses
+    figure = (f"baseline (trial {base.index}) {base.timing.median_ms:.3f} ms "
+              f"[{base.timing.ci_low_ms:.3f}, {base.timing.ci_high_ms:.3f}] (n={base.timing.n})")
+    shipped = next(t for t in trials if t.index == s.shipped_index and t.role != "confirm")
+    worst_pair = max(shipped.losses, key=lambda p: shipped.losses[p]["logits"])  # type: ignore[index,union-attr]
+    worst = shipped.losses[worst_pair]["logits"]  # type: ignore[index]
+    inspect = cli("inspect", convnet).stdout
+    assert figure in inspect
+    assert f"losses       logits: linf {worst:.3g} (worst pair {worst_pair})" in inspect
+    text = cli("explain", convnet).stdout
+    assert figure in text
+    assert "per output, worst pair" in text and f"logits: {worst:.3g} ({worst_pair};" in text
+    facts = Explanation.model_validate_json(cli("explain", convnet, "--json").stdout)
+    row = next(t for t in facts.trials if t.index == shipped.index)
+    assert [(x.output, x.loss, x.pair) for x in row.output_losses] == [
+        ("logits", worst, worst_pair)]
+    for t in facts.trials:  # each trial's own paired baseline beside its median
+        rec = next(r for r in trials if r.index == t.index)
+        if rec.comparison is not None:
+            assert t.baseline_median_ms == rec.comparison.baseline.median_ms
+            assert t.speedup == pytest.approx(t.baseline_median_ms / t.median_ms)
+    if importlib.util.find_spec("plotly") is not None:
+        page = tmp_path / "r.html"
+        assert cli("explain", convnet, "--html", page).exit_code == 0
+        html = page.read_text()
+        assert "Accuracy of the passing routes" in html and worst_pair in html
+        assert "median of the baseline timed alongside" in html
+        assert f"baseline (trial {base.index}) {base.timing.median_ms:.3f} ms" in html
+
+
+def test_verdict_follows_from_the_interval_printed(capsys: pytest.CaptureFixture) -> None:
+    """The case from the field: a route whose median is below the summary baseline's, whose
+    own paired baseline was faster still (0.759x), with an interval including 1.0 and a rank
+    test p of 3.2e-05. Nothing may call it significantly slower next to that interval."""
+    from cli.cmd_explain import render_explanation
+
+    base = _trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.7, role="baseline", base_ms=0.555)
+    odd = _trial(1, "-a=y -b=p", 0.759, 0.657, 1.157, 3.2e-05, base_ms=0.41)
+    assert odd.comparison is not None and odd.comparison.slower  # as an older rule recorded it
+    decision = decide([base, odd], TimingSettings())
+    assert "slower" not in decision.reason and "includes 1.0" in decision.reason
+    e = explain_search(_header(), [base, odd], SESSION, decision)
+    assert e.head_to_head is not None
+    assert e.head_to_head.verdict.startswith("no significant effect: its interval "
+                                             "[0.657, 1.157] includes 1.0")
+    assert e.decision.why_not == ["its interval [0.657, 1.157] includes 1.0"]
+    row = e.trials[1]
+    assert row.baseline_median_ms == pytest.approx(0.41) and row.verdict == "no significant effect"
+    render_explanation(e)
+    text = capsys.readouterr().out
+    assert "slower" not in text.replace("slowdown", "")
+    assert "verdict    no significant effect" in text
+    # a clear slowdown is still called one, with the figures
+    slow = _trial(1, "-a=y -b=p", 0.70, 0.66, 0.74, 1e-6)
+    e = explain_search(_header(), [base, slow], SESSION, decide([base, slow], TimingSettings()))
+    assert e.decision.why_not[0].startswith("it was slower than the baseline (0.700x "
+                                            "[0.660, 0.740], p=1e-06")
+
+
+def test_trial_line_shows_the_paired_baseline() -> None:
+    from cli.render import trial_line
+
+    t = _trial(1, "-a=y -b=p", 0.70, 0.66, 0.74, 1e-6, base_ms=0.41)
+    line = trial_line(t)
+    assert f"{0.41 / 0.70:8.3f} ms" in line and "vs 0.410 ms baseline alongside" in line
+    assert "0.700x [0.660, 0.740]" in line and "slower" in line

@@ -25,7 +25,7 @@ from dossier.audit import explain
 from dossier.bundle import check_integrity, open_bundle
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
-from dossier.fingerprint import CpuInfo, Fingerprint, OsInfo, PythonInfo
+from dossier.fingerprint import CpuInfo, Fingerprint, GpuInfo, OsInfo, PythonInfo
 from dossier.importer import export_trtexec_cache, import_trtexec, unknown_fingerprint
 from dossier.policy import Verdict, default_policy, diff
 from dossier.routes import Route
@@ -141,7 +141,8 @@ def test_explain_names_trtexecs_winner_and_every_rejection(run: Path, tmp_path: 
     e = json.loads(res.stdout)
     d = e["decision"]
     assert (d["shipped_index"], d["shipped_route"]) == (winner, route)
-    assert d["statistically_checked"] is False and d["gain"] is False
+    # gain: a route other than the baseline ships (trtexec's rule chose it; nothing was shown)
+    assert d["statistically_checked"] is False and d["gain"] is (winner != 0)
     assert d["result"] == "not statistically checked" and d["why_not"] == []
     assert "lowest gpu_time" in d["rule"] and "strict <" in d["rule"]
     assert "warm-up" in d["rule"] and "no significance test" in d["rule"]
@@ -173,9 +174,13 @@ def test_inspect_says_not_statistically_checked(run: Path, tmp_path: Path) -> No
     assert res.exit_code == 0, res.stderr
     assert "speedup      not statistically checked" in res.stdout
     assert "tuning host  hostname unknown" in res.stdout
+    assert "search unknown" in res.stdout and "search 0.0 s" not in res.stdout
+    # the TensorRT version that built the plan, beside trtexec's tuner version
+    assert "backend      tensorrt 11.1.0.106 (the plan's TensorRT; tuner 2.19.15)" in res.stdout
     o = json.loads(cli("inspect", bundle, "--json").stdout)
     assert o["result"] == "not statistically checked" and o["speedup"] is None
     assert o["winner"]["trial_index"] == WINNER and not o["winner"]["is_baseline"]
+    assert o["gain"] is True and o["search_wall_s"] is None
     assert o["baseline_engine"] is False
     assert o["validation_pairs"] == 2  # one per --loadRefOutputs in argv
     assert any("not statistically checked" in w for w in o["warnings"])
@@ -225,14 +230,38 @@ def test_tuning_host_is_unknown_and_verify_does_not_say_valid(run: Path,
 
     res = cli("verify", bundle, "--integrity-only")
     assert res.exit_code == 0, res.stderr
-    res = cli("verify", bundle, "--json")
+    # on a host with a GPU and TensorRT: never VALID, every field "cannot be compared"
+    gpu_host = tmp_path / "gpu-host.json"
+    gpu_host.write_text(Fingerprint(
+        collected_at="now", hostname="h", python=PythonInfo(version="3.12.0",
+                                                            implementation="CPython"),
+        cpu=CpuInfo(model="EPYC", cores=16), os=OsInfo(system="Linux"),
+        packages={"tensorrt": "11.1.0.106"},
+        gpus=[GpuInfo(index=0, name="NVIDIA H200", compute_capability="9.0")]
+    ).model_dump_json())
+    res = cli("verify", bundle, "--json", "--host-fingerprint", gpu_host)
     assert res.exit_code == ExitCode.SUBOPTIMAL, res.stderr
     report = json.loads(res.stdout)
     assert report["verdict"] == "SUBOPTIMAL"
     changed = [f for f in report["findings"] if f["bundle_value"] != f["host_value"]]
-    assert changed
+    assert len(changed) >= 3
     for f in changed:
         assert f["verdict"] == "SUBOPTIMAL" and "cannot be compared" in f["reason"], f
+    # said once, not once per field
+    assert len(report["reasons"]) == 1 and report["reasons"][0].startswith(f"{len(changed)} fields")
+    text = cli("verify", bundle, "--host-fingerprint", gpu_host).stdout
+    assert text.count("cannot be compared") == 2  # the table's one row and the one reason
+    # a TensorRT plan on a host with no GPU and no TensorRT must not be used at all
+    cpu_host = tmp_path / "cpu-host.json"
+    cpu_host.write_text(Fingerprint(
+        collected_at="now", hostname="h", python=PythonInfo(version="3.12.0",
+                                                            implementation="CPython"),
+        cpu=CpuInfo(model="EPYC", cores=16), os=OsInfo(system="Linux")).model_dump_json())
+    res = cli("verify", bundle, "--json", "--host-fingerprint", cpu_host)
+    assert res.exit_code == ExitCode.INVALID, res.stderr
+    report = json.loads(res.stdout)
+    invalid = {f["field"] for f in report["findings"] if f["verdict"] == "INVALID"}
+    assert invalid == {"requires.gpu", "requires.tensorrt"}
 
 
 def test_policy_unknown_tuning_host_is_never_valid() -> None:

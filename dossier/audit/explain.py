@@ -36,6 +36,8 @@ from dossier.routes import Route
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TrialRecord
 from dossier.trtexec import SOURCE as TRTEXEC
+from dossier.validation import worst_by_output
+from dossier.verdict import speed_verdict
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle, Manifest
@@ -103,6 +105,8 @@ class HeadToHead(_Model):
     """speedup >= 1 + min_effect."""
     interval_includes_one: bool
     """The speedup's interval includes 1.0 (no difference is plausible)."""
+    verdict: str = ""
+    """What these figures show, in words (:func:`dossier.verdict.speed_verdict`)."""
 
 
 class RunnerUp(_Model):
@@ -181,7 +185,8 @@ class OneKnobEffect(_Model):
     p_value: float
     """Two-sided Mann-Whitney U p-value."""
     verdict: Literal["faster", "slower", "no significant effect"]
-    """faster/slower: significant and beyond the minimum effect."""
+    """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
+    (:func:`dossier.verdict.speed_verdict`)."""
 
 
 class ModelEffect(_Model):
@@ -371,7 +376,9 @@ class DecisionFacts(_Model):
     rule: str
     """The decision rule applied, in words."""
     gain: bool
-    """True when a route beat the baseline significantly and by the minimum effect."""
+    """True when a route other than the baseline ships: it beat the baseline significantly and
+    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
+    statistically checked"), the other tool's rule chose it and nothing was shown."""
     baseline_route: str
     """The baseline route."""
     shipped_route: str
@@ -390,7 +397,18 @@ class DecisionFacts(_Model):
     statistically_checked: bool = True
     """False when the choice was made by another tool's rule that no statistics back (a trtexec
     import: the lowest of one mean per route, warm-up included, no repeats, no significance
-    test); ``gain`` is then false because nothing was shown, not because nothing was faster."""
+    test); ``gain`` then only says that a route other than the baseline ships."""
+
+
+class OutputLoss(_Model):
+    """The worst loss of one output tensor over every validation pair."""
+
+    output: str
+    """Output tensor."""
+    loss: float | None
+    """The largest loss of that output over the pairs (None: it held NaN or Inf)."""
+    pair: str
+    """The pair it came from."""
 
 
 class TrialFact(_Model):
@@ -410,8 +428,17 @@ class TrialFact(_Model):
     """Why it did not end ok."""
     worst_loss: float | None
     """Largest loss over all pairs and outputs."""
+    output_losses: list[OutputLoss] = []
+    """Per output tensor, its worst loss over the pairs and which pair (empty when the trial
+    was not validated)."""
     median_ms: float | None
     """Median latency."""
+    baseline_median_ms: float | None = None
+    """Median of the baseline timed interleaved with this trial (its own paired baseline: the
+    speedup is this over ``median_ms``)."""
+    verdict: str | None = None
+    """faster, slower or no significant effect against that paired baseline (None when not
+    timed); the A/A reading for the baseline trial."""
     ci_low_ms: float | None
     """Lower end of the median's interval."""
     ci_high_ms: float | None
@@ -522,6 +549,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     baseline = next((t for t in trials if t.role == "baseline"), None)
     imported = next((t.extra["source"] for t in trials if t.extra.get("source") == TRTEXEC), None)
     h2h = _head_to_head(trials, decision, settings)
+    confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"}), 1)
     counts: dict[str, int] = {}
     for t in main:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
@@ -566,14 +594,15 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                                shipped_index=decision.shipped_index,
                                result="not statistically checked" if imported
                                else _result(decision), reason=decision.reason,
-                               why_not=[] if decision.gain or imported else _why_not(h2h, main),
+                               why_not=[] if decision.gain or imported
+                               else _why_not(h2h, main, trials, settings),
                                statistically_checked=not imported),
         head_to_head=h2h,
         runner_up=_runner_up(trials, decision, h2h),
         trial_counts=dict(sorted(counts.items())),
         confirm_trials=sum(t.role == "confirm" for t in trials),
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
-        knob_effects=_one_knob_effects(main, values, baseline) if baseline else [],
+        knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
         aa_check=_aa(baseline) if baseline else None,
         # an imported record's fingerprint is the "unknown host" placeholder, not a host
@@ -581,8 +610,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         else None,
         cost=cost,
         payback=pay,
-        trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index)
-                for t in trials],
+        trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index, settings,
+                            confirm_alpha) for t in trials],
         imported_from=imported,
     )
 
@@ -639,7 +668,8 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
-        interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high)
+        interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
+        verdict=speed_verdict(c, alpha=alpha, min_effect=settings.min_effect).text)
 
 
 def _cmp(t: TrialRecord) -> Comparison:
@@ -654,24 +684,19 @@ def _result(d: DecisionRecord) -> str:
     return "no significant gain"
 
 
-def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord]) -> list[str]:
+def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
+             trials: Sequence[TrialRecord], settings: TimingSettings) -> list[str]:
     if h2h is None:
         if not any(t.role == "search" for t in main):
             return ["only the baseline was measured"]
         return ["no other route was admissible"]
-    if h2h.significant and h2h.speedup < 1:
-        return [f"it was significantly slower than the baseline ({h2h.speedup:.3f}x, "
-                f"p={h2h.p_value:.2g})"]
-    out = []
-    if h2h.interval_includes_one:
-        out.append(f"its speedup interval [{h2h.speedup_ci_low:.3f}, "
-                   f"{h2h.speedup_ci_high:.3f}] includes 1.0")
-    if not h2h.significant:
-        out.append(f"p={h2h.p_value:.2g} is not below alpha={h2h.alpha:.2g} "
-                   f"({_test_name(h2h.test)})")
-    if not h2h.reaches_min_effect:
-        out.append(f"{h2h.speedup:.3f}x is below the minimum effect of {h2h.min_effect:.0%}")
-    return out or ["it was not confirmed"]
+    record = next(t for t in trials if t.index == h2h.measured_in)
+    v = speed_verdict(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
+    if v.label == "slower":
+        return [f"it was slower than the baseline ({v.figures} < alpha={h2h.alpha:.2g})"]
+    if v.label == "faster":  # faster, yet not shipped: a screening result never confirmed
+        return ["it was not confirmed"]
+    return list(v.reasons)
 
 
 def _test_name(test: str) -> str:
@@ -720,7 +745,7 @@ def _rejected(t: TrialRecord, threshold: float) -> RejectedTrial:
 
 
 def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
-                      baseline: TrialRecord) -> list[OneKnobEffect]:
+                      baseline: TrialRecord, settings: TimingSettings) -> list[OneKnobEffect]:
     base = values.get(baseline.index, {})
     out = []
     for t in main:
@@ -731,8 +756,7 @@ def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[
         if len(diff) != 1:
             continue
         c = t.comparison
-        verdict: Literal["faster", "slower", "no significant effect"] = (
-            "faster" if c.faster else "slower" if c.slower else "no significant effect")
+        verdict = speed_verdict(c, alpha=settings.alpha, min_effect=settings.min_effect).label
         out.append(OneKnobEffect(
             knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
             trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
@@ -857,11 +881,22 @@ def _environment(fp: Fingerprint) -> Environment:
         cuda_runtime=fp.cuda_runtime, collected_at=fp.collected_at)
 
 
-def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int) -> TrialFact:
+def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> list[OutputLoss]:
+    """Per output, the worst loss over the pairs and its pair."""
+    return [OutputLoss(output=o, loss=v if v is None or math.isfinite(v) else None, pair=p)
+            for o, (p, v) in worst_by_output(losses).items()]
+
+
+def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
+                settings: TimingSettings, confirm_alpha: float) -> TrialFact:
     tm, c = t.timing, t.comparison
+    alpha = confirm_alpha if t.role == "confirm" else settings.alpha
     return TrialFact(
         index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
-        reason=t.reason, worst_loss=t.worst_loss,
+        reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),
+        baseline_median_ms=c.baseline.median_ms if c else None,
+        verdict=None if c is None else
+        speed_verdict(c, alpha=alpha, min_effect=settings.min_effect).label,
         median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
         ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,

@@ -70,7 +70,9 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
     figures = [
         ("Latency distribution per route", "plot-latency", _latency_figure(go, e, samples),
          "Raw samples of every timed trial (one sample = one pass over the validation "
-         "inputs); the dashed line is the baseline's median."),
+         "inputs); the dashed line is the baseline's median in its own trial, and the blue "
+         "dash on each trial the median of the baseline timed alongside it, which that "
+         "trial's speedup is measured against."),
         ("Speedup against accuracy loss", "plot-accuracy", _accuracy_figure(go, e),
          f"Worst {e.search.metric} loss of each timed trial against its speedup (bars: "
          f"{e.search.confidence:.0%} interval); routes at or right of the threshold line are "
@@ -138,8 +140,18 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
     base = next((t for t in e.trials if t.role == "baseline"), None)
     if base is not None and base.median_ms is not None:
         fig.add_hline(y=base.median_ms, line_dash="dash", line_color=COLOURS["baseline"],
-                      annotation_text=f"baseline median {base.median_ms:.3f} ms",
+                      annotation_text=f"baseline (trial {base.index}) {base.median_ms:.3f} ms",
                       annotation_position="top left")
+    paired = [t for t in timed if t.baseline_median_ms is not None]
+    if paired:  # each trial is judged against the baseline timed alongside it, not the line
+        fig.add_trace(go.Scatter(
+            x=[_label(t) for t in paired], y=[t.baseline_median_ms for t in paired],
+            mode="markers", name="median of the baseline timed alongside",
+            marker=dict(symbol="line-ew-open", size=28, color=COLOURS["baseline"],
+                        line=dict(width=2)),
+            hovertext=[f"#{t.index}: baseline alongside {t.baseline_median_ms:.3f} ms, "
+                       f"{_num(t.speedup, '.3f')}x, {t.verdict}" for t in paired],
+            hoverinfo="text", showlegend=True))
     fig.update_yaxes(title_text="latency per sample (ms)", rangemode="tozero")
     p95 = max(float(np.percentile(samples[t.index], 95)) for t in timed)
     top = max(max(samples[t.index]) for t in timed)
@@ -304,15 +316,17 @@ def _summary_html(e: Explanation) -> str:
             ("candidate median", _e(f"{h.candidate.median_ms:.4f} ms [{h.candidate.ci_low_ms:.4f}, "
                                     f"{h.candidate.ci_high_ms:.4f}] (n={h.candidate.n})")),
             ("baseline median", _e(f"{h.baseline.median_ms:.4f} ms [{h.baseline.ci_low_ms:.4f}, "
-                                   f"{h.baseline.ci_high_ms:.4f}] (n={h.baseline.n})")),
+                                   f"{h.baseline.ci_high_ms:.4f}] (n={h.baseline.n}), timed "
+                                   f"alongside it in record {h.measured_in}")),
             ("speedup", _e(f"{h.speedup:.3f}x [{h.speedup_ci_low:.3f}, {h.speedup_ci_high:.3f}] "
                            f"({h.confidence:.0%} bootstrap interval)")),
             ("test", _e(f"two-sided Mann-Whitney U: p={h.p_value:.3g} against alpha="
                         f"{h.alpha:.3g} ({'significant' if h.significant else 'not significant'})"
                         if h.test == "mann-whitney-u" else f"{h.test}: p={h.p_value:.3g}")),
             ("minimum effect", _e(f"{h.min_effect:.0%}: "
-                                  f"{'reached' if h.reaches_min_effect else 'not reached'}")),
-        ]
+                                  + (f"a slowdown ({h.speedup:.3f}x), not a gain" if h.speedup < 1
+                                     else "reached" if h.reaches_min_effect else "not reached"))),
+        ] + ([("verdict", _e(h.verdict))] if h.verdict else [])
         parts.append(f"<h2>{title}</h2>" + _dl(rows))
     if e.runner_up is not None:
         r = e.runner_up
@@ -324,11 +338,28 @@ def _summary_html(e: Explanation) -> str:
                            f"({r.source})")),
             ("margin", _e(f"the shipped route is {r.margin:+.1%} against it "
                           f"({r.winner_speedup:.3f}x vs {r.speedup:.3f}x)"))]))
+    parts.append(_accuracy_html(e))
     counts = ", ".join(f"{k} {v}" for k, v in e.trial_counts.items())
     parts.append(f"<p class='glance'><b>Trials</b> {_e(counts)} (+{e.confirm_trials} "
                  f"confirmation) &middot; <b>Search</b> {e.cost.search_wall_s:.1f} s &middot; "
                  f"<b>Payback</b> {_e(e.payback.verdict.split(';')[0])}</p>")
     return "<div class='summary'>" + "\n".join(parts) + "</div>"
+
+
+def _accuracy_html(e: Explanation) -> str:
+    shown = [t for t in e.trials if t.role != "confirm" and t.output_losses
+             and t.outcome.value == "ok"]
+    if not shown:
+        return ""
+    rows = "".join(
+        f"<tr><td>#{t.index}{' (shipped)' if t.shipped else ''}</td><td>{_route(t.route)}</td>"
+        f"<td>{_e(x.output)}</td><td>{'NaN/Inf' if x.loss is None else _e(f'{x.loss:.3g}')}"
+        f"</td><td>{_e(x.pair)}</td></tr>" for t in shown for x in t.output_losses)
+    return (f"<h2>Accuracy of the passing routes</h2><p class='caption'>{_e(e.search.metric)} "
+            f"loss per output, the worst pair of {e.search.validation_pairs}; admissible below "
+            f"{_e(f'{e.search.threshold:g}')}.</p><table class='facts'><tr><th>trial</th>"
+            "<th>route</th><th>output</th><th>worst loss</th><th>pair</th></tr>"
+            f"{rows}</table>")
 
 
 def _details_html(e: Explanation) -> str:
@@ -423,8 +454,9 @@ def _environment_html(e: Explanation) -> str:
         ("collected", _e(env.collected_at))])
 
 
-_COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then all of it)", "median ms", "95% CI ms", "speedup", "speedup CI",
-            "p", "worst loss", "build s", "reason")
+_COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then all of it)",
+            "median ms", "95% CI ms", "baseline alongside ms", "speedup", "speedup CI", "p",
+            "verdict", "worst loss", "build s", "reason")
 
 
 def _table_html(e: Explanation) -> str:
@@ -443,10 +475,12 @@ def _table_html(e: Explanation) -> str:
             (t.median_ms, _num(t.median_ms, ".4f")),
             (t.ci_low_ms, "-" if t.ci_low_ms is None else
              f"[{t.ci_low_ms:.4f}, {t.ci_high_ms:.4f}]"),
+            (t.baseline_median_ms, _num(t.baseline_median_ms, ".4f")),
             (t.speedup, _num(t.speedup, ".3f")),
             (t.speedup_ci_low, "-" if t.speedup_ci_low is None else
              f"[{t.speedup_ci_low:.3f}, {t.speedup_ci_high:.3f}]"),
-            (t.p_value, _num(t.p_value)), (t.worst_loss, _num(t.worst_loss)),
+            (t.p_value, _num(t.p_value)), (t.verdict or "", t.verdict or "-"),
+            (t.worst_loss, _num(t.worst_loss)),
             (t.build_s, _num(t.build_s, ".3f")), (t.reason or "", t.reason or ""),
         ]
         tds = "".join(f"<td data-sort='{_e(_sort_key(k))}'>"

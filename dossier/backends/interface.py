@@ -9,14 +9,14 @@ this boundary.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
-from dossier.errors import BackendUnavailableError, InputError, ValidationSetError
+from dossier.errors import BackendUnavailableError, InputError, SpecError, ValidationSetError
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route
 
@@ -37,16 +37,53 @@ class TensorSpec:
     dtype: str
     shape: tuple[int | str | None, ...]
 
-    def accepts(self, array: np.ndarray) -> str | None:
-        """None when ``array`` fits; else what does not fit."""
+    def fits(self, shape: tuple[int, ...], bound: dict[str, int] | None = None) -> str | None:
+        """None when ``shape`` has the spec's rank and static dims; else what does not fit.
+
+        A named dynamic dim (``N``) takes the value it has in the first tensor that names it;
+        ``bound`` carries those values across the tensors of one pair or shape entry."""
+        shape = tuple(int(d) for d in shape)
+        if len(shape) != len(self.shape):
+            return f"rank {len(shape)} (shape {shape}), model expects {self.shape}"
+        for got, want in zip(shape, self.shape):
+            if isinstance(want, int) and got != want:
+                return f"shape {shape}, model expects {self.shape}"
+            if isinstance(want, str) and bound is not None:
+                if bound.setdefault(want, got) != got:
+                    return (f"shape {shape}, but dim {want!r} is {bound[want]} in another "
+                            f"tensor of the same pair (model: {self.shape})")
+        return None
+
+    def accepts(self, array: np.ndarray, bound: dict[str, int] | None = None) -> str | None:
+        """None when ``array`` fits as an input; else what does not fit."""
         if str(array.dtype) != self.dtype:
             return f"dtype {array.dtype}, model expects {self.dtype}"
-        if len(array.shape) != len(self.shape):
-            return f"rank {array.ndim} (shape {tuple(array.shape)}), model expects {self.shape}"
-        for got, want in zip(array.shape, self.shape):
-            if isinstance(want, int) and got != want:
-                return f"shape {tuple(array.shape)}, model expects {self.shape}"
+        return self.fits(tuple(array.shape), bound)
+
+    def accepts_reference(self, array: np.ndarray,
+                          bound: dict[str, int] | None = None) -> str | None:
+        """None when ``array`` can serve as this output's reference; else what does not fit.
+
+        A floating-point output's reference must be floating point and at least as precise
+        (a float16 reference cannot check a float32 output); any other output's reference has
+        the output's dtype."""
+        problem = _reference_dtype(str(array.dtype), self.dtype)
+        return problem or self.fits(tuple(array.shape), bound)
+
+
+_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
+
+
+def _reference_dtype(ref: str, out: str) -> str | None:
+    if out in _FLOAT_BITS:
+        if ref not in _FLOAT_BITS:
+            return f"dtype {ref}, model output is {out}: a reference must be floating point"
+        if _FLOAT_BITS[ref] < _FLOAT_BITS[out] or (ref == "float16" and out == "bfloat16"):
+            return (f"dtype {ref}, less precise than the model output's {out}: a reference "
+                    "must be at least as precise as the output it checks (compute it in "
+                    f"{out} or float64)")
         return None
+    return None if ref == out else f"dtype {ref}, model output is {out}"
 
 
 @dataclass(frozen=True)
@@ -58,27 +95,59 @@ class ModelSignature:
 
     def check_pair(self, pair_name: str, inputs: Mapping[str, np.ndarray],
                    references: Mapping[str, np.ndarray]) -> None:
-        """Raise ValidationSetError when a pair's names, dtypes or shapes do not fit the model."""
-        want_in = {t.name: t for t in self.inputs}
+        """Raise ValidationSetError when a pair's names, dtypes or shapes do not fit the model.
+
+        Every input of the model and a reference for every output must be present: an output
+        without a reference would never be compared."""
         want_out = {t.name: t for t in self.outputs}
-        if set(inputs) != set(want_in):
-            raise ValidationSetError(
-                f"{pair_name}: inputs {sorted(inputs)} do not match the model's {sorted(want_in)}")
-        unknown = sorted(set(references) - set(want_out))
-        if unknown or not references:
-            raise ValidationSetError(
-                f"{pair_name}: references {sorted(references)} do not match the model's outputs "
-                f"{sorted(want_out)}")
+        bound = self.check_inputs(pair_name, inputs)
+        _same_names(f"{pair_name}: references", references, want_out, "outputs",
+                    why="every output is compared, so every pair needs a reference for each")
+        for name, arr in references.items():
+            problem = want_out[name].accepts_reference(arr, bound)
+            if problem:
+                raise ValidationSetError(f"{pair_name}: reference {name!r} has {problem}")
+
+    def check_inputs(self, pair_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """Raise ValidationSetError when a pair's inputs do not fit the model; return the
+        values the model's named dynamic dims take in them."""
+        want_in = {t.name: t for t in self.inputs}
+        _same_names(f"{pair_name}: inputs", inputs, want_in, "inputs")
+        bound: dict[str, int] = {}
         for name, arr in inputs.items():
-            problem = want_in[name].accepts(arr)
+            problem = want_in[name].accepts(arr, bound)
             if problem:
                 raise ValidationSetError(f"{pair_name}: input {name!r} has {problem}")
-        for name, arr in references.items():
-            spec = want_out[name]
-            if len(arr.shape) != len(spec.shape):
-                raise ValidationSetError(
-                    f"{pair_name}: reference {name!r} has shape {tuple(arr.shape)}, model output "
-                    f"is {spec.shape}")
+        return bound
+
+    def check_shape_entry(self, where: str, shapes: Mapping[str, Sequence[int]]) -> None:
+        """Raise SpecError when a ``[[shapes]]`` entry does not name every input of the model
+        with a shape it accepts (rank, static dims, one value per named dynamic dim)."""
+        want_in = {t.name: t for t in self.inputs}
+        try:
+            _same_names(f"{where}: inputs", shapes, want_in, "inputs")
+        except ValidationSetError as exc:
+            raise SpecError(str(exc)) from None
+        bound: dict[str, int] = {}
+        for name, dims in shapes.items():
+            if any(int(d) < 1 for d in dims):
+                raise SpecError(f"{where}: input {name!r} has shape {tuple(dims)}: every "
+                                "dimension must be at least 1")
+            problem = want_in[name].fits(tuple(dims), bound)
+            if problem:
+                raise SpecError(f"{where}: input {name!r} has {problem}")
+
+
+def _same_names(where: str, got: Mapping[str, object], want: Mapping[str, TensorSpec],
+                kind: str, why: str = "") -> None:
+    missing, unknown = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    names = ", ".join(map(repr, sorted(want)))
+    if missing:
+        raise ValidationSetError(f"{where} lack {', '.join(map(repr, missing))} of the model's "
+                                 f"{kind} ({names})" + (f"; {why}" if why else ""))
+    if unknown:
+        raise ValidationSetError(f"{where} name {', '.join(map(repr, unknown))}, not among the "
+                                 f"model's {kind} ({names})")
 
 
 @dataclass

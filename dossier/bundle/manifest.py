@@ -171,7 +171,9 @@ class Summary(_Model):
     shipped_index: int
     """Trial index of the shipped engine."""
     gain: bool
-    """True when a route beat the baseline significantly and by the minimum effect."""
+    """True when a route other than the baseline ships: it beat the baseline significantly and
+    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
+    statistically checked"), the other tool's rule chose it and nothing was shown."""
     speedup: float | None
     """Shipped route's speedup over the baseline (baseline median / shipped median); None without gain."""
     speedup_ci_low: float | None

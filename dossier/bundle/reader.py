@@ -119,10 +119,27 @@ class Bundle:
                                     "trtexec, which keeps only the winner's engine)")
         return self.file(entry.path)
 
+    def _shipped_losses(self) -> list[dict[str, Any]] | None:
+        """Per output of the shipped route: its worst loss over the pairs and which pair."""
+        from dossier.errors import DossierError
+        from dossier.validation import worst_by_output
+
+        try:
+            trials = self.tuning_cache().trials
+        except DossierError:
+            return None
+        shipped = next((t for t in trials if t.index == self.manifest.summary.shipped_index
+                        and t.role != "confirm"), None)
+        if shipped is None or not shipped.losses:
+            return None
+        return [{"output": o, "loss": v, "pair": p}
+                for o, (p, v) in worst_by_output(shipped.losses).items()]
+
     def overview(self) -> dict[str, Any]:
         """What a reviewer wants first, as plain data (``dossier inspect --json``)."""
         m, s = self.manifest, self.manifest.summary
         bt = s.baseline_timing
+        imported = m.engines.shipped.flags.get("tuning_host_unknown", False)
         return {
             "bundle": str(self.source),
             "release": m.release,
@@ -145,7 +162,10 @@ class Bundle:
             "atol": s.atol,
             "rtol": s.rtol,
             "validation_pairs": s.validation_pairs,
+            "engine_version": m.engines.shipped.facts.get("tensorrt_version"),
             "baseline": {"route": s.baseline_route,
+                         "trial_index": m.engines.baseline.trial_index
+                         if m.engines.baseline is not None else 0,
                          "median_ms": bt.median_ms if bt else None,
                          "ci_low_ms": bt.ci_low_ms if bt else None,
                          "ci_high_ms": bt.ci_high_ms if bt else None,
@@ -164,10 +184,11 @@ class Bundle:
             "decision_rule": s.decision_rule,
             "runner_up": None if s.runner_up_route is None else {
                 "route": s.runner_up_route, "speedup": s.runner_up_speedup},
+            "accuracy_by_output": self._shipped_losses(),
             "trials": dict(s.trial_counts),
             "confirm_trials": s.confirm_trials,
-            "search_wall_s": s.search_wall_s,
-            "build_s_total": s.build_s_total,
+            "search_wall_s": None if imported else s.search_wall_s,
+            "build_s_total": None if imported else s.build_s_total,
             "warnings": list(m.warnings),
             "notes": list(self.notes),
             "tuning_host": dict(m.tuning_host),

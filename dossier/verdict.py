@@ -1,0 +1,63 @@
+"""Speed verdicts in words, from the figures printed beside them.
+
+Every place that calls a route faster or slower than the baseline (trial lines, the decision's
+reason, ``explain`` and its HTML page, the knob effects) asks :func:`speed_verdict`, so a
+verdict never contradicts the speedup and interval printed next to it: a route is called
+faster or slower only when its interval excludes 1.0, the rank test is significant and the
+minimum effect is reached; otherwise "no significant effect", with the reasons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dossier.trial import Comparison
+
+Label = Literal["faster", "slower", "no significant effect"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a comparison shows, in a word and in a clause."""
+
+    label: Label
+    reasons: tuple[str, ...]
+    """Why not faster or slower (empty for faster and slower)."""
+    figures: str
+    """``0.759x [0.657, 1.157], p=3.2e-05``: the figures the verdict follows from."""
+
+    @property
+    def text(self) -> str:
+        """``slower (0.759x [0.700, 0.800], p=1e-05)`` or ``no significant effect: its
+        interval [0.657, 1.157] includes 1.0``."""
+        if self.reasons:
+            return f"{self.label}: {', '.join(self.reasons)}"
+        return f"{self.label} ({self.figures})"
+
+
+def speed_verdict(c: Comparison, *, alpha: float, min_effect: float) -> Verdict:
+    """The verdict on a candidate's comparison with the baseline at level ``alpha``."""
+    figures = f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}], p={c.p_value:.2g}"
+    includes_one = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
+    significant = c.p_value < alpha
+    if not includes_one and significant:
+        if c.speedup >= 1 + min_effect and c.speedup_ci_low > 1.0:
+            return Verdict("faster", (), figures)
+        if c.speedup <= 1 / (1 + min_effect) and c.speedup_ci_high < 1.0:
+            return Verdict("slower", (), figures)
+    reasons = []
+    if includes_one:
+        reasons.append(f"its interval [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
+                       "includes 1.0")
+    if not significant:
+        reasons.append(f"p={c.p_value:.2g} is not below alpha={alpha:.2g}")
+    if 1 <= c.speedup < 1 + min_effect:
+        reasons.append(f"{c.speedup:.3f}x is below the minimum effect of {min_effect:.0%}")
+    elif 1 / (1 + min_effect) < c.speedup < 1:
+        reasons.append(f"{c.speedup:.3f}x is a slowdown smaller than the minimum effect of "
+                       f"{min_effect:.0%}")
+    if not reasons:  # significant and large, but the interval lies on the other side of 1.0
+        reasons.append(f"its interval [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] does "
+                       f"not support the median's {c.speedup:.3f}x")
+    return Verdict("no significant effect", tuple(reasons), figures)

@@ -1,0 +1,170 @@
+"""dossier validation create / show: a validation set from NumPy files, references computed
+independently of the engine under test, provenance recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli.main import app
+from dossier.errors import ExitCode
+from dossier.validation import load_validation_set
+
+
+@pytest.fixture()
+def conv(sample) -> Path:
+    spec_path, _ = sample("convnet")
+    return spec_path
+
+
+def _inputs_as_numpy(conv: Path, tmp_path: Path) -> list[Path]:
+    """The sample's pair inputs as .npz and .npy files (one of each kind)."""
+    vset = load_validation_set(conv.parent / "validation")
+    files = []
+    for i, pair in enumerate(vset.pairs):
+        if i % 2:
+            f = tmp_path / f"in{i}.npy"
+            np.save(f, pair.inputs["x"])
+        else:
+            f = tmp_path / f"in{i}.npz"
+            np.savez(f, **pair.inputs)
+        files.append(f)
+    return files
+
+
+def test_create_with_onnxruntime_reference_matches_the_float64_references(
+        runner, conv: Path, tmp_path: Path) -> None:
+    files = _inputs_as_numpy(conv, tmp_path)
+    model = conv.parent / "model.onnx"
+    out = tmp_path / "set"
+    args = ["validation", "create", str(out), "--reference", "onnxruntime-cpu", "--model",
+            str(model)]
+    for f in files:
+        args += ["--inputs", str(f)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    made = load_validation_set(out)
+    sample = load_validation_set(conv.parent / "validation")
+    assert [p.name for p in made.pairs] == [p.name for p in sample.pairs]
+    for a, b in zip(made.pairs, sample.pairs):
+        np.testing.assert_array_equal(a.inputs["x"], b.inputs["x"])
+        # the unoptimized ORT run against the sample's float64 numpy reimplementation
+        assert np.max(np.abs(a.references["logits"] - b.references["logits"])) < 1e-5
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["reference"] == "onnxruntime-cpu" and "ORT_DISABLE_ALL" in prov["method"]
+    assert prov["model"]["xxh3_128"] and len(prov["inputs"]) == len(files)
+    # the new set tunes (the dry run checks it against the model)
+    spec = conv.read_text().replace('path = "validation"', f'path = "{out}"')
+    conv.write_text(spec)
+    assert runner.invoke(app, ["tune", str(conv), "--dry-run"]).exit_code == 0
+    # show: pairs, shapes, provenance
+    r = runner.invoke(app, ["validation", "show", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "pair-002  references logits float32(8, 10)" in r.stdout
+    assert "ORT_DISABLE_ALL" in r.stdout
+    data = json.loads(runner.invoke(app, ["validation", "show", str(out), "--json"]).stdout)
+    assert data["pairs"][0]["inputs"]["x"] == ["float32", [1, 3, 32, 32]]
+    assert data["provenance"]["reference"] == "onnxruntime-cpu"
+
+
+def test_create_with_a_python_function_keeps_float64(runner, conv: Path, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    (tmp_path / "myref.py").write_text(
+        "import numpy as np\n"
+        "def logits(inputs):\n"
+        "    x = inputs['x']\n"
+        "    assert x.dtype == np.float64\n"
+        "    return {'logits': np.tile(x.reshape(x.shape[0], -1)[:, :10], 1)}\n")
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "a.npz", x=np.ones((2, 3, 32, 32), np.float32))
+    r = runner.invoke(app, ["validation", "create", "set", "-i", "a.npz", "--reference",
+                            "myref:logits", "--model", str(conv.parent / "model.onnx")])
+    assert r.exit_code == 0, r.output
+    refs = load_validation_set(tmp_path / "set").pairs[0].references
+    assert refs["logits"].dtype == np.float64 and refs["logits"].shape == (2, 10)
+    prov = json.loads((tmp_path / "set" / "provenance.json").read_text())
+    assert prov["reference"] == "myref:logits" and "float64" in prov["method"]
+
+
+def test_create_from_reference_files(runner, conv: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "a.npz", x=np.ones((2, 3, 32, 32), np.float32))
+    np.save(tmp_path / "r.npy", np.zeros((2, 10), np.float32))
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set"), "-i",
+                            str(tmp_path / "a.npz"), "-r", str(tmp_path / "r.npy"), "--model",
+                            str(conv.parent / "model.onnx")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "set" / "provenance.json").read_text())["reference"] == "files"
+
+
+@pytest.mark.parametrize(("make", "extra", "code", "message"), [
+    (lambda d: np.save(d / "a.npy", np.ones((2, 3, 31, 32), np.float32)),
+     ["--reference", "onnxruntime-cpu"], ExitCode.INPUT,
+     "input 'x' has shape (2, 3, 31, 32), model expects ('N', 3, 32, 32)"),
+    (lambda d: np.save(d / "a.npy", np.array([{"a": 1}], dtype=object)),
+     ["--reference", "onnxruntime-cpu"], ExitCode.INPUT, "not a readable NumPy file"),
+    (lambda d: np.save(d / "a.npy", np.ones((2, 3, 32, 32), np.float32)),
+     [], ExitCode.INPUT, "give either a references file per inputs file"),
+    (lambda d: (np.save(d / "a.npy", np.ones((2, 3, 32, 32), np.float32)),
+                np.save(d / "r.npy", np.ones((2, 10), np.float16))),
+     ["-r", "r.npy"], ExitCode.INPUT, "less precise than the model output's float32"),
+    (lambda d: (np.save(d / "a.npy", np.ones((2, 3, 32, 32), np.float32)),
+                np.save(d / "r.npy", np.ones((2, 7), np.float32))),
+     ["-r", "r.npy"], ExitCode.INPUT, "reference 'logits' has shape (2, 7)"),
+    (lambda d: np.save(d / "a.npy", np.ones((2, 3, 32, 32), np.float32)),
+     ["--reference", "no_such_module:fn"], ExitCode.INPUT, "cannot import the reference"),
+])
+def test_create_refuses_bad_input(runner, conv: Path, tmp_path: Path, monkeypatch, make, extra,
+                                  code, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path)
+    r = runner.invoke(app, ["validation", "create", "set", "-i", "a.npy", "--model",
+                            str(conv.parent / "model.onnx"), *extra])
+    assert r.exit_code == code, r.output
+    assert message in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "set").exists()
+    assert not [p for p in tmp_path.iterdir() if "staging" in p.name]
+
+
+def test_create_refuses_an_existing_folder(runner, conv: Path, tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.ones((2, 3, 32, 32), np.float32))
+    (tmp_path / "set").mkdir()
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set"), "-i",
+                            str(tmp_path / "a.npy"), "--reference", "onnxruntime-cpu",
+                            "--model", str(conv.parent / "model.onnx")])
+    assert r.exit_code == ExitCode.OUTPUT and "exists already" in r.output
+
+
+def _polygraphy_feed(arrays: dict[str, np.ndarray]) -> dict:
+    """One feed as Polygraphy's JSON encoder writes it (numpy.save bytes, base64)."""
+    import base64
+    import io
+
+    out = {}
+    for name, arr in arrays.items():
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        out[name] = {"array": base64.b64encode(buf.getvalue()).decode(),
+                     "polygraphy_class": "ndarray"}
+    return out
+
+
+def test_create_from_polygraphy_inputs_json(runner, conv: Path, tmp_path: Path) -> None:
+    xs = [np.full((n, 3, 32, 32), 0.5, np.float32) for n in (1, 3)]
+    f = tmp_path / "inputs.json"
+    f.write_text(json.dumps([_polygraphy_feed({"x": x}) for x in xs]))
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set"), "-i", str(f),
+                            "--reference", "onnxruntime-cpu", "--model",
+                            str(conv.parent / "model.onnx")])
+    assert r.exit_code == 0, r.output
+    made = load_validation_set(tmp_path / "set")
+    assert [p.inputs["x"].shape[0] for p in made.pairs] == [1, 3]
+    np.testing.assert_array_equal(made.pairs[1].inputs["x"], xs[1])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"x": {"array": "not base64!"}}]))
+    r = runner.invoke(app, ["validation", "create", str(tmp_path / "set2"), "-i", str(bad),
+                            "--reference", "onnxruntime-cpu", "--model",
+                            str(conv.parent / "model.onnx")])
+    assert r.exit_code == ExitCode.INPUT and "not a NumPy array" in r.output

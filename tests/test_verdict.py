@@ -1,0 +1,40 @@
+"""speed_verdict: the word printed beside a speedup follows from that speedup, its interval and
+its p-value, in every combination."""
+
+from __future__ import annotations
+
+import pytest
+
+from dossier.trial import Comparison, TimingSummary
+from dossier.verdict import speed_verdict
+
+_T = TimingSummary(n=60, median_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.1, mean_ms=1.0, p10_ms=0.9,
+                   p90_ms=1.1, warmup_runs=5)
+
+
+def _c(speedup: float, lo: float, hi: float, p: float) -> Comparison:
+    return Comparison(baseline=_T, speedup=speedup, speedup_ci_low=lo, speedup_ci_high=hi,
+                      p_value=p, significant=p < 0.05, faster=False, slower=False)
+
+
+@pytest.mark.parametrize(("c", "label", "says"), [
+    (_c(1.10, 1.05, 1.15, 1e-6), "faster", "faster (1.100x [1.050, 1.150], p=1e-06)"),
+    (_c(0.80, 0.70, 0.90, 1e-6), "slower", "slower (0.800x [0.700, 0.900], p=1e-06)"),
+    # the field case: significant by the rank test, interval includes 1.0: not "slower"
+    (_c(0.759, 0.657, 1.157, 3.2e-05), "no significant effect",
+     "no significant effect: its interval [0.657, 1.157] includes 1.0"),
+    (_c(1.10, 1.05, 1.15, 0.2), "no significant effect", "p=0.2 is not below alpha=0.05"),
+    (_c(1.01, 1.005, 1.015, 1e-6), "no significant effect",
+     "1.010x is below the minimum effect of 2%"),
+    (_c(0.99, 0.985, 0.995, 1e-6), "no significant effect",
+     "0.990x is a slowdown smaller than the minimum effect of 2%"),
+    (_c(1.10, 0.90, 0.95, 1e-6), "no significant effect", "does not support the median's"),
+])
+def test_verdict_follows_the_figures(c: Comparison, label: str, says: str) -> None:
+    v = speed_verdict(c, alpha=0.05, min_effect=0.02)
+    assert v.label == label
+    assert says in v.text
+    if label != "no significant effect":
+        assert not v.reasons
+    else:  # never a direction next to an interval that allows none
+        assert "slower" not in v.text and "faster" not in v.text
