@@ -238,6 +238,7 @@ def run_summary(run_dir: Path) -> dict:
             "p_value": c.p_value if c else None, "significant": c.significant if c else None,
             "slower": c.slower if c else None,
             "normalized_digest": t.extra.get("normalized_digest"),
+            "phases_s": {k: round(v, 2) for k, v in t.phases_s.items()},
         })
     knobs = None
     if (run_dir / "knobs.json").is_file():
