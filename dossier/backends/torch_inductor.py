@@ -588,6 +588,21 @@ def _cxx_facts(engine: Path, cxx: object) -> dict[str, str]:
     return facts
 
 
+class _PackageModel:
+    """A loaded package called with positional tensors (what ``AOTICompiledModel`` does,
+    without importing ``torch._inductor``: 1-3 s of every fresh process)."""
+
+    def __init__(self, loader: Any) -> None:
+        from torch.utils import _pytree
+
+        self._loader = loader
+        self._out_spec = _pytree.treespec_loads(loader.get_call_spec()[1])
+        self._unflatten = _pytree.tree_unflatten
+
+    def __call__(self, *args: Any) -> Any:
+        return self._unflatten(self._loader.run(list(args)), self._out_spec)
+
+
 def load_package(engine: Path, *, cuda: bool, single_threaded: bool) -> Any:
     """``aoti_load_package`` without its CPU probe for a CUDA package.
 
@@ -600,17 +615,12 @@ def load_package(engine: Path, *, cuda: bool, single_threaded: bool) -> Any:
     """
     import torch
 
-    if cuda:
-        loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if cuda and loader is not None and hasattr(loader, "run"):
         try:
-            from torch._inductor.package.package import AOTICompiledModel
-        except ImportError:
-            loader = None
-        if loader is not None:
-            try:
-                return AOTICompiledModel(loader(str(engine), "model", single_threaded, 1, -1))
-            except TypeError:  # another signature in this torch: the public entry point
-                pass
+            return _PackageModel(loader(str(engine), "model", single_threaded, 1, -1))
+        except TypeError:  # another signature in this torch: the public entry point
+            pass
     return torch._inductor.aoti_load_package(str(engine), run_single_threaded=single_threaded)
 
 
@@ -1041,7 +1051,11 @@ class TorchInductorBackend(Backend):
         import torch
 
         meta = package_metadata(Path(engine))
-        eff = route.effective(self.knob_database())
+        if all(META_PREFIX + k in meta for k in ("device", "float32_matmul_precision")):
+            # the package says what it is: no knob database (which imports torch._inductor)
+            eff = {"cuda_graph": "off", **route.as_dict()}
+        else:
+            eff = route.effective(self.knob_database())
         device = meta.get("AOTI_DEVICE_KEY") or meta.get(META_PREFIX + "device") or eff["device"]
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineRuntimeError("the package was built for CUDA, and torch sees no CUDA "
