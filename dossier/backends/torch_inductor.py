@@ -862,6 +862,8 @@ class TorchInductorBackend(Backend):
     name = "torch-inductor"
     engine_suffix = ".pt2"
     separate_build = True
+    build_cores = 4
+    build_memory_mb = 4096
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
 
     def available(self) -> bool:
