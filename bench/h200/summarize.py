@@ -143,10 +143,11 @@ def summarize(results: list[dict]) -> dict:
                     if r.get("ok"):
                         c["eager"] = {**(_ci(r["eager"]["timing"]) or {}),
                                       "worst_loss": r["eager"]["worst_loss"]}
-                        if "compile" in r:
-                            c["compile"] = {**(_ci(r["compile"]["timing"]) or {}),
-                                            "worst_loss": r["compile"]["worst_loss"],
-                                            "compile_s": r["compile"].get("compile_s")}
+                        for label in ("compile", "reduce_overhead"):
+                            if label in r:
+                                c[label] = {**(_ci(r[label]["timing"]) or {}),
+                                            "worst_loss": r[label]["worst_loss"],
+                                            "compile_s": r[label].get("compile_s")}
                     else:
                         c.setdefault("errors", []).append(f"eager: {r.get('error') or r.get('skipped')}")
             elif kind == "tune":
@@ -224,15 +225,19 @@ def markdown(summary: dict) -> str:
     lines += ["Medians in ms with their 95% confidence intervals (order statistics); speedups are "
               "baseline median / route median with a bootstrap 95% interval.", "",
               "## Eager and torch.compile", "",
-              "| config | eager | torch.compile (default) | compile s | AOTI default route (baseline) |",
-              "|---|---|---|---|---|"]
+              "| config | eager | torch.compile (default) | compile s | torch.compile "
+              "reduce-overhead | compile s | AOTI default route (baseline) | shipped route |",
+              "|---|---|---|---|---|---|---|---|"]
     cfgs = summary["configs"]
     for name, c in sorted(cfgs.items()):
         base = next((s["baseline"] for s in c.get("searches", {}).values() if s.get("baseline")),
                     None)
-        comp = c.get("compile")
+        comp, ro = c.get("compile"), c.get("reduce_overhead")
+        shipped = next((s["winner"] for s in c.get("searches", {}).values()
+                        if s.get("winner")), None)
         lines.append(f"| {name} | {_ms(c.get('eager'))} | {_ms(comp)} | "
-                     f"{comp.get('compile_s') if comp else '-'} | {_ms(base)} |")
+                     f"{comp.get('compile_s') if comp else '-'} | {_ms(ro)} | "
+                     f"{ro.get('compile_s') if ro else '-'} | {_ms(base)} | {_ms(shipped)} |")
     lines += ["", "## Searches", "",
               "| config | strategy | builds | search s | baseline | shipped route | winner | "
               "speedup | fresh re-measurement | inside tuned interval? | builds to full's best |",
