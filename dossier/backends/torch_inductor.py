@@ -1068,8 +1068,8 @@ class TorchInductorBackend(Backend):
         except (KeyError, json.JSONDecodeError) as exc:
             raise EngineRuntimeError(f"{engine} was not built by dossier (no tensor names in its "
                                      "metadata)") from exc
-        precision = meta.get(META_PREFIX + "float32_matmul_precision",
-                             eff["float32_matmul_precision"])
+        key = META_PREFIX + "float32_matmul_precision"
+        precision = meta[key] if key in meta else eff["float32_matmul_precision"]
         graphs = eff.get("cuda_graph") == "on" and device.startswith("cuda")
         link = cxx_runtime.package_linkage(Path(engine))
         if link is not None and link.libstdcxx == cxx_runtime.STATIC \
