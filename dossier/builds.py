@@ -97,13 +97,16 @@ class Builds:
         self._running: list[Build] = []
         self._paused_at: float | None = None
 
-    def want(self, route: Route) -> None:
-        """Queue ``route``'s build unless one with its build-time knobs exists."""
+    def want(self, route: Route, index: int) -> None:
+        """Queue ``route``'s build unless one with its build-time knobs exists. ``index`` is the
+        trial index the route will be measured as: the engine is built under the trial's file
+        name (some compilers write the name into the engine)."""
         key = self._key(route)
         if key in self._by_key:
             return
         n = len(self._by_key)
-        build = Build(key, route, self.folder / f"build-{n:04d}{self.suffix}")
+        build = Build(key, route, self.folder / f"build-{n:04d}" / f"trial-{index:04d}{self.suffix}")
+        build.engine.parent.mkdir(parents=True, exist_ok=True)
         self._by_key[key] = build
         self._queue.append(build)
         self.pump()
@@ -117,12 +120,12 @@ class Builds:
                 self._running.remove(b)
         while self._queue and len(self._running) < self.jobs and self._paused_at is None:
             b = self._queue.pop(0)
-            b.child = self._start(b, b.engine.stem)
+            b.child = self._start(b, b.engine.parent.name)
             self._running.append(b)
 
-    def wait(self, route: Route) -> Build:
+    def wait(self, route: Route, index: int) -> Build:
         """``route``'s finished build (queued and started first if needed)."""
-        self.want(route)
+        self.want(route, index)
         build = self._by_key[self._key(route)]
         if build in self._queue:  # measurement waits for it: it goes first
             self._queue.remove(build)

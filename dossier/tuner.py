@@ -248,7 +248,7 @@ class Tuner:
                             reuse_facts=dict(same.extra) if same else {})
         build: Build | None = None
         if self.builds is not None and same is None:
-            build = self.builds.wait(route)  # before trial_started: the index is claimed now
+            build = self.builds.wait(route, index)
         self.observer.trial_started(index, route.text(), role)
         started = _now()
         t0 = time.perf_counter()
@@ -379,10 +379,15 @@ class Tuner:
         if self.builds is None:
             return
         s = self.p
+        index, seen = len(self.cache.trials), set(results)
         for route in itertools.chain([s.baseline], self.warm_start,
                                      s.strategy.ahead(s.selection, s.db, results)):
-            if route.text() not in results and self._same_build(route) is None:
-                self.builds.want(route)
+            if route.text() in seen:
+                continue
+            seen.add(route.text())
+            if self._same_build(route) is None:
+                self.builds.want(route, index)
+            index += 1  # measured in this order, one trial index each
 
     def _measure_all(self, results: dict[str, TrialRecord]) -> None:
         s = self.p

@@ -166,3 +166,35 @@ def test_routes_that_differ_only_in_load_time_knobs_reuse_the_engine(sample, tmp
     nchwc = by_route["-intra_op_num_threads=0 -optimizer:NchwcTransformer=off"]
     assert threads.extra.get("reused_engine") == "trial-0000.ort" and threads.build_s is None
     assert "reused_engine" not in nchwc.extra and nchwc.build_s is not None  # a build knob: rebuilt
+
+
+def _comparable(res) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """What a search found, without its timings (nor the engines' digests: ONNX Runtime writes
+    other bytes for the same route in every process, with one build job as with two)."""
+    drop = {"reused_engine"}
+    return [(t.index, t.route, t.role, t.outcome, t.worst_loss, t.engine, t.losses,
+             t.build_s is None, {k: v for k, v in t.extra.items() if k not in drop})
+            for t in res.cache.trials if t.role != "confirm"]
+
+
+def test_two_build_jobs_give_the_results_of_one(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast",
+                     selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
+    one = tune(spec, tmp_path / "one", build_jobs=1)
+    two = tune(spec, tmp_path / "two", build_jobs=2)
+    assert _comparable(one) == _comparable(two)
+    assert len(_comparable(two)) == 3 and all(t.admissible for t in two.cache.trials)
+    # one job builds inside the trial's process; two run build jobs of their own, whose phases
+    # are kept with the trial's
+    assert not any("startup_build" in t.phases_s for t in one.cache.trials)
+    built = [t for t in two.cache.trials if t.build_s is not None]
+    assert len(built) == 2 and all("startup_build" in t.phases_s for t in built)
+    assert not (tmp_path / "two" / ".work").exists()
+
+
+def test_build_jobs_below_one_are_refused(sample, tmp_path: Path) -> None:
+    from dossier.errors import InputError
+
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    with pytest.raises(InputError, match="at least 1"):
+        tune(spec, tmp_path / "run", build_jobs=0)
