@@ -38,10 +38,11 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$TINY" = 1 ]; then ALL="tiny_mlp_b8,tiny_convnet_b4"; TINYFLAG=--tiny
 else ALL="resnet50_b1,resnet50_b32,bert_b1,bert_b32"; TINYFLAG=; fi
 
-if ! "$PY" -c "import pydantic" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+WHEELS=${BENCH_WHEELS:-$( [ -d .whl ] && echo .whl || echo ../.whl )}
+if ! "$PY" -c "import pydantic" 2>/dev/null && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+        --target /tmp/site "$WHEELS"/*.whl >>"$LOG" 2>&1
+    export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 
 N=0
