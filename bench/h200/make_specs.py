@@ -62,9 +62,9 @@ KNOBS = {
 (max_autotune costs minutes per build); cuda_graph is a load-time knob, so its routes reuse the
 engine of the same build."""
 FULL_KNOBS = ("-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
-              "-cuda_graph=[off|on]")
-"""The full search's selection (``release-full.toml``): 8 routes, 4 builds, so that it fits one
-command of the device tool."""
+              "-inductor:layout_optimization=[true|false] -cuda_graph=[off|on]")
+"""The full search's selection (``release-full.toml``): 16 routes, 8 builds (cuda_graph reuses
+the engine), so that with 8 build jobs it fits one command of the device tool."""
 AA_KNOB = "-inductor:cpp.simdlen=[default|512]"
 SEEDS = {"resnet50": 3101, "bert_base": 3102, "tiny_mlp": 3103, "tiny_convnet": 3104}
 

@@ -11,7 +11,8 @@
 #   eager[=C1,C2]      eager and torch.compile (default mode) timings
 #   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
 #   aa=C:N             N A/A searches of config C (warm shared inductor cache)
-#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md)
+#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
+#   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
 #   plan1|plan2|plan3  an older split into three commands
 #   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
 #
@@ -108,8 +109,8 @@ for step in "$@"; do
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
-        gpu2) tune resnet50_b1 full; aa resnet50_b1 10; tune bert_b1 fast; tune resnet50_b32 fast
-              tune bert_b32 fast ;;
+        gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
+        gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;
