@@ -85,7 +85,7 @@ class Child:
             if self._paused_at is not None or self._left() > 0:
                 return None
             self.kill()
-            self._result = FailedResult(outcome="timeout", reason=(
+            self._result = FailedResult(outcome="timeout", log_tail=self._tail(), reason=(
                 f"killed after {self.timeout:g} s during {self._stage()}"))
             return self._result
         self._result = self._read(self.proc.returncode)

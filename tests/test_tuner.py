@@ -104,10 +104,12 @@ def test_dry_run_routes_match_the_strategy(sample) -> None:
     assert routes[0] == baseline
 
 
-def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
-                                                             tmp_path: Path) -> None:
-    """A real SIGKILL of the whole search (parent and child) while trials run, then --continue:
-    no finished trial is lost or duplicated and the search ends with every planned route."""
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, tmp_path: Path,
+                                                             jobs: int) -> None:
+    """A real SIGKILL of the search while trials run (its children die with it), then
+    --continue: no finished trial is lost or duplicated and the search ends with every planned
+    route; with two build jobs, the builds in flight are simply rebuilt."""
     import shutil
 
     work = tmp_path / "convnet"
@@ -115,7 +117,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
-           "--quiet"]
+           "--quiet", "--build-jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -132,10 +134,11 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
     proc.wait()
     before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
     assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
-    res = continue_tune(run)
+    res = continue_tune(run, build_jobs=jobs)
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     routes = [t.route for t in trials]
     assert len(routes) == len(set(routes)) == 12  # nothing duplicated, nothing missing
+    assert all(t.admissible for t in trials)
     assert res.trials_run == 12 - len(before)
     assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
     assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
