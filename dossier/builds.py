@@ -46,8 +46,8 @@ def _available_mb() -> int | None:
 
 def default_build_jobs(backend: Backend) -> int:
     """Concurrent builds by default: the cores over what one build of this backend keeps busy,
-    bounded by the memory available over what one build needs, at most 8; 1 for a backend whose
-    builds time kernels on the device (``build_cores`` 0)."""
+    bounded by the memory available over what one build needs, at most 8; 1 for a backend
+    whose ``build_cores`` is 0 (quick builds, or builds that time kernels on the device)."""
     if backend.build_cores <= 0:
         return 1
     jobs = usable_cores() // backend.build_cores

@@ -131,9 +131,10 @@ class Backend(abc.ABC):
     separate_build: ClassVar[bool] = False
     """Build in one process and load, validate and time in a fresh one (as a deployment
     loads a shipped engine): for compilers whose in-process state can disturb the engine."""
-    build_cores: ClassVar[int] = 2
-    """CPU cores one build keeps busy (for the default of ``--build-jobs``); 0 when builds time
-    kernels on the device, so that concurrent builds would disturb each other (default 1 job)."""
+    build_cores: ClassVar[int] = 0
+    """CPU cores one build keeps busy, for the default of ``--build-jobs`` (cores // this); 0
+    for one build at a time by default: builds that take less than a process start, or that
+    time kernels on the device, where concurrent builds would disturb each other."""
     build_memory_mb: ClassVar[int] = 1024
     """Memory one build needs, roughly (bounds the default of ``--build-jobs``)."""
 
