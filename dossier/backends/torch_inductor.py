@@ -889,8 +889,9 @@ class TorchInductorBackend(Backend):
                       "allows TF32 on GPUs, medium bf16"),
             Knob(name="cuda_graph", values=("off", "on") if cuda else ("off",), default="off",
                  phase=KnobPhase.LOAD,
-                 help="replay the package's kernels as one CUDA graph captured at load for each "
-                      "input set (removes per-kernel launch overhead; trtexec's default)"),
+                 help="replay the package's kernels as a CUDA graph over static input buffers, "
+                      "one graph per input shape (removes per-kernel launch overhead; the copies "
+                      "in and out are part of each call; trtexec's default)"),
         ]
         for key, text, numerics in INDUCTOR_KEYS:
             if key not in current:
