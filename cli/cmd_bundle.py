@@ -63,6 +63,8 @@ def release(
     no_model: bool = typer.Option(False, "--no-model", help="Leave the model file out."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
+    build_jobs: int = typer.Option(None, "--build-jobs", "-j", min=1, help="Builds that run at "
+                                   "once (default: from the cores); see dossier tune."),
 ) -> None:
     """Tune a release spec and bundle the result, in one command.
 
@@ -80,7 +82,7 @@ def release(
     folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
     resume = (folder / CACHE_NAME).is_file()
     with ProgressObserver(verbose=not quiet) as obs:
-        run_tune(s, folder, observer=obs, spec_path=spec, resume=resume)
+        run_tune(s, folder, observer=obs, spec_path=spec, resume=resume, build_jobs=build_jobs)
     written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
     _report_written(written, as_json)
 

@@ -77,6 +77,10 @@ def tune(
                                 "cache (or run folder). Finished trials are never re-run."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
+    build_jobs: int = typer.Option(None, "--build-jobs", "-j", min=1, help="Builds that run at "
+                                   "once, ahead of measurement (default: from the cores and "
+                                   "what one build of the backend uses). Trials are still "
+                                   "measured one at a time, with every build paused."),
 ) -> None:
     """Search build routes, drop those that fail or break accuracy, keep the fastest admissible
     one if it beats the baseline significantly.
@@ -94,13 +98,14 @@ def tune(
             s = load_spec(spec, overrides)
             folder = resume if resume.is_dir() else resume.parent
             with ProgressObserver(verbose=not quiet) as obs:
-                result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True)
+                result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True,
+                                  build_jobs=build_jobs)
         else:
             if any(v is not None for v in overrides.values()):
                 raise typer.BadParameter("--continue without SPEC takes no overrides: the "
                                          "search continues as it was started")
             with ProgressObserver(verbose=not quiet) as obs:
-                result = continue_tune(resume, observer=obs)
+                result = continue_tune(resume, observer=obs, build_jobs=build_jobs)
     else:
         if spec is None:
             raise typer.BadParameter("give a release spec, or --continue CACHE")
@@ -118,7 +123,7 @@ def tune(
             return
         folder = out_dir or default_out(s.release.name, s.release.version)
         with ProgressObserver(verbose=not quiet) as obs:
-            result = run_tune(s, folder, observer=obs, spec_path=spec)
+            result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs)
     d = result.decision
     if as_json:
         print_json({"run": str(result.run_dir), "cache": str(result.cache.path),

@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -156,7 +154,14 @@ class Fingerprint(_Model):
     gpus: list[GpuInfo] = []
     """NVIDIA GPUs in NVML index order; empty without NVML, driver or GPU."""
     compiler: str | None = None
-    """First line of the C++ compiler's ``--version`` (collected only on request)."""
+    """First line of the C++ compiler's ``--version`` (collected only on request): the compiler
+    AOTInductor builds with (the first on PATH, or the system one that dossier picks when the
+    first embeds libstdc++)."""
+    compiler_path: str | None = None
+    """Path of that compiler."""
+    compiler_libstdcxx: str | None = None
+    """How the shared objects it builds link libstdc++: "dynamic", "static" (their own copy: a
+    process must preload the system libstdc++ to load them) or "none"."""
     trt_internal_options: str | None = None
     """``TRT_INTERNAL_OPTIONS`` as set when collected: TensorRT's internal switches (its
     ``bypass_build_route_whitelist`` makes TensorRT accept build-route knobs that
@@ -183,7 +188,7 @@ def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fing
         cuda_runtime=_first(packages, "nvidia-cuda-runtime") or _torch_cuda(),
         cudnn=_first(packages, "nvidia-cudnn"),
         gpus=_gpus() if include_gpu else [],
-        compiler=_compiler() if include_compiler else None,
+        **(_compiler() if include_compiler else {}),
         trt_internal_options=os.environ.get("TRT_INTERNAL_OPTIONS"),
     )
 
@@ -316,18 +321,14 @@ def _torch_cuda() -> str | None:
     return str(version) if version else None
 
 
-def _compiler() -> str | None:
-    exe = os.environ.get("CXX") or next(
-        (c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
-    if not exe:
-        return None
-    try:
-        run = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10,
-                             check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = run.stdout.strip().splitlines()
-    return lines[0].strip() if run.returncode == 0 and lines else None
+def _compiler() -> dict[str, str | None]:
+    from dossier.cxx_runtime import choose
+
+    info = _call(choose)
+    c = info.compiler if info is not None else None
+    if c is None:
+        return {}
+    return {"compiler": c.version, "compiler_path": c.path, "compiler_libstdcxx": c.libstdcxx}
 
 
 def _gpus() -> list[GpuInfo]:

@@ -375,6 +375,9 @@ _INDUCTOR = [
        when="cpu_package"),
     _r("compiler", SUB, "AOTInductor uses the host C++ compiler when it recompiles, and another "
        "compiler may generate different code."),
+    _r("compiler_path", VALID, "Where the compiler lives does not change the package."),
+    _r("compiler_libstdcxx", VALID, "The shipped package's own libstdc++ linkage is in its build "
+       "facts; this host's compiler only matters when it recompiles."),
     _r("os.glibc", SUB, "The compiled library was linked on another glibc; check that it loads, "
        "since an older glibc can lack symbols it needs."),
 ]

@@ -7,17 +7,11 @@ search stopped: finished trials are never re-run, the best so far is never lost.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime as dt
 import itertools
 import os
 import platform
-import resource
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +20,9 @@ from pydantic import ValidationError
 
 from dossier import __version__
 from dossier.backends import Backend, get_backend
+from dossier.builds import Build, Builds, build_request, default_build_jobs, usable_cores
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
+from dossier.child import Child, run_child
 from dossier.decision import candidates, decide
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
 from dossier.fingerprint import collect
@@ -38,13 +34,22 @@ from dossier.strategies import Strategy, get_strategy
 from dossier.timing import compare, summarize
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
-from dossier.worker import WorkerRequest
+from dossier.worker import (
+    BuiltResult,
+    FailedResult,
+    JudgedResult,
+    TimedResult,
+    WorkerRequest,
+    WorkerResult,
+)
 
 CACHE_NAME = "tuning-cache.jsonl"
 KNOBS_NAME = "knobs.json"
 FINGERPRINT_NAME = "fingerprint.json"
 ENGINES = "engines"
 WORK = ".work"
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
+"""Set for each build when several run at once: the cores shared out between them."""
 
 
 class TuneObserver:
@@ -195,65 +200,15 @@ def _short(v: object) -> str:
     return s if len(s) <= 40 else s[:37] + "..."
 
 
-def _child_setup(memory_mb: int | None, parent: int) -> None:  # runs in the child before exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the search died between fork and prctl: do not outlive it
-        os._exit(1)
-    if memory_mb:
-        limit = memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
-def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
-              memory_mb: int | None) -> tuple[dict | None, str]:
-    """Run one worker request in its own process; (result or None, reason when None)."""
-    req_path = work / f"{name}.request.json"
-    log_path = work / f"{name}.log"
-    req = req.model_copy(update={"spawned_at": time.time()})
-    req_path.write_text(req.model_dump_json())
-    Path(req.result).unlink(missing_ok=True)
-    Path(req.stage).write_text("start")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
-    parent = os.getpid()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
-            stdout=log, stderr=log, env=env, start_new_session=True,
-            preexec_fn=lambda: _child_setup(memory_mb, parent))
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            stage = Path(req.stage).read_text()
-            return None, f"timeout: killed after {timeout:g} s during {stage}"
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-    stage = Path(req.stage).read_text() if Path(req.stage).exists() else "start"
-    if rc < 0:
-        sig = signal.Signals(-rc).name
-        hint = " (possibly out of memory)" if -rc == signal.SIGKILL else ""
-        return None, f"crashed: killed by {sig} during {stage}{hint}"
-    if not Path(req.result).exists():
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        if "MemoryError" in log_path.read_text(errors="replace"):
-            return None, f"crashed: out of memory during {stage}"
-        return None, f"crashed: exited with status {rc} during {stage} without a result {tail[0]}".strip()
-    import json
-
-    return json.loads(Path(req.result).read_text()), ""
-
-
 class Tuner:
     """One search over one run folder."""
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
-                 observer: TuneObserver | None = None, warm_start: list[Route] | None = None) -> None:
+                 observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
+                 build_jobs: int | None = None) -> None:
+        """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
+        their own processes, ahead of measurement, when there are several jobs or the backend
+        builds separately; otherwise one process builds and measures each trial."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -262,6 +217,11 @@ class Tuner:
         self.work.mkdir(exist_ok=True)
         self.engines.mkdir(exist_ok=True)
         self.ran = 0
+        jobs = default_build_jobs(p.backend) if build_jobs is None else build_jobs
+        self.builds: Builds | None = None
+        if jobs > 1 or p.backend.separate_build:
+            self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
+                                 self._build_key)
 
     def _request(self, **kw: object) -> WorkerRequest:
         s = self.p.spec
@@ -278,55 +238,67 @@ class Tuner:
         return self.run_dir / base.engine if base and base.engine else None
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
-        """Run one trial in a child process and append its record."""
+        """Build (or take the build job's engine), then measure one route in a child process,
+        and append its record."""
         index = len(self.cache.trials)
         engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
-        self.observer.trial_started(index, route.text(), role)
         base_engine = self._baseline_engine() if role != "baseline" else None
         same = self._same_build(route)
         req = self._request(mode="trial", route=route.text(), engine=str(engine),
                             baseline_engine=str(base_engine) if base_engine else None,
                             reuse_engine=str(self.run_dir / same.engine) if same else None,
                             reuse_facts=dict(same.extra) if same else {})
+        build: Build | None = None
+        if self.builds is not None and same is None:
+            build = self.builds.wait(route, index)
+        self.observer.trial_started(index, route.text(), role)
         started = _now()
         t0 = time.perf_counter()
         timing = self.p.spec.timing
         name = f"trial-{index:04d}"
-        built: dict | None = None
-        log = self.work / f"{name}.log"
-        if self.p.backend.separate_build and same is None:
-            log = self.work / f"{name}-build.log"
-            built, why = run_child(req.model_copy(update={"mode": "build"}), self.work,
-                                   name + "-build", timing.trial_timeout_s,
-                                   timing.trial_memory_limit_mb)
-            data = built
-            if built is not None and built.get("outcome") == "built":
-                log = self.work / f"{name}.log"
-                req = req.model_copy(update={"prebuilt_build_s": built["build_s"],
-                                             "reuse_facts": built.get("facts") or {}})
-                data, why = run_child(req, self.work, name, timing.trial_timeout_s,
-                                      timing.trial_memory_limit_mb)
-                if data is not None:
-                    data["phases_s"] = {
-                        **{f"{k}_build": v for k, v in (built.get("phases_s") or {}).items()
-                           if k != "build"},
-                        "build": (built.get("phases_s") or {}).get("build", built["build_s"]),
-                        **{k: v for k, v in (data.get("phases_s") or {}).items() if k != "build"}}
+        env = self._loader_env(base_engine)
+        if build is not None and not isinstance(build.result, BuiltResult):
+            result: WorkerResult = build.result  # type: ignore[assignment]
         else:
-            data, why = run_child(req, self.work, name, timing.trial_timeout_s,
-                                  timing.trial_memory_limit_mb)
-        trial_s = time.perf_counter() - t0
-        record = self._record(index, route, role, data, why, engine, trial_s, started)
-        if data is None and log.is_file():  # keep what the dying process said last
-            tail = log.read_text(errors="replace").strip().splitlines()[-20:]
-            record = record.model_copy(update={"extra": {**record.extra,
-                                                         "log_tail": "\n".join(tail)}})
+            if build is not None:
+                assert isinstance(build.result, BuiltResult)
+                _place(build.engine, engine)
+                env = {**env, **self._loader_env(engine)}
+                req = req.model_copy(update={"prebuilt_build_s": build.build_s,
+                                             "reuse_facts": {k: str(v) for k, v in
+                                                             build.result.facts.items()}})
+            elif same is not None:
+                env = {**env, **self._loader_env(self.run_dir / same.engine)}
+            if self.builds is not None:
+                self.builds.pause()  # nothing else runs while a trial is timed
+            try:
+                result = run_child(req, self.work, name, timing.trial_timeout_s,
+                                   timing.trial_memory_limit_mb, env)
+            finally:
+                if self.builds is not None:
+                    self.builds.resume()
+            if build is not None:
+                result = _with_build_phases(result, build)
+        trial_s = time.perf_counter() - t0 + (build.build_s or 0.0 if build else 0.0)
+        record = self._record(index, route, role, result, engine, trial_s, started)
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
         self.ran += 1
         self.observer.trial_finished(record)
         return record
+
+    def _loader_env(self, engine: Path | None) -> dict[str, str]:
+        return self.p.backend.loader_env(engine) if engine is not None and engine.is_file() else {}
+
+    def _start_build(self, build: Build, name: str) -> Child:
+        timing = self.p.spec.timing
+        req = build_request(self._request(mode="build"), build)
+        env = {}
+        if self.builds is not None and self.builds.jobs > 1:  # share the cores between builds
+            env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
+        return Child(req, self.work, name, timing.trial_timeout_s, timing.trial_memory_limit_mb,
+                     env)
 
     def _build_key(self, route: Route) -> tuple[tuple[str, str], ...]:
         db = self.p.db
@@ -343,29 +315,35 @@ class Tuner:
                 return t
         return None
 
-    def _record(self, index: int, route: Route, role: str, data: dict | None, why: str,
+    def _record(self, index: int, route: Route, role: str, result: WorkerResult,
                 engine: Path, trial_s: float, started: str) -> TrialRecord:
         common = dict(index=index, route=route.text(), role=role, trial_s=trial_s,
-                      started_at=started)
-        if data is None:
-            outcome = Outcome.TIMEOUT if why.startswith("timeout") else Outcome.CRASHED
-            return TrialRecord(**common, outcome=outcome, reason=why.split(": ", 1)[1])  # type: ignore[arg-type]
-        outcome = Outcome(data["outcome"])
+                      started_at=started, phases_s=result.phases_s)
+        if isinstance(result, FailedResult):
+            extra = {k: str(v) for k, v in result.facts.items()}
+            if result.log_tail:  # keep what the dying process said last
+                extra["log_tail"] = result.log_tail
+            return TrialRecord(**common, outcome=Outcome(result.outcome), reason=result.reason,  # type: ignore[arg-type]
+                               build_s=result.build_s, extra=extra)
+        if not isinstance(result, JudgedResult):
+            raise TuneError(f"trial {index}: the worker answered {result.outcome!r} to a trial")
+        outcome = Outcome(result.outcome)
         settings = self.p.spec.timing
         timing_summary = comparison = None
-        if data.get("samples_ms"):
-            timing_summary = summarize(data["samples_ms"], settings.confidence, data["warmup_runs"])
-            comparison = compare(data["baseline_samples_ms"], data["samples_ms"], settings,
-                                 baseline_warmup=data["baseline_warmup_runs"], seed=index)
+        if result.samples_ms and result.baseline_samples_ms:
+            timing_summary = summarize(result.samples_ms, settings.confidence,
+                                       result.warmup_runs or 0)
+            comparison = compare(result.baseline_samples_ms, result.samples_ms, settings,
+                                 baseline_warmup=result.baseline_warmup_runs or 0, seed=index)
         kept = outcome is Outcome.OK and engine.exists()
         return TrialRecord(
-            **common, outcome=outcome, reason=data.get("reason"), losses=data.get("losses"),  # type: ignore[arg-type]
-            worst_loss=data.get("worst_loss"), timing=timing_summary, comparison=comparison,
-            samples_ms=data.get("samples_ms"), baseline_samples_ms=data.get("baseline_samples_ms"),
-            build_s=data.get("build_s"), phases_s=data.get("phases_s") or {},
+            **common, outcome=outcome, reason=result.reason, losses=result.losses or None,  # type: ignore[arg-type]
+            worst_loss=result.worst_loss, timing=timing_summary, comparison=comparison,
+            samples_ms=result.samples_ms, baseline_samples_ms=result.baseline_samples_ms,
+            build_s=result.build_s,
             engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,
-            extra={k: str(v) for k, v in (data.get("facts") or {}).items()})
+            extra={k: str(v) for k, v in result.facts.items()})
 
     def confirm(self, chosen: list[TrialRecord]) -> None:
         """Re-time the chosen candidates and the baseline together in a fresh process."""
@@ -376,12 +354,14 @@ class Tuner:
         started = _now()
         t0 = time.perf_counter()
         timing = self.p.spec.timing
-        data, why = run_child(req, self.work, "confirm", timing.trial_timeout_s * 2,
-                              timing.trial_memory_limit_mb)
-        if data is None or data.get("outcome") != "ok":
-            raise TuneError(f"the confirmation measurement failed: {why or data.get('reason')}")  # type: ignore[union-attr]
+        env = {k: v for t in chosen for k, v in self._loader_env(self.run_dir / t.engine).items()}  # type: ignore[operator]
+        result = run_child(req, self.work, "confirm", timing.trial_timeout_s * 2,
+                           timing.trial_memory_limit_mb, {**self._loader_env(base), **env})
+        if not isinstance(result, TimedResult):
+            raise TuneError("the confirmation measurement failed: "
+                            f"{getattr(result, 'reason', None) or result.outcome}")
         trial_s = time.perf_counter() - t0
-        samples, warm = data["samples_ms"], data["warmup_runs"]
+        samples, warm = result.samples_ms, result.warmup_runs
         for j, t in enumerate(chosen, start=1):
             index = len(self.cache.trials)
             rec = TrialRecord(
@@ -395,15 +375,25 @@ class Tuner:
             self.cache.append(rec)
             self.observer.trial_finished(rec)
 
-    def search(self) -> DecisionRecord:
-        """Run (or finish) the search and decide."""
-        results = {t.route: t for t in self.cache.trials if t.role != "confirm"}
+    def _queue_builds(self, results: dict[str, TrialRecord]) -> None:
+        """Queue the builds of every route known to come (all of them for strategies that plan
+        ahead; for mixed, phase 2's once phase 1 is measured)."""
+        if self.builds is None:
+            return
         s = self.p
-        planned = s.strategy.count(s.selection, s.db) + len(self.warm_start)
-        if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
-                if s.strategy.plans_ahead else False:
-            planned += 1
-        self.observer.started(planned, len(results))
+        index, seen = len(self.cache.trials), set(results)
+        for route in itertools.chain([s.baseline], self.warm_start,
+                                     s.strategy.ahead(s.selection, s.db, results)):
+            if route.text() in seen:
+                continue
+            seen.add(route.text())
+            if self._same_build(route) is None:
+                self.builds.want(route, index)
+            index += 1  # measured in this order, one trial index each
+
+    def _measure_all(self, results: dict[str, TrialRecord]) -> None:
+        s = self.p
+        self._queue_builds(results)
         base = next((t for t in self.cache.trials if t.role == "baseline"), None)
         if base is None:
             base = self.run_trial(s.baseline, "baseline")
@@ -417,6 +407,22 @@ class Tuner:
             if route.text() in results:
                 continue
             results[route.text()] = self.run_trial(route, "search")
+            self._queue_builds(results)
+
+    def search(self) -> DecisionRecord:
+        """Run (or finish) the search and decide."""
+        results = {t.route: t for t in self.cache.trials if t.role != "confirm"}
+        s = self.p
+        planned = s.strategy.count(s.selection, s.db) + len(self.warm_start)
+        if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
+                if s.strategy.plans_ahead else False:
+            planned += 1
+        self.observer.started(planned, len(results))
+        try:
+            self._measure_all(results)
+        finally:
+            if self.builds is not None:
+                self.builds.close()
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
@@ -430,13 +436,16 @@ class Tuner:
 
 def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
          spec_path: Path | None = None, resume: bool = False,
-         warm_start: list[str] | None = None, parent: str | None = None) -> TuneResult:
+         warm_start: list[str] | None = None, parent: str | None = None,
+         build_jobs: int | None = None) -> TuneResult:
     """Search ``spec``'s selection and decide, writing everything under ``out``.
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
     checked against the spec's inputs (model, validation set, knob database, selection...) and
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
+    ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
+    results do not depend on it, only the wall time does.
     """
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
@@ -472,7 +481,9 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                         .model_dump_json(indent=2))
     except OSError as exc:
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    tuner = Tuner(p, out, cache, observer, warm)
+    if build_jobs is not None and build_jobs < 1:
+        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
+    tuner = Tuner(p, out, cache, observer, warm, build_jobs)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()
@@ -494,13 +505,33 @@ def _clear_failed_start(out: Path) -> None:
         shutil.rmtree(out / name, ignore_errors=True)
 
 
+def _place(built: Path, engine: Path) -> None:
+    """The build job's engine as the trial's (a hard link, or a copy across file systems); the
+    build's file stays for other routes with the same build-time knobs."""
+    engine.unlink(missing_ok=True)
+    try:
+        os.link(built, engine)
+    except OSError:
+        shutil.copyfile(built, engine)
+
+
+def _with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:
+    """The measure job's phases with the build job's (``*_build``, and ``build``) in front."""
+    done = build.result.phases_s if build.result is not None else {}
+    phases = {**{f"{k}_build": v for k, v in done.items() if k != "build"},
+              "build": build.build_s if build.build_s is not None else done.get("build", 0.0),
+              **{k: v for k, v in result.phases_s.items() if k != "build"}}
+    return result.model_copy(update={"phases_s": phases})
+
+
 def _write_json(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
-def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None) -> TuneResult:
+def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
+                  build_jobs: int | None = None) -> TuneResult:
     """Resume the search recorded in ``cache_path`` (its folder is the run folder)."""
     cache_path = Path(cache_path)
     if cache_path.is_dir():
@@ -509,4 +540,5 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None) -> 
     spec = spec_from_header(cache.header)
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
     return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
-                warm_start=cache.header.warm_start, parent=cache.header.parent)
+                warm_start=cache.header.warm_start, parent=cache.header.parent,
+                build_jobs=build_jobs)

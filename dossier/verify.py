@@ -115,7 +115,8 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
 
 def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
     """Run the validation set through the shipped engine here, in a child process."""
-    from dossier.tuner import run_child
+    from dossier.child import run_child
+    from dossier.worker import JudgedResult
 
     s = bundle.manifest.summary
     shipped = bundle.manifest.engines.shipped
@@ -130,20 +131,33 @@ def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
         req = _request(bundle, Path(tmp), header.timing, mode="validate",
                        engine=str(bundle.file(shipped.path)), route=shipped.route)
         req = req.model_copy(update={"threshold": limit})
-        data, why = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
-                              header.timing.trial_memory_limit_mb)
-    if data is None or data.get("outcome") not in ("ok", "rejected"):
-        failure = why or (data or {}).get("reason") or "the engine did not run"
+        result = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
+                           header.timing.trial_memory_limit_mb,
+                           _loader_env(bundle, bundle.file(shipped.path)))
+    if not isinstance(result, JudgedResult):
+        failure = getattr(result, "reason", None) or "the engine did not run"
         return Recheck(passed=False, metric=s.metric, threshold=limit, failure=failure,
                        recorded_worst_loss=recorded)
-    return Recheck(passed=data["outcome"] == "ok", metric=s.metric, threshold=limit,
-                   failure=data.get("reason"), losses=data.get("losses") or {},
-                   worst_loss=data.get("worst_loss"), recorded_worst_loss=recorded)
+    return Recheck(passed=result.outcome == "ok", metric=s.metric, threshold=limit,
+                   failure=result.reason, losses=result.losses, worst_loss=result.worst_loss,
+                   recorded_worst_loss=recorded)
+
+
+def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
+    """What the child that loads ``engines`` needs in its environment (backend-specific)."""
+    from dossier.backends import get_backend
+
+    try:
+        backend = get_backend(bundle.manifest.backend)
+    except InputError:
+        return {}
+    return {k: v for e in engines for k, v in backend.loader_env(e).items()}
 
 
 def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     """Re-time the shipped and the baseline engines here, interleaved, in a fresh process."""
-    from dossier.tuner import run_child
+    from dossier.child import run_child
+    from dossier.worker import TimedResult
 
     m = bundle.manifest
     cache = bundle.tuning_cache()
@@ -159,13 +173,15 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
         cands = [] if same else [(str(bundle.file(shipped.path)), shipped.route)]
         req = _request(bundle, Path(tmp), timing, mode="confirm",
                        baseline_engine=str(bundle.file(base.path)), candidates=cands)
-        data, why = run_child(req, Path(tmp), "rebench", timing.trial_timeout_s * 2,
-                              timing.trial_memory_limit_mb)
-    if data is None or data.get("outcome") != "ok":
+        result = run_child(req, Path(tmp), "rebench", timing.trial_timeout_s * 2,
+                           timing.trial_memory_limit_mb,
+                           _loader_env(bundle, bundle.file(base.path), bundle.file(shipped.path)))
+    if not isinstance(result, TimedResult):
         from dossier.errors import TuneError
 
-        raise TuneError(f"re-timing failed on this host: {why or (data or {}).get('reason')}")
-    samples, warm = data["samples_ms"], data["warmup_runs"]
+        raise TuneError("re-timing failed on this host: "
+                        f"{getattr(result, 'reason', None) or result.outcome}")
+    samples, warm = result.samples_ms, result.warmup_runs
     base_here = summarize(samples[0], timing.confidence, warm[0])
     ship_here = base_here if same else summarize(samples[1], timing.confidence, warm[1])
     comp = None if same else compare(samples[0], samples[1], timing, baseline_warmup=warm[0])

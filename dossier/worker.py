@@ -8,15 +8,18 @@ the end. Statistics are computed by the parent from the raw samples.
 
 from __future__ import annotations
 
-import json
+import contextlib
+import ctypes
 import os
+import resource
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings
@@ -54,6 +57,73 @@ class WorkerRequest(BaseModel):
     stage: str
     spawned_at: float = 0.0
     """time.time() when the parent started the process (to measure startup)."""
+    parent_pid: int = 0
+    """The parent's pid: the child exits at once when its parent is already gone, and is
+    killed when the parent dies (set inside the child, not by a pre-exec hook)."""
+    memory_mb: int | None = None
+    """Address-space limit of the child (RLIMIT_AS), set by the child itself at start."""
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    phases_s: dict[str, float] = {}
+    """Seconds per stage of the child (startup, setup, build, load, validate, time...)."""
+
+
+class BuiltResult(_Result):
+    """A build job finished: the engine file is written."""
+
+    outcome: Literal["built"]
+    build_s: float
+    facts: dict[str, Any] = {}
+    started_at: float = 0.0
+    """time.time() when the build call started (so the parent can subtract paused time)."""
+    ended_at: float = 0.0
+
+
+class JudgedResult(_Result):
+    """A trial (built or copied, loaded, judged, timed) or a validation of an existing engine."""
+
+    outcome: Literal["ok", "rejected"]
+    reason: str | None = None
+    """The accuracy failure, when rejected."""
+    losses: dict[str, dict[str, float | None]] = {}
+    worst_loss: float | None = None
+    build_s: float | None = None
+    facts: dict[str, Any] = {}
+    samples_ms: list[float] | None = None
+    baseline_samples_ms: list[float] | None = None
+    warmup_runs: int | None = None
+    baseline_warmup_runs: int | None = None
+
+
+class TimedResult(_Result):
+    """A re-timing of several engines together (confirm mode): samples per engine, the
+    baseline first."""
+
+    outcome: Literal["timed"]
+    samples_ms: list[list[float]]
+    warmup_runs: list[int]
+
+
+class FailedResult(_Result):
+    """The job did not produce what it was asked for. ``timeout`` and ``crashed`` (a signal, or
+    no result) are set by the parent; the child reports the others."""
+
+    outcome: Literal["build_failed", "runtime_error", "crashed", "timeout"]
+    reason: str
+    build_s: float | None = None
+    facts: dict[str, Any] = {}
+    traceback: str | None = None
+    log_tail: str | None = None
+    """The last lines the child wrote, when it died without a result."""
+
+
+WorkerResult = Annotated[BuiltResult | JudgedResult | TimedResult | FailedResult,
+                         Field(discriminator="outcome")]
+"""What a child reports, by outcome."""
+RESULT = TypeAdapter(WorkerResult)
 
 
 _PHASES: dict[str, float] = {}
@@ -69,10 +139,24 @@ def _stage(req: WorkerRequest, name: str) -> None:
     Path(req.stage).write_text(name)
 
 
-def _result(req: WorkerRequest, data: dict) -> None:
+def _result(req: WorkerRequest, result: BaseModel) -> None:
     tmp = Path(req.result + ".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(result.model_dump_json())
     os.replace(tmp, req.result)
+
+
+def _guard(req: WorkerRequest) -> None:
+    """Die with the parent (PR_SET_PDEATHSIG), leave at once if it is gone already, and apply
+    the memory limit: done here rather than in a pre-exec hook, which is unsafe once the parent
+    has threads."""
+    if req.parent_pid:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        if os.getppid() != req.parent_pid:
+            os._exit(1)
+    if req.memory_mb:
+        limit = req.memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _setup(req: WorkerRequest, *, validation: bool = True):  # type: ignore[no-untyped-def]
@@ -162,7 +246,7 @@ def run_build(req: WorkerRequest) -> dict:
 
     backend, _ = _setup(req, validation=False)
     _stage(req, "build")
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     try:
         info = backend.build(Path(req.model), Route.parse(req.route or ""), Path(req.engine or ""))
     except BuildError as exc:
@@ -171,7 +255,8 @@ def run_build(req: WorkerRequest) -> dict:
     except MemoryError:
         return {"outcome": "crashed", "reason": "out of memory during build",
                 "build_s": time.perf_counter() - t0}
-    return {"outcome": "built", "build_s": time.perf_counter() - t0, "facts": info.facts}
+    return {"outcome": "built", "build_s": time.perf_counter() - t0, "facts": info.facts,
+            "started_at": started, "ended_at": time.time()}
 
 
 def run_confirm(req: WorkerRequest) -> dict:
@@ -188,7 +273,7 @@ def run_confirm(req: WorkerRequest) -> dict:
     n = 1
     warm = [warm_up(f, req.timing, n) for f in fns]
     samples = sample_interleaved(fns, req.timing, n)
-    return {"outcome": "ok", "samples_ms": samples, "warmup_runs": warm}
+    return {"outcome": "timed", "samples_ms": samples, "warmup_runs": warm}
 
 
 def run_validate(req: WorkerRequest) -> dict:
@@ -213,6 +298,7 @@ _MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
+    _guard(req)
     startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
         data = _MODES[req.mode](req)
@@ -223,7 +309,7 @@ def main(argv: list[str]) -> int:
                 "traceback": tb}
     _stage(req, "report")
     data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
-    _result(req, data)
+    _result(req, RESULT.validate_python(data))
     return 0
 
 

@@ -210,3 +210,21 @@ def test_strategy_registry():
     assert isinstance(get_strategy("mixed"), MixedStrategy)
     with pytest.raises(SelectionError, match="unknown strategy"):
         get_strategy("exhaustive")
+
+
+def test_routes_known_ahead_are_what_the_strategy_then_yields(case):
+    """Builds start for the routes a strategy knows ahead: every route of fast and full, and
+    for mixed phase 1 only until phase 1 is measured, then phase 2 as the strategy yields it."""
+    for strategy in (FastStrategy(), FullStrategy()):
+        assert strategy.ahead(case.selection, case.db, {}) == strategy.plan(case.selection, case.db)
+    positive = _positive_one_offs(case, 2)
+    mixed = MixedStrategy()
+    fast = FastStrategy().plan(case.selection, case.db)
+    results: dict[str, Judged] = {}
+    assert mixed.ahead(case.selection, case.db, results) == fast
+    for route in fast[:-1]:
+        results[route.text()] = Judged(True, route.text() in positive)
+        assert mixed.ahead(case.selection, case.db, results) == fast  # phase 2 not decided yet
+    results[fast[-1].text()] = Judged(True, fast[-1].text() in positive)
+    expected = _run(mixed, case, lambda r: Judged(True, r.text() in positive))
+    assert mixed.ahead(case.selection, case.db, results) == expected and len(expected) > len(fast)

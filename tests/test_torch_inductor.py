@@ -180,6 +180,13 @@ def test_build_load_reproduces_eager_and_reference(backend: ti.TorchInductorBack
     assert facts["device"] == "cpu" and facts["cpu_package"] == "true"
     assert facts["aoti_device_key"] == "cpu" and "aoti_cpu_isa" in facts
     assert facts["torch"] == torch.__version__
+    # the compiler and how the package links libstdc++, read back from the package itself
+    from dossier import cxx_runtime
+
+    link = cxx_runtime.package_linkage(engine)
+    assert link is not None and facts["libstdcxx"] == link.libstdcxx
+    assert facts["cxx_path"] == cxx_runtime.choose().compiler.path  # type: ignore[union-attr]
+    assert ("load_hint" in facts) == (link.libstdcxx == cxx_runtime.STATIC)
     meta = ti.package_metadata(engine)
     assert meta["dossier.route"] == CPU.text()
     assert meta["dossier.torch"] == torch.__version__

@@ -104,10 +104,12 @@ def test_dry_run_routes_match_the_strategy(sample) -> None:
     assert routes[0] == baseline
 
 
-def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
-                                                             tmp_path: Path) -> None:
-    """A real SIGKILL of the whole search (parent and child) while trials run, then --continue:
-    no finished trial is lost or duplicated and the search ends with every planned route."""
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, tmp_path: Path,
+                                                             jobs: int) -> None:
+    """A real SIGKILL of the search while trials run (its children die with it), then
+    --continue: no finished trial is lost or duplicated and the search ends with every planned
+    route; with two build jobs, the builds in flight are simply rebuilt."""
     import shutil
 
     work = tmp_path / "convnet"
@@ -115,7 +117,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
-           "--quiet"]
+           "--quiet", "--build-jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -132,10 +134,11 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path,
     proc.wait()
     before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
     assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
-    res = continue_tune(run)
+    res = continue_tune(run, build_jobs=jobs)
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     routes = [t.route for t in trials]
     assert len(routes) == len(set(routes)) == 12  # nothing duplicated, nothing missing
+    assert all(t.admissible for t in trials)
     assert res.trials_run == 12 - len(before)
     assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
     assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
@@ -166,3 +169,35 @@ def test_routes_that_differ_only_in_load_time_knobs_reuse_the_engine(sample, tmp
     nchwc = by_route["-intra_op_num_threads=0 -optimizer:NchwcTransformer=off"]
     assert threads.extra.get("reused_engine") == "trial-0000.ort" and threads.build_s is None
     assert "reused_engine" not in nchwc.extra and nchwc.build_s is not None  # a build knob: rebuilt
+
+
+def _comparable(res) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """What a search found, without its timings (nor the engines' digests: ONNX Runtime writes
+    other bytes for the same route in every process, with one build job as with two)."""
+    drop = {"reused_engine"}
+    return [(t.index, t.route, t.role, t.outcome, t.worst_loss, t.engine, t.losses,
+             t.build_s is None, {k: v for k, v in t.extra.items() if k not in drop})
+            for t in res.cache.trials if t.role != "confirm"]
+
+
+def test_two_build_jobs_give_the_results_of_one(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast",
+                     selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
+    one = tune(spec, tmp_path / "one", build_jobs=1)
+    two = tune(spec, tmp_path / "two", build_jobs=2)
+    assert _comparable(one) == _comparable(two)
+    assert len(_comparable(two)) == 3 and all(t.admissible for t in two.cache.trials)
+    # one job builds inside the trial's process; two run build jobs of their own, whose phases
+    # are kept with the trial's
+    assert not any("startup_build" in t.phases_s for t in one.cache.trials)
+    built = [t for t in two.cache.trials if t.build_s is not None]
+    assert len(built) == 2 and all("startup_build" in t.phases_s for t in built)
+    assert not (tmp_path / "two" / ".work").exists()
+
+
+def test_build_jobs_below_one_are_refused(sample, tmp_path: Path) -> None:
+    from dossier.errors import InputError
+
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    with pytest.raises(InputError, match="at least 1"):
+        tune(spec, tmp_path / "run", build_jobs=0)

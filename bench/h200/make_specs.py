@@ -49,16 +49,22 @@ TINY_CONFIGS: dict[str, tuple[str, int]] = {
 }
 KNOBS = {
     "resnet50": "-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
-                "-cuda_graph=[off|on]",
+                "-inductor:layout_optimization=[true|false] "
+                "-inductor:coordinate_descent_tuning=[false|true] -cuda_graph=[off|on]",
     "bert_base": "-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
-                 "-cuda_graph=[off|on]",
+                 "-inductor:coordinate_descent_tuning=[false|true] -cuda_graph=[off|on]",
     "tiny_mlp": "-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
                 "-inductor:aggressive_fusion=[false|true]",
     "tiny_convnet": "-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
                     "-inductor:layout_optimization=[true|false]",
 }
-"""Varied knobs per model: cheap builds only (max_autotune costs minutes per build);
-cuda_graph is a load-time knob, so its routes reuse the engine of the same build."""
+"""Varied knobs per model (``release.toml``, for fast and mixed): cheap builds only
+(max_autotune costs minutes per build); cuda_graph is a load-time knob, so its routes reuse the
+engine of the same build."""
+FULL_KNOBS = ("-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|false] "
+              "-inductor:layout_optimization=[true|false] -cuda_graph=[off|on]")
+"""The full search's selection (``release-full.toml``): 16 routes, 8 builds (cuda_graph reuses
+the engine), so that with 8 build jobs it fits one command of the device tool."""
 AA_KNOB = "-inductor:cpp.simdlen=[default|512]"
 SEEDS = {"resnet50": 3101, "bert_base": 3102, "tiny_mlp": 3103, "tiny_convnet": 3104}
 
@@ -114,6 +120,10 @@ def write_config(work: Path, config: str, factory_name: str, batch: int, *, devi
     (folder / "release.toml").write_text(spec_text(
         f"bench-{config}", f"{factory_name} batch {batch} {dtype} on {device}", selection, timing,
         threshold), encoding="utf-8")
+    if factory_name in ("resnet50", "bert_base"):
+        (folder / "release-full.toml").write_text(spec_text(
+            f"bench-{config}-full", f"{factory_name} batch {batch} {dtype} on {device}",
+            f"{pinned} {FULL_KNOBS}", timing, threshold), encoding="utf-8")
     (folder / "release-aa.toml").write_text(spec_text(
         f"bench-{config}-aa", f"A/A: {factory_name} batch {batch} {dtype} on {device}",
         aa_selection, aa_timing, threshold), encoding="utf-8")

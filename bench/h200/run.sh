@@ -11,12 +11,15 @@
 #   eager[=C1,C2]      eager and torch.compile (default mode) timings
 #   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
 #   aa=C:N             N A/A searches of config C (warm shared inductor cache)
-#   plan1|plan2|plan3  the benchmark split into three commands of <= 9 minutes (see README.md)
+#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
+#   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
+#   plan1|plan2|plan3  an older split into three commands
 #   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
 #
 # configs: resnet50_b1 resnet50_b32 bert_b1 bert_b32 (tiny: tiny_mlp_b8 tiny_convnet_b4)
 # env: OUT (required)  BENCH_WORK (bench/work/h200)  DEADLINE_S (540, for the whole command)
 #      BENCH_DEVICE (cuda)  BENCH_TINY (0)  BENCH_TAG (UTC time)  PYTHON (python3)
+#      BENCH_BUILD_JOBS (dossier tune --build-jobs; default: dossier's, from the cores)
 # writes: $OUT/h200-$TAG.json (all step records), $OUT/h200-$TAG.log, $OUT/caches-$TAG.tar.gz
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -36,10 +39,11 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$TINY" = 1 ]; then ALL="tiny_mlp_b8,tiny_convnet_b4"; TINYFLAG=--tiny
 else ALL="resnet50_b1,resnet50_b32,bert_b1,bert_b32"; TINYFLAG=; fi
 
-if ! "$PY" -c "import pydantic" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+WHEELS=${BENCH_WHEELS:-$( [ -d .whl ] && echo .whl || echo ../.whl )}
+if ! "$PY" -c "import pydantic" 2>/dev/null && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+        --target /tmp/site "$WHEELS"/*.whl >>"$LOG" 2>&1
+    export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 
 N=0
@@ -104,6 +108,9 @@ for step in "$@"; do
         eager=*) eager "${step#eager=}" ;;
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
+        gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
+        gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
+        gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;

@@ -173,24 +173,33 @@ def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict
 
     measure(module, "eager")
     if with_compile:
-        from dossier.backends.torch_inductor import _build_cache
-
-        with _build_cache():  # a cold inductor cache, as each dossier build gets
-            compiled = torch.compile(module)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                compiled(*args[0])
-            if device == "cuda":
-                torch.cuda.synchronize()
-            compile_s = time.perf_counter() - t0
-            measure(compiled, "compile")
-        rec["compile"]["compile_s"] = round(compile_s, 2)
-        torch._dynamo.reset()
+        _compiled(torch, module, args, device, measure, rec, "compile", {})
+        _compiled(torch, module, args, device, measure, rec, "reduce_overhead",
+                  {"mode": "reduce-overhead"})
     del module
     if device == "cuda":
         torch.cuda.empty_cache()
     rec["ok"] = True
     return rec
+
+
+def _compiled(torch: Any, module: Any, args: list, device: str, measure: Callable,
+              rec: dict, label: str, options: dict) -> None:
+    """torch.compile(module, **options) from a cold inductor cache, timed like the engines."""
+    from dossier.backends.torch_inductor import _build_cache
+
+    with _build_cache():  # a cold inductor cache, as each dossier build gets
+        compiled = torch.compile(module, **options)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            compiled(*args[0])
+        if device == "cuda":
+            torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        measure(compiled, label)
+    rec[label]["compile_s"] = round(compile_s, 2)
+    rec[label]["options"] = options
+    torch._dynamo.reset()
 
 
 def step_eager(work: Path, configs: list[str], device: str, with_compile: bool,
@@ -238,6 +247,7 @@ def run_summary(run_dir: Path) -> dict:
             "p_value": c.p_value if c else None, "significant": c.significant if c else None,
             "slower": c.slower if c else None,
             "normalized_digest": t.extra.get("normalized_digest"),
+            "phases_s": {k: round(v, 2) for k, v in t.phases_s.items()},
         })
     knobs = None
     if (run_dir / "knobs.json").is_file():
@@ -246,7 +256,9 @@ def run_summary(run_dir: Path) -> dict:
     return {"selection": h.selection, "strategy": h.strategy, "baseline_route": h.baseline_route,
             "timing_settings": h.timing.model_dump(), "metric": h.metric,
             "threshold": h.threshold, "host": h.host,
-            "builds": sum(1 for t in cache.trials if t.role != "confirm"),
+            "routes_measured": sum(1 for t in cache.trials if t.role != "confirm"),
+            "builds": sum(1 for t in cache.trials if t.role != "confirm" and t.build_s),
+            "build_s_sum": round(sum(t.build_s or 0.0 for t in cache.trials), 2),
             "search_wall_s": round(sum(s.wall_s for s in cache.sessions), 2),
             "interrupted": any(s.interrupted for s in cache.sessions) or d is None,
             "decision": d.model_dump() if d else None, "trials": trials, "knob_database": knobs}
@@ -258,6 +270,8 @@ def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
         shutil.rmtree(run_dir)
     cmd = [sys.executable, "-m", "cli.main", "tune", str(spec), "--strategy", strategy,
            "--out", str(run_dir), "--json", "--quiet"]
+    if os.environ.get("BENCH_BUILD_JOBS"):
+        cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
     rec: dict[str, Any] = {"run_dir": str(run_dir), "command": " ".join(cmd)}
     t0 = time.perf_counter()
     try:
@@ -303,6 +317,9 @@ def step_tune(work: Path, config: str, strategy: str, aa: bool, timeout: float,
     try:
         folder = _spec_folder(work, config)
         spec = folder / ("release-aa.toml" if aa else "release.toml")
+        if strategy == "full" and not aa and (folder / "release-full.toml").is_file():
+            spec = folder / "release-full.toml"
+        rec["spec"] = spec.name
         run_dir = work / "runs" / tag / f"{config}-{strategy}{'-aa' if aa else ''}"
         rec.update(_tune_once(spec, strategy, run_dir, timeout * 0.85 if fresh else timeout))
         left = timeout - (time.perf_counter() - t_start)

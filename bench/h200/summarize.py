@@ -68,7 +68,13 @@ def search_row(rec: dict) -> dict:
         outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
     fresh = rec.get("fresh") or {}
     return {
-        "strategy": rec.get("strategy"), "ok": rec.get("ok"), "builds": len(trials),
+        "strategy": rec.get("strategy"), "ok": rec.get("ok"), "routes": len(trials),
+        "builds": sum(1 for t in trials if t.get("build_s") is not None),
+        "build_s_sum": round(sum(t.get("build_s") or 0.0 for t in trials), 1),
+        "wall_over_builds": (round(rec["search_wall_s"] / sum(t["build_s"] for t in trials
+                                                               if t.get("build_s")), 3)
+                             if rec.get("search_wall_s") and any(t.get("build_s") for t in trials)
+                             else None),
         "outcomes": outcomes, "search_wall_s": rec.get("search_wall_s"),
         "command_wall_s": rec.get("wall_s"),
         "build_s": [t["build_s"] for t in trials if t.get("build_s") is not None],
@@ -143,10 +149,11 @@ def summarize(results: list[dict]) -> dict:
                     if r.get("ok"):
                         c["eager"] = {**(_ci(r["eager"]["timing"]) or {}),
                                       "worst_loss": r["eager"]["worst_loss"]}
-                        if "compile" in r:
-                            c["compile"] = {**(_ci(r["compile"]["timing"]) or {}),
-                                            "worst_loss": r["compile"]["worst_loss"],
-                                            "compile_s": r["compile"].get("compile_s")}
+                        for label in ("compile", "reduce_overhead"):
+                            if label in r:
+                                c[label] = {**(_ci(r[label]["timing"]) or {}),
+                                            "worst_loss": r[label]["worst_loss"],
+                                            "compile_s": r[label].get("compile_s")}
                     else:
                         c.setdefault("errors", []).append(f"eager: {r.get('error') or r.get('skipped')}")
             elif kind == "tune":
@@ -224,19 +231,24 @@ def markdown(summary: dict) -> str:
     lines += ["Medians in ms with their 95% confidence intervals (order statistics); speedups are "
               "baseline median / route median with a bootstrap 95% interval.", "",
               "## Eager and torch.compile", "",
-              "| config | eager | torch.compile (default) | compile s | AOTI default route (baseline) |",
-              "|---|---|---|---|---|"]
+              "| config | eager | torch.compile (default) | compile s | torch.compile "
+              "reduce-overhead | compile s | AOTI default route (baseline) | shipped route |",
+              "|---|---|---|---|---|---|---|---|"]
     cfgs = summary["configs"]
     for name, c in sorted(cfgs.items()):
         base = next((s["baseline"] for s in c.get("searches", {}).values() if s.get("baseline")),
                     None)
-        comp = c.get("compile")
+        comp, ro = c.get("compile"), c.get("reduce_overhead")
+        shipped = next((s["winner"] for s in c.get("searches", {}).values()
+                        if s.get("winner")), None)
         lines.append(f"| {name} | {_ms(c.get('eager'))} | {_ms(comp)} | "
-                     f"{comp.get('compile_s') if comp else '-'} | {_ms(base)} |")
+                     f"{comp.get('compile_s') if comp else '-'} | {_ms(ro)} | "
+                     f"{ro.get('compile_s') if ro else '-'} | {_ms(base)} | {_ms(shipped)} |")
     lines += ["", "## Searches", "",
-              "| config | strategy | builds | search s | baseline | shipped route | winner | "
-              "speedup | fresh re-measurement | inside tuned interval? | builds to full's best |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| config | strategy | routes | builds | search s | builds' s (sum) | search / builds "
+              "| baseline | shipped route | winner | speedup | fresh re-measurement | inside tuned "
+              "interval? | builds to full's best |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, c in sorted(cfgs.items()):
         reach = c.get("reach_full_best", {})
         for strat in (*STRATEGIES, "aa_single"):
@@ -259,7 +271,10 @@ def markdown(summary: dict) -> str:
             if not s.get("ok"):
                 shipped = f"FAILED: {str(s.get('error'))[:80]}"
             wall = s.get("search_wall_s")
-            lines.append(f"| {name} | {strat} | {s['builds']} | {wall if wall is not None else '-'} | "
+            ratio = s.get("wall_over_builds")
+            lines.append(f"| {name} | {strat} | {s.get('routes', '-')} | {s['builds']} | "
+                         f"{wall if wall is not None else '-'} | {s.get('build_s_sum', '-')} | "
+                         f"{f'{ratio:.0%}' if ratio is not None else '-'} | "
                          f"{_ms(s.get('baseline'))} | `{shipped}` | {_ms(s.get('winner'))} | "
                          f"{_sp(s.get('speedup'), s.get('speedup_ci'))} | {fresh} | {inside} | "
                          f"{to_best} |")

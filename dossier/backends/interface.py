@@ -200,6 +200,12 @@ class Backend(abc.ABC):
     separate_build: ClassVar[bool] = False
     """Build in one process and load, validate and time in a fresh one (as a deployment
     loads a shipped engine): for compilers whose in-process state can disturb the engine."""
+    build_cores: ClassVar[int] = 0
+    """CPU cores one build keeps busy, for the default of ``--build-jobs`` (cores // this); 0
+    for one build at a time by default: builds that take less than a process start, or that
+    time kernels on the device, where concurrent builds would disturb each other."""
+    build_memory_mb: ClassVar[int] = 1024
+    """Memory one build needs, roughly (bounds the default of ``--build-jobs``)."""
 
     def configure(self, options: Mapping[str, object], shapes: list) -> None:
         """Apply the spec's ``[builder]`` options and shape distribution (``[[shapes]]``).
@@ -239,6 +245,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def load(self, engine: Path, route: Route) -> Runner:
         """Load a built engine (load-time knobs of ``route`` applied); EngineRuntimeError on failure."""
+
+    def loader_env(self, engine: Path) -> dict[str, str]:
+        """Environment variables a process needs to load ``engine`` (set in the children that
+        load it); none by default."""
+        return {}
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         """Boolean facts about an engine built with ``route`` that the verify policy uses."""

@@ -664,6 +664,7 @@ class TensorRTBackend(Backend):
     engine_suffix = ".plan"
     requirement = ("pip install tensorrt cuda-python (enterprise TensorRT >= 11.1 on Linux with "
                    "an NVIDIA GPU; build routes are not in TensorRT-RTX nor on Windows)")
+    build_cores = 0  # tactic selection times kernels on the GPU: concurrent builds disturb it
 
     def __init__(self, options: BuilderOptions | None = None,
                  shapes: Sequence[ShapePoint | Any] | None = None) -> None:

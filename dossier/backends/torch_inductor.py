@@ -65,8 +65,6 @@ import json
 import os
 import re
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +76,7 @@ from typing import Any
 
 import numpy as np
 
+from dossier import cxx_runtime, elf
 from dossier.backends.interface import (
     Backend,
     BuildError,
@@ -573,6 +572,58 @@ def package_metadata(engine: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()}
 
 
+def _cxx_facts(engine: Path, cxx: object) -> dict[str, str]:
+    """Build facts about the C++ compiler and how the package links libstdc++ (with the line a
+    user needs to load it when it carries its own copy)."""
+    plan = cxx_runtime.choose()
+    info = cxx_runtime.probe(cxx[0]) if isinstance(cxx, (tuple, list)) and cxx else plan.compiler
+    facts = {}
+    if info is not None:
+        facts.update(cxx=info.version, cxx_path=info.path)
+    link = cxx_runtime.package_linkage(engine)
+    if link is not None:
+        facts["libstdcxx"] = link.libstdcxx
+        if link.libstdcxx == cxx_runtime.STATIC:
+            facts["load_hint"] = cxx_runtime.load_hint(engine.name, cxx_runtime.system_libstdcxx())
+    return facts
+
+
+class _PackageModel:
+    """A loaded package called with positional tensors (what ``AOTICompiledModel`` does,
+    without importing ``torch._inductor``: 1-3 s of every fresh process)."""
+
+    def __init__(self, loader: Any) -> None:
+        from torch.utils import _pytree
+
+        self._loader = loader
+        self._out_spec = _pytree.treespec_loads(loader.get_call_spec()[1])
+        self._unflatten = _pytree.tree_unflatten
+
+    def __call__(self, *args: Any) -> Any:
+        return self._unflatten(self._loader.run(list(args)), self._out_spec)
+
+
+def load_package(engine: Path, *, cuda: bool, single_threaded: bool) -> Any:
+    """``aoti_load_package`` without its CPU probe for a CUDA package.
+
+    ``aoti_load_package`` compares the package's device facts with this host's, which calls
+    ``pick_vec_isa()``: it compiles and runs a test program per CPU instruction set (35 s on an
+    H200 host, in every fresh process) only to log a warning. A CUDA package has no CPU kernels
+    and dossier compares hosts itself (the fingerprint), so a CUDA package is loaded by the
+    package loader directly. CPU packages (whose ISA matters) and torch versions without that
+    loader go through ``aoti_load_package``.
+    """
+    import torch
+
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if cuda and loader is not None and hasattr(loader, "run"):
+        try:
+            return _PackageModel(loader(str(engine), "model", single_threaded, 1, -1))
+        except TypeError:  # another signature in this torch: the public entry point
+            pass
+    return torch._inductor.aoti_load_package(str(engine), run_single_threaded=single_threaded)
+
+
 # ------------------------------------------------------------------------------ identity
 _TEMP_PATH = re.compile(rb"[^\s\x00\"'<>|;,=]*" + TEMP_PREFIX.encode() + rb"[A-Za-z0-9_]{8}")
 _CODE_HASH = re.compile(rb"(?<![A-Za-z0-9])c[a-z0-9]{51}(?![A-Za-z0-9])")
@@ -587,25 +638,20 @@ def _normalize(data: bytes) -> bytes:
 
 def _elf_digest(data: bytes) -> str | None:
     """Digest of an ELF file's sections minus debug info and build id; None if not ELF64 LE."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    if not elf.is_elf64le(data):
         return None
     try:
-        machine, = struct.unpack_from("<H", data, 0x12)
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
-        _, _, _, _, str_off, str_size = headers[shstrndx]
-        names = data[str_off:str_off + str_size]
+        host = elf.machine(data) in _HOST_MACHINES
         parts = []
-        for name_at, kind, _flags, _addr, off, size in headers:
-            name = names[name_at:names.index(b"\x00", name_at)].decode("ascii", "replace")
-            if name.startswith(_SKIP_SECTIONS):
+        for sec in elf.sections(data):
+            if sec.name.startswith(_SKIP_SECTIONS):
                 continue
-            if machine in _HOST_MACHINES and name in (".symtab", ".strtab"):
+            if host and sec.name in (".symtab", ".strtab"):
                 continue  # the static symbol table is not loaded; local names carry file hashes
-            body = b"" if kind == 8 else data[off:off + size]  # SHT_NOBITS holds no bytes
-            parts.append([name, kind, size if kind == 8 else None, digest_bytes(_normalize(body))])
-    except (struct.error, IndexError, ValueError):
+            nobits = sec.kind == elf.SHT_NOBITS
+            parts.append([sec.name, sec.kind, sec.size if nobits else None,
+                          digest_bytes(_normalize(sec.body(data)))])
+    except elf.ElfError:
         return None
     return digest_json(parts)
 
@@ -638,16 +684,40 @@ def normalized_digest(pt2: Path) -> str:
 
 # ------------------------------------------------------------------------------ runner
 @dataclass(frozen=True)
+class _Graph:
+    """One CUDA graph captured over a call on static input buffers (knob cuda_graph=on)."""
+
+    graph: Any
+    inputs: tuple[Any, ...]
+    """The static input buffers the graph reads: new inputs are copied into them."""
+    outputs: tuple[Any, ...]
+    """The static outputs the graph writes (overwritten by every replay)."""
+
+
+@dataclass(frozen=True)
 class _Prepared:
     args: tuple[Any, ...]
-    graph: Any = None
-    """A CUDA graph captured over one call on ``args`` (knob cuda_graph=on)."""
-    out: Any = None
-    """The graph's static outputs."""
+    """The inputs on the engine's device, in argument order."""
+    graph: _Graph | None = None
+    """The graph of these inputs' shapes (one per shape, shared by inputs of equal shapes)."""
+
+
+def _flat(out: Any) -> list[Any]:
+    if isinstance(out, Mapping):
+        return list(out.values())
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 class TorchInductorRunner(Runner):
-    """A loaded AOTInductor package."""
+    """A loaded AOTInductor package.
+
+    With ``cuda_graph`` the package (loaded with ``run_single_threaded=True``, whose model
+    container does not synchronize on events) is warmed up on a side stream and captured into a
+    CUDA graph over static input buffers, one graph per distinct set of input shapes. A call
+    copies its inputs into the buffers, replays the graph and copies the outputs out (the
+    static outputs are overwritten by the next replay): :meth:`run` and :meth:`timed` both do
+    all three, so accuracy is checked on replayed outputs and the timing includes the copies.
+    """
 
     def __init__(self, compiled: Any, device: str, inputs: Sequence[str],
                  outputs: Sequence[str], precision: str, cuda_graph: bool = False) -> None:
@@ -655,6 +725,7 @@ class TorchInductorRunner(Runner):
 
         self._torch = torch
         self._graphs = cuda_graph and device.startswith("cuda")
+        self._captured: dict[tuple[Any, ...], _Graph] = {}
         self._compiled = compiled
         self._device = device
         self._inputs = list(inputs)
@@ -670,13 +741,19 @@ class TorchInductorRunner(Runner):
         """Where the engine runs (``cpu`` or ``cuda``)."""
         return self._device
 
+    @property
+    def graphs(self) -> int:
+        """CUDA graphs captured so far (one per distinct set of input shapes)."""
+        return len(self._captured)
+
     def _apply_precision(self) -> None:
         # aten matmuls read the flag when they run, and several engines share one process
         if self._torch.get_float32_matmul_precision() != self._precision:
             self._torch.set_float32_matmul_precision(self._precision)
 
     def prepare(self, inputs: Mapping[str, np.ndarray]) -> _Prepared:
-        """Inputs as tensors on the engine's device, in the engine's argument order (once)."""
+        """Inputs as tensors on the engine's device, in the engine's argument order (once); with
+        CUDA graphs, the graph of their shapes (captured on first sight of the shapes)."""
         if isinstance(inputs, _Prepared):
             return inputs
         missing = [n for n in self._inputs if n not in inputs]
@@ -688,52 +765,64 @@ class TorchInductorRunner(Runner):
                      for n in self._inputs)
         if self._cuda:
             torch.cuda.synchronize()
-        if self._graphs:
-            return self._capture(args)
-        return _Prepared(args)
+        if not self._graphs:
+            return _Prepared(args)
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        if key not in self._captured:
+            self._captured[key] = self._capture(args)
+        return _Prepared(args, self._captured[key])
 
-    def _capture(self, args: tuple[Any, ...]) -> _Prepared:
-        """Capture one call on ``args`` as a CUDA graph (after warm-up calls on a side stream,
-        as torch.cuda.graph requires); replaying it launches every kernel at once."""
+    def _capture(self, args: tuple[Any, ...]) -> _Graph:
+        """Warm up on a side stream (as torch.cuda.graph requires), then capture one call on
+        static copies of ``args``."""
         torch = self._torch
         self._apply_precision()
+        static = tuple(a.clone() for a in args)
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(3):
-                    self._call(args)
+                    self._call(static)
             torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                out = self._call(args)
+                out = self._call(static)
             torch.cuda.synchronize()
-        except EngineRuntimeError:
-            raise
+        except EngineRuntimeError as exc:
+            raise EngineRuntimeError(f"CUDA graph capture failed: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - capture refused by the runtime
             raise EngineRuntimeError(f"CUDA graph capture failed: {_short(exc)}") from exc
-        return _Prepared(args, graph, out)
+        return _Graph(graph, static, tuple(_flat(out)))
+
     def _call(self, args: tuple[Any, ...]) -> Any:
         try:
             return self._compiled(*args)
         except Exception as exc:  # noqa: BLE001 - the AOTI runtime raises RuntimeError and more
             raise EngineRuntimeError(_short(exc)) from exc
 
+    def _execute(self, ready: _Prepared) -> Any:
+        """One call: direct, or copy in, replay, copy out."""
+        g = ready.graph
+        if g is None:
+            return self._call(ready.args)
+        for static, new in zip(g.inputs, ready.args):
+            static.copy_(new, non_blocking=True)
+        g.graph.replay()
+        return tuple(o.clone() for o in g.outputs)
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         prepared = self.prepare(inputs)
         self._apply_precision()
-        if prepared.graph is not None:
-            prepared.graph.replay()
-            out = prepared.out
-        else:
-            out = self._call(prepared.args)
+        out = self._execute(prepared)
         if isinstance(out, Mapping):
             try:
                 flat = [out[n] for n in self._outputs]
             except KeyError as exc:
                 raise EngineRuntimeError(f"the engine returned no output {exc}") from None
         else:
-            flat = list(out) if isinstance(out, (tuple, list)) else [out]
+            flat = _flat(out)
         if len(flat) != len(self._outputs):
             raise EngineRuntimeError(f"the engine returned {len(flat)} outputs, its metadata "
                                      f"names {len(self._outputs)}")
@@ -746,24 +835,23 @@ class TorchInductorRunner(Runner):
         return result
 
     def timed(self, prepared: object) -> float:
-        """Latency of one run in ms: CUDA events (then a sync) on a GPU, perf_counter_ns on CPU."""
+        """Latency of one run in ms: CUDA events (then a sync) on a GPU, perf_counter_ns on CPU.
+        With CUDA graphs the copies into the static inputs and out of the static outputs are
+        inside the timed region."""
         ready = self.prepare(prepared)  # type: ignore[arg-type]
-        args = ready.args
         self._apply_precision()
         if self._cuda:
             self._start.record()
-            if ready.graph is not None:
-                ready.graph.replay()
-            else:
-                self._call(args)
+            self._execute(ready)
             self._end.record()
             self._end.synchronize()
             return float(self._start.elapsed_time(self._end))
         t0 = time.perf_counter_ns()
-        self._call(args)
+        self._execute(ready)
         return (time.perf_counter_ns() - t0) / 1e6
 
     def close(self) -> None:
+        self._captured.clear()
         self._compiled = None
 
 
@@ -774,6 +862,8 @@ class TorchInductorBackend(Backend):
     name = "torch-inductor"
     engine_suffix = ".pt2"
     separate_build = True
+    build_cores = 4
+    build_memory_mb = 4096
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
 
     def available(self) -> bool:
@@ -799,8 +889,9 @@ class TorchInductorBackend(Backend):
                       "allows TF32 on GPUs, medium bf16"),
             Knob(name="cuda_graph", values=("off", "on") if cuda else ("off",), default="off",
                  phase=KnobPhase.LOAD,
-                 help="replay the package's kernels as one CUDA graph captured at load for each "
-                      "input set (removes per-kernel launch overhead; trtexec's default)"),
+                 help="replay the package's kernels as a CUDA graph over static input buffers, "
+                      "one graph per input shape (removes per-kernel launch overhead; the copies "
+                      "in and out are part of each call; trtexec's default)"),
         ]
         for key, text, numerics in INDUCTOR_KEYS:
             if key not in current:
@@ -825,12 +916,9 @@ class TorchInductorBackend(Backend):
 
             with contextlib.suppress(metadata.PackageNotFoundError):
                 out["triton"] = metadata.version("triton")
-        cxx = os.environ.get("CXX", "g++")
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            line = subprocess.run([cxx, "--version"], capture_output=True, text=True,  # noqa: S603
-                                  timeout=10, check=False).stdout.splitlines()
-            if line:
-                out["cxx"] = line[0].strip()
+        info = cxx_runtime.choose().compiler
+        if info is not None:
+            out["cxx"] = info.text()
         return out
 
     # ---------------------------------------------------------------------------- model
@@ -930,6 +1018,10 @@ class TorchInductorBackend(Backend):
                     META_PREFIX + "float32_matmul_precision": plan.precision,
                 }
                 configs = {**plan.configs, "aot_inductor.metadata": metadata}
+                cxx = cxx_runtime.choose()
+                if cxx.override and "cpp.cxx" not in configs:
+                    # the first g++ on PATH embeds libstdc++: its packages crash on load
+                    configs["cpp.cxx"] = (cxx.override,)
                 if plan.device == "cuda" and "aot_inductor.embed_kernel_binary" in \
                         torch._inductor.config.get_config_copy():
                     # kernels inside the .so: the package must not need the build's cache
@@ -950,6 +1042,7 @@ class TorchInductorBackend(Backend):
                  "cpu_package": str(plan.device == "cpu").lower(),
                  "march_native": str(plan.device == "cpu").lower(),
                  "normalized_digest": normalized_digest(engine)}
+        facts.update(_cxx_facts(engine, configs.get("cpp.cxx")))
         for key in ("AOTI_DEVICE_KEY", "AOTI_CPU_ISA", "AOTI_COMPUTE_CAPABILITY", "AOTI_PLATFORM",
                     "AOTI_MACHINE"):
             if key in meta:
@@ -961,7 +1054,11 @@ class TorchInductorBackend(Backend):
         import torch
 
         meta = package_metadata(Path(engine))
-        eff = route.effective(self.knob_database())
+        if all(META_PREFIX + k in meta for k in ("device", "float32_matmul_precision")):
+            # the package says what it is: no knob database (which imports torch._inductor)
+            eff = {"cuda_graph": "off", **route.as_dict()}
+        else:
+            eff = route.effective(self.knob_database())
         device = meta.get("AOTI_DEVICE_KEY") or meta.get(META_PREFIX + "device") or eff["device"]
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineRuntimeError("the package was built for CUDA, and torch sees no CUDA "
@@ -972,15 +1069,26 @@ class TorchInductorBackend(Backend):
         except (KeyError, json.JSONDecodeError) as exc:
             raise EngineRuntimeError(f"{engine} was not built by dossier (no tensor names in its "
                                      "metadata)") from exc
-        precision = meta.get(META_PREFIX + "float32_matmul_precision",
-                             eff["float32_matmul_precision"])
+        key = META_PREFIX + "float32_matmul_precision"
+        precision = meta[key] if key in meta else eff["float32_matmul_precision"]
+        graphs = eff.get("cuda_graph") == "on" and device.startswith("cuda")
+        link = cxx_runtime.package_linkage(Path(engine))
+        if link is not None and link.libstdcxx == cxx_runtime.STATIC \
+                and not cxx_runtime.preloaded():
+            raise EngineRuntimeError(cxx_runtime.load_hint(Path(engine).name,
+                                                           cxx_runtime.system_libstdcxx())
+                                     + " (loading it without would crash this process)")
         try:
-            compiled = torch._inductor.aoti_load_package(str(engine))
+            compiled = load_package(Path(engine), cuda=device.startswith("cuda"),
+                                    single_threaded=graphs)
         except Exception as exc:  # noqa: BLE001 - a corrupt package, a missing ISA, a driver
             raise EngineRuntimeError(f"cannot load {Path(engine).name}: {_short(exc)}") from exc
         return TorchInductorRunner(compiled, "cuda" if device.startswith("cuda") else "cpu",
-                                   inputs, outputs, precision,
-                                   cuda_graph=eff.get("cuda_graph") == "on")
+                                   inputs, outputs, precision, cuda_graph=graphs)
+
+    def loader_env(self, engine: Path) -> dict[str, str]:
+        """The system libstdc++ preloaded when the package carries its own copy."""
+        return cxx_runtime.loader_env(Path(engine))
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         device = route.effective(db).get("device", "cpu")

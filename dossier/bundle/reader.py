@@ -190,9 +190,18 @@ class Bundle:
             "search_wall_s": None if imported else s.search_wall_s,
             "build_s_total": None if imported else s.build_s_total,
             "warnings": list(m.warnings),
-            "notes": list(self.notes),
+            "notes": [*self.notes, *self._load_hints()],
             "tuning_host": dict(m.tuning_host),
         }
+
+    def _load_hints(self) -> list[str]:
+        """How to load the shipped engine in one's own process, when it needs more than the
+        backend's loader (an AOTInductor package that carries its own libstdc++)."""
+        index = self.manifest.engines.shipped.trial_index
+        trial = next((t for t in self.tuning_cache().trials
+                      if t.index == index and t.role != "confirm"), None)
+        hint = trial.extra.get("load_hint") if trial is not None else None
+        return [hint] if hint else []
 
 
 def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:

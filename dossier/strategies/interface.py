@@ -36,6 +36,12 @@ class Strategy(abc.ABC):
         """Yield routes in order. ``results`` (keyed by route text) is updated by the caller
         between yields; a route already in it is not run again."""
 
+    def ahead(self, selection: Selection, db: KnobDatabase,
+              results: Mapping[str, Judged]) -> list[Route]:
+        """The routes known to come whatever is measured next, given ``results`` (their builds
+        may start now): every route for a strategy that plans ahead, none otherwise."""
+        return self.plan(selection, db) if self.plans_ahead else []
+
     def plan(self, selection: Selection, db: KnobDatabase) -> list[Route]:
         """Every route in order, without running anything (``--dry-run``)."""
         return list(self.routes(selection, db, {}))

@@ -44,6 +44,14 @@ class MixedStrategy(Strategy):
                 seen.add(route.text())
                 yield route
 
+    def ahead(self, selection: Selection, db: KnobDatabase,
+              results: Mapping[str, Judged]) -> list[Route]:
+        """Phase 1; phase 2 too once every phase-1 route is measured (it decides phase 2)."""
+        phase1 = list(FastStrategy().routes(selection, db, results))
+        if all(r.text() in results for r in phase1):
+            return list(self.routes(selection, db, results))
+        return phase1
+
     def plan(self, selection: Selection, db: KnobDatabase) -> list[Route]:
         """Refused: phase 2 depends on measured results."""
         raise InputError("--dry-run cannot list the routes of strategy 'mixed': its second "

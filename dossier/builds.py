@@ -1,0 +1,175 @@
+"""Build jobs of a search, run ahead of measurement and in parallel.
+
+A trial is a build job and a measure job. Builds of different routes run concurrently, up to
+``jobs`` at a time, each in its own worker process writing its engine under the run's work
+folder; measurement stays one trial at a time, in the strategy's order, and every running build
+is paused (SIGSTOP to its process group) while a trial is measured, so builds never share the
+machine with a timing. Routes with the same build-time knobs share one build. Nothing a build
+job produces is recorded until its route is measured: a search killed with builds in flight
+rebuilds them when it continues.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dossier.backends import Backend
+from dossier.child import Child
+from dossier.routes import Route
+from dossier.worker import BuiltResult, WorkerRequest, WorkerResult
+
+MAX_DEFAULT_JOBS = 8
+POLL_S = 0.05
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _available_mb() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def default_build_jobs(backend: Backend) -> int:
+    """Concurrent builds by default: the cores over what one build of this backend keeps busy,
+    bounded by the memory available over what one build needs, at most 8; 1 for a backend
+    whose ``build_cores`` is 0 (quick builds, or builds that time kernels on the device)."""
+    if backend.build_cores <= 0:
+        return 1
+    jobs = usable_cores() // backend.build_cores
+    mem = _available_mb()
+    if mem is not None and backend.build_memory_mb:
+        jobs = min(jobs, mem // backend.build_memory_mb)
+    return max(1, min(jobs, MAX_DEFAULT_JOBS))
+
+
+@dataclass
+class Build:
+    """One build job (shared by the routes with the same build-time knobs)."""
+
+    key: Hashable
+    route: Route
+    engine: Path
+    child: Child | None = None
+    result: WorkerResult | None = None
+    paused: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) of every pause, time.time(), to subtract from the reported build time."""
+
+    @property
+    def build_s(self) -> float | None:
+        """Build time without the paused spans."""
+        r = self.result
+        if r is None or r.build_s is None:  # type: ignore[union-attr]
+            return None
+        if not isinstance(r, BuiltResult):
+            return r.build_s  # type: ignore[union-attr]
+        lost = sum(max(0.0, min(b, r.ended_at) - max(a, r.started_at)) for a, b in self.paused)
+        return max(0.0, r.build_s - lost)
+
+
+class Builds:
+    """The build queue of one search."""
+
+    def __init__(self, jobs: int, work: Path, suffix: str,
+                 start: Callable[[Build, str], Child], key: Callable[[Route], Hashable]) -> None:
+        self.jobs = max(1, jobs)
+        self.folder = work / "builds"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.suffix = suffix
+        self._start = start
+        self._key = key
+        self._by_key: dict[Hashable, Build] = {}
+        self._queue: list[Build] = []
+        self._running: list[Build] = []
+        self._paused_at: float | None = None
+
+    def want(self, route: Route, index: int) -> None:
+        """Queue ``route``'s build unless one with its build-time knobs exists. ``index`` is the
+        trial index the route will be measured as: the engine is built under the trial's file
+        name (some compilers write the name into the engine)."""
+        key = self._key(route)
+        if key in self._by_key:
+            return
+        n = len(self._by_key)
+        build = Build(key, route, self.folder / f"build-{n:04d}" / f"trial-{index:04d}{self.suffix}")
+        build.engine.parent.mkdir(parents=True, exist_ok=True)
+        self._by_key[key] = build
+        self._queue.append(build)
+        self.pump()
+
+    def pump(self) -> None:
+        """Collect finished builds and start queued ones while slots are free."""
+        for b in list(self._running):
+            assert b.child is not None
+            b.result = b.child.poll()
+            if b.result is not None:
+                self._running.remove(b)
+        while self._queue and len(self._running) < self.jobs and self._paused_at is None:
+            b = self._queue.pop(0)
+            b.child = self._start(b, b.engine.parent.name)
+            self._running.append(b)
+
+    def wait(self, route: Route, index: int) -> Build:
+        """``route``'s finished build (queued and started first if needed)."""
+        self.want(route, index)
+        build = self._by_key[self._key(route)]
+        if build in self._queue:  # measurement waits for it: it goes first
+            self._queue.remove(build)
+            self._queue.insert(0, build)
+        try:
+            while build.result is None:
+                self.pump()
+                if build.result is None:
+                    time.sleep(POLL_S)
+        except BaseException:
+            self.close()
+            raise
+        return build
+
+    def pause(self) -> None:
+        """Stop every running build (a trial is about to be measured)."""
+        self.pump()
+        self._paused_at = time.time()
+        for b in self._running:
+            assert b.child is not None
+            b.child.pause()
+
+    def resume(self) -> None:
+        """Let the paused builds go on, and start queued ones."""
+        if self._paused_at is None:
+            return
+        now = time.time()
+        for b in self._running:
+            assert b.child is not None
+            b.child.resume()
+            b.paused.append((self._paused_at, now))
+        self._paused_at = None
+        self.pump()
+
+    def close(self) -> None:
+        """Kill every running build (the search ends or failed)."""
+        for b in self._running:
+            assert b.child is not None
+            b.child.kill()
+        self._running.clear()
+        self._queue.clear()
+
+
+def build_request(req: WorkerRequest, build: Build) -> WorkerRequest:
+    """The build job's request, from the search's trial request."""
+    return req.model_copy(update={"mode": "build", "route": build.route.text(),
+                                  "engine": str(build.engine)})

@@ -1,0 +1,148 @@
+"""Child processes of the worker (``python -m dossier.worker REQUEST``): start, watch, pause,
+kill, and read the typed result.
+
+A child runs in its own process group (so a timeout kills its compilers too), with its
+parent-death signal and memory limit set by the child itself at start (see
+:func:`dossier.worker.main`): no pre-exec hook runs between fork and exec. A child that exceeds
+its wall-clock limit is killed; time spent paused (SIGSTOP, while the parent measures another
+trial) does not count against the limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
+
+LOG_TAIL_LINES = 20
+
+
+class Child:
+    """One started worker process."""
+
+    def __init__(self, req: WorkerRequest, work: Path, name: str, timeout: float,
+                 memory_mb: int | None, env: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.log = work / f"{name}.log"
+        self.req = req.model_copy(update={
+            "spawned_at": time.time(), "parent_pid": os.getpid(), "memory_mb": memory_mb,
+            "result": str(work / f"{name}.result.json"), "stage": str(work / f"{name}.stage")})
+        req_path = work / f"{name}.request.json"
+        req_path.write_text(self.req.model_dump_json())
+        Path(self.req.result).unlink(missing_ok=True)
+        Path(self.req.stage).write_text("start")
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
+                    **(env or {})}
+        self.started = time.monotonic()
+        self.paused_s = 0.0
+        self._paused_at: float | None = None
+        self._result: WorkerResult | None = None
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, env=full_env, start_new_session=True)
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def pause(self) -> None:
+        """Stop the child and everything in its process group (SIGSTOP)."""
+        if self._paused_at is None and self.proc.poll() is None:
+            self._signal(signal.SIGSTOP)
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Let a paused child go on (SIGCONT); its paused time does not count."""
+        if self._paused_at is not None:
+            self._signal(signal.SIGCONT)
+            self.paused_s += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+    def kill(self) -> None:
+        """Kill the child's process group and reap it."""
+        self._signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def _left(self) -> float:
+        return self.timeout - (time.monotonic() - self.started - self.paused_s)
+
+    def poll(self) -> WorkerResult | None:
+        """The result once the child has ended (killing it past its limit), else None."""
+        if self._result is not None:
+            return self._result
+        if self.proc.poll() is None:
+            if self._paused_at is not None or self._left() > 0:
+                return None
+            self.kill()
+            self._result = FailedResult(outcome="timeout", log_tail=self._tail(), reason=(
+                f"killed after {self.timeout:g} s during {self._stage()}"))
+            return self._result
+        self._result = self._read(self.proc.returncode)
+        return self._result
+
+    def wait(self) -> WorkerResult:
+        """Block until the child ends or runs out of time."""
+        try:
+            while True:
+                try:
+                    self.proc.wait(timeout=max(0.01, min(self._left(), 1.0)))
+                except subprocess.TimeoutExpired:
+                    pass
+                result = self.poll()
+                if result is not None:
+                    return result
+        except BaseException:
+            self.kill()
+            raise
+
+    def _stage(self) -> str:
+        try:
+            return Path(self.req.stage).read_text() or "start"
+        except OSError:
+            return "start"
+
+    def _tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def _read(self, rc: int) -> WorkerResult:
+        stage = self._stage()
+        tail = self._tail()
+        if rc < 0:
+            sig = signal.Signals(-rc).name
+            hint = " (possibly out of memory)" if -rc == signal.SIGKILL else ""
+            return FailedResult(outcome="crashed", log_tail=tail,
+                                reason=f"killed by {sig} during {stage}{hint}")
+        try:
+            return RESULT.validate_json(Path(self.req.result).read_bytes())
+        except OSError:
+            pass
+        except ValidationError as exc:
+            return FailedResult(outcome="crashed", log_tail=tail, reason=(
+                f"wrote an unreadable result during {stage} ({exc.error_count()} errors)"))
+        if "MemoryError" in tail:
+            return FailedResult(outcome="crashed", log_tail=tail,
+                                reason=f"out of memory during {stage}")
+        last = tail.splitlines()[-1:] or [""]
+        return FailedResult(outcome="crashed", log_tail=tail, reason=(
+            f"exited with status {rc} during {stage} without a result {last[0]}").strip())
+
+
+def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
+              memory_mb: int | None, env: Mapping[str, str] | None = None) -> WorkerResult:
+    """Run one worker request in its own process and wait for its result."""
+    return Child(req, work, name, timeout, memory_mb, env).wait()
