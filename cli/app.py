@@ -22,7 +22,8 @@ app = typer.Typer(
          "target hosts, and explain why a build route was chosen.\n\n"
          "Exit codes: 0 ok/VALID, 2 usage, 3 bad input, 4 search failed, 5 backend not "
          "installed, 6 bad bundle, 7 output exists/unwritable, 10 SUBOPTIMAL, 11 INVALID, "
-         "13 signature, 70 internal error, 130 interrupted.")
+         "13 signature, 70 internal error, 74 disk full, 75 busy (locked by another process), "
+         "130 interrupted.")
 
 
 def fail(exc: DossierError) -> None:

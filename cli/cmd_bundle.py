@@ -71,6 +71,7 @@ def release(
     written. An interrupted release resumes its run folder when run again.
     """
     from dossier.bundle import check_target, write_bundle
+    from dossier.lock import new_or_locked_run_folder
     from dossier.spec import load_spec
     from dossier.tuner import CACHE_NAME
     from dossier.tuner import tune as run_tune
@@ -78,10 +79,11 @@ def release(
     s = load_spec(spec)
     check_target(out_dir, s.release.name, s.release.version)
     folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
-    resume = (folder / CACHE_NAME).is_file()
-    with ProgressObserver(verbose=not quiet) as obs:
-        run_tune(s, folder, observer=obs, spec_path=spec, resume=resume)
-    written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
+    with new_or_locked_run_folder(folder):  # one release at a time, from search to bundle
+        resume = (folder / CACHE_NAME).is_file()
+        with ProgressObserver(verbose=not quiet) as obs:
+            run_tune(s, folder, observer=obs, spec_path=spec, resume=resume)
+        written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
     _report_written(written, as_json)
 
 

@@ -27,11 +27,14 @@ from pydantic import ValidationError
 from dossier import __version__
 from dossier.backends import Backend, get_backend
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
+from dossier.cache_check import check_cache
 from dossier.decision import candidates, decide
+from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
+from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.strategies import Strategy, get_strategy
@@ -209,9 +212,10 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
     req_path = work / f"{name}.request.json"
     log_path = work / f"{name}.log"
     req = req.model_copy(update={"spawned_at": time.time()})
-    req_path.write_text(req.model_dump_json())
-    Path(req.result).unlink(missing_ok=True)
-    Path(req.stage).write_text("start")
+    with host_io(work, f"starting {name}"):
+        req_path.write_text(req.model_dump_json())
+        Path(req.result).unlink(missing_ok=True)
+        Path(req.stage).write_text("start")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     parent = os.getpid()
     with open(log_path, "wb") as log:
@@ -233,6 +237,13 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
             proc.wait()
             raise
     stage = Path(req.stage).read_text() if Path(req.stage).exists() else "start"
+    if rc == DISK_FULL_STATUS or rc == -signal.SIGXFSZ:  # the host's fault: record nothing
+        if req.engine:
+            Path(req.engine).unlink(missing_ok=True)
+        said = log_path.read_text(errors="replace") if log_path.is_file() else ""
+        raise disk_full_error(said if is_disk_full(said) else "No space left on device",
+                              Path(req.engine).parent if req.engine else work,
+                              f"{name} was in its {stage} stage")
     if rc < 0:
         sig = signal.Signals(-rc).name
         hint = " (possibly out of memory)" if -rc == signal.SIGKILL else ""
@@ -244,7 +255,14 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
         return None, f"crashed: exited with status {rc} during {stage} without a result {tail[0]}".strip()
     import json
 
-    return json.loads(Path(req.result).read_text()), ""
+    data = json.loads(Path(req.result).read_text())
+    if data.get("outcome") != "ok" and is_disk_full(str(data.get("reason"))):
+        if req.engine:  # a native library that reported the full disk only in its message
+            Path(req.engine).unlink(missing_ok=True)
+        raise disk_full_error(str(data.get("reason")),
+                              Path(req.engine).parent if req.engine else work,
+                              f"{name} was in its {stage} stage")
+    return data, ""
 
 
 class Tuner:
@@ -433,9 +451,22 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
     checked against the spec's inputs (model, validation set, knob database, selection...) and
+    every record against the header and the knob database (:mod:`dossier.cache_check`), and
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
+    The run folder is locked for the whole search (BusyError when another process holds it);
+    a full disk stops it with DiskFullError, recording nothing false.
     """
+    out = Path(out)
+    with new_or_locked_run_folder(out):
+        return _tune(spec, out, observer=observer, spec_path=spec_path, resume=resume,
+                     warm_start=warm_start, parent=parent)
+
+
+def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
+         spec_path: Path | None = None, resume: bool = False,
+         warm_start: list[str] | None = None, parent: str | None = None) -> TuneResult:
+    """The search itself, under the run folder's lock (see :func:`tune`)."""
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
@@ -444,7 +475,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
         _check_resume(cache, fresh)
-    elif out.exists() and any(out.iterdir()):
+        check_cache(cache, p.db, out, vset=p.vset)
+    elif out.exists() and any(e.name != RUN_LOCK for e in out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
     try:
@@ -460,6 +492,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                         collect(include_compiler=p.backend.name == "torch-inductor")
                         .model_dump_json(indent=2))
     except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
     tuner = Tuner(p, out, cache, observer, warm)
     started, t0 = _now(), time.perf_counter()
@@ -477,8 +511,11 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
 
 def _write_json(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave knobs.tmp behind
 
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None) -> TuneResult:

@@ -71,8 +71,11 @@ def _stage(req: WorkerRequest, name: str) -> None:
 
 def _result(req: WorkerRequest, data: dict) -> None:
     tmp = Path(req.result + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, req.result)
+    try:
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, req.result)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _setup(req: WorkerRequest, *, validation: bool = True):  # type: ignore[no-untyped-def]
@@ -212,18 +215,32 @@ _MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
 
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
+    from dossier.diskfull import DISK_FULL_STATUS, is_disk_full
+
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
     startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
         data = _MODES[req.mode](req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
+        if is_disk_full(exc):  # the host's fault, not the route's: say so by the exit status
+            print(f"dossier worker: disk full: {exc}", file=sys.stderr)
+            return DISK_FULL_STATUS
         tb = traceback.format_exc(limit=3)
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
-    _stage(req, "report")
-    data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
-    _result(req, data)
+    if data.get("outcome") not in ("ok", "built") and is_disk_full(str(data.get("reason"))):
+        print(f"dossier worker: disk full: {data.get('reason')}", file=sys.stderr)
+        return DISK_FULL_STATUS  # e.g. a build whose compiler reported ENOSPC in its message
+    try:
+        _stage(req, "report")
+        data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
+        _result(req, data)
+    except OSError as exc:
+        if is_disk_full(exc):
+            print(f"dossier worker: disk full: {exc}", file=sys.stderr)
+            return DISK_FULL_STATUS
+        raise
     return 0
 
 

@@ -47,6 +47,7 @@ from dossier.bundle.manifest import (
 )
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
+from dossier.cache_check import check_cache
 from dossier.errors import (
     InputError,
     ModelError,
@@ -57,6 +58,7 @@ from dossier.errors import (
 )
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
+from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Route, Selection
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
@@ -138,8 +140,13 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     h = cache.header
     out_dir = Path(out_dir)
     target = check_target(out_dir, h.release, h.release_version)
-    plan = _Plan.make(cache, decision, cache_path.parent, include_model)
-    return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
+    with run_folder_lock(cache_path.parent, read_only_ok=True), bundle_lock(out_dir, target.name):
+        cache = TuningCache.open(cache_path)  # again, now that no search can append to it
+        decision = cache.decision
+        if decision is None:
+            raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
+        plan = _Plan.make(cache, decision, cache_path.parent, include_model)
+        return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
 
 
 def commit_bundle(out_dir: Path, target: Path,
@@ -224,6 +231,7 @@ class _Plan:
         if vset.digest() != h.validation_digest:
             raise ValidationSetError(f"the validation set {h.validation_path} changed since the "
                                      "search", hint="restore it, or tune again")
+        check_cache(cache, db, run_dir, vset=vset)  # every record, every engine digest
         return cls(cache, decision, run_dir, include_model, db, shipped, baseline, model,
                    externals, vset)
 
@@ -287,7 +295,7 @@ class _Plan:
             src = self.run_dir / trial.engine  # type: ignore[operator]
             tag = "" if role == "shipped" else ".baseline"
             f = copy(src, f"engine/{name}{tag}{src.suffix}")
-            if trial.engine_digest and f.digest != trial.engine_digest:
+            if f.digest != trial.engine_digest:
                 raise InputError(f"engine {src} changed since the search (its xxh3-128 is not "
                                  "the one the tuning cache recorded)",
                                  hint="bundle the run folder dossier tune wrote, unchanged")
