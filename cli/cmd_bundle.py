@@ -99,7 +99,7 @@ def inspect(
     counts, warnings and the tuning host."""
     from dossier.bundle import open_bundle
 
-    with open_bundle(path) as b:
+    with open_bundle(path, lazy=True, max_extract=0) as b:  # the manifest is all it reads
         o = b.overview()
     for note in o["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -66,7 +68,8 @@ def verify(
                   "public key)", markup=False, soft_wrap=True)
         raise typer.Exit(int(ExitCode.USAGE))
     try:
-        with open_bundle(path) as b:
+        with _signature_first(path, trusted_keys, require_signature, signature), \
+                open_bundle(path, lazy=True) as b:  # extracts only what is read
             signed = check_signature(b, trusted_keys, require=require_signature,
                                      signature=signature)
             if signed is not None:
@@ -93,6 +96,21 @@ def verify(
     else:
         _render(result, show_all)
     raise typer.Exit(int(result.verdict.exit_code))
+
+
+@contextlib.contextmanager
+def _signature_first(path: Path, trusted_keys: list[Path], require: bool,
+                     signature: Path | None) -> Iterator[None]:
+    """A bundle that cannot even be opened (a corrupt manifest.json) while a signature is
+    required: what its signature says about it (exit 13) comes before the format error."""
+    from dossier.signing import check_signature_at
+
+    try:
+        yield
+    except BundleError:
+        if require:
+            check_signature_at(path, trusted_keys, require=True, signature=signature)
+        raise
 
 
 def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
