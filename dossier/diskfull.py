@@ -82,6 +82,10 @@ def disk_full_error(exc: BaseException | str, path: Path, doing: str) -> DiskFul
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else None
     if why is None:
         why = next((t for t in _TEXTS if t in str(exc)), "no space left")
+    if why == os.strerror(errno.EFBIG):
+        return DiskFullError(f"a file in {Path(path)} reached the file size limit (ulimit -f) "
+                             f"while {doing}: {why}",
+                             hint="raise the limit (ulimit -f) and run the command again")
     return DiskFullError(f"the file system {describe(path)} is full while {doing}: {why}")
 
 
@@ -94,6 +98,38 @@ def host_io(path: Path, doing: str) -> Iterator[None]:
         if is_disk_full(exc):
             raise disk_full_error(exc, path, doing) from exc
         raise
+
+
+PROBE_BYTES = 64 << 10
+"""Size of the probe write that tells a failure on a full disk from a failure of the route."""
+
+
+def probe(path: Path) -> OSError | None:
+    """After a native library failed to write ``path`` without saying why (ONNX Runtime: "Failed
+    to save ... to file"): write and fsync a probe file beside it, larger than what is left of
+    ``path`` and than PROBE_BYTES, and return the error when the disk is full (or the file size
+    limit is reached). The probe is removed."""
+    path = Path(path)
+    try:
+        size = max(PROBE_BYTES, path.stat().st_size + 1)
+    except OSError:
+        size = PROBE_BYTES
+    spot = path.parent / f".dossier-space-probe-{os.getpid()}"
+    try:
+        with open(spot, "wb") as f:
+            f.truncate(0)
+            block = bytes(min(size, 1 << 20))
+            left = size
+            while left > 0:
+                left -= f.write(block[:left])
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return exc if exc.errno in DISK_FULL_ERRNOS else None
+    finally:
+        with contextlib.suppress(OSError):
+            spot.unlink()
+    return None
 
 
 def check_room(folder: Path, needed: int, doing: str) -> None:

@@ -8,6 +8,7 @@ the end. Statistics are computed by the parent from the raw samples.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -215,7 +216,7 @@ _MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
 
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
-    from dossier.diskfull import DISK_FULL_STATUS, is_disk_full
+    from dossier.diskfull import is_disk_full, probe
 
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
     startup = time.time() - req.spawned_at if req.spawned_at else None
@@ -223,25 +224,34 @@ def main(argv: list[str]) -> int:
         data = _MODES[req.mode](req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
         if is_disk_full(exc):  # the host's fault, not the route's: say so by the exit status
-            print(f"dossier worker: disk full: {exc}", file=sys.stderr)
-            return DISK_FULL_STATUS
+            return _disk_full(exc)
         tb = traceback.format_exc(limit=3)
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
-    if data.get("outcome") not in ("ok", "built") and is_disk_full(str(data.get("reason"))):
-        print(f"dossier worker: disk full: {data.get('reason')}", file=sys.stderr)
-        return DISK_FULL_STATUS  # e.g. a build whose compiler reported ENOSPC in its message
+    if data.get("outcome") not in ("ok", "built", "rejected"):  # the disk, or the route?
+        full = data.get("reason") if is_disk_full(str(data.get("reason"))) else \
+            probe(Path(req.engine)) if req.engine else None
+        if full:
+            return _disk_full(full)
     try:
         _stage(req, "report")
         data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
         _result(req, data)
     except OSError as exc:
         if is_disk_full(exc):
-            print(f"dossier worker: disk full: {exc}", file=sys.stderr)
-            return DISK_FULL_STATUS
+            return _disk_full(exc)
         raise
     return 0
+
+
+def _disk_full(why: object) -> int:
+    """Say it where possible (the log is on the full disk too) and return the exit status."""
+    from dossier.diskfull import DISK_FULL_STATUS
+
+    with contextlib.suppress(OSError):
+        print(f"dossier worker: disk full: {why}", file=sys.stderr)
+    return DISK_FULL_STATUS
 
 
 if __name__ == "__main__":

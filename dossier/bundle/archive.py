@@ -39,9 +39,10 @@ from dossier.bundle.integrity import check_integrity
 from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.bundle.writer import ARCHIVE_SUFFIX, BUNDLE_SUFFIX
-from dossier.diskfull import check_room, host_io
+from dossier.diskfull import check_room, disk_full_error, host_io, is_disk_full
 from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
 from dossier.hashing import CHUNK
+from dossier.lock import bundle_lock
 
 MAX_MEMBERS = 100_000
 """An archive with more members than this is refused while its headers are read."""
@@ -68,24 +69,31 @@ def pack_bundle(path: Path, out_dir: Path) -> Path:
         target = out_dir / archive_name(bundle)
         if os.path.lexists(target):
             raise OutputError(f"{target} exists already", hint="archives are never overwritten")
-        staging = begin_staging(out_dir, target.name, directory=False)
-        try:
-            with open(staging, "xb") as f:
-                write_archive(bundle, f)
-                f.flush()
-                os.fsync(f.fileno())
-            rename_noreplace(staging, target)
-            fsync_path(out_dir)
-        except FileExistsError:
-            staging.unlink(missing_ok=True)
-            raise OutputError(f"{target} appeared while the archive was written") from None
-        except OSError as exc:
-            staging.unlink(missing_ok=True)
-            raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        except BaseException:
-            staging.unlink(missing_ok=True)
-            raise
+        with bundle_lock(out_dir, target.name):  # one writer of this archive at a time
+            _commit_archive(bundle, out_dir, target)
     return target
+
+
+def _commit_archive(bundle: Bundle, out_dir: Path, target: Path) -> None:
+    staging = begin_staging(out_dir, target.name, directory=False)
+    try:
+        with open(staging, "xb") as f:
+            write_archive(bundle, f)
+            f.flush()
+            os.fsync(f.fileno())
+        rename_noreplace(staging, target)
+        fsync_path(out_dir)
+    except FileExistsError:
+        staging.unlink(missing_ok=True)
+        raise OutputError(f"{target} appeared while the archive was written") from None
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def write_archive(bundle: Bundle, fileobj: object) -> None:

@@ -48,6 +48,7 @@ from dossier.bundle.manifest import (
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
 from dossier.cache_check import check_cache
+from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import (
     InputError,
     ModelError,
@@ -169,6 +170,8 @@ def commit_bundle(out_dir: Path, target: Path,
         fsync_path(out_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
         raise OutputError(f"cannot write the bundle into {out_dir}: {exc.strerror or exc}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
