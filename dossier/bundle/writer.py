@@ -129,10 +129,7 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     if not cache_path.is_file():
         raise InputError(f"{source} is neither a run folder nor a tuning cache",
                          hint="give the --out folder of dossier tune, or its tuning-cache.jsonl")
-    cache = TuningCache.open(cache_path)
-    decision = cache.decision
-    if decision is None:
-        raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
+    cache = TuningCache.open(cache_path)  # the header, to name the target
     if parent is None:  # a re-tune records the bundle it started from in the cache header
         parent = getattr(cache.header, "parent", None)
     if parent is not None and not _ID.match(parent):
