@@ -34,13 +34,13 @@ SLOW_SELECTION = "-fault=[none|hang]"
 @pytest.fixture(scope="module")
 def slow_spec(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _spec(samples_dir / "convnet", tmp_path_factory.mktemp("lock-spec"), backend="faulty",
-                 selection=SLOW_SELECTION, trial_timeout_s=5.0)
+                 selection=SLOW_SELECTION, trial_timeout_s=3.0)
 
 
 @pytest.fixture(scope="module")
 def slower_spec(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _spec(samples_dir / "convnet", tmp_path_factory.mktemp("lock-spec"), backend="faulty",
-                 selection=SLOW_SELECTION, trial_timeout_s=15.0)
+                 selection=SLOW_SELECTION, trial_timeout_s=10.0)
 
 
 def _wait_for(condition, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
@@ -108,15 +108,13 @@ def test_a_second_command_into_a_run_folder_in_use_is_refused(slower_spec: Path,
     figures("second command into a run folder in use", tried=len(seconds), refused=refused)
 
 
-def test_two_searches_started_together_one_runs_one_is_refused(slow_spec: Path,
-                                                               tmp_path: Path) -> None:
-    """Both start in the same instant (3 times): exactly one runs and finishes, the other
-    refuses with exit 75 naming the winner's pid; the cache holds each route once."""
+def _together(spec: Path, tmp_path: Path, rounds: int) -> None:
+    """Both start in the same instant (``rounds`` times): exactly one runs and finishes, the
+    other refuses with exit 75 naming the winner's pid; the cache holds each route once."""
     env = _env(DOSSIER_TEST_BACKENDS="1")
-    rounds = 3
     for i in range(rounds):
         run = tmp_path / f"run-{i}"
-        procs = [_start(["tune", slow_spec, "--out", run, "--quiet"], env) for _ in range(2)]
+        procs = [_start(["tune", spec, "--out", run, "--quiet"], env) for _ in range(2)]
         results = [(*_result(p), p.pid) for p in procs]
         codes = sorted(code for code, _, _ in results)
         assert codes == [0, ExitCode.BUSY], results
@@ -128,6 +126,16 @@ def test_two_searches_started_together_one_runs_one_is_refused(slow_spec: Path,
         assert len(routes) == len(set(routes)) == 2 and c.decision is not None
     figures("two searches into one run folder started together", rounds=rounds,
             one_ran_one_refused=rounds)
+
+
+def test_two_searches_started_together_one_runs_one_is_refused(slow_spec: Path,
+                                                               tmp_path: Path) -> None:
+    _together(slow_spec, tmp_path, rounds=1)
+
+
+@pytest.mark.slow
+def test_two_searches_started_together_many_times(slow_spec: Path, tmp_path: Path) -> None:
+    _together(slow_spec, tmp_path, rounds=10)
 
 
 def test_a_lock_left_by_a_killed_search_is_taken_over(slow_spec: Path, tmp_path: Path) -> None:

@@ -205,6 +205,15 @@ class _Plan:
             raise InputError(f"{run_dir / KNOBS_NAME} is not a knob database") from exc
         if db.digest() != h.knob_db_digest:
             raise InputError(f"{run_dir / KNOBS_NAME} is not the knob database the search used")
+        try:
+            vset = load_validation_set(Path(h.validation_path))
+        except ValidationSetError as exc:
+            raise ValidationSetError(f"the validation set of the search cannot be read: {exc}",
+                                     hint="restore it where the search found it") from exc
+        if vset.digest() != h.validation_digest:
+            raise ValidationSetError(f"the validation set {h.validation_path} changed since the "
+                                     "search", hint="restore it, or tune again")
+        check_cache(cache, db, run_dir, vset=vset)  # every record, every engine digest
         trials = {t.index: t for t in cache.trials}
         shipped = trials.get(decision.shipped_index)
         baseline = next((t for t in cache.trials if t.role == "baseline"), None)
@@ -223,15 +232,6 @@ class _Plan:
         elif include_model:
             raise ModelError(f"the model {model} is gone",
                              hint="restore it, or bundle with --no-model")
-        try:
-            vset = load_validation_set(Path(h.validation_path))
-        except ValidationSetError as exc:
-            raise ValidationSetError(f"the validation set of the search cannot be read: {exc}",
-                                     hint="restore it where the search found it") from exc
-        if vset.digest() != h.validation_digest:
-            raise ValidationSetError(f"the validation set {h.validation_path} changed since the "
-                                     "search", hint="restore it, or tune again")
-        check_cache(cache, db, run_dir, vset=vset)  # every record, every engine digest
         return cls(cache, decision, run_dir, include_model, db, shipped, baseline, model,
                    externals, vset)
 
