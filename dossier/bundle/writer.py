@@ -138,13 +138,14 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     h = cache.header
     out_dir = Path(out_dir)
     target = check_target(out_dir, h.release, h.release_version)
-    with run_folder_lock(cache_path.parent, read_only_ok=True), bundle_lock(out_dir, target.name):
+    with run_folder_lock(cache_path.parent, read_only_ok=True):
         cache = TuningCache.open(cache_path)  # again, now that no search can append to it
         decision = cache.decision
         if decision is None:
             raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
-        plan = _Plan.make(cache, decision, cache_path.parent, include_model)
-        return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
+        with bundle_lock(out_dir, target.name):
+            plan = _Plan.make(cache, decision, cache_path.parent, include_model)
+            return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
 
 
 def commit_bundle(out_dir: Path, target: Path,
