@@ -56,7 +56,8 @@ def verify(
     3. optionally [bold]--recheck[/] accuracy and [bold]--rebench[/] latency here.
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
-    13 signature missing, untrusted or not matching.
+    13 signature missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for
+    the files an archive's checks need.
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint

@@ -26,7 +26,8 @@ def main() -> None:
     released and temporary folders removed on those exits too (kill -9 cannot be caught: the
     kernel drops its locks, and the next command removes its temporary folders)."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminated)
+        if signal.getsignal(sig) is signal.SIG_DFL:  # nohup's ignored SIGHUP stays ignored
+            signal.signal(sig, _terminated)
     app(prog_name="dossier")
 
 
