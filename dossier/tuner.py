@@ -237,12 +237,13 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
             proc.wait()
             raise
     stage = Path(req.stage).read_text() if Path(req.stage).exists() else "start"
+    built = req.engine if req.mode in ("trial", "build") else None  # never a bundle's engine
     if rc == DISK_FULL_STATUS or rc == -signal.SIGXFSZ:  # the host's fault: record nothing
-        if req.engine:
-            Path(req.engine).unlink(missing_ok=True)
+        if built:
+            Path(built).unlink(missing_ok=True)
         said = log_path.read_text(errors="replace") if log_path.is_file() else ""
         raise disk_full_error(said if is_disk_full(said) else "No space left on device",
-                              Path(req.engine).parent if req.engine else work,
+                              Path(built).parent if built else work,
                               f"{name} was in its {stage} stage")
     if rc < 0:
         sig = signal.Signals(-rc).name
@@ -257,10 +258,10 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
 
     data = json.loads(Path(req.result).read_text())
     if data.get("outcome") != "ok" and is_disk_full(str(data.get("reason"))):
-        if req.engine:  # a native library that reported the full disk only in its message
-            Path(req.engine).unlink(missing_ok=True)
+        if built:  # a native library that reported the full disk only in its message
+            Path(built).unlink(missing_ok=True)
         raise disk_full_error(str(data.get("reason")),
-                              Path(req.engine).parent if req.engine else work,
+                              Path(built).parent if built else work,
                               f"{name} was in its {stage} stage")
     return data, ""
 

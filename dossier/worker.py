@@ -231,7 +231,7 @@ def main(argv: list[str]) -> int:
                 "traceback": tb}
     if data.get("outcome") not in ("ok", "built", "rejected"):  # the disk, or the route?
         full = data.get("reason") if is_disk_full(str(data.get("reason"))) else \
-            probe(Path(req.engine)) if req.engine else None
+            probe(Path(req.engine)) if req.engine and req.mode in ("trial", "build") else None
         if full:
             return _disk_full(full)
     try:
