@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,16 +62,20 @@ def verify(
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint
-    from dossier.signing import check_signature
+    from dossier.signing import check_signature, signature_path
     from dossier.verify import verify_bundle
 
     if require_signature and not trusted_keys:
         err.print("error: --require-signature needs at least one --trusted-key (the signer's "
                   "public key)", markup=False, soft_wrap=True)
         raise typer.Exit(int(ExitCode.USAGE))
+    # an archive is extracted only as far as the checks read it; but a signed one whose files
+    # are used after the check (engines loaded, the environment read) is extracted whole first,
+    # so what the signature covered is what is used
+    signed_here = require_signature or signature is not None or os.path.lexists(signature_path(path))
     try:
         with _signature_first(path, trusted_keys, require_signature, signature), \
-                open_bundle(path, lazy=True) as b:  # extracts only what is read
+                open_bundle(path, lazy=integrity_only or not signed_here) as b:
             signed = check_signature(b, trusted_keys, require=require_signature,
                                      signature=signature)
             if signed is not None:
