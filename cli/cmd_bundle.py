@@ -73,6 +73,7 @@ def release(
     written. An interrupted release resumes its run folder when run again.
     """
     from dossier.bundle import check_target, write_bundle
+    from dossier.lock import new_or_locked_run_folder
     from dossier.spec import load_spec
     from dossier.tuner import CACHE_NAME
     from dossier.tuner import tune as run_tune
@@ -80,10 +81,12 @@ def release(
     s = load_spec(spec)
     check_target(out_dir, s.release.name, s.release.version)
     folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
-    resume = (folder / CACHE_NAME).is_file()
-    with ProgressObserver(verbose=not quiet) as obs:
-        run_tune(s, folder, observer=obs, spec_path=spec, resume=resume, build_jobs=build_jobs)
-    written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
+    with new_or_locked_run_folder(folder):  # one release at a time, from search to bundle
+        resume = (folder / CACHE_NAME).is_file()
+        with ProgressObserver(verbose=not quiet) as obs:
+            run_tune(s, folder, observer=obs, spec_path=spec, resume=resume,
+                     build_jobs=build_jobs)
+        written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
     _report_written(written, as_json)
 
 
@@ -99,7 +102,7 @@ def inspect(
     counts, warnings and the tuning host."""
     from dossier.bundle import open_bundle
 
-    with open_bundle(path) as b:
+    with open_bundle(path, lazy=True, max_extract=0) as b:  # the manifest is all it reads
         o = b.overview()
     for note in o["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

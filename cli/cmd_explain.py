@@ -56,9 +56,10 @@ def explain(
     """
     from dossier.audit import explain as explain_bundle
     from dossier.bundle import open_bundle
+    from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
     usage = dict(inferences_per_day=per_day, horizon_days=horizon_days, hosts=hosts)
-    with open_bundle(bundle) as b:
+    with open_bundle(bundle, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:  # no engines
         facts = explain_bundle(b, **usage)  # type: ignore[arg-type]
         page = None
         if html is not None:
@@ -324,8 +325,10 @@ def diff_cmd(
     """
     from dossier.audit import diff_bundles
     from dossier.bundle import open_bundle
+    from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
-    with open_bundle(a) as ba, open_bundle(b) as bb:
+    with open_bundle(a, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as ba, \
+            open_bundle(b, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as bb:
         result = diff_bundles(ba, bb)
     if as_json:
         _print_model(result)

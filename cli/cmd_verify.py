@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -57,14 +60,15 @@ def verify(
     3. optionally [bold]--recheck[/] accuracy and [bold]--rebench[/] latency here.
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
-    13 signature missing, untrusted or not matching.
+    13 signature missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for
+    the files an archive's checks need.
 
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.fingerprint import load_fingerprint
     from dossier.registry import check_referrer_signatures
-    from dossier.signing import check_signature
+    from dossier.signing import check_signature, signature_path
     from dossier.verify import verify_bundle
 
     if require_signature and not trusted_keys:
@@ -74,8 +78,13 @@ def verify(
     fetched = _fetch(path, insecure)  # a registry reference: pulled into the cache, verified
     if fetched is not None:
         path = fetched.path
+    # an archive is extracted only as far as the checks read it; but a signed one whose files
+    # are used after the check (engines loaded, the environment read) is extracted whole first,
+    # so what the signature covered is what is used
+    signed_here = require_signature or signature is not None or os.path.lexists(signature_path(path))
     try:
-        with open_bundle(path) as b:
+        with _signature_first(path, trusted_keys, require_signature, signature), \
+                open_bundle(path, lazy=integrity_only or not signed_here) as b:
             signed = check_signature(b, trusted_keys, require=require_signature,
                                      signature=signature) if fetched is None or signature \
                 else check_referrer_signatures(b, fetched.signatures, trusted_keys,
@@ -118,6 +127,21 @@ def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
               f" {fetched.path}, {len(fetched.signatures)} signature referrer(s)", markup=False,
               soft_wrap=True)
     return fetched
+
+
+@contextlib.contextmanager
+def _signature_first(path: Path, trusted_keys: list[Path], require: bool,
+                     signature: Path | None) -> Iterator[None]:
+    """A bundle that cannot even be opened (a corrupt manifest.json) while a signature is
+    required: what its signature says about it (exit 13) comes before the format error."""
+    from dossier.signing import check_signature_at
+
+    try:
+        yield
+    except BundleError:
+        if require:
+            check_signature_at(path, trusted_keys, require=True, signature=signature)
+        raise
 
 
 def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]

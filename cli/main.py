@@ -5,6 +5,7 @@ Each ``cmd_*`` module registers its commands on :data:`cli.app.app`.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
@@ -18,8 +19,17 @@ import cli.cmd_verify  # noqa: F401 - verify, retune
 from cli.app import app
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. SIGTERM and SIGHUP unwind like an exception, so locks are
+    released and temporary folders removed on those exits too (kill -9 cannot be caught: the
+    kernel drops its locks, and the next command removes its temporary folders)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:  # nohup's ignored SIGHUP stays ignored
+            signal.signal(sig, _terminated)
     app(prog_name="dossier")
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
 from dossier.spec import DeploymentSection, ShapeEntry
 from dossier.timing import TimingSettings
@@ -161,10 +162,14 @@ _RECORD = TypeAdapter(Record)
 class TuningCache:
     """Read and append to a tuning cache file."""
 
-    def __init__(self, path: Path, header: CacheHeader, records: list[TrialRecord | SessionRecord | DecisionRecord]):
+    def __init__(self, path: Path, header: CacheHeader,
+                 records: list[TrialRecord | SessionRecord | DecisionRecord],
+                 lines: list[int] | None = None):
         self.path = Path(path)
         self.header = header
         self.records = records
+        self.lines = list(lines) if lines is not None else list(range(2, len(records) + 2))
+        """The line number (from 1, the header) of each record, for messages that name one."""
 
     @property
     def trials(self) -> list[TrialRecord]:
@@ -191,11 +196,11 @@ class TuningCache:
                              hint="use --continue to resume it, or another --out")
         # written aside and linked into place: a kill never leaves a torn header behind
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(header.model_dump_json() + "\n")
-            f.flush()
-            os.fsync(f.fileno())
         try:
+            with host_io(path, "writing the tuning cache header"), open(tmp, "w", encoding="utf-8") as f:
+                f.write(header.model_dump_json() + "\n")
+                f.flush()
+                os.fsync(f.fileno())
             os.link(tmp, path)  # fails if another process created the cache meanwhile
         except FileExistsError:
             raise InputError(f"tuning cache {path} exists already",
@@ -223,25 +228,30 @@ class TuningCache:
             raise CacheMismatchError(f"{path} is not a dossier tuning cache of format "
                                      f"{CACHE_FORMAT} ({_first(exc)})") from exc
         records = []
+        numbers = []
         for number, line in enumerate(complete[1:], start=2):
             if not line.strip():
                 continue
             try:
                 records.append(_RECORD.validate_json(line))
+                numbers.append(number)
             except ValidationError as exc:
                 raise CacheMismatchError(f"{path} line {number} is corrupt ({_first(exc)})") from exc
         if torn and repair:
             with open(path, "r+b") as f:
                 f.truncate(len(raw) - len(torn))
-        return cls(path, header, records)
+        return cls(path, header, records, numbers)
 
     def append(self, record: TrialRecord | SessionRecord | DecisionRecord) -> None:
-        """Append one record, flushed and fsynced."""
-        with open(self.path, "a", encoding="utf-8") as f:
+        """Append one record, flushed and fsynced. A full disk raises DiskFullError and leaves
+        at most a torn last line, which the next ``--continue`` cuts off."""
+        with host_io(self.path, "appending to the tuning cache"), \
+                open(self.path, "a", encoding="utf-8") as f:
             f.write(record.model_dump_json() + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.records.append(record)
+        self.lines.append(self.lines[-1] + 1 if self.lines else 2)
 
 
 def _first(exc: ValidationError) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
 from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
 
 LOG_TAIL_LINES = 20
@@ -37,10 +38,12 @@ class Child:
         self.req = req.model_copy(update={
             "spawned_at": time.time(), "parent_pid": os.getpid(), "memory_mb": memory_mb,
             "result": str(work / f"{name}.result.json"), "stage": str(work / f"{name}.stage")})
+        self.work = work
         req_path = work / f"{name}.request.json"
-        req_path.write_text(self.req.model_dump_json())
-        Path(self.req.result).unlink(missing_ok=True)
-        Path(self.req.stage).write_text("start")
+        with host_io(work, f"starting {name}"):
+            req_path.write_text(self.req.model_dump_json())
+            Path(self.req.result).unlink(missing_ok=True)
+            Path(self.req.stage).write_text("start")
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
                     **(env or {})}
         self.started = time.monotonic()
@@ -119,16 +122,31 @@ class Child:
             return ""
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
+    def _disk_full(self, said: str, stage: str) -> Exception:
+        """The host ran out of room: the half-written engine goes, nothing is recorded."""
+        built = self.req.engine if self.req.mode in ("trial", "build") else None
+        if built:  # never a bundle's engine (validate, confirm)
+            Path(built).unlink(missing_ok=True)
+        return disk_full_error(said if is_disk_full(said) else "No space left on device",
+                               Path(built).parent if built else self.work,
+                               f"{self.name} was in its {stage} stage")
+
     def _read(self, rc: int) -> WorkerResult:
         stage = self._stage()
         tail = self._tail()
+        if rc == DISK_FULL_STATUS or rc == -signal.SIGXFSZ:  # the host's fault: record nothing
+            raise self._disk_full(tail, stage)
         if rc < 0:
             sig = signal.Signals(-rc).name
             hint = " (possibly out of memory)" if -rc == signal.SIGKILL else ""
             return FailedResult(outcome="crashed", log_tail=tail,
                                 reason=f"killed by {sig} during {stage}{hint}")
         try:
-            return RESULT.validate_json(Path(self.req.result).read_bytes())
+            result = RESULT.validate_json(Path(self.req.result).read_bytes())
+            reason = str(getattr(result, "reason", "") or "")
+            if isinstance(result, FailedResult) and is_disk_full(reason):
+                raise self._disk_full(reason, stage)  # a library that said so only in words
+            return result
         except OSError:
             pass
         except ValidationError as exc:

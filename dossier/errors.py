@@ -22,9 +22,11 @@ Hierarchy::
     │       └── DigestMismatchError  a blob pulled from a registry does not match its digest
     ├── OutputError                output exists or cannot be written (exit 7)
     ├── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
-    └── RegistryError              registry unreachable, failed or refused a request (exit 20)
-        ├── RegistryAuthError      credentials missing or refused (exit 21)
-        └── NotFoundError          no such repository, tag or digest in the registry (exit 22)
+    ├── RegistryError              registry unreachable, failed or refused a request (exit 20)
+    │   ├── RegistryAuthError      credentials missing or refused (exit 21)
+    │   └── NotFoundError          no such repository, tag or digest in the registry (exit 22)
+    ├── DiskFullError              a file system ran out of space or quota (exit 74)
+    └── BusyError                  another dossier process holds the run folder or bundle (exit 75)
 
     InternalError                  a bug in dossier itself (exit 70); deliberately outside the tree
 """
@@ -65,6 +67,12 @@ class ExitCode(enum.IntEnum):
     """The repository, tag or digest is not in the registry."""
     INTERNAL = 70
     """A bug in dossier itself."""
+    DISK_FULL = 74
+    """A file system is full (ENOSPC), over quota (EDQUOT) or a file over the size limit
+    (EFBIG): the host's fault, nothing false was recorded; free space and run again."""
+    BUSY = 75
+    """Another dossier process holds the run folder or the bundle being written (its pid is
+    named); wait for it or choose another folder."""
     INTERRUPTED = 130
     """Interrupted by the user (Ctrl-C); whatever was finished is kept."""
 
@@ -190,6 +198,21 @@ class NotFoundError(RegistryError):
     """The repository, tag or digest is not in the registry."""
 
     exit_code = ExitCode.NOT_FOUND
+
+
+class DiskFullError(DossierError):
+    """A file system ran out of space or quota, or a file hit the size limit: the host's
+    fault, not the input's. Nothing false is recorded; run again once there is room."""
+
+    exit_code = ExitCode.DISK_FULL
+    hint = "free space there (or point TMPDIR / --out elsewhere) and run the command again"
+
+
+class BusyError(DossierError):
+    """Another dossier process holds the lock of a run folder or of a bundle being written."""
+
+    exit_code = ExitCode.BUSY
+    hint = "wait for it to finish, or use another folder"
 
 
 class InternalError(Exception):

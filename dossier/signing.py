@@ -40,11 +40,18 @@ Formats (all JSON; the payload is canonical JSON: sorted keys, no whitespace, UT
   "signatures": [{"keyid": KEYID, "sig": base64}]}``; the signature is Ed25519 over
   ``PAE(payloadType, payload)`` = ``"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body``
   (https://github.com/secure-systems-lab/dsse/blob/master/protocol.md);
+- ``publicKey`` (beside ``keyid`` and ``sig``; DSSE readers ignore fields they do not know):
+  base64 of the signer's raw 32-byte Ed25519 public key, so every signature is checked
+  cryptographically even when no trusted key is given (then *who* signed is not checked);
 - ``keyid``: lowercase hex BLAKE3 of the raw 32-byte Ed25519 public key (a hint: every trusted
   key is tried against every signature);
 - subjects: ``{"name": "<bundle path>", "digest": {"blake3": "<64 lowercase hex>"}}`` for every
   file of the bundle and ``manifest.json``. ``blake3`` is not one of in-toto's predefined
   DigestSet names; its value is the lowercase hex of the default 256-bit BLAKE3 output.
+
+Every signature of the envelope must verify, trusted key or not: one that does not (a flipped
+byte, an edited payload, a ``keyid`` that is not its ``publicKey``'s) fails, and so does an
+envelope none of whose signatures can be checked at all (no ``publicKey``, no trusted key).
 
 Verification (:func:`check_signature`) runs before the integrity check, before any engine is
 loaded and before the environment diff: the envelope's signature is checked against the trusted
@@ -294,10 +301,18 @@ def signature_path(bundle: Path) -> Path:
 
 def bundle_digests(bundle: Bundle) -> tuple[dict[str, str], list[str]]:
     """BLAKE3 of every regular file actually in the bundle folder (links are never followed),
-    and the paths of entries that are not regular files."""
+    and the paths of entries that are not regular files. An archive opened lazily is hashed
+    member by member in place (its members were checked to be regular files when opened)."""
+    if bundle.archive is not None:
+        from dossier.bundle.archive import scan_archive
+
+        return scan_archive(bundle.archive, _blake3_stream), []
+    return _folder_digests(bundle.path)
+
+
+def _folder_digests(root: Path) -> tuple[dict[str, str], list[str]]:
     digests: dict[str, str] = {}
     odd: list[str] = []
-    root = bundle.path
     for folder, dirs, files in os.walk(root, followlinks=False):
         base = Path(folder)
         for name in [*files, *[d for d in dirs if os.path.islink(base / d)]]:
@@ -459,7 +474,7 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     payload = canonical_json(body)
     sig = base64.b64encode(private.sign(pae(PAYLOAD_TYPE, payload))).decode("ascii")
     target = Path(out) if out is not None else signature_path(path)
-    signatures = [{"keyid": keyid, "sig": sig}]
+    signatures = [{"keyid": keyid, "sig": sig, "publicKey": _raw_public_b64(private.public_key())}]
     if os.path.lexists(target):
         existing = _read_envelope(target, OutputError)
         if _b64decode(existing.get("payload")) != payload:
@@ -523,29 +538,62 @@ class SignatureCheck:
             who = ", ".join(k[:16] for k in self.keyids)
             return f"signed by trusted key {who} ({self.subjects} subjects match)"
         claimed = ", ".join(k[:16] for k in self.envelope_keyids) or "an unnamed key"
-        return (f"signed by {claimed}, signer NOT checked (no --trusted-key); "
-                f"{self.subjects} subjects match")
+        return (f"signed by {claimed} (the signature verifies), signer NOT checked (no "
+                f"--trusted-key); {self.subjects} subjects match")
 
 
 def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, require: bool = False,
                     signature: Path | None = None) -> SignatureCheck | None:
     """Check the signature of an opened bundle; None when it has none and none is required.
 
-    With ``trusted_keys``, the envelope must carry a signature one of them verifies, checked
-    before its payload is parsed. Then every file in the bundle folder must be a subject of the
-    statement with the same BLAKE3, and every subject a file. Raises SignatureError (exit 13)
-    for: no signature when ``require``; no trusted key when ``require``; an envelope that cannot
-    be read; no signature by a trusted key; a statement of another type; any file altered,
-    missing or not named. InputError for an unreadable key file.
+    Every signature of the envelope must verify (against its embedded public key, or the
+    trusted key it names), checked before the payload is parsed; with ``trusted_keys``, one of
+    them must have signed. Then every file in the bundle must be a subject of the statement
+    with the same BLAKE3, and every subject a file. Raises SignatureError (exit 13) for: no
+    signature when ``require``; no trusted key when ``require``; an envelope that cannot be
+    read; a signature that does not verify; no signature that can be checked; no signature by a
+    trusted key; a statement of another type; any file altered, missing or not named.
+    InputError for an unreadable key file.
     """
     path = Path(signature) if signature is not None else signature_path(bundle.source)
+    found = _check_envelope(path, bundle.source, trusted_keys, require=require,
+                            named=signature is not None)
+    if found is None:
+        return None
+    verified, claimed, subjects = found
+    actual, odd = bundle_digests(bundle)
+    _compare(bundle.source, subjects, actual, odd)
+    return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
+
+
+def check_signature_at(source: Path, trusted_keys: Sequence[Path] = (), *, require: bool = False,
+                       signature: Path | None = None) -> SignatureCheck | None:
+    """:func:`check_signature` of the bundle folder or archive at ``source`` without reading its
+    manifest: for a bundle whose manifest.json does not even parse, the signature still says
+    what happened to it (``manifest.json: BLAKE3 differs``). Nothing is written."""
+    source = Path(source)
+    path = Path(signature) if signature is not None else signature_path(source)
+    found = _check_envelope(path, source, trusted_keys, require=require,
+                            named=signature is not None)
+    if found is None:
+        return None
+    verified, claimed, subjects = found
+    actual, odd = _raw_digests(source)
+    _compare(source, subjects, actual, odd)
+    return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
+
+
+def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, require: bool,
+                    named: bool) -> tuple[list[str], list[str], dict[str, str]] | None:
+    """(trusted key ids that signed, key ids claimed, subjects), or None when unsigned and not
+    required. Every signature is checked before the payload is parsed."""
     if require and not trusted_keys:
         raise SignatureError("a signature is required but no trusted key was given",
                              hint="pass the signer's public key with --trusted-key")
     keys = [(load_public_key(p), p) for p in trusted_keys]
     if not os.path.lexists(path):
-        if require or signature is not None:
-            raise SignatureError(f"{bundle.source} is not signed: there is no {path}",
+        if require or named:
+            raise SignatureError(f"{source} is not signed: there is no {path}",
                                  hint="sign it with dossier sign BUNDLE --key KEY, or name its "
                                  "signature with --signature")
         return None
@@ -562,20 +610,70 @@ def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, requir
                              f"{MAX_SIGNATURES})", hint=_HINT_ALTERED)
     claimed = sorted({s["keyid"] for s in sigs if isinstance(s, dict)
                       and isinstance(s.get("keyid"), str)})
-    verified = _verified_keyids(keys, sigs, payload) if keys else []
+    signers = _verify_all(path, keys, sigs, payload)
+    ours = {key_id(k) for k, _ in keys}
+    verified = sorted(ours & signers)
     if keys and not verified:
-        ours = {key_id(k) for k, _ in keys}
-        if ours & set(claimed):
-            raise SignatureError(f"{path}: the signature of trusted key "
-                                 f"{sorted(ours & set(claimed))[0][:16]} does not verify: the "
-                                 "statement or the signature was altered", hint=_HINT_ALTERED)
         raise SignatureError(f"{path}: not signed by a trusted key (signed by "
                              f"{', '.join(k[:16] for k in claimed) or 'unnamed keys'}; trusted: "
                              f"{', '.join(sorted(k[:16] for k in ours))})",
                              hint="pass the signer's public key with --trusted-key, if you "
                              "trust it")
-    subjects = _subjects(path, payload)
-    actual, odd = bundle_digests(bundle)
+    if not signers:
+        raise SignatureError(f"{path}: no signature can be checked (none carries its public key "
+                             "and no --trusted-key was given)",
+                             hint="pass the signer's public key with --trusted-key")
+    return verified, claimed, _subjects(path, payload)
+
+
+def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: list[Any],
+                payload: bytes) -> set[str]:
+    """The key ids whose signature verifies. SignatureError for any signature that can be
+    checked (its own public key, or a trusted key of its key id) and does not verify."""
+    from cryptography.exceptions import InvalidSignature
+
+    ed25519 = _crypto()
+    message = pae(PAYLOAD_TYPE, payload)
+    trusted = {key_id(k): k for k, _ in keys}
+    signers: set[str] = set()
+    for n, s in enumerate(sigs, start=1):
+        if not isinstance(s, dict):
+            raise SignatureError(f"{path}: signature {n} is not an object", hint=_HINT_ALTERED)
+        keyid = s.get("keyid") if isinstance(s.get("keyid"), str) else ""
+        label = f"signature {n} (key {keyid[:16] or 'unnamed'})"
+        key = trusted.get(keyid)
+        if "publicKey" in s:
+            raw = _b64decode(s.get("publicKey"))
+            if raw is None or len(raw) != 32:
+                raise SignatureError(f"{path}: {label} does not verify: its public key is not "
+                                     "32 bytes of base64", hint=_HINT_ALTERED)
+            key = ed25519.Ed25519PublicKey.from_public_bytes(raw)
+            if key_id(key) != keyid:
+                raise SignatureError(f"{path}: {label} does not verify: its key id is not its "
+                                     "public key's", hint=_HINT_ALTERED)
+        if key is None:
+            continue  # neither its own key nor a trusted one: it cannot be checked
+        sig = _b64decode(s.get("sig"))
+        try:
+            if sig is None or len(sig) != 64:
+                raise InvalidSignature
+            key.verify(sig, message)
+        except InvalidSignature:
+            raise SignatureError(f"{path}: {label} does not verify: the statement or the "
+                                 "signature was altered", hint=_HINT_ALTERED) from None
+        signers.add(keyid)
+    return signers
+
+
+def _raw_public_b64(public_key: Any) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _compare(source: Path, subjects: dict[str, str], actual: dict[str, str],
+             odd: list[str]) -> None:
     problems = []
     for rel in sorted(set(actual) | set(subjects) | set(odd)):
         if rel in odd:
@@ -587,29 +685,45 @@ def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, requir
         elif actual[rel] != subjects[rel]:
             problems.append(f"{rel}: BLAKE3 differs from the signed statement")
     if problems:
-        raise SignatureError(f"{bundle.source} does not match its signed statement "
+        raise SignatureError(f"{source} does not match its signed statement "
                              f"({len(problems)} problem(s)): {'; '.join(problems)}",
                              hint=_HINT_ALTERED)
-    return SignatureCheck(path, verified, bool(keys), len(subjects), claimed)
 
 
-def _verified_keyids(keys: list[tuple[Any, Path]], sigs: list[Any], payload: bytes) -> list[str]:
-    from cryptography.exceptions import InvalidSignature
+def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
+    """BLAKE3 by bundle path of a folder, or of the members of an archive (streamed, nothing
+    written; members that are not regular files, or outside the bundle folder, are odd)."""
+    import tarfile
 
-    message = pae(PAYLOAD_TYPE, payload)
-    found = []
-    for key, _ in keys:
-        for s in sigs:
-            raw = _b64decode(s.get("sig")) if isinstance(s, dict) else None
-            if raw is None or len(raw) != 64:
-                continue
-            try:
-                key.verify(raw, message)
-            except InvalidSignature:
-                continue
-            found.append(key_id(key))
-            break
-    return sorted(set(found))
+    if source.is_dir():
+        return _folder_digests(source)
+    digests: dict[str, str] = {}
+    odd: list[str] = []
+    try:
+        with tarfile.open(source, mode="r:", encoding="utf-8") as tar:
+            for m in tar:
+                parts = m.name.split("/")
+                rel = "/".join(parts[1:])
+                if m.isdir() and ".." not in parts:
+                    continue
+                if not m.isreg() or m.issparse() or len(parts) < 2 or ".." in parts:
+                    odd.append(m.name)
+                    continue
+                src = tar.extractfile(m)
+                assert src is not None  # a regular file
+                with src:
+                    digests[rel] = _blake3_stream(src)
+    except (tarfile.TarError, OSError) as exc:
+        raise SignatureError(f"{source} cannot be read to check its signature ({exc})",
+                             hint=_HINT_ALTERED) from exc
+    return dict(sorted(digests.items())), sorted(odd)
+
+
+def _blake3_stream(src: Any) -> str:
+    h = _blake3()()
+    while chunk := src.read(CHUNK):
+        h.update(chunk)
+    return str(h.hexdigest())
 
 
 def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
@@ -662,5 +776,6 @@ def _subjects(path: Path, payload: bytes) -> dict[str, str]:
 __all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "PAYLOAD_TYPE", "PREDICATE_TYPE",
            "SIGNATURE_SUFFIX", "STATEMENT_TYPE", "KeyPair", "SignatureCheck", "SignedBundle",
            "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
+           "check_signature_at",
            "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
            "provenance", "sign_bundle", "signature_path", "statement"]

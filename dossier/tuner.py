@@ -22,12 +22,15 @@ from dossier import __version__
 from dossier.backends import Backend, get_backend
 from dossier.builds import Build, Builds, build_request, default_build_jobs, usable_cores
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
+from dossier.cache_check import check_cache
 from dossier.child import Child, run_child
 from dossier.decision import candidates, decide
+from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
+from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.strategies import Strategy, get_strategy
@@ -442,17 +445,30 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
     checked against the spec's inputs (model, validation set, knob database, selection...) and
+    every record against the header and the knob database (:mod:`dossier.cache_check`), and
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
     ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
     results do not depend on it, only the wall time does.
+    The run folder is locked for the whole search (BusyError when another process holds it);
+    a full disk stops it with DiskFullError, recording nothing false.
     """
-    p = prepare(spec)
-    warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} is a file, not a folder",
                           hint="give a folder for the run (it is created when missing)")
+    with new_or_locked_run_folder(out):
+        return _tune(spec, out, observer=observer, spec_path=spec_path, resume=resume,
+                     warm_start=warm_start, parent=parent, build_jobs=build_jobs)
+
+
+def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
+          spec_path: Path | None = None, resume: bool = False,
+          warm_start: list[str] | None = None, parent: str | None = None,
+          build_jobs: int | None = None) -> TuneResult:
+    """The search itself, under the run folder's lock (see :func:`tune`)."""
+    p = prepare(spec)
+    warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
     if resume:
@@ -464,7 +480,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
             resume = False
         else:
             _check_resume(cache, fresh)
-    if not resume and out.exists() and any(out.iterdir()):
+            check_cache(cache, p.db, out, vset=p.vset)
+    if not resume and out.exists() and any(e.name != RUN_LOCK for e in out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
     try:
@@ -480,6 +497,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                         collect(include_compiler=p.backend.name == "torch-inductor")
                         .model_dump_json(indent=2))
     except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
     if build_jobs is not None and build_jobs < 1:
         raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
@@ -526,8 +545,11 @@ def _with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:
 
 def _write_json(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave knobs.tmp behind
 
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,

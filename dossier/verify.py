@@ -105,7 +105,7 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
     header = bundle.tuning_cache().header
     s = bundle.manifest.summary
     return WorkerRequest(backend=bundle.manifest.backend, model="",
-                         validation=str(bundle.path / "validation"), metric=s.metric,
+                         validation=str(bundle.folder("validation")), metric=s.metric,
                          threshold=s.threshold, atol=s.atol, rtol=s.rtol, timing=timing,
                          baseline_route=s.baseline_route,
                          builder=header.builder, shapes=header.shapes,
@@ -120,7 +120,7 @@ def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
 
     s = bundle.manifest.summary
     shipped = bundle.manifest.engines.shipped
-    if not (bundle.path / "validation").is_dir():
+    if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set (imported from trtexec?): "
                          "--recheck has nothing to run")
     limit = threshold if threshold is not None else s.threshold
@@ -166,7 +166,7 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     if base is None:
         raise InputError(f"{bundle.source} has no baseline engine (imported from trtexec?): "
                          "--rebench cannot compare against the baseline")
-    if not (bundle.path / "validation").is_dir():
+    if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
     same = shipped.trial_index == base.trial_index
     with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:

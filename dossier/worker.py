@@ -141,8 +141,11 @@ def _stage(req: WorkerRequest, name: str) -> None:
 
 def _result(req: WorkerRequest, result: BaseModel) -> None:
     tmp = Path(req.result + ".tmp")
-    tmp.write_text(result.model_dump_json())
-    os.replace(tmp, req.result)
+    try:
+        tmp.write_text(result.model_dump_json())
+        os.replace(tmp, req.result)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _guard(req: WorkerRequest) -> None:
@@ -297,20 +300,43 @@ _MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
 
 def main(argv: list[str]) -> int:
     """Entry point of the child process."""
+    from dossier.diskfull import is_disk_full, probe
+
     req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
     _guard(req)
     startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
         data = _MODES[req.mode](req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
+        if is_disk_full(exc):  # the host's fault, not the route's: say so by the exit status
+            return _disk_full(exc)
         tb = traceback.format_exc(limit=3)
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
-    _stage(req, "report")
-    data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
-    _result(req, RESULT.validate_python(data))
+    if data.get("outcome") not in ("ok", "built", "rejected", "timed"):  # disk, or route?
+        full = data.get("reason") if is_disk_full(str(data.get("reason"))) else \
+            probe(Path(req.engine)) if req.engine and req.mode in ("trial", "build") else None
+        if full:
+            return _disk_full(full)
+    try:
+        _stage(req, "report")
+        data["phases_s"] = {**({"startup": startup} if startup is not None else {}), **_PHASES}
+        _result(req, RESULT.validate_python(data))
+    except OSError as exc:
+        if is_disk_full(exc):
+            return _disk_full(exc)
+        raise
     return 0
+
+
+def _disk_full(why: object) -> int:
+    """Say it where possible (the log is on the full disk too) and return the exit status."""
+    from dossier.diskfull import DISK_FULL_STATUS
+
+    with contextlib.suppress(OSError):
+        print(f"dossier worker: disk full: {why}", file=sys.stderr)
+    return DISK_FULL_STATUS
 
 
 if __name__ == "__main__":

@@ -153,12 +153,17 @@ def _attack(kind: str, members: list, outside: Path) -> list:
         return [*members, (_info(knobs, size=len(data)), data)]
     if kind == "outside-root":
         return [*members, (_info("other.dossier/knobs.json", size=1), b"x")]
+    if kind == "missing":  # fewer members than the manifest lists
+        return [(m, d) for m, d in members if m.name != knobs]
+    if kind == "undersize":
+        data = next(d for m, d in members if m.name == knobs)[:-10]
+        return replace(knobs, (_info(knobs, size=len(data)), data))
     raise AssertionError(kind)
 
 
 ATTACKS = ["absolute", "dotdot", "dotdot-deep", "symlink", "symlink-folder", "hardlink", "device",
            "block-device", "fifo", "oversize", "not-in-table", "folder-not-in-table", "duplicate",
-           "outside-root"]
+           "outside-root", "missing", "undersize"]
 
 
 @pytest.mark.parametrize("kind", ATTACKS)
@@ -195,3 +200,162 @@ def test_not_an_archive_is_a_format_error(tmp_path: Path) -> None:
     with tarfile.open(empty, "w"):
         pass
     assert h.cli("inspect", empty).exit_code == ExitCode.BUNDLE
+
+
+# ------------------------------------------------------ checked before extraction, streamed
+def _flip_member(packed: Path, tmp_path: Path, name: str) -> Path:
+    """The archive with one byte of member ``name`` changed (same size: headers all agree)."""
+    with tarfile.open(packed) as tar:
+        offset = tar.getmember(f"{ROOT}/{name}").offset_data
+    data = bytearray(packed.read_bytes())
+    data[offset + 7] ^= 0xFF
+    out = tmp_path / "altered.dossier.tar"
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_a_member_is_verified_as_it_streams(packed: Path, tmp_path: Path) -> None:
+    """A changed byte (sizes and headers all agree with the manifest) is caught while the
+    member streams: extraction stops naming it and removes what it wrote; verify names it
+    without extracting anything."""
+    from dossier.errors import IntegrityError
+
+    altered = _flip_member(packed, tmp_path, "knobs.json")
+    with pytest.raises(IntegrityError, match="member knobs.json is altered"):
+        extract_archive(altered, tmp_path / "target")
+    assert not (tmp_path / "target").exists()
+    res = h.cli("verify", altered, "--integrity-only")
+    assert res.exit_code == ExitCode.BUNDLE and "FAIL: knobs.json: altered" in res.stderr
+
+
+@pytest.fixture
+def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every member extracted from an archive, in order (the real extraction still runs)."""
+    import dossier.bundle.archive as archive
+
+    done: list[str] = []
+    real = archive.extract_member
+
+    def record(index, rel, dest):  # type: ignore[no-untyped-def]
+        done.append(rel)
+        return real(index, rel, dest)
+
+    monkeypatch.setattr(archive, "extract_member", record)
+    return done
+
+
+def test_commands_that_need_no_files_extract_none(packed: Path, extractions: list[str]) -> None:
+    """inspect reads the manifest only; verify --integrity-only hashes the members in place;
+    explain extracts the records it reads, never an engine, the model or the validation set;
+    a full verify extracts what the environment check reads."""
+    for args in (("inspect", packed), ("verify", packed, "--integrity-only")):
+        assert h.cli(*args).exit_code == 0
+        assert extractions == [], args
+    assert h.cli("explain", packed).exit_code == 0
+    assert extractions and not any(r.startswith(("engine/", "model/", "validation/"))
+                                   for r in extractions), extractions
+    extractions.clear()
+    assert h.cli("verify", packed).exit_code in (0, ExitCode.SUBOPTIMAL)
+    assert not any(r.startswith(("engine/", "model/", "validation/")) for r in extractions)
+
+
+def _sparse_forgery(packed: Path, tmp_path: Path, rel_path: str, size: int) -> Path:
+    """The archive whose manifest (id resealed) lists ``rel_path`` at ``size`` bytes, and whose
+    member has that size: a hole in a sparse file, so the test writes no such amount."""
+    from dossier.bundle.manifest import body_digest
+
+    members = _load(packed)
+    manifest = json.loads(next(d for m, d in members if m.name == f"{ROOT}/manifest.json"))
+    for entry in manifest["files"]:
+        if entry["path"] == rel_path:
+            entry["size"] = size
+    manifest["dossier_id"] = body_digest(manifest)
+    raw = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+    out = tmp_path / "forged.dossier.tar"
+    with open(out, "wb") as f:
+        for m, d in members:
+            if m.name == f"{ROOT}/manifest.json":
+                d = raw
+            info = _info(m.name, m.type, size=len(d) if d is not None else 0)
+            if m.name == f"{ROOT}/{rel_path}":
+                info.size = size
+                f.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+                f.seek(-(-size // 512) * 512, io.SEEK_CUR)  # a hole: nothing written
+                continue
+            f.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+            if d:
+                f.write(d + bytes(-len(d) % 512))
+        f.write(bytes(1024))
+    return out
+
+
+def test_a_forged_manifest_listing_a_huge_member_extracts_nothing(
+        packed: Path, tmp_path: Path, extractions: list[str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """The manifest lists routes.parquet at 2 GiB, and the member is that large (the
+    headers agree). inspect reads the manifest and exits 0; explain, which reads the routes,
+    refuses in one line before extracting it (over its 1 GiB cap); verify --integrity-only
+    hashes it in place and names it; nothing is written to TMPDIR by any of them."""
+    import tempfile
+
+    forged = _sparse_forgery(packed, tmp_path, "routes.parquet", 2 << 30)
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    assert h.cli("inspect", forged).exit_code == 0
+    res = h.cli("explain", forged)
+    assert res.exit_code == ExitCode.BUNDLE and res.stderr.count("error:") == 1
+    assert "more than the 1073741824 this command allows" in h.said(res)
+    assert "routes.parquet" not in extractions
+    res = h.cli("verify", forged, "--integrity-only")
+    assert res.exit_code == ExitCode.BUNDLE and "FAIL: routes.parquet: altered" in res.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_temporary_folders_go_on_sigterm_and_stale_ones_are_removed(packed: Path,
+                                                                    tmp_path: Path) -> None:
+    """A process opening an archive and stopped by SIGTERM (the CLI's handler unwinds) removes
+    its folder; one killed with SIGKILL leaves it, and the next command removes it once its
+    process is gone and it is older than STALE_OPEN_S. A folder whose process lives, or a fresh
+    one, is kept."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dossier.bundle.reader import STALE_OPEN_S
+    from tests.test_reliability import _env
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    script = ("import signal, sys, time\n"
+              "from cli.main import _terminated\n"
+              "signal.signal(signal.SIGTERM, _terminated)\n"
+              "from dossier.bundle import open_bundle\n"
+              "with open_bundle(sys.argv[1]) as b:\n"
+              "    print(b.path, flush=True)\n"
+              "    time.sleep(120)\n")
+    left = {}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(packed)],
+                                env=_env(TMPDIR=str(tmp)), stdout=subprocess.PIPE, text=True)
+        folder = Path(proc.stdout.readline().strip()).parent  # type: ignore[union-attr]
+        assert folder.is_dir() and folder.parent == tmp
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        proc.stdout.close()  # type: ignore[union-attr]
+        left[sig] = folder.exists()
+    assert left == {signal.SIGTERM: False, signal.SIGKILL: True}
+    killed = next(tmp.iterdir())
+    fresh_dead = tmp / f"dossier-open-{killed.name.split('-')[2]}-0badc0ffee00"
+    fresh_dead.mkdir()
+    live = tmp / f"dossier-open-{os.getpid()}-0123456789ab"
+    live.mkdir()
+    old = time.time() - STALE_OPEN_S - 60
+    for p in (killed, live):
+        os.utime(p, (old, old))
+    res = subprocess.run([sys.executable, "-m", "cli.main", "inspect", str(packed)],
+                         env=_env(TMPDIR=str(tmp)), capture_output=True)
+    assert res.returncode == 0
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([fresh_dead.name, live.name])

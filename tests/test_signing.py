@@ -434,6 +434,11 @@ REFUSALS: dict[str, tuple[Callable[..., Any], str]] = {
         "../outside.json: missing"),
     "subject twice": (lambda b, k, r, t: _resign(b, k["release"].private, lambda s: s.update(
         subject=[*s["subject"], s["subject"][0]])), "appears twice"),
+    # a manifest.json that no longer parses: what the signature says comes first
+    "manifest.json not JSON": (lambda b, k, r, t: (b / "manifest.json").write_text("{not json"),
+                               "manifest.json: BLAKE3 differs"),
+    "manifest.json truncated": (lambda b, k, r, t: (b / "manifest.json").write_bytes(
+        (b / "manifest.json").read_bytes()[:100]), "manifest.json: BLAKE3 differs"),
 }
 
 
@@ -576,3 +581,76 @@ def test_every_byte_of_the_manifest_and_many_more_are_caught_by_the_signature(
     plan = [("manifest.json", o) for o in range(sizes["manifest.json"])]
     plan += [(f, o) for f, n in sizes.items() if f != "manifest.json" for o in range(0, n, 97)]
     _byte_changes(signed, keys, plan)
+
+
+# ------------------------------------------------- a signature that does not verify, no key
+def _flip_sig(e: dict) -> None:
+    raw = bytearray(base64.b64decode(e["signatures"][0]["sig"]))
+    raw[10] ^= 0x01
+    e["signatures"][0]["sig"] = base64.b64encode(bytes(raw)).decode()
+
+
+def _other_public(keys: dict[str, KeyPair], keyid_too: bool) -> Callable[[dict], None]:
+    def edit(e: dict) -> None:
+        raw = load_public_key(keys["stranger"].public).public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        e["signatures"][0]["publicKey"] = base64.b64encode(raw).decode()
+        if keyid_too:
+            e["signatures"][0]["keyid"] = keys["stranger"].keyid
+    return edit
+
+
+NO_KEY_REFUSALS: dict[str, tuple[Callable[[dict[str, KeyPair]], Callable[[dict], None]], str]] = {
+    "signature bytes flipped": (lambda k: _flip_sig, "does not verify"),
+    "payload edited": (lambda k: lambda e: e.update(payload=base64.b64encode(
+        base64.b64decode(e["payload"]) + b" ").decode()), "does not verify"),
+    "public key swapped (key id kept)": (lambda k: _other_public(k, False),
+                                         "its key id is not its public key's"),
+    "public key and key id swapped": (lambda k: _other_public(k, True), "does not verify"),
+    "public key not 32 bytes": (lambda k: lambda e: e["signatures"][0].update(publicKey="AAAA"),
+                                "does not verify"),
+    "no public key (nothing can check it)": (
+        lambda k: lambda e: e["signatures"][0].pop("publicKey"), "no signature can be checked"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NO_KEY_REFUSALS))
+def test_a_signature_that_does_not_verify_fails_without_a_trusted_key(
+        case: str, signed: Path, keys: dict[str, KeyPair], tmp_path: Path) -> None:
+    """No --trusted-key, no --require-signature: a signature beside the bundle is still checked
+    cryptographically (against the public key it carries), and one that does not verify is
+    exit 13, never "OK ... signer NOT checked". The same for the archive."""
+    make, message = NO_KEY_REFUSALS[case]
+    _edit_envelope(signed, make(keys))
+    tar = pack_bundle(signed, tmp_path / "ship")
+    shutil.copy(signature_path(signed), signature_path(tar))
+    for target in (signed, tar):
+        res = _verify(target, "--integrity-only")
+        assert res.exit_code == ExitCode.SIGNATURE, (case, res.stderr)
+        assert res.stderr.count("\n") == 1 and message in res.stderr, (case, res.stderr)
+        assert "OK: signature" not in res.stderr
+
+
+def test_no_key_refusal_cases_counted() -> None:
+    figures("signatures that do not verify, no trusted key (exit 13)", cases=len(NO_KEY_REFUSALS),
+            forms=2)
+
+
+def test_a_corrupt_manifest_in_a_signed_archive_is_a_signature_failure(
+        signed: Path, keys: dict[str, KeyPair], tmp_path: Path) -> None:
+    """Under --require-signature, an archive whose manifest.json no longer parses is reported
+    by the signature (exit 13), from the archive's members, without extracting it."""
+    import tarfile
+
+    tar = pack_bundle(signed, tmp_path / "ship")
+    shutil.copy(signature_path(signed), signature_path(tar))
+    with tarfile.open(tar) as t:
+        offset = t.getmember("convnet-1.dossier/manifest.json").offset_data
+    data = bytearray(tar.read_bytes())
+    data[offset] = ord("[")  # '{' -> '[': not a manifest any more
+    tar.write_bytes(bytes(data))
+    res = _verify(tar, "--require-signature", "--trusted-key", keys["release"].public)
+    assert res.exit_code == ExitCode.SIGNATURE, res.stderr
+    assert "manifest.json: BLAKE3 differs" in res.stderr and res.stderr.count("\n") == 1
+    res = _verify(tar, "--integrity-only")  # not required: the format error, as before
+    assert res.exit_code == ExitCode.BUNDLE

@@ -86,18 +86,32 @@ OPTIMIZER_PREFIX = "optimizer:"
 
 @contextlib.contextmanager
 def _captured_stderr() -> Iterator[list[str]]:
-    """Capture what native code writes to file descriptor 2."""
+    """Capture what native code writes to file descriptor 2, through a pipe: a temporary file
+    on a full disk (or under ``ulimit -f``) would cut the log short without a word, and the
+    knob database read from it would silently lose knobs."""
+    import threading
+
     out: list[str] = []
+    chunks: list[bytes] = []
+    read_end, write_end = os.pipe()
+
+    def drain() -> None:
+        while data := os.read(read_end, 1 << 16):
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield out
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            out.append(tmp.read().decode("utf-8", "replace"))
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield out
+    finally:
+        os.dup2(saved, 2)  # the last writer of the pipe is gone: the reader sees its end
+        os.close(saved)
+        reader.join()
+        os.close(read_end)
+        out.append(b"".join(chunks).decode("utf-8", "replace"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,33 +5,44 @@ folder and file sorted by path), mtime 0, uid/gid 0, empty owner names, mode 064
 and 0755 for folders, POSIX (pax) format that only adds a pax header where USTAR cannot hold a
 field (a long path, a member over 8 GiB), never a timestamp. The same bundle gives the same bytes.
 
-Extraction never writes outside its target, and writes nothing at all until every member header
-has been checked: the manifest member is read first (size-capped, format version checked), then
-absolute paths, ``..``, symbolic and hard links, devices, fifos, duplicate members, members not
-in the manifest's file table and members larger than the table says are refused with
-:class:`~dossier.errors.UnsafeArchiveError`. Files are then copied in fixed-size chunks, each
-capped at the size the manifest declares. ``tarfile``'s own extraction is never used.
+Nothing is written until every member header has been checked: the manifest member is read
+first (size-capped, format version checked), then absolute paths, ``..``, symbolic and hard
+links, devices, fifos, duplicate members, members not in the manifest's file table, members of
+another size than the table says and files the table lists but the archive lacks are refused
+with :class:`~dossier.errors.UnsafeArchiveError`. Members are then read in place (their data is
+contiguous in an uncompressed tar) in fixed-size chunks, each verified against the manifest's
+xxh3-128 as it streams: :func:`scan_archive` hashes without writing (``verify
+--integrity-only``, signatures), :func:`extract_member` writes one file (what a command needs),
+:func:`extract_archive` all of them, after checking the file system has room. ``tarfile``'s own
+extraction is never used.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tarfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from dossier.bundle._files import (
     begin_staging,
     copy_hashed,
     fsync_path,
     rename_noreplace,
+    write_durable,
 )
 from dossier.bundle.integrity import check_integrity
-from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, parse_manifest
+from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.bundle.writer import ARCHIVE_SUFFIX, BUNDLE_SUFFIX
+from dossier.diskfull import check_room, disk_full_error, host_io, is_disk_full
 from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
 from dossier.hashing import CHUNK
+from dossier.lock import bundle_lock
 
 MAX_MEMBERS = 100_000
 """An archive with more members than this is refused while its headers are read."""
@@ -58,24 +69,31 @@ def pack_bundle(path: Path, out_dir: Path) -> Path:
         target = out_dir / archive_name(bundle)
         if os.path.lexists(target):
             raise OutputError(f"{target} exists already", hint="archives are never overwritten")
-        staging = begin_staging(out_dir, target.name, directory=False)
-        try:
-            with open(staging, "xb") as f:
-                write_archive(bundle, f)
-                f.flush()
-                os.fsync(f.fileno())
-            rename_noreplace(staging, target)
-            fsync_path(out_dir)
-        except FileExistsError:
-            staging.unlink(missing_ok=True)
-            raise OutputError(f"{target} appeared while the archive was written") from None
-        except OSError as exc:
-            staging.unlink(missing_ok=True)
-            raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        except BaseException:
-            staging.unlink(missing_ok=True)
-            raise
+        with bundle_lock(out_dir, target.name):  # one writer of this archive at a time
+            _commit_archive(bundle, out_dir, target)
     return target
+
+
+def _commit_archive(bundle: Bundle, out_dir: Path, target: Path) -> None:
+    staging = begin_staging(out_dir, target.name, directory=False)
+    try:
+        with open(staging, "xb") as f:
+            write_archive(bundle, f)
+            f.flush()
+            os.fsync(f.fileno())
+        rename_noreplace(staging, target)
+        fsync_path(out_dir)
+    except FileExistsError:
+        staging.unlink(missing_ok=True)
+        raise OutputError(f"{target} appeared while the archive was written") from None
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def write_archive(bundle: Bundle, fileobj: object) -> None:
@@ -108,17 +126,35 @@ def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarIn
     return info
 
 
-def extract_archive(archive: Path, target: Path) -> Path:
-    """Extract a ``.dossier.tar`` into the new folder ``target`` (its parent must exist) and
-    return ``target``, which then holds manifest.json and the bundle's files.
+@dataclass(frozen=True)
+class ArchiveIndex:
+    """A ``.dossier.tar`` whose every member header was checked against its manifest: what
+    :func:`index_archive` returns, and what members are read through. Nothing was written."""
 
-    Every member header is checked before any byte is written (see the module docstring);
-    UnsafeArchiveError names the first offending member, BundleFormatError an archive that is
-    not a bundle of a readable format.
-    """
-    archive, target = Path(archive), Path(target)
-    if os.path.lexists(target):
-        raise OutputError(f"extraction target {target} exists already")
+    archive: Path
+    """The archive file."""
+    root: str
+    """The bundle folder's name inside it (``NAME-VERSION.dossier``)."""
+    manifest: bytes
+    """manifest.json as stored (at most MANIFEST_MAX_BYTES)."""
+    table: dict[str, FileEntry]
+    """The manifest's file table: every file member, by bundle path."""
+    members: dict[str, tuple[int, int]]
+    """Bundle path -> (offset of its data in the archive, size)."""
+    folders: list[str]
+    """Folder members, by bundle path, in archive order."""
+
+    def size(self, files: Iterable[str] | None = None) -> int:
+        """Bytes of ``files`` (default: every file)."""
+        return sum(self.members[r][1] for r in (self.members if files is None else files))
+
+
+def index_archive(archive: Path) -> ArchiveIndex:
+    """Read every member header of ``archive`` and check it against the manifest (read first,
+    size-capped), writing nothing: UnsafeArchiveError names the first member that is unsafe,
+    not in the file table, of another size than the table says, or missing (the member count
+    must be the table's); BundleFormatError for an archive that is not a readable bundle."""
+    archive = Path(archive)
     try:
         tar = tarfile.open(archive, mode="r:", encoding="utf-8")  # uncompressed only
     except (tarfile.TarError, OSError) as exc:
@@ -126,26 +162,104 @@ def extract_archive(archive: Path, target: Path) -> Path:
                                 f"({exc})") from exc
     with tar:
         members = _headers(tar, archive)
-        root, table = _read_manifest(tar, members, archive)
+        root, data, table = _read_manifest(tar, members, archive)
         plan = _check_members(members, root, table, archive)
+    files = {rel: (m.offset_data, m.size) for m, rel in plan if m.isreg() and rel != MANIFEST_NAME}
+    return ArchiveIndex(archive, root, data, table, files,
+                        [rel for m, rel in plan if m.isdir()])
+
+
+def open_member(index: ArchiveIndex, rel: str) -> BinaryIO:
+    """A reader of the member ``rel`` (a bundle path of the file table), exactly its size."""
+    offset, size = index.members[rel]
+    f = open(index.archive, "rb", buffering=0)  # noqa: SIM115 - returned to the caller
+    f.seek(offset)
+    return _Slice(f, size)  # type: ignore[return-value]
+
+
+class _Slice(io.RawIOBase):
+    """At most ``size`` bytes of an open file, from where it stands; closes it when closed."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.left = f, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def,override]
+        view = memoryview(buf)[: self.left]
+        n = self.f.readinto(view) if view.nbytes else 0  # type: ignore[attr-defined]
+        self.left -= n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def extract_member(index: ArchiveIndex, rel: str, dest: Path) -> None:
+    """Copy the member ``rel`` into the new file ``dest``, verifying it against the manifest's
+    size and xxh3-128 as it streams; on a mismatch ``dest`` is removed and IntegrityError names
+    the member. A full disk is DiskFullError, with ``dest`` removed."""
+    entry = index.table[rel]
+    try:
+        with open_member(index, rel) as src, host_io(dest.parent, f"extracting {rel} from "
+                                                     f"{index.archive}"):
+            digest, size = copy_hashed(src, dest, limit=entry.size)
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    if size != entry.size or digest != entry.digest:
+        dest.unlink(missing_ok=True)
+        raise IntegrityError(f"{index.archive}: member {rel} is altered "
+                             + (f"({size} bytes, the manifest says {entry.size})"
+                                if size != entry.size else
+                                f"(xxh3-128 {digest}, the manifest says {entry.digest})"))
+
+
+def extract_archive(archive: Path, target: Path, files: Iterable[str] | None = None) -> Path:
+    """Extract a ``.dossier.tar`` into the new folder ``target`` (its parent must exist) and
+    return ``target``, which then holds manifest.json and the bundle's files (``files``: only
+    those bundle paths).
+
+    Every member header is checked before any byte is written (see the module docstring and
+    :func:`index_archive`), the file system must have room for what is extracted, and each
+    member is verified against its xxh3-128 as it streams (IntegrityError naming it);
+    UnsafeArchiveError names the first offending member, BundleFormatError an archive that is
+    not a bundle of a readable format, DiskFullError a full disk. On any failure ``target`` is
+    removed.
+    """
+    archive, target = Path(archive), Path(target)
+    if os.path.lexists(target):
+        raise OutputError(f"extraction target {target} exists already")
+    index = index_archive(archive)
+    wanted = list(index.members) if files is None else [r for r in index.members if r in set(files)]
+    check_room(target.parent, index.size(wanted) + len(index.manifest),
+               f"extracting {archive.name}")
+    with host_io(target.parent, f"extracting {archive}"):
         target.mkdir()
-        try:
-            for member, rel in plan:
-                dest = target.joinpath(*rel.split("/")) if rel else target
-                if member.isdir():
-                    dest.mkdir(parents=True, exist_ok=True)
-                    continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(member)
-                if src is None:  # not a regular file; _check_members refused those already
-                    raise UnsafeArchiveError(f"{archive}: member {member.name!r} has no data")
-                with src:
-                    limit = table.get(rel, MANIFEST_MAX_BYTES)
-                    copy_hashed(src, dest, limit=limit)  # type: ignore[arg-type]
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+    try:
+        with host_io(target, f"extracting {archive}"):
+            write_durable(target / MANIFEST_NAME, index.manifest)
+            for rel in index.folders if files is None else []:
+                (target / rel).mkdir(parents=True, exist_ok=True)
+        for rel in wanted:
+            dest = target.joinpath(*rel.split("/"))
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            extract_member(index, rel, dest)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
     return target
+
+
+def scan_archive(index: ArchiveIndex, hasher: Callable[[BinaryIO], str]) -> dict[str, str]:
+    """``hasher`` over manifest.json and every file member, streamed; nothing is written."""
+    out = {MANIFEST_NAME: hasher(io.BytesIO(index.manifest))}
+    for rel in index.members:
+        with open_member(index, rel) as src:
+            out[rel] = hasher(src)
+    return dict(sorted(out.items()))
 
 
 def _headers(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
@@ -163,7 +277,7 @@ def _headers(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
 
 
 def _read_manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo],
-                   archive: Path) -> tuple[str, dict[str, int]]:
+                   archive: Path) -> tuple[str, bytes, dict[str, FileEntry]]:
     found = [m for m in members
              if m.name.count("/") == 1 and m.name.split("/")[1] == MANIFEST_NAME]
     if not found:
@@ -183,10 +297,10 @@ def _read_manifest(tar: tarfile.TarFile, members: list[tarfile.TarInfo],
         data = src.read(MANIFEST_MAX_BYTES + 1)
     _, manifest, _ = parse_manifest(data, f"{archive}:{member.name}")
     root = member.name.split("/")[0]
-    return root, {f.path: f.size for f in manifest.files}
+    return root, data, {f.path: f for f in manifest.files}
 
 
-def _check_members(members: list[tarfile.TarInfo], root: str, table: dict[str, int],
+def _check_members(members: list[tarfile.TarInfo], root: str, table: dict[str, FileEntry],
                    archive: Path) -> list[tuple[tarfile.TarInfo, str]]:
     """Refuse anything unsafe; return (member, path relative to the bundle folder)."""
     folders = {""} | {"/".join(p.split("/")[:i]) for p in table for i in range(1, p.count("/") + 1)}
@@ -223,8 +337,15 @@ def _check_members(members: list[tarfile.TarInfo], root: str, table: dict[str, i
         elif rel != MANIFEST_NAME:
             if rel not in table:
                 raise refuse("is not in the manifest's file table")
-            if m.size > table[rel]:
-                raise refuse(f"is {m.size} bytes, larger than the {table[rel]} the manifest says")
+            if m.size != table[rel].size:
+                more = "larger" if m.size > table[rel].size else "smaller"
+                raise refuse(f"is {m.size} bytes, {more} than the {table[rel].size} the "
+                             "manifest says")
         plan.append((m, rel))
+    missing = sorted(set(table) - {rel for _, rel in plan})
+    if missing:
+        raise UnsafeArchiveError(f"{archive}: the manifest lists {len(table)} files, the archive "
+                                 f"holds {len(table) - len(missing)} (no {missing[0]!r}); "
+                                 "nothing was extracted")
     return plan
 

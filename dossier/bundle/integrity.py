@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dossier.bundle.manifest import MANIFEST_NAME, body_digest
 from dossier.bundle.reader import Bundle
-from dossier.hashing import digest_file
+from dossier.hashing import digest_file, digest_stream
 
 
 class ProblemKind(str, enum.Enum):
@@ -75,7 +75,9 @@ class IntegrityReport:
 
 def check_integrity(bundle: Bundle) -> IntegrityReport:
     """Check every file of ``bundle`` against its file table (size, then xxh3-128, streamed)
-    and the manifest against its dossier id. Names every missing, extra or altered file."""
+    and the manifest against its dossier id. Names every missing, extra or altered file. An
+    archive opened lazily is checked member by member inside the archive, writing nothing (its
+    member headers, sizes and count were checked against the table when it was opened)."""
     root = bundle.path
     m = bundle.manifest
     problems: list[Problem] = []
@@ -84,6 +86,15 @@ def check_integrity(bundle: Bundle) -> IntegrityReport:
         problems.append(Problem(MANIFEST_NAME, ProblemKind.ALTERED,
                                 f"its content no longer matches its dossier id {m.dossier_id}"))
     table = m.table()
+    if bundle.archive is not None:  # an archive opened lazily: its members, hashed in place
+        from dossier.bundle.archive import scan_archive
+
+        got = scan_archive(bundle.archive, lambda f: digest_stream(f)[0])
+        problems += [Problem(rel, ProblemKind.ALTERED, f"xxh3-128 {got[rel]}, the manifest says "
+                             f"{entry.digest}") for rel, entry in table.items()
+                     if got.get(rel) != entry.digest]
+        problems.sort(key=lambda p: (p.path, p.kind.value))
+        return IntegrityReport(m.dossier_id, len(table), problems)
     for rel, entry in table.items():
         why = _check_file(root, rel, entry.size, entry.digest)
         if why is not None:

@@ -1,19 +1,29 @@
 """Open a bundle (folder or ``.dossier.tar``) and read its parts.
 
-:func:`open_bundle` checks the manifest's format version before anything else. A ``.tar`` is
-extracted safely (see :mod:`dossier.bundle.archive`) into a temporary folder that is removed
-when the context ends. Opening does not check file digests: :func:`~dossier.bundle.integrity.
-check_integrity` does.
+:func:`open_bundle` checks the manifest's format version before anything else. A ``.tar`` has
+every member header checked against its manifest first (see :mod:`dossier.bundle.archive`),
+then is extracted into a temporary folder, each file verified against its xxh3-128 as it
+streams: all of it, or with ``lazy=True`` only the files the command reads, when it reads them
+(``inspect`` extracts nothing; ``verify --integrity-only`` hashes the members in place), up to
+a per-command size cap. The temporary folder ``dossier-open-PID-*`` is removed when the context
+ends, and on SIGTERM (the CLI unwinds); one left by a killed process is removed by the next
+open once its process is gone and it is older than :data:`STALE_OPEN_S`. Opening a folder does
+not check file digests: :func:`~dossier.bundle.integrity.check_integrity` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import secrets
 import shutil
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ValidationError
@@ -29,15 +39,19 @@ from dossier.bundle.manifest import (
 )
 from dossier.bundle.writer import CACHE_NAME, FINGERPRINT_NAME, MODEL_JSON, VALIDATION_JSON
 from dossier.cache import TuningCache
-from dossier.errors import BundleFormatError
+from dossier.errors import BundleError, BundleFormatError
 from dossier.fingerprint import Fingerprint
+
+if TYPE_CHECKING:
+    from dossier.bundle.archive import ArchiveIndex
 
 
 class Bundle:
     """An opened bundle: its folder, its manifest and typed access to its files."""
 
     def __init__(self, path: Path, raw: dict[str, Any], manifest: Manifest, notes: list[str],
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, archive: ArchiveIndex | None = None,
+                 max_extract: int | None = None) -> None:
         self.path = Path(path)
         """The bundle folder (for an archive: where it was extracted)."""
         self.raw = raw
@@ -48,6 +62,12 @@ class Bundle:
         """Things the reader wants said (e.g. a newer minor format version)."""
         self.source = Path(source) if source is not None else self.path
         """What was opened: the folder or the .dossier.tar."""
+        self.archive = archive
+        """For a .tar opened lazily: its checked index; files are extracted when first read."""
+        self.max_extract = max_extract
+        """At most this many bytes are extracted from the archive (None: no cap)."""
+        self.extracted = 0
+        """Bytes extracted so far."""
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.source)!r}, id={self.manifest.dossier_id})"
@@ -58,10 +78,44 @@ class Bundle:
         return self.notes[0] if self.notes else None
 
     def file(self, rel: str) -> Path:
-        """The path of a file of the bundle's file table; BundleFormatError if not listed."""
+        """The path of a file of the bundle's file table (extracted now when the bundle is an
+        archive opened lazily); BundleFormatError if not listed."""
         if rel not in self.manifest.table():
             raise BundleFormatError(f"{self.source}: {rel} is not in the bundle's file table")
+        path = self.path / rel
+        if self.archive is not None and not path.is_file():
+            self._extract([rel])
+        return path
+
+    def folder(self, rel: str) -> Path:
+        """The bundle folder ``rel`` (e.g. ``validation``), every file under it extracted when
+        the bundle is an archive opened lazily."""
+        if self.archive is not None:
+            prefix = rel.rstrip("/") + "/"
+            self._extract([r for r in self.archive.members if r.startswith(prefix)
+                           and not (self.path / r).is_file()])
         return self.path / rel
+
+    def _extract(self, files: list[str]) -> None:
+        from dossier.bundle.archive import extract_member
+        from dossier.diskfull import check_room, host_io
+
+        assert self.archive is not None
+        size = self.archive.size(files)
+        if self.max_extract is not None and self.extracted + size > self.max_extract:
+            raise BundleError(f"{self.source}: reading {files[0]} would extract "
+                              f"{self.extracted + size} bytes, more than the {self.max_extract} "
+                              "this command allows", hint="the manifest lists files far larger "
+                              "than this command reads; check the archive with dossier verify")
+        with host_io(self.path.parent, f"opening {self.source}"):
+            self.path.mkdir(parents=True, exist_ok=True)
+        check_room(self.path, size, f"extracting {self.source.name}")
+        for rel in files:
+            dest = self.path.joinpath(*rel.split("/"))
+            with host_io(self.path, f"opening {self.source}"):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+            extract_member(self.archive, rel, dest)
+            self.extracted += self.archive.members[rel][1]
 
     def _json(self, rel: str, model: type[BaseModel]) -> Any:
         path = self.file(rel)
@@ -224,14 +278,20 @@ def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:
 
 
 @contextlib.contextmanager
-def open_bundle(path: Path, *, workdir: Path | None = None) -> Iterator[Bundle]:
+def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
+                max_extract: int | None = None) -> Iterator[Bundle]:
     """Open a bundle folder or ``.dossier.tar`` for the duration of the ``with`` block.
 
-    An archive is extracted safely into a temporary folder (under ``workdir`` if given), which
-    is removed afterwards. Raises BundleFormatError when ``path`` is not a readable bundle and
-    UnsafeArchiveError for an archive that would write outside its target.
+    An archive has its member headers checked against its manifest, then is extracted (every
+    file verified against its digest as it streams) into a temporary folder under ``workdir``
+    (default: the system's), which is removed afterwards. With ``lazy`` nothing is extracted up
+    front: :meth:`Bundle.file` and :meth:`Bundle.folder` extract what is read, at most
+    ``max_extract`` bytes. Raises BundleFormatError when ``path`` is not a readable bundle,
+    UnsafeArchiveError for an archive whose members disagree with its manifest or would write
+    outside its target, IntegrityError for a member that does not match its digest, and
+    DiskFullError when the temporary folder's file system has no room.
     """
-    from dossier.bundle.archive import extract_archive
+    from dossier.bundle.archive import extract_archive, index_archive
 
     path = Path(path)
     if path.is_dir():
@@ -239,12 +299,60 @@ def open_bundle(path: Path, *, workdir: Path | None = None) -> Iterator[Bundle]:
         return
     if not path.is_file():
         raise BundleFormatError(f"{path} is not a bundle (no such folder or archive)")
-    tmp = Path(tempfile.mkdtemp(prefix="dossier-open-", dir=workdir))
+    index = index_archive(path)  # every header, against the manifest; nothing written
+    base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
+    remove_stale_opens(base)
+    tmp = base / f"{OPEN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
     try:
-        folder = extract_archive(path, tmp / "bundle")
-        yield read_bundle(folder, source=path)
+        if lazy:
+            raw, manifest, notes = parse_manifest(index.manifest, f"{path}:{MANIFEST_NAME}")
+            yield Bundle(tmp / "bundle", raw, manifest, notes, source=path, archive=index,
+                         max_extract=max_extract)
+        else:
+            from dossier.diskfull import host_io
+
+            with host_io(base, f"opening {path}"):
+                tmp.mkdir()
+            folder = extract_archive(path, tmp / "bundle")
+            yield read_bundle(folder, source=path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+RECORDS_MAX_EXTRACT = 1 << 30
+"""Cap on what ``explain`` and ``diff`` extract from an archive: they read the records
+(tables, tuning cache, fingerprint, knobs), never an engine or the model."""
+OPEN_PREFIX = "dossier-open-"
+"""Temporary folders of opened archives: ``dossier-open-PID-RANDOM``."""
+STALE_OPEN_S = 600
+"""A temporary folder whose process is gone is removed once it is older than this (seconds)."""
+_OPEN = re.compile(rf"^{re.escape(OPEN_PREFIX)}(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def remove_stale_opens(folder: Path, *, older_than_s: float = STALE_OPEN_S) -> list[Path]:
+    """Remove ``dossier-open-PID-*`` folders in ``folder`` left by killed processes: the PID is
+    not running and the folder was not touched for ``older_than_s``. Returns them."""
+    from dossier.bundle._files import _alive
+
+    removed = []
+    now = time.time()
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _OPEN.match(entry.name)
+        if not m or _alive(int(m["pid"])):
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < older_than_s:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
 
 
 def _first(exc: Exception) -> str:

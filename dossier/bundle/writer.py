@@ -47,6 +47,8 @@ from dossier.bundle.manifest import (
 )
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
+from dossier.cache_check import check_cache
+from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import (
     InputError,
     ModelError,
@@ -57,6 +59,7 @@ from dossier.errors import (
 )
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
+from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Route, Selection
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
@@ -126,10 +129,7 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     if not cache_path.is_file():
         raise InputError(f"{source} is neither a run folder nor a tuning cache",
                          hint="give the --out folder of dossier tune, or its tuning-cache.jsonl")
-    cache = TuningCache.open(cache_path)
-    decision = cache.decision
-    if decision is None:
-        raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
+    cache = TuningCache.open(cache_path)  # the header, to name the target
     if parent is None:  # a re-tune records the bundle it started from in the cache header
         parent = getattr(cache.header, "parent", None)
     if parent is not None and not _ID.match(parent):
@@ -138,8 +138,14 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     h = cache.header
     out_dir = Path(out_dir)
     target = check_target(out_dir, h.release, h.release_version)
-    plan = _Plan.make(cache, decision, cache_path.parent, include_model)
-    return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
+    with run_folder_lock(cache_path.parent, read_only_ok=True):
+        cache = TuningCache.open(cache_path)  # again, now that no search can append to it
+        decision = cache.decision
+        if decision is None:
+            raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
+        with bundle_lock(out_dir, target.name):
+            plan = _Plan.make(cache, decision, cache_path.parent, include_model)
+            return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
 
 
 def commit_bundle(out_dir: Path, target: Path,
@@ -162,6 +168,8 @@ def commit_bundle(out_dir: Path, target: Path,
         fsync_path(out_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
         raise OutputError(f"cannot write the bundle into {out_dir}: {exc.strerror or exc}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -198,6 +206,15 @@ class _Plan:
             raise InputError(f"{run_dir / KNOBS_NAME} is not a knob database") from exc
         if db.digest() != h.knob_db_digest:
             raise InputError(f"{run_dir / KNOBS_NAME} is not the knob database the search used")
+        try:
+            vset = load_validation_set(Path(h.validation_path))
+        except ValidationSetError as exc:
+            raise ValidationSetError(f"the validation set of the search cannot be read: {exc}",
+                                     hint="restore it where the search found it") from exc
+        if vset.digest() != h.validation_digest:
+            raise ValidationSetError(f"the validation set {h.validation_path} changed since the "
+                                     "search", hint="restore it, or tune again")
+        check_cache(cache, db, run_dir, vset=vset)  # every record, every engine digest
         trials = {t.index: t for t in cache.trials}
         shipped = trials.get(decision.shipped_index)
         baseline = next((t for t in cache.trials if t.role == "baseline"), None)
@@ -216,14 +233,6 @@ class _Plan:
         elif include_model:
             raise ModelError(f"the model {model} is gone",
                              hint="restore it, or bundle with --no-model")
-        try:
-            vset = load_validation_set(Path(h.validation_path))
-        except ValidationSetError as exc:
-            raise ValidationSetError(f"the validation set of the search cannot be read: {exc}",
-                                     hint="restore it where the search found it") from exc
-        if vset.digest() != h.validation_digest:
-            raise ValidationSetError(f"the validation set {h.validation_path} changed since the "
-                                     "search", hint="restore it, or tune again")
         return cls(cache, decision, run_dir, include_model, db, shipped, baseline, model,
                    externals, vset)
 
@@ -287,7 +296,7 @@ class _Plan:
             src = self.run_dir / trial.engine  # type: ignore[operator]
             tag = "" if role == "shipped" else ".baseline"
             f = copy(src, f"engine/{name}{tag}{src.suffix}")
-            if trial.engine_digest and f.digest != trial.engine_digest:
+            if f.digest != trial.engine_digest:
                 raise InputError(f"engine {src} changed since the search (its xxh3-128 is not "
                                  "the one the tuning cache recorded)",
                                  hint="bundle the run folder dossier tune wrote, unchanged")

@@ -1,0 +1,173 @@
+"""Every record of a tuning cache, checked against its header and the knob database before use.
+
+A tuning cache is read back from disk, so it is untrusted: ``tune --continue`` reuses its
+engines and its decision, ``bundle`` ships the engine it names. :func:`check_cache` refuses,
+with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
+
+- a trial's index is not its position (a duplicated or missing trial line), a route is tried
+  twice, or there is not exactly one baseline, at index 0, on the header's baseline route;
+- a route names a knob the knob database does not have, a value it does not allow, or lies
+  outside the header's selection (a knob not selected, a pinned knob moved, a value not listed);
+- an engine path is absolute, has ``..``, or resolves outside the run folder (through a
+  symbolic link), an admissible trial has no engine digest, or an engine file no longer has
+  the digest its record gives (recomputed here, streamed);
+- a trial's losses name validation pairs or outputs the header's validation set does not have;
+- a confirmation re-measures a route that was not an admissible trial before it, or another
+  engine;
+- a decision line comes before the trials it decides, or names a shipped trial or baseline
+  that does not match the trials (a stale or forged decision is never reused).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from dossier.cache import DecisionRecord, TuningCache
+from dossier.errors import CacheMismatchError, SelectionError
+from dossier.hashing import digest_file
+from dossier.knobs import KnobDatabase
+from dossier.routes import Route, Selection
+from dossier.trial import TrialRecord
+from dossier.validation import ValidationSet
+
+_HINT = ("the run folder was edited or mixed with another search; use the folder dossier tune "
+         "wrote, unchanged, or start a new search")
+
+
+def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
+                vset: ValidationSet | None = None, digests: bool = True) -> None:
+    """Refuse (CacheMismatchError naming the line) any record of ``cache`` that does not fit its
+    header, ``db`` (the knob database the header's digest names) and the run folder ``run_dir``.
+    With ``vset``, losses must name its pairs and outputs; with ``digests``, every engine file
+    present is hashed and must match its record."""
+    h = cache.header
+    where = cache.path
+    selection = _selection(h.selection, db, where)
+    run_root = Path(os.path.realpath(run_dir))
+    trials: list[TrialRecord] = []
+    tried: dict[str, int] = {}
+    decision_line: int | None = None
+
+    def refuse(line: int, why: str) -> CacheMismatchError:
+        return CacheMismatchError(f"{where} line {line}: {why}", hint=_HINT)
+
+    for line, record in zip(cache.lines, cache.records, strict=True):
+        if isinstance(record, DecisionRecord):
+            if decision_line is not None:
+                raise refuse(line, f"a second decision (the first is on line {decision_line})")
+            decision_line = line
+            _check_decision(record, trials, h.baseline_route, lambda why, n=line: refuse(n, why))
+            continue
+        if not isinstance(record, TrialRecord):
+            continue  # a session record: times and counts only
+        t = record
+        if decision_line is not None:
+            raise refuse(line, f"trial {t.index} comes after the decision on line {decision_line} "
+                         "(a stale decision)")
+        if t.index != len(trials):
+            raise refuse(line, f"trial index {t.index} where {len(trials)} was expected "
+                         "(a duplicated or missing trial line)")
+        if (t.index == 0) != (t.role == "baseline"):
+            raise refuse(line, "the baseline must be trial 0, and only trial 0" if t.index
+                         else f"trial 0 is a {t.role} trial, not the baseline")
+        try:
+            route = Route.parse(t.route, db)
+        except SelectionError as exc:
+            raise refuse(line, f"route {t.route!r}: {exc}") from None
+        if t.role == "baseline" and route.text() != h.baseline_route:
+            raise refuse(line, f"the baseline route {t.route!r} is not the header's "
+                         f"{h.baseline_route!r}")
+        outside = _outside(route, selection, db)
+        if outside:
+            raise refuse(line, f"route {t.route!r} lies outside the selection ({outside})")
+        if t.role == "confirm":
+            first = tried.get(route.text())
+            earlier = trials[first] if first is not None else None
+            if earlier is None or not earlier.admissible or earlier.engine != t.engine:
+                raise refuse(line, f"confirmation of {t.route!r}, which is not an admissible "
+                             "trial before it with the same engine")
+        elif route.text() in tried:
+            raise refuse(line, f"route {t.route!r} was tried already as trial "
+                         f"{tried[route.text()]} (a duplicated trial line)")
+        else:
+            tried[route.text()] = t.index
+        why = _engine_problem(t, run_root, digests and t.role != "confirm")
+        if why:
+            raise refuse(line, why)
+        if vset is not None and t.losses:
+            why = _losses_problem(t, vset)
+            if why:
+                raise refuse(line, why)
+        trials.append(t)
+
+
+def _selection(text: str, db: KnobDatabase, where: Path) -> Selection:
+    try:
+        return Selection.parse(text, db)
+    except SelectionError as exc:
+        raise CacheMismatchError(f"{where} line 1: the selection does not fit the knob "
+                                 f"database ({exc})", hint=_HINT) from None
+
+
+def _outside(route: Route, selection: Selection, db: KnobDatabase) -> str:
+    items = {i.knob: i for i in selection.items}
+    for knob, value in route.values:
+        item = items.get(knob)
+        if item is None:
+            return f"-{knob} is not selected"
+        if item.pinned and value != item.values[0]:
+            return f"-{knob} is pinned to {item.values[0]!r}"
+        if value not in item.values and value != db.get(knob).default:
+            return f"{value!r} is not listed for -{knob}"
+    return ""
+
+
+def _engine_problem(t: TrialRecord, run_root: Path, digest: bool) -> str:
+    if t.engine is None:
+        return "" if not t.engine_digest else "an engine digest without an engine"
+    rel = PurePosixPath(t.engine)
+    if rel.is_absolute() or "\\" in t.engine or ".." in rel.parts or not rel.parts:
+        return f"engine path {t.engine!r} is not a plain path inside the run folder"
+    path = run_root.joinpath(*rel.parts)
+    real = Path(os.path.realpath(path))
+    if real != run_root and run_root not in real.parents:
+        return f"engine {t.engine!r} leads out of the run folder (to {real})"
+    if not t.engine_digest:
+        return f"engine {t.engine!r} has no digest"
+    if digest and path.is_file():
+        try:
+            got, _ = digest_file(path)
+        except OSError as exc:
+            return f"engine {t.engine!r} cannot be read ({exc.strerror})"
+        if got != t.engine_digest:
+            return (f"engine {t.engine!r} changed since the search (xxh3-128 {got}, its record "
+                    f"says {t.engine_digest})")
+    return ""
+
+
+def _losses_problem(t: TrialRecord, vset: ValidationSet) -> str:
+    outputs = {p.name: set(p.references) for p in vset.pairs}
+    for pair, losses in (t.losses or {}).items():
+        if pair not in outputs:
+            return f"losses of trial {t.index} name pair {pair!r}, not in the validation set"
+        odd = sorted(set(losses) - outputs[pair])
+        if odd:
+            return (f"losses of trial {t.index} name output {odd[0]!r}, which pair {pair!r} of "
+                    "the validation set does not have (trials of another model?)")
+    return ""
+
+
+def _check_decision(d: DecisionRecord, trials: list[TrialRecord], baseline_route: str,
+                    refuse) -> None:  # type: ignore[no-untyped-def]
+    if not trials:
+        raise refuse("a decision before any trial (a stale decision)")
+    if d.baseline_route != baseline_route:
+        raise refuse(f"the decision's baseline {d.baseline_route!r} is not the header's")
+    if not 0 <= d.shipped_index < len(trials):
+        raise refuse(f"the decision ships trial {d.shipped_index}, which comes after it or "
+                     "does not exist (a stale decision)")
+    shipped = trials[d.shipped_index]
+    if shipped.route != d.shipped_route or not shipped.admissible:
+        raise refuse(f"the decision ships {d.shipped_route!r} as trial {d.shipped_index}, "
+                     f"which is {shipped.route!r} ({shipped.outcome.value})")
