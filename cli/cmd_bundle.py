@@ -101,8 +101,10 @@ def inspect(
     baseline, shipped route with its speedup and interval (or why there is no gain), trial
     counts, warnings and the tuning host."""
     from dossier.bundle import open_bundle
+    from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
-    with open_bundle(path, lazy=True, max_extract=0) as b:  # the manifest is all it reads
+    # the manifest, and the records (per-output losses, load hints): never an engine
+    with open_bundle(path, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:
         o = b.overview()
     for note in o["notes"]:
         err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

@@ -245,16 +245,16 @@ def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_commands_that_need_no_files_extract_none(packed: Path, extractions: list[str]) -> None:
-    """inspect reads the manifest only; verify --integrity-only hashes the members in place;
-    explain extracts the records it reads, never an engine, the model or the validation set;
-    a full verify extracts what the environment check reads."""
-    for args in (("inspect", packed), ("verify", packed, "--integrity-only")):
-        assert h.cli(*args).exit_code == 0
-        assert extractions == [], args
-    assert h.cli("explain", packed).exit_code == 0
-    assert extractions and not any(r.startswith(("engine/", "model/", "validation/"))
-                                   for r in extractions), extractions
-    extractions.clear()
+    """verify --integrity-only hashes the members in place; inspect and explain extract the
+    records they read (the tuning cache: per-output losses, load hints), never an engine, the
+    model or the validation set; a full verify extracts what the environment check reads."""
+    assert h.cli("verify", packed, "--integrity-only").exit_code == 0
+    assert extractions == []
+    for command in ("inspect", "explain"):
+        assert h.cli(command, packed).exit_code == 0
+        assert extractions and not any(r.startswith(("engine/", "model/", "validation/"))
+                                       for r in extractions), (command, extractions)
+        extractions.clear()
     assert h.cli("verify", packed).exit_code in (0, ExitCode.SUBOPTIMAL)
     assert not any(r.startswith(("engine/", "model/", "validation/")) for r in extractions)
 

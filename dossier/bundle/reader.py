@@ -251,9 +251,14 @@ class Bundle:
     def _load_hints(self) -> list[str]:
         """How to load the shipped engine in one's own process, when it needs more than the
         backend's loader (an AOTInductor package that carries its own libstdc++)."""
+        from dossier.errors import DossierError
+
         index = self.manifest.engines.shipped.trial_index
-        trial = next((t for t in self.tuning_cache().trials
-                      if t.index == index and t.role != "confirm"), None)
+        try:
+            trials = self.tuning_cache().trials
+        except DossierError:  # an archive whose records cannot be read here (TMPDIR full)
+            return []
+        trial = next((t for t in trials if t.index == index and t.role != "confirm"), None)
         hint = trial.extra.get("load_hint") if trial is not None else None
         return [hint] if hint else []
 
