@@ -25,6 +25,7 @@ from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionReco
 from dossier.child import Child, run_child
 from dossier.decision import candidates, decide
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
+from dossier.executors import Executor, open_executor
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
@@ -203,10 +204,11 @@ class Tuner:
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
                  observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
-                 build_jobs: int | None = None) -> None:
+                 build_jobs: int | None = None, executor: Executor | None = None) -> None:
         """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
         their own processes, ahead of measurement, when there are several jobs or the backend
-        builds separately; otherwise one process builds and measures each trial."""
+        builds separately; otherwise one process builds and measures each trial. ``executor``:
+        where build and measure jobs run (None: here, as described; see :mod:`dossier.executors`)."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -215,9 +217,12 @@ class Tuner:
         self.work.mkdir(exist_ok=True)
         self.engines.mkdir(exist_ok=True)
         self.ran = 0
+        self.executor = executor
         jobs = default_build_jobs(p.backend) if build_jobs is None else build_jobs
         self.builds: Builds | None = None
-        if jobs > 1 or p.backend.separate_build:
+        if executor is not None:
+            executor.attach(self)
+        elif jobs > 1 or p.backend.separate_build:
             self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
                                  self._build_key)
 
@@ -235,17 +240,30 @@ class Tuner:
         base = next((t for t in self.cache.trials if t.role == "baseline"), None)
         return self.run_dir / base.engine if base and base.engine else None
 
+    def trial_request(self, route: Route, index: int, role: str) -> WorkerRequest:
+        """The measure job of trial ``index``: its engine file, the baseline engine to time it
+        against, and an earlier trial's engine with the same build-time knobs to reuse."""
+        engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
+        base_engine = self._baseline_engine() if role != "baseline" else None
+        same = self._same_build(route)
+        return self._request(mode="trial", route=route.text(), engine=str(engine),
+                             baseline_engine=str(base_engine) if base_engine else None,
+                             reuse_engine=str(self.run_dir / same.engine) if same else None,
+                             reuse_facts=dict(same.extra) if same else {})
+
     def run_trial(self, route: Route, role: str) -> TrialRecord:
         """Build (or take the build job's engine), then measure one route in a child process,
         and append its record."""
         index = len(self.cache.trials)
-        engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
-        base_engine = self._baseline_engine() if role != "baseline" else None
+        req = self.trial_request(route, index, role)
+        engine = Path(req.engine or "")
+        base_engine = Path(req.baseline_engine) if req.baseline_engine else None
         same = self._same_build(route)
-        req = self._request(mode="trial", route=route.text(), engine=str(engine),
-                            baseline_engine=str(base_engine) if base_engine else None,
-                            reuse_engine=str(self.run_dir / same.engine) if same else None,
-                            reuse_facts=dict(same.extra) if same else {})
+        if self.executor is not None:
+            self.observer.trial_started(index, route.text(), role)
+            started = _now()
+            result, trial_s = self.executor.trial(route, index, req)
+            return self._append(index, route, role, result, engine, trial_s, started)
         build: Build | None = None
         if self.builds is not None and same is None:
             build = self.builds.wait(route, index)
@@ -278,6 +296,10 @@ class Tuner:
             if build is not None:
                 result = _with_build_phases(result, build)
         trial_s = time.perf_counter() - t0 + (build.build_s or 0.0 if build else 0.0)
+        return self._append(index, route, role, result, engine, trial_s, started)
+
+    def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
+                trial_s: float, started: str) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
@@ -353,8 +375,9 @@ class Tuner:
         t0 = time.perf_counter()
         timing = self.p.spec.timing
         env = {k: v for t in chosen for k, v in self._loader_env(self.run_dir / t.engine).items()}  # type: ignore[operator]
-        result = run_child(req, self.work, "confirm", timing.trial_timeout_s * 2,
-                           timing.trial_memory_limit_mb, {**self._loader_env(base), **env})
+        result = self.executor.confirm(req) if self.executor is not None else run_child(
+            req, self.work, "confirm", timing.trial_timeout_s * 2, timing.trial_memory_limit_mb,
+            {**self._loader_env(base), **env})
         if not isinstance(result, TimedResult):
             raise TuneError("the confirmation measurement failed: "
                             f"{getattr(result, 'reason', None) or result.outcome}")
@@ -376,7 +399,8 @@ class Tuner:
     def _queue_builds(self, results: dict[str, TrialRecord]) -> None:
         """Queue the builds of every route known to come (all of them for strategies that plan
         ahead; for mixed, phase 2's once phase 1 is measured)."""
-        if self.builds is None:
+        pool = self.executor if self.executor is not None else self.builds
+        if pool is None:
             return
         s = self.p
         index, seen = len(self.cache.trials), set(results)
@@ -386,7 +410,7 @@ class Tuner:
                 continue
             seen.add(route.text())
             if self._same_build(route) is None:
-                self.builds.want(route, index)
+                pool.want(route, index)
             index += 1  # measured in this order, one trial index each
 
     def _measure_all(self, results: dict[str, TrialRecord]) -> None:
@@ -421,6 +445,8 @@ class Tuner:
         finally:
             if self.builds is not None:
                 self.builds.close()
+            if self.executor is not None:
+                self.executor.drop_pending()
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
@@ -435,7 +461,8 @@ class Tuner:
 def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
          spec_path: Path | None = None, resume: bool = False,
          warm_start: list[str] | None = None, parent: str | None = None,
-         build_jobs: int | None = None) -> TuneResult:
+         build_jobs: int | None = None, executor: str = "local",
+         address: str | None = None) -> TuneResult:
     """Search ``spec``'s selection and decide, writing everything under ``out``.
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
@@ -443,36 +470,50 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
     ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
-    results do not depend on it, only the wall time does.
+    results do not depend on it, only the wall time does. ``executor`` ``"ray"`` runs build and
+    measure jobs on the Ray cluster at ``address`` (see :mod:`dossier.executors`).
     """
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     out = Path(out)
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
+    cache: TuningCache | None = None
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
         _check_resume(cache, fresh)
     elif out.exists() and any(out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
+    if build_jobs is not None and build_jobs < 1:
+        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
+    ex = open_executor(executor, address, p)
     try:
-        if not resume:
+        return _run(p, out, cache_path, fresh, cache, observer, warm, build_jobs, ex)
+    finally:
+        if ex is not None:
+            ex.close()
+
+
+def _run(p: Prepared, out: Path, cache_path: Path, fresh: CacheHeader,
+         cache: TuningCache | None, observer: TuneObserver | None, warm: list[Route],
+         build_jobs: int | None, ex: Executor | None) -> TuneResult:
+    """The search of :func:`tune` once its inputs are checked (``cache``: the one resumed)."""
+    try:
+        if cache is None:
             out.mkdir(parents=True, exist_ok=True)
             cache = TuningCache.create(cache_path, fresh)
         # written after the header: a kill in between leaves them to --continue (the knob
         # database matches the header's digest; the fingerprint is of the host tuning now)
         if not (out / KNOBS_NAME).is_file():
             _write_json(out / KNOBS_NAME, p.db.model_dump_json(indent=2))
-        if not (out / FINGERPRINT_NAME).is_file():
-            _write_json(out / FINGERPRINT_NAME,
-                        collect(include_compiler=p.backend.name == "torch-inductor")
-                        .model_dump_json(indent=2))
+        if not (out / FINGERPRINT_NAME).is_file():  # of the host that measures
+            fp = ex.fingerprint() if ex is not None else \
+                collect(include_compiler=p.backend.name == "torch-inductor")
+            _write_json(out / FINGERPRINT_NAME, fp.model_dump_json(indent=2))
     except OSError as exc:
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    if build_jobs is not None and build_jobs < 1:
-        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
-    tuner = Tuner(p, out, cache, observer, warm, build_jobs)
+    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()
@@ -483,7 +524,7 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     shutil.rmtree(tuner.work, ignore_errors=True)
-    return TuneResult(out, cache, decision, tuner.ran)
+    return TuneResult(out, cache, decision, tuner.ran, list(ex.notes) if ex is not None else [])
 
 
 def _place(built: Path, engine: Path) -> None:
@@ -512,7 +553,8 @@ def _write_json(path: Path, text: str) -> None:
 
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
-                  build_jobs: int | None = None) -> TuneResult:
+                  build_jobs: int | None = None, executor: str = "local",
+                  address: str | None = None) -> TuneResult:
     """Resume the search recorded in ``cache_path`` (its folder is the run folder)."""
     cache_path = Path(cache_path)
     if cache_path.is_dir():
@@ -522,4 +564,4 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
     return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
                 warm_start=cache.header.warm_start, parent=cache.header.parent,
-                build_jobs=build_jobs)
+                build_jobs=build_jobs, executor=executor, address=address)
