@@ -85,29 +85,30 @@ def test_a_killed_measure_worker_requeues_the_trial_once(local_ray, sample, faul
     assert "died in every attempt (2)" in (always.reason or "")
     assert by_route["-fault=nan"].outcome is Outcome.REJECTED  # the search went on
     assert (local_ray / "killed-trial-0001.ort").exists()
-    requeued = [n for n in res.notes if "re-queued" in n]
+    requeued = sorted(n for n in res.notes if "re-queued" in n)  # measured in any order
     assert len(requeued) == 2 and "trial 1" in requeued[0] and "trial 2" in requeued[1]
 
 
 def test_driver_killed_then_continue_loses_only_trials_in_flight(local_ray, samples_dir: Path,
                                                                  tmp_path: Path) -> None:
-    """A SIGKILL of the driver process (with the Ray instance it started) during a search on
-    Ray, then --continue on Ray: nothing recorded is lost or repeated."""
+    """A SIGKILL of the driver process (``dossier tune --address`` of a running cluster) in the
+    middle of a search, then --continue: nothing recorded is lost or repeated."""
     import shutil
 
     work = tmp_path / "convnet"
     shutil.copytree(samples_dir / "convnet", work)
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
+    address = ray.get_runtime_context().gcs_address
     cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
-           "--quiet", "--executor", "ray"]
+           "--quiet", "--strategy", "fast", "--executor", "ray", "--address", address]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     cache = run / CACHE_NAME
     deadline = time.time() + 180
     while time.time() < deadline:
-        if cache.exists() and cache.read_text().count('"kind":"trial"') >= 3:
+        if cache.exists() and cache.read_text().count('"kind":"trial"') >= 2:
             break
         time.sleep(0.05)
     else:
@@ -116,12 +117,12 @@ def test_driver_killed_then_continue_loses_only_trials_in_flight(local_ray, samp
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
-    assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
+    assert 2 <= len(before) < 5 and all(r["kind"] == "trial" for r in before)
     res = continue_tune(run, executor="ray")
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     routes = [t.route for t in trials]
-    assert len(routes) == len(set(routes)) == 12  # nothing duplicated, nothing missing
-    assert res.trials_run == 12 - len(before)
+    assert len(routes) == len(set(routes)) == 5  # nothing duplicated, nothing missing
+    assert res.trials_run == 5 - len(before)
     assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
     assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
 
