@@ -42,12 +42,14 @@ from dossier.errors import BackendUnavailableError, TuneError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route
+from dossier.tuner import COMPILE_THREADS_ENV, _with_build_phases
 from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, WorkerResult
 
 ATTEMPTS = 2
 """Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
 WAIT_S = 0.2
-COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
+START_S = 300.0
+"""Seconds a new measure worker may take to start (placement, imports, inputs)."""
 
 
 def _ray() -> Any:
@@ -237,9 +239,10 @@ class _Job:
     route: Route
     index: int
     req: WorkerRequest
+    role: str
     build: _Build | None
     after: int | None = None
-    """An earlier trial with the same build-time knobs, still to be recorded: reused when ok."""
+    """An earlier trial with the same build-time knobs: this one waits until it is recorded."""
     attempts: int = 0
     mode: str = "none"
     """How the engine reached the measure worker: ``built``, ``reuse`` or ``none``."""
@@ -266,7 +269,11 @@ class RayExecutor:
         # the first measure worker's for the rest
         self._reference = stack_facts(collect(include_gpu=False, include_compiler=self._compiler),
                                       None, p.backend.stack())
-        gpus = ray.cluster_resources().get("GPU", 0)
+        resources = ray.cluster_resources()
+        gpus = resources.get("GPU", 0)
+        # one CPU stays with the measure worker on a cluster without GPUs
+        spare = int(resources.get("CPU", 1)) - (0 if gpus >= 1 else 1)
+        self._build_cpus = max(1, min(p.backend.build_cores, spare))
         self._options: dict[str, Any] = ({"num_gpus": 1, "num_cpus": 0} if gpus >= 1
                                          else {"num_cpus": 1})
         self._fp: Fingerprint | None = None
@@ -311,7 +318,12 @@ class RayExecutor:
         cls = ray.remote(MeasureWorker).options(max_restarts=0, max_concurrency=1,
                                                 **self._options)
         handle = cls.remote(self._inputs, self.p.backend.name, self._compiler)
-        hello = ray.get(handle.hello.remote())
+        try:
+            hello = ray.get(handle.hello.remote(), timeout=START_S)
+        except ray.exceptions.GetTimeoutError:
+            self.notes.append(f"a measure worker did not start within {START_S:g} s")
+            ray.kill(handle)
+            return
         facts = hello["facts"]
         if self._fp is None:
             self._reference = {k: self._reference.get(k) if self._reference.get(k) is not None
@@ -339,16 +351,19 @@ class RayExecutor:
         self.tuner = tuner
 
     # -- jobs
-    def _build(self, route: Route, index: int) -> _Build:
+    def _build(self, route: Route, index: int) -> _Build | None:
+        """``route``'s build job, started unless one with its build-time knobs was (None where
+        builds time kernels on the device: the measure job builds on its GPU)."""
+        if self.p.backend.build_cores <= 0:
+            return None
         key = self.tuner._build_key(route)
         b = self._builds.get(key)
         if b is None:
-            t = self.tuner
             name = Path(f"trial-{index:04d}{self.p.backend.engine_suffix}")
-            req = build_request(t._request(mode="build"), Build(key, route, name))
-            task = self.ray.remote(build_task).options(num_cpus=1, max_retries=ATTEMPTS - 1,
-                                                       num_returns=2)
-            meta, data = task.remote(req.model_dump_json(), self._inputs, 1)
+            req = build_request(self.tuner._request(mode="build"), Build(key, route, name))
+            task = self.ray.remote(build_task).options(num_cpus=self._build_cpus,
+                                                       max_retries=ATTEMPTS - 1, num_returns=2)
+            meta, data = task.remote(req.model_dump_json(), self._inputs, self._build_cpus)
             b = self._builds[key] = _Build(meta, data)
         return b
 
@@ -361,12 +376,12 @@ class RayExecutor:
         self._wanted[(route.text(), index)] = route
         self._pump()
 
-    def _job(self, route: Route, index: int, req: WorkerRequest) -> _Job:
+    def _job(self, route: Route, index: int, req: WorkerRequest, role: str) -> _Job:
         key = self.tuner._build_key(route)
         after = [j.index for j in self._jobs.values() if not j.stale and j.index < index
                  and self.tuner._build_key(j.route) == key]
-        job = _Job(route, index, req, None if req.reuse_engine else self._build(route, index),
-                   max(after) if after and not req.reuse_engine else None)
+        job = _Job(route, index, req, role, None if req.reuse_engine else
+                   self._build(route, index), max(after) if after else None)
         self._jobs[(route.text(), index)] = job
         return job
 
@@ -390,17 +405,24 @@ class RayExecutor:
         return True
 
     def _ready(self, job: _Job) -> bool:
-        """Whether ``job`` can be sent to a measure worker (settles it when it needs none)."""
-        if job.build is not None:
-            if not self._build_done(job.build):
-                return False
-            if not isinstance(job.build.result, BuiltResult):
-                job.out = (job.build.result, None, None, 0.0)  # type: ignore[assignment]
-                return False
-        if job.after is not None:
-            earlier = next((j for j in self._jobs.values() if j.index == job.after
-                            and not j.stale), None)
-            return earlier is None or earlier.out is not None
+        """Whether ``job`` can be sent to a measure worker (settles it when it needs none). A
+        route with the build-time knobs of an earlier one waits until that one is recorded,
+        then reuses its engine as the local executor does (when it passed)."""
+        if job.after is not None and job.after >= len(self.tuner.cache.trials):
+            return False
+        if job.role != "baseline":
+            job.req = self.tuner.trial_request(job.route, job.index, job.role)
+        if job.req.reuse_engine:
+            return True
+        if job.build is None:
+            job.build = self._build(job.route, job.index)
+            if job.build is None:
+                return True
+        if not self._build_done(job.build):
+            return False
+        if not isinstance(job.build.result, BuiltResult):  # the build failed: no measurement
+            job.out = (job.build.result, None, None, 0.0)  # type: ignore[assignment]
+            return False
         return True
 
     def _meta(self, job: _Job) -> tuple[dict[str, Any], Any, Any]:
@@ -410,19 +432,10 @@ class RayExecutor:
             base = Path(req.baseline_engine)
             digest, base_data = self._blob(base)
             meta.update(baseline_name=base.name, baseline_digest=digest)
-        earlier = next((j for j in self._jobs.values() if j.index == job.after and not j.stale
-                        and j.out is not None), None) if job.after is not None else None
         if req.reuse_engine:
             digest, engine_data = self._blob(Path(req.reuse_engine))
             meta.update(mode="reuse", reuse_name=Path(req.reuse_engine).name,
                         engine_digest=digest, facts=req.reuse_facts)
-        elif earlier is not None and earlier.out[0].outcome == "ok":  # type: ignore[index]
-            b = job.build
-            assert b is not None
-            meta.update(mode="reuse", engine_digest=b.digest,
-                        reuse_name=Path(earlier.req.engine or "").name,
-                        facts={k: str(v) for k, v in earlier.out[0].facts.items()})  # type: ignore[index, union-attr]
-            engine_data = b.data
         elif job.build is not None:
             b = job.build
             assert isinstance(b.result, BuiltResult)
@@ -438,7 +451,8 @@ class RayExecutor:
             done = len(self.tuner.cache.trials)
             for (text, index), route in self._wanted.items():
                 if index >= done and (text, index) not in self._jobs:
-                    self._job(route, index, self.tuner.trial_request(route, index, "search"))
+                    self._job(route, index, self.tuner.trial_request(route, index, "search"),
+                              "search")
             self._wanted.clear()
         for w in list(self._workers):
             job = w.job
@@ -493,7 +507,8 @@ class RayExecutor:
     def trial(self, route: Route, index: int, req: WorkerRequest) -> tuple[WorkerResult, float]:
         job = self._jobs.get((route.text(), index))
         if job is None or job.stale:
-            job = self._job(route, index, req)
+            job = self._job(route, index, req, "baseline" if req.baseline_engine is None
+                            else "search")
         for other in self._jobs.values():  # routes planned for this index that did not come
             if other.index <= index and other is not job:
                 other.stale = True
@@ -510,13 +525,14 @@ class RayExecutor:
             del self._jobs[key]
         result, data, digest, seconds = job.out
         if data is not None:
-            engine = Path(req.engine or "")
-            _write_checked(engine, data, digest or "")
+            try:
+                _write_checked(Path(req.engine or ""), data, digest or "")
+            except OSError as exc:
+                raise TuneError(f"trial {index}: the engine from the measure worker: "
+                                f"{exc}") from exc
         build_s = 0.0
         b = job.build
         if job.mode == "built" and b is not None and isinstance(b.result, BuiltResult):
-            from dossier.tuner import _with_build_phases
-
             result = _with_build_phases(result, Build(None, route, Path(), result=b.result))
             build_s = b.result.build_s
         elif job.mode == "none" and b is not None and b.result is not None:  # the build failed
