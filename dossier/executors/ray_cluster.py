@@ -222,6 +222,8 @@ class _Worker:
     handle: Any
     hello: dict[str, Any]
     job: _Job | None = None
+    count: int = 0
+    """Jobs sent to it (work goes to the free worker with the fewest)."""
 
 
 @dataclass
@@ -470,7 +472,8 @@ class RayExecutor:
             if job.stale:
                 self._jobs.pop((job.route.text(), job.index), None)
         for job in sorted(self._jobs.values(), key=lambda j: j.index):
-            free = next((w for w in self._workers if w.job is None), None)
+            free = min((w for w in self._workers if w.job is None), default=None,
+                       key=lambda w: w.count)
             if free is None:
                 break
             if job.out is not None or job.ref is not None or job.stale or not self._ready(job):
@@ -481,6 +484,7 @@ class RayExecutor:
                                                  base_data)
             job.attempts += 1
             free.job = job
+            free.count += 1
 
     def _lost(self, w: _Worker, job: _Job | None, exc: Exception) -> None:
         """``w`` died running ``job``: replace it; re-queue the job once."""
