@@ -66,6 +66,10 @@ def test_ray_gives_the_routes_outcomes_and_bundle_of_the_local_executor(local_ra
     a = write_bundle(tmp_path / "local", tmp_path / "out-local")
     b = write_bundle(tmp_path / "ray", tmp_path / "out-ray")
     assert _layout(Path(a.path)) == _layout(Path(b.path))
+    shipped = [json.loads(line) for line in next(Path(b.path).rglob(CACHE_NAME)).read_text()
+               .splitlines()[1:]]  # the bundle keeps who measured each trial
+    assert all(r["extra"]["worker_node"] == node for r in shipped
+               if r["kind"] == "trial" and r["role"] != "confirm")
 
 
 def test_a_killed_measure_worker_requeues_the_trial_once(local_ray, sample, faulty_env,
