@@ -478,29 +478,15 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     out = Path(out)
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
-    cache: TuningCache | None = None
     if resume:
         cache = TuningCache.open(cache_path, repair=True)
         _check_resume(cache, fresh)
     elif out.exists() and any(out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
-    if build_jobs is not None and build_jobs < 1:
-        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
-    ex = open_executor(executor, address, p)
+    ex = open_executor(executor, address, p)  # before any file: a cluster that refuses writes none
     try:
-        return _run(p, out, cache_path, fresh, cache, observer, warm, build_jobs, ex)
-    finally:
-        if ex is not None:
-            ex.close()
-
-
-def _run(p: Prepared, out: Path, cache_path: Path, fresh: CacheHeader,
-         cache: TuningCache | None, observer: TuneObserver | None, warm: list[Route],
-         build_jobs: int | None, ex: Executor | None) -> TuneResult:
-    """The search of :func:`tune` once its inputs are checked (``cache``: the one resumed)."""
-    try:
-        if cache is None:
+        if not resume:
             out.mkdir(parents=True, exist_ok=True)
             cache = TuningCache.create(cache_path, fresh)
         # written after the header: a kill in between leaves them to --continue (the knob
@@ -508,11 +494,16 @@ def _run(p: Prepared, out: Path, cache_path: Path, fresh: CacheHeader,
         if not (out / KNOBS_NAME).is_file():
             _write_json(out / KNOBS_NAME, p.db.model_dump_json(indent=2))
         if not (out / FINGERPRINT_NAME).is_file():  # of the host that measures
-            fp = ex.fingerprint() if ex is not None else \
-                collect(include_compiler=p.backend.name == "torch-inductor")
-            _write_json(out / FINGERPRINT_NAME, fp.model_dump_json(indent=2))
+            _write_json(out / FINGERPRINT_NAME,
+                        (ex.fingerprint() if ex is not None else
+                         collect(include_compiler=p.backend.name == "torch-inductor"))
+                        .model_dump_json(indent=2))
     except OSError as exc:
+        _close(ex)
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
+    if build_jobs is not None and build_jobs < 1:
+        _close(ex)
+        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
     tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex)
     started, t0 = _now(), time.perf_counter()
     try:
@@ -521,10 +512,17 @@ def _run(p: Prepared, out: Path, cache_path: Path, fresh: CacheHeader,
         cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                    trials_run=tuner.ran, interrupted=True))
         raise
+    finally:
+        _close(ex)
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     shutil.rmtree(tuner.work, ignore_errors=True)
     return TuneResult(out, cache, decision, tuner.ran, list(ex.notes) if ex is not None else [])
+
+
+def _close(ex: Executor | None) -> None:
+    if ex is not None:
+        ex.close()
 
 
 def _place(built: Path, engine: Path) -> None:
