@@ -163,3 +163,30 @@ def test_unknown_executor_and_a_stray_address_are_refused(sample, tmp_path: Path
         tune(spec, tmp_path / "a", executor="dask")
     with pytest.raises(InputError, match="--address is for --executor ray"):
         tune(spec, tmp_path / "b", address="10.0.0.1:6379")
+
+
+def test_an_address_nothing_answers_at_fails_fast_with_one_line(sample, tmp_path: Path) -> None:
+    """In a fresh process (this one may hold a Ray instance already): exit 4, one line, no
+    run folder, long before Ray's own retries would give up."""
+    spec_path, _ = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "tune", str(spec_path), "--out",
+                           str(tmp_path / "run"), "--executor", "ray", "--address",
+                           "127.0.0.1:1"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stderr
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and time.monotonic() - t0 < 60
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_ray_the_executor_is_unavailable(sample, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    from dossier.errors import BackendUnavailableError, ExitCode
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when not installed
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    with pytest.raises(BackendUnavailableError, match="needs Ray") as exc:
+        tune(spec, tmp_path / "run", executor="ray")
+    assert exc.value.exit_code is ExitCode.BACKEND_UNAVAILABLE and "dossier[ray]" in exc.value.hint
+    assert not (tmp_path / "run").exists()

@@ -38,7 +38,7 @@ from typing import Any
 from dossier.backends import get_backend
 from dossier.builds import Build, build_request
 from dossier.child import run_child
-from dossier.errors import BackendUnavailableError, TuneError
+from dossier.errors import BackendUnavailableError, InputError, TuneError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route
@@ -48,6 +48,8 @@ from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, Wor
 ATTEMPTS = 2
 """Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
 WAIT_S = 0.2
+CONNECT_S = 10.0
+"""Seconds to wait for the cluster's address to answer before giving up."""
 START_S = 300.0
 """Seconds a new measure worker may take to start (placement, imports, inputs)."""
 
@@ -292,6 +294,7 @@ class RayExecutor:
         ray = _ray()
         started = False
         if not ray.is_initialized():
+            _check_reachable(address)
             try:
                 ray.init(address=address, include_dashboard=False, logging_level="ERROR",
                          log_to_driver=False)
@@ -300,7 +303,12 @@ class RayExecutor:
                 raise TuneError(f"cannot connect to the Ray cluster at {where}: "
                                 f"{_first_line(exc)}") from exc
             started = True
-        return cls(ray, p, started)
+        try:
+            return cls(ray, p, started)
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
 
     def _pack_inputs(self) -> dict[str, Any]:
         p = self.p
@@ -325,6 +333,9 @@ class RayExecutor:
         except ray.exceptions.GetTimeoutError:
             self.notes.append(f"a measure worker did not start within {START_S:g} s")
             ray.kill(handle)
+            return
+        except ray.exceptions.RayError as exc:
+            self.notes.append(f"a measure worker failed to start: {_first_line(exc)}")
             return
         facts = hello["facts"]
         if self._fp is None:
@@ -577,6 +588,22 @@ class RayExecutor:
         self._workers.clear()
         if self.started:
             self.ray.shutdown()
+
+
+def _check_reachable(address: str | None) -> None:
+    """Fail fast, with one line, on an address nothing answers at (Ray itself retries for
+    minutes)."""
+    if address is None or address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address {address!r} is not HOST:PORT (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise TuneError(f"cannot reach the Ray cluster at {address}: "
+                        f"{exc.strerror or type(exc).__name__}",
+                        hint="start it with `ray start --head`, or check --address") from exc
 
 
 def _first_line(exc: BaseException) -> str:
