@@ -1,7 +1,8 @@
 """The Ray executor: one search over the CPUs and GPUs of a Ray cluster.
 
-- **Build jobs** are Ray tasks (one CPU each, ``--build-jobs`` at most in flight), run through
-  the same worker code as locally (a child process per build, :func:`dossier.child.run_child`).
+- **Build jobs** are Ray tasks (the backend's build cores each, as many at once as the
+  cluster's CPUs allow; ``--build-jobs`` does not apply), run through the same worker code as
+  locally (a child process per build, :func:`dossier.child.run_child`).
   A task whose worker dies is retried once by Ray; a second death records the trial ``crashed``.
 - **Measure jobs** run on measure workers: one actor per GPU of the cluster (``num_gpus=1``), or
   one actor with a CPU on a cluster without GPUs. Each measure job is a fresh child process on
