@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from cli.app import app, handled
+from cli.cmd_tune import address_option, executor_option, print_notes
 from cli.render import ProgressObserver, err, out, print_json
 
 
@@ -65,6 +66,8 @@ def release(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
     build_jobs: int = typer.Option(None, "--build-jobs", "-j", min=1, help="Builds that run at "
                                    "once (default: from the cores); see dossier tune."),
+    executor: str = executor_option(),
+    address: str = address_option(),
 ) -> None:
     """Tune a release spec and bundle the result, in one command.
 
@@ -84,8 +87,9 @@ def release(
     with new_or_locked_run_folder(folder):  # one release at a time, from search to bundle
         resume = (folder / CACHE_NAME).is_file()
         with ProgressObserver(verbose=not quiet) as obs:
-            run_tune(s, folder, observer=obs, spec_path=spec, resume=resume,
-                     build_jobs=build_jobs)
+            result = run_tune(s, folder, observer=obs, spec_path=spec, resume=resume,
+                              build_jobs=build_jobs, executor=executor, address=address)
+        print_notes(result.notes)
         written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
     _report_written(written, as_json)
 

@@ -55,6 +55,28 @@ def _overrides(selection: str | None, strategy: str | None, threshold: float | N
             "metric": metric, "backend": backend}
 
 
+EXECUTOR_HELP = ("Where builds and measurements run: local (this host) or ray (a Ray cluster: "
+                 "builds on CPU workers, each trial timed against the baseline on one GPU).")
+ADDRESS_HELP = ("Ray cluster to join with --executor ray (e.g. HOST:6379, or auto); default: a "
+                "new local Ray instance.")
+
+
+def executor_option() -> str:
+    """The ``--executor`` option."""
+    return typer.Option("local", "--executor", help=EXECUTOR_HELP)
+
+
+def address_option() -> str:
+    """The ``--address`` option."""
+    return typer.Option(None, "--address", help=ADDRESS_HELP)
+
+
+def print_notes(notes: list[str]) -> None:
+    """What the executor had to say (refused workers, re-queued trials), on stderr."""
+    for note in notes:
+        err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+
+
 def default_out(name: str, version: int) -> Path:
     """Where a run goes when --out is not given."""
     return Path("dossier-runs") / f"{name}-{version}"
@@ -81,6 +103,8 @@ def tune(
                                    "once, ahead of measurement (default: from the cores and "
                                    "what one build of the backend uses). Trials are still "
                                    "measured one at a time, with every build paused."),
+    executor: str = executor_option(),
+    address: str = address_option(),
 ) -> None:
     """Search build routes, drop those that fail or break accuracy, keep the fastest admissible
     one if it beats the baseline significantly.
@@ -99,13 +123,14 @@ def tune(
             folder = resume if resume.is_dir() else resume.parent
             with ProgressObserver(verbose=not quiet) as obs:
                 result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True,
-                                  build_jobs=build_jobs)
+                                  build_jobs=build_jobs, executor=executor, address=address)
         else:
             if any(v is not None for v in overrides.values()):
                 raise typer.BadParameter("--continue without SPEC takes no overrides: the "
                                          "search continues as it was started")
             with ProgressObserver(verbose=not quiet) as obs:
-                result = continue_tune(resume, observer=obs, build_jobs=build_jobs)
+                result = continue_tune(resume, observer=obs, build_jobs=build_jobs,
+                                       executor=executor, address=address)
     else:
         if spec is None:
             raise typer.BadParameter("give a release spec, or --continue CACHE")
@@ -123,7 +148,9 @@ def tune(
             return
         folder = out_dir or default_out(s.release.name, s.release.version)
         with ProgressObserver(verbose=not quiet) as obs:
-            result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs)
+            result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs,
+                              executor=executor, address=address)
+    print_notes(result.notes)
     d = result.decision
     if as_json:
         print_json({"run": str(result.run_dir), "cache": str(result.cache.path),

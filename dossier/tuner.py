@@ -27,6 +27,7 @@ from dossier.child import Child, run_child
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
+from dossier.executors import Executor, open_executor
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
@@ -208,10 +209,11 @@ class Tuner:
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
                  observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
-                 build_jobs: int | None = None) -> None:
+                 build_jobs: int | None = None, executor: Executor | None = None) -> None:
         """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
         their own processes, ahead of measurement, when there are several jobs or the backend
-        builds separately; otherwise one process builds and measures each trial."""
+        builds separately; otherwise one process builds and measures each trial. ``executor``:
+        where build and measure jobs run (None: here, as described; see :mod:`dossier.executors`)."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -220,9 +222,12 @@ class Tuner:
         self.work.mkdir(exist_ok=True)
         self.engines.mkdir(exist_ok=True)
         self.ran = 0
+        self.executor = executor
         jobs = default_build_jobs(p.backend) if build_jobs is None else build_jobs
         self.builds: Builds | None = None
-        if jobs > 1 or p.backend.separate_build:
+        if executor is not None:
+            executor.attach(self)
+        elif jobs > 1 or p.backend.separate_build:
             self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
                                  self._build_key)
 
@@ -240,17 +245,30 @@ class Tuner:
         base = next((t for t in self.cache.trials if t.role == "baseline"), None)
         return self.run_dir / base.engine if base and base.engine else None
 
+    def trial_request(self, route: Route, index: int, role: str) -> WorkerRequest:
+        """The measure job of trial ``index``: its engine file, the baseline engine to time it
+        against, and an earlier trial's engine with the same build-time knobs to reuse."""
+        engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
+        base_engine = self._baseline_engine() if role != "baseline" else None
+        same = self._same_build(route)
+        return self._request(mode="trial", route=route.text(), engine=str(engine),
+                             baseline_engine=str(base_engine) if base_engine else None,
+                             reuse_engine=str(self.run_dir / same.engine) if same else None,
+                             reuse_facts=dict(same.extra) if same else {})
+
     def run_trial(self, route: Route, role: str) -> TrialRecord:
         """Build (or take the build job's engine), then measure one route in a child process,
         and append its record."""
         index = len(self.cache.trials)
-        engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
-        base_engine = self._baseline_engine() if role != "baseline" else None
+        req = self.trial_request(route, index, role)
+        engine = Path(req.engine or "")
+        base_engine = Path(req.baseline_engine) if req.baseline_engine else None
         same = self._same_build(route)
-        req = self._request(mode="trial", route=route.text(), engine=str(engine),
-                            baseline_engine=str(base_engine) if base_engine else None,
-                            reuse_engine=str(self.run_dir / same.engine) if same else None,
-                            reuse_facts=dict(same.extra) if same else {})
+        if self.executor is not None:
+            self.observer.trial_started(index, route.text(), role)
+            started = _now()
+            result, trial_s = self.executor.trial(route, index, req)
+            return self._append(index, route, role, result, engine, trial_s, started)
         build: Build | None = None
         if self.builds is not None and same is None:
             build = self.builds.wait(route, index)
@@ -283,6 +301,10 @@ class Tuner:
             if build is not None:
                 result = _with_build_phases(result, build)
         trial_s = time.perf_counter() - t0 + (build.build_s or 0.0 if build else 0.0)
+        return self._append(index, route, role, result, engine, trial_s, started)
+
+    def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
+                trial_s: float, started: str) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
@@ -358,8 +380,9 @@ class Tuner:
         t0 = time.perf_counter()
         timing = self.p.spec.timing
         env = {k: v for t in chosen for k, v in self._loader_env(self.run_dir / t.engine).items()}  # type: ignore[operator]
-        result = run_child(req, self.work, "confirm", timing.trial_timeout_s * 2,
-                           timing.trial_memory_limit_mb, {**self._loader_env(base), **env})
+        result = self.executor.confirm(req) if self.executor is not None else run_child(
+            req, self.work, "confirm", timing.trial_timeout_s * 2, timing.trial_memory_limit_mb,
+            {**self._loader_env(base), **env})
         if not isinstance(result, TimedResult):
             raise TuneError("the confirmation measurement failed: "
                             f"{getattr(result, 'reason', None) or result.outcome}")
@@ -381,7 +404,8 @@ class Tuner:
     def _queue_builds(self, results: dict[str, TrialRecord]) -> None:
         """Queue the builds of every route known to come (all of them for strategies that plan
         ahead; for mixed, phase 2's once phase 1 is measured)."""
-        if self.builds is None:
+        pool = self.executor if self.executor is not None else self.builds
+        if pool is None:
             return
         s = self.p
         index, seen = len(self.cache.trials), set(results)
@@ -391,7 +415,7 @@ class Tuner:
                 continue
             seen.add(route.text())
             if self._same_build(route) is None:
-                self.builds.want(route, index)
+                pool.want(route, index)
             index += 1  # measured in this order, one trial index each
 
     def _measure_all(self, results: dict[str, TrialRecord]) -> None:
@@ -426,6 +450,8 @@ class Tuner:
         finally:
             if self.builds is not None:
                 self.builds.close()
+            if self.executor is not None:
+                self.executor.drop_pending()
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
@@ -440,7 +466,8 @@ class Tuner:
 def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
          spec_path: Path | None = None, resume: bool = False,
          warm_start: list[str] | None = None, parent: str | None = None,
-         build_jobs: int | None = None) -> TuneResult:
+         build_jobs: int | None = None, executor: str = "local",
+         address: str | None = None) -> TuneResult:
     """Search ``spec``'s selection and decide, writing everything under ``out``.
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
@@ -449,7 +476,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
     ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
-    results do not depend on it, only the wall time does.
+    results do not depend on it, only the wall time does. ``executor`` ``"ray"`` runs build and
+    measure jobs on the Ray cluster at ``address`` (see :mod:`dossier.executors`).
     The run folder is locked for the whole search (BusyError when another process holds it);
     a full disk stops it with DiskFullError, recording nothing false.
     """
@@ -459,13 +487,15 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                           hint="give a folder for the run (it is created when missing)")
     with new_or_locked_run_folder(out):
         return _tune(spec, out, observer=observer, spec_path=spec_path, resume=resume,
-                     warm_start=warm_start, parent=parent, build_jobs=build_jobs)
+                     warm_start=warm_start, parent=parent, build_jobs=build_jobs,
+                     executor=executor, address=address)
 
 
 def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
           spec_path: Path | None = None, resume: bool = False,
           warm_start: list[str] | None = None, parent: str | None = None,
-          build_jobs: int | None = None) -> TuneResult:
+          build_jobs: int | None = None, executor: str = "local",
+          address: str | None = None) -> TuneResult:
     """The search itself, under the run folder's lock (see :func:`tune`)."""
     p = prepare(spec)
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
@@ -484,6 +514,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     if not resume and out.exists() and any(e.name != RUN_LOCK for e in out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
+    ex = open_executor(executor, address, p)  # before any file: a cluster that refuses writes none
     try:
         if not resume:
             out.mkdir(parents=True, exist_ok=True)
@@ -492,17 +523,20 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         # database matches the header's digest; the fingerprint is of the host tuning now)
         if not (out / KNOBS_NAME).is_file():
             _write_json(out / KNOBS_NAME, p.db.model_dump_json(indent=2))
-        if not (out / FINGERPRINT_NAME).is_file():
+        if not (out / FINGERPRINT_NAME).is_file():  # of the host that measures
             _write_json(out / FINGERPRINT_NAME,
-                        collect(include_compiler=p.backend.name == "torch-inductor")
+                        (ex.fingerprint() if ex is not None else
+                         collect(include_compiler=p.backend.name == "torch-inductor"))
                         .model_dump_json(indent=2))
     except OSError as exc:
+        _close(ex)
         if is_disk_full(exc):
             raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
     if build_jobs is not None and build_jobs < 1:
+        _close(ex)
         raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
-    tuner = Tuner(p, out, cache, observer, warm, build_jobs)
+    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()
@@ -510,10 +544,17 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                    trials_run=tuner.ran, interrupted=True))
         raise
+    finally:
+        _close(ex)
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     shutil.rmtree(tuner.work, ignore_errors=True)
-    return TuneResult(out, cache, decision, tuner.ran)
+    return TuneResult(out, cache, decision, tuner.ran, list(ex.notes) if ex is not None else [])
+
+
+def _close(ex: Executor | None) -> None:
+    if ex is not None:
+        ex.close()
 
 
 def _clear_failed_start(out: Path) -> None:
@@ -553,7 +594,8 @@ def _write_json(path: Path, text: str) -> None:
 
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
-                  build_jobs: int | None = None) -> TuneResult:
+                  build_jobs: int | None = None, executor: str = "local",
+                  address: str | None = None) -> TuneResult:
     """Resume the search recorded in ``cache_path`` (its folder is the run folder)."""
     cache_path = Path(cache_path)
     if cache_path.is_dir():
@@ -563,4 +605,4 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
     return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
                 warm_start=cache.header.warm_start, parent=cache.header.parent,
-                build_jobs=build_jobs)
+                build_jobs=build_jobs, executor=executor, address=address)

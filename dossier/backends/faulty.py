@@ -3,7 +3,10 @@
 Registered only when the environment variable DOSSIER_TEST_BACKENDS=1 is set. The faults are
 real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
 sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fails the build,
-``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run.
+``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run. ``kill_worker`` kills the process that started the trial's
+process when the engine is loaded (SIGKILL to the parent: a Ray measure worker lost mid-trial;
+never use it with the local executor, whose parent is the search itself), ``kill_worker_once``
+does so only the first time for a trial (a marker under DOSSIER_FAULT_DIR remembers it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from dossier.backends.onnxruntime import OnnxRuntimeBackend
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
-FAULTS = ("none", "abort", "segv", "hang", "oom", "raise", "nan", "slow")
+FAULTS = ("none", "abort", "segv", "hang", "oom", "raise", "nan", "slow", "kill_worker",
+          "kill_worker_once")
 
 
 class _FaultyRunner(Runner):
@@ -69,6 +73,13 @@ class FaultyBackend(OnnxRuntimeBackend):
         return super().build(model, route, engine)
 
     def load(self, engine: Path, route: Route) -> Runner:
+        fault = route.as_dict().get("fault", "none")
+        if fault in ("kill_worker", "kill_worker_once"):
+            mark = Path(os.environ.get("DOSSIER_FAULT_DIR", ".")) / f"killed-{engine.name}"
+            if fault == "kill_worker" or not mark.exists():
+                mark.touch()
+                os.kill(os.getppid(), signal.SIGKILL)
+                time.sleep(60)  # this process dies with its parent (PR_SET_PDEATHSIG)
         return _FaultyRunner(super().load(engine, route), route.as_dict().get("fault", "none"))
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:

@@ -1,0 +1,611 @@
+"""The Ray executor: one search over the CPUs and GPUs of a Ray cluster.
+
+- **Build jobs** are Ray tasks (the backend's build cores each, as many at once as the
+  cluster's CPUs allow; ``--build-jobs`` does not apply), run through the same worker code as
+  locally (a child process per build, :func:`dossier.child.run_child`).
+  A task whose worker dies is retried once by Ray; a second death records the trial ``crashed``.
+- **Measure jobs** run on measure workers: one actor per GPU of the cluster (``num_gpus=1``), or
+  one actor with a CPU on a cluster without GPUs. Each measure job is a fresh child process on
+  the actor's device that builds nothing, loads the candidate and the baseline engine (kept on
+  the actor's node, fetched once) and times them interleaved: the same
+  :func:`dossier.worker.run_trial` as the local executor, so every speedup is a paired ratio of
+  one device. The statistics are computed by the driver from the raw samples, as locally.
+- **Engines travel** through the object store: build task -> measure actor directly, and an
+  ``ok`` trial's engine back to the driver for the run folder (and the bundle). Every arrival
+  is checked against the digest computed where the file was written.
+- **One writer**: the driver appends each trial to the tuning cache in trial order. Measure jobs
+  run ahead, on every free worker, once the baseline trial is recorded; a driver killed with
+  jobs in flight loses only them (``--continue`` runs them again).
+- **Worker loss**: a measure worker that dies during a trial is replaced and the trial re-queued
+  once; a trial whose worker dies again is recorded ``crashed``, never retried forever.
+- **Fingerprints**: every measure worker reports its GPU model, driver, CUDA runtime, compiler
+  and backend versions; one that differs from the run's is refused with one line (a note of the
+  run) and gets no trial.
+
+Each trial records the node, host and GPU that measured it in its extra facts (``worker_*``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dossier.backends import get_backend
+from dossier.builds import Build, build_request
+from dossier.child import run_child
+from dossier.errors import BackendUnavailableError, InputError, TuneError
+from dossier.fingerprint import Fingerprint, collect
+from dossier.hashing import digest_bytes, digest_file
+from dossier.routes import Route
+from dossier.tuner import COMPILE_THREADS_ENV, _with_build_phases
+from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, WorkerResult
+
+ATTEMPTS = 2
+"""Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
+WAIT_S = 0.2
+CONNECT_S = 10.0
+"""Seconds to wait for the cluster's address to answer before giving up."""
+START_S = 300.0
+"""Seconds a new measure worker may take to start (placement, imports, inputs)."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendUnavailableError("--executor ray needs Ray, which is not installed",
+                                      hint="pip install 'dossier[ray]'") from exc
+    return ray
+
+
+# ------------------------------------------------------------------------------ on the workers
+def _materialize(inputs: dict[str, Any]) -> tuple[Path, Path]:
+    """The model and validation set on this node (written once per node, checked)."""
+    root = Path(tempfile.gettempdir()) / "dossier-ray" / inputs["key"]
+    if not (root / ".complete").is_file():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="inputs-", dir=root.parent))
+        for rel, (digest, data) in inputs["files"].items():
+            _write_checked(tmp / rel, data, digest)
+        (tmp / ".complete").write_text("")
+        try:
+            os.rename(tmp, root)
+        except OSError:  # another job on this node was first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root / inputs["model"], root / inputs["validation"]
+
+
+def _write_checked(path: Path, data: bytes, digest: str) -> Path:
+    """Write ``data`` to ``path`` after checking it has ``digest``."""
+    got = digest_bytes(data)
+    if got != digest:
+        raise OSError(f"{path.name} arrived with digest {got}, sent as {digest}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def _where(fp: Fingerprint, gpu: int | None) -> dict[str, str]:
+    """The facts a trial records about the worker that measured it."""
+    ray = _ray()
+    g = fp.gpus[gpu] if gpu is not None and gpu < len(fp.gpus) else None
+    return {"worker_node": ray.get_runtime_context().get_node_id(),
+            "worker_host": socket.gethostname(),
+            "worker_gpu": "none" if gpu is None else
+            f"{gpu} ({g.name}, {g.uuid})" if g is not None else str(gpu)}
+
+
+def stack_facts(fp: Fingerprint, gpu: int | None, stack: dict[str, str]) -> dict[str, str | None]:
+    """What a measure worker must share with the run: GPU model, driver, CUDA runtime, compiler
+    and the backend's library versions."""
+    g = fp.gpus[gpu] if gpu is not None and gpu < len(fp.gpus) else None
+    return {"GPU model": g.name if g else None, "driver": g.driver_version if g else None,
+            "CUDA": fp.cuda_runtime, "compiler": fp.compiler, **stack}
+
+
+def mismatch(run: dict[str, str | None], worker: dict[str, str | None]) -> str | None:
+    """How ``worker``'s facts differ from the run's (facts the run does not know are not
+    compared), or None."""
+    diffs = [f"{k} {worker.get(k)} (run: {v})" for k, v in run.items()
+             if v is not None and worker.get(k) != v]
+    return ", ".join(diffs) or None
+
+
+def build_task(req_json: str, inputs: dict[str, Any], threads: int) -> tuple[tuple[str, str | None],
+                                                                           bytes | None]:
+    """A build job on a CPU worker: the result and the engine's digest, and the engine."""
+    model, vset = _materialize(inputs)
+    req = WorkerRequest.model_validate_json(req_json)
+    work = Path(tempfile.mkdtemp(prefix="dossier-build-"))
+    try:
+        engine = work / Path(req.engine or "").name
+        req = req.model_copy(update={"model": str(model), "validation": str(vset),
+                                     "engine": str(engine)})
+        result = run_child(req, work, "build", req.timing.trial_timeout_s,
+                           req.timing.trial_memory_limit_mb, {COMPILE_THREADS_ENV: str(threads)})
+        data = engine.read_bytes() if isinstance(result, BuiltResult) and engine.is_file() \
+            else None
+        return (result.model_dump_json(), digest_bytes(data) if data is not None else None), data
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class MeasureWorker:
+    """A measure worker (a Ray actor on one GPU, or a CPU): each job in a fresh child process."""
+
+    def __init__(self, inputs: dict[str, Any], backend: str, include_compiler: bool) -> None:
+        ray = _ray()
+        self.model, self.vset = _materialize(inputs)
+        self.backend = get_backend(backend)
+        self.root = Path(tempfile.mkdtemp(prefix="dossier-measure-"))
+        self.fp = collect(include_compiler=include_compiler)
+        gpus = ray.get_gpu_ids()
+        self.gpu = int(gpus[0]) if gpus else None
+        self.where = _where(self.fp, self.gpu)
+
+    def hello(self) -> dict[str, Any]:
+        """Who this worker is: its pid, where it runs, its facts and fingerprint."""
+        return {"pid": os.getpid(), "where": self.where, "fingerprint": self.fp.model_dump_json(),
+                "facts": stack_facts(self.fp, self.gpu, self.backend.stack())}
+
+    def _keep(self, name: str, digest: str, data: bytes | None) -> Path:
+        """An engine kept on this node by digest (the baseline is fetched once)."""
+        path = self.root / "engines" / digest / name
+        if not path.is_file():
+            _write_checked(path, data or b"", digest)
+        return path
+
+    def _env(self, *engines: str | Path | None) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for e in engines:
+            if e is not None and Path(e).is_file():
+                env.update(self.backend.loader_env(Path(e)))
+        return env
+
+    def measure(self, req_json: str, meta: dict[str, Any], engine_data: bytes | None,
+                baseline_data: bytes | None) -> tuple[str, bytes | None, str | None, float]:
+        """One trial: the result, an ``ok`` trial's engine and its digest, and the seconds."""
+        t0 = time.perf_counter()
+        req = WorkerRequest.model_validate_json(req_json)
+        name = Path(req.engine or "").stem
+        work = self.root / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        engine = work / Path(req.engine or "").name
+        update: dict[str, Any] = {"model": str(self.model), "validation": str(self.vset),
+                                  "engine": str(engine), "reuse_engine": None,
+                                  "baseline_engine": None}
+        if meta.get("baseline_digest"):
+            update["baseline_engine"] = str(self._keep(meta["baseline_name"],
+                                                       meta["baseline_digest"], baseline_data))
+        if meta["mode"] == "built":
+            _write_checked(engine, engine_data or b"", meta["engine_digest"])
+            update.update(prebuilt_build_s=meta["build_s"], reuse_facts=meta["facts"])
+        elif meta["mode"] == "reuse":
+            src = self._keep(meta["reuse_name"], meta["engine_digest"], engine_data)
+            update.update(reuse_engine=str(src), reuse_facts=meta["facts"])
+        req = req.model_copy(update=update)
+        env = self._env(req.baseline_engine, engine, req.reuse_engine)
+        result = run_child(req, work, name, req.timing.trial_timeout_s,
+                           req.timing.trial_memory_limit_mb, env)
+        if hasattr(result, "facts"):
+            result = result.model_copy(update={"facts": {**result.facts, **self.where}})
+        data = engine.read_bytes() if result.outcome == "ok" and engine.is_file() else None
+        shutil.rmtree(work, ignore_errors=True)
+        return (result.model_dump_json(), data, digest_bytes(data) if data is not None else None,
+                time.perf_counter() - t0)
+
+    def confirm(self, req_json: str, files: list[tuple[str, str]], *data: bytes) -> str:
+        """A confirmation round in a fresh child process; ``files``: (name, digest) of the
+        baseline engine then each candidate's, their bytes in ``data``."""
+        req = WorkerRequest.model_validate_json(req_json)
+        paths = [self._keep(n, d, b) for (n, d), b in zip(files, data, strict=True)]
+        work = self.root / "confirm"
+        work.mkdir(exist_ok=True)
+        req = req.model_copy(update={
+            "model": str(self.model), "validation": str(self.vset),
+            "baseline_engine": str(paths[0]),
+            "candidates": [(str(p), r) for p, (_, r) in zip(paths[1:], req.candidates,
+                                                            strict=True)]})
+        return run_child(req, work, "confirm", req.timing.trial_timeout_s * 2,
+                         req.timing.trial_memory_limit_mb, self._env(*paths)).model_dump_json()
+
+
+# --------------------------------------------------------------------------------- the driver
+@dataclass
+class _Worker:
+    handle: Any
+    hello: dict[str, Any]
+    job: _Job | None = None
+    count: int = 0
+    """Jobs sent to it (work goes to the free worker with the fewest)."""
+
+
+@dataclass
+class _Build:
+    meta: Any
+    """ObjectRef of (result JSON, digest)."""
+    data: Any
+    """ObjectRef of the engine's bytes."""
+    result: WorkerResult | None = None
+    digest: str | None = None
+
+
+@dataclass
+class _Job:
+    route: Route
+    index: int
+    req: WorkerRequest
+    role: str
+    build: _Build | None
+    after: int | None = None
+    """An earlier trial with the same build-time knobs: this one waits until it is recorded."""
+    attempts: int = 0
+    mode: str = "none"
+    """How the engine reached the measure worker: ``built``, ``reuse`` or ``none``."""
+    ref: Any = None
+    out: tuple[WorkerResult, bytes | None, str | None, float] | None = None
+    stale: bool = False
+
+
+class RayExecutor:
+    """Build tasks and measure actors on a Ray cluster, for one search."""
+
+    def __init__(self, ray: Any, p: Any, started: bool) -> None:
+        self.ray, self.p, self.started = ray, p, started
+        self.notes: list[str] = []
+        self.tuner: Any = None
+        self._builds: dict[Any, _Build] = {}
+        self._jobs: dict[tuple[str, int], _Job] = {}
+        self._wanted: dict[tuple[str, int], Route] = {}
+        self._workers: list[_Worker] = []
+        self._blobs: dict[Path, tuple[str, Any]] = {}
+        self._inputs = self._pack_inputs()
+        self._compiler = p.backend.name == "torch-inductor"
+        # the run's facts: the driver's where it knows them (its GPU, if any, is not used),
+        # the first measure worker's for the rest
+        self._reference = stack_facts(collect(include_gpu=False, include_compiler=self._compiler),
+                                      None, p.backend.stack())
+        resources = ray.cluster_resources()
+        gpus = resources.get("GPU", 0)
+        # one CPU stays with the measure worker on a cluster without GPUs
+        spare = int(resources.get("CPU", 1)) - (0 if gpus >= 1 else 1)
+        self._build_cpus = max(1, min(p.backend.build_cores, spare))
+        self._options: dict[str, Any] = ({"num_gpus": 1, "num_cpus": 0} if gpus >= 1
+                                         else {"num_cpus": 1})
+        self._fp: Fingerprint | None = None
+        for _ in range(max(1, int(gpus))):
+            self._add_worker()
+        if not self._workers:
+            raise TuneError("no measure worker of the Ray cluster matches this run: "
+                            + "; ".join(self.notes))
+
+    @classmethod
+    def open(cls, address: str | None, p: Any) -> RayExecutor:
+        """Connect to the cluster at ``address`` (None: a Ray instance already started in this
+        process, else a new local one) and start one measure worker per GPU."""
+        ray = _ray()
+        started = False
+        if not ray.is_initialized():
+            _check_reachable(address)
+            try:
+                ray.init(address=address, include_dashboard=False, logging_level="ERROR",
+                         log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = address or "a new local instance"
+                raise TuneError(f"cannot connect to the Ray cluster at {where}: "
+                                f"{_first_line(exc)}") from exc
+            started = True
+        try:
+            return cls(ray, p, started)
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
+
+    def _pack_inputs(self) -> dict[str, Any]:
+        p = self.p
+        files: dict[str, tuple[str, bytes]] = {}
+        model = Path(p.model)
+        files[model.name] = (digest_file(model)[0], model.read_bytes())
+        vroot = Path(p.vset.path)
+        for f in sorted(vroot.rglob("*")):
+            if f.is_file():
+                files[f"validation/{f.relative_to(vroot)}"] = (digest_file(f)[0], f.read_bytes())
+        key = digest_bytes("\n".join(f"{k}={d}" for k, (d, _) in files.items()).encode())
+        return self.ray.put({"key": key, "files": files, "model": model.name,
+                             "validation": "validation"})
+
+    def _add_worker(self) -> None:
+        ray = self.ray
+        cls = ray.remote(MeasureWorker).options(max_restarts=0, max_concurrency=1,
+                                                **self._options)
+        handle = cls.remote(self._inputs, self.p.backend.name, self._compiler)
+        try:
+            hello = ray.get(handle.hello.remote(), timeout=START_S)
+        except ray.exceptions.GetTimeoutError:
+            self.notes.append(f"a measure worker did not start within {START_S:g} s")
+            ray.kill(handle)
+            return
+        except ray.exceptions.RayError as exc:
+            self.notes.append(f"a measure worker failed to start: {_first_line(exc)}")
+            return
+        facts = hello["facts"]
+        if self._fp is None:
+            self._reference = {k: self._reference.get(k) if self._reference.get(k) is not None
+                               else facts.get(k) for k in {**facts, **self._reference}}
+        why = mismatch(self._reference, facts)
+        where = hello["where"]
+        if why is not None:
+            self.notes.append(f"refused measure worker {where['worker_host']} GPU "
+                              f"{where['worker_gpu']}: its {why}")
+            ray.kill(handle)
+            return
+        if self._fp is None:
+            self._fp = Fingerprint.model_validate_json(hello["fingerprint"])
+        self._workers.append(_Worker(handle, hello))
+
+    def fingerprint(self) -> Fingerprint:
+        assert self._fp is not None
+        return self._fp
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the measure workers (for tests that kill one)."""
+        return [w.hello["pid"] for w in self._workers]
+
+    def attach(self, tuner: Any) -> None:
+        self.tuner = tuner
+
+    # -- jobs
+    def _build(self, route: Route, index: int) -> _Build | None:
+        """``route``'s build job, started unless one with its build-time knobs was (None where
+        builds time kernels on the device: the measure job builds on its GPU)."""
+        if self.p.backend.build_cores <= 0:
+            return None
+        key = self.tuner._build_key(route)
+        b = self._builds.get(key)
+        if b is None:
+            name = Path(f"trial-{index:04d}{self.p.backend.engine_suffix}")
+            req = build_request(self.tuner._request(mode="build"), Build(key, route, name))
+            task = self.ray.remote(build_task).options(num_cpus=self._build_cpus,
+                                                       max_retries=ATTEMPTS - 1, num_returns=2)
+            meta, data = task.remote(req.model_dump_json(), self._inputs, self._build_cpus)
+            b = self._builds[key] = _Build(meta, data)
+        return b
+
+    def _baseline_ready(self) -> bool:
+        base = self.tuner._baseline_engine()
+        return base is not None and base.is_file()
+
+    def want(self, route: Route, index: int) -> None:
+        self._build(route, index)
+        self._wanted[(route.text(), index)] = route
+        self._pump()
+
+    def _job(self, route: Route, index: int, req: WorkerRequest, role: str) -> _Job:
+        key = self.tuner._build_key(route)
+        after = [j.index for j in self._jobs.values() if not j.stale and j.index < index
+                 and self.tuner._build_key(j.route) == key]
+        job = _Job(route, index, req, role, None if req.reuse_engine else
+                   self._build(route, index), max(after) if after else None)
+        self._jobs[(route.text(), index)] = job
+        return job
+
+    def _blob(self, path: Path) -> tuple[str, Any]:
+        if path not in self._blobs:
+            self._blobs[path] = (digest_file(path)[0], self.ray.put(path.read_bytes()))
+        return self._blobs[path]
+
+    def _build_done(self, b: _Build) -> bool:
+        if b.result is not None:
+            return True
+        ready, _ = self.ray.wait([b.meta], timeout=0)
+        if not ready:
+            return False
+        try:
+            text, b.digest = self.ray.get(b.meta)
+            b.result = RESULT.validate_json(text)
+        except self.ray.exceptions.RayError as exc:
+            b.result = FailedResult(outcome="crashed", reason="the build worker died twice "
+                                    f"({_first_line(exc)})")
+        return True
+
+    def _ready(self, job: _Job) -> bool:
+        """Whether ``job`` can be sent to a measure worker (settles it when it needs none). A
+        route with the build-time knobs of an earlier one waits until that one is recorded,
+        then reuses its engine as the local executor does (when it passed)."""
+        if job.after is not None and job.after >= len(self.tuner.cache.trials):
+            return False
+        if job.role != "baseline":
+            job.req = self.tuner.trial_request(job.route, job.index, job.role)
+        if job.req.reuse_engine:
+            return True
+        if job.build is None:
+            job.build = self._build(job.route, job.index)
+            if job.build is None:
+                return True
+        if not self._build_done(job.build):
+            return False
+        if not isinstance(job.build.result, BuiltResult):  # the build failed: no measurement
+            job.out = (job.build.result, None, None, 0.0)  # type: ignore[assignment]
+            return False
+        return True
+
+    def _meta(self, job: _Job) -> tuple[dict[str, Any], Any, Any]:
+        req, meta = job.req, {"mode": "none", "facts": {}}
+        base_data = engine_data = None
+        if req.baseline_engine:
+            base = Path(req.baseline_engine)
+            digest, base_data = self._blob(base)
+            meta.update(baseline_name=base.name, baseline_digest=digest)
+        if req.reuse_engine:
+            digest, engine_data = self._blob(Path(req.reuse_engine))
+            meta.update(mode="reuse", reuse_name=Path(req.reuse_engine).name,
+                        engine_digest=digest, facts=req.reuse_facts)
+        elif job.build is not None:
+            b = job.build
+            assert isinstance(b.result, BuiltResult)
+            meta.update(mode="built", engine_digest=b.digest, build_s=b.result.build_s,
+                        facts={k: str(v) for k, v in b.result.facts.items()})
+            engine_data = b.data
+        return meta, engine_data, base_data
+
+    def _pump(self) -> None:
+        """Collect finished measure jobs, then send waiting ones to free workers, in order."""
+        ray = self.ray
+        if self._wanted and self._baseline_ready():  # measure jobs go ahead once it is recorded
+            done = len(self.tuner.cache.trials)
+            for (text, index), route in self._wanted.items():
+                if index >= done and (text, index) not in self._jobs:
+                    self._job(route, index, self.tuner.trial_request(route, index, "search"),
+                              "search")
+            self._wanted.clear()
+        for w in list(self._workers):
+            job = w.job
+            if job is None or not ray.wait([job.ref], timeout=0)[0]:
+                continue
+            w.job = None
+            try:
+                text, data, digest, seconds = ray.get(job.ref)
+                job.out = (RESULT.validate_json(text), data, digest, seconds)
+            except ray.exceptions.RayActorError as exc:
+                self._lost(w, job, exc)
+            except ray.exceptions.RayError as exc:
+                job.out = (FailedResult(outcome="runtime_error", reason=_first_line(exc)),
+                           None, None, 0.0)
+            if job.stale:
+                self._jobs.pop((job.route.text(), job.index), None)
+        for job in sorted(self._jobs.values(), key=lambda j: j.index):
+            free = min((w for w in self._workers if w.job is None), default=None,
+                       key=lambda w: w.count)
+            if free is None:
+                break
+            if job.out is not None or job.ref is not None or job.stale or not self._ready(job):
+                continue
+            meta, engine_data, base_data = self._meta(job)
+            job.mode = meta["mode"]
+            job.ref = free.handle.measure.remote(job.req.model_dump_json(), meta, engine_data,
+                                                 base_data)
+            job.attempts += 1
+            free.job = job
+            free.count += 1
+
+    def _lost(self, w: _Worker, job: _Job | None, exc: Exception) -> None:
+        """``w`` died running ``job``: replace it; re-queue the job once."""
+        self._workers.remove(w)
+        where = w.hello["where"]
+        what = f"measure worker {where['worker_host']} GPU {where['worker_gpu']} died"
+        if job is None:
+            pass
+        elif job.attempts >= ATTEMPTS:
+            job.ref = None
+            job.out = (FailedResult(outcome="crashed", reason=(
+                f"the {what} in every attempt ({job.attempts}) of this trial"),
+                facts=dict(where)), None, None, 0.0)
+        else:
+            job.ref = None
+            self.notes.append(f"{what} during trial {job.index}: trial re-queued")
+        try:
+            self._add_worker()
+        except self.ray.exceptions.RayError as err:
+            self.notes.append(f"could not replace the {what}: {_first_line(err)}")
+        if not self._workers:
+            raise TuneError(f"the {what} and no measure worker is left ({_first_line(exc)})")
+
+    def trial(self, route: Route, index: int, req: WorkerRequest) -> tuple[WorkerResult, float]:
+        job = self._jobs.get((route.text(), index))
+        if job is None or job.stale:
+            job = self._job(route, index, req, "baseline" if req.baseline_engine is None
+                            else "search")
+        for other in self._jobs.values():  # routes planned for this index that did not come
+            if other.index <= index and other is not job:
+                other.stale = True
+        while job.out is None:
+            self._pump()
+            refs = [w.job.ref for w in self._workers if w.job is not None]
+            refs += [job.build.meta] if job.build is not None and job.build.result is None else []
+            if job.out is None and refs:
+                self.ray.wait(refs, num_returns=1, timeout=WAIT_S)
+            elif job.out is None:
+                time.sleep(WAIT_S)
+        self._jobs.pop((route.text(), index), None)
+        for key in [k for k, j in self._jobs.items() if j.stale and j.ref is None]:
+            del self._jobs[key]
+        result, data, digest, seconds = job.out
+        if data is not None:
+            try:
+                _write_checked(Path(req.engine or ""), data, digest or "")
+            except OSError as exc:
+                raise TuneError(f"trial {index}: the engine from the measure worker: "
+                                f"{exc}") from exc
+        build_s = 0.0
+        b = job.build
+        if job.mode == "built" and b is not None and isinstance(b.result, BuiltResult):
+            result = _with_build_phases(result, Build(None, route, Path(), result=b.result))
+            build_s = b.result.build_s
+        elif job.mode == "none" and b is not None and b.result is not None:  # the build failed
+            build_s = getattr(b.result, "build_s", None) or 0.0
+        self._pump()
+        return result, seconds + build_s
+
+    def confirm(self, req: WorkerRequest) -> WorkerResult:
+        paths = [Path(req.baseline_engine or "")] + [Path(e) for e, _ in req.candidates]
+        blobs = [self._blob(p) for p in paths]
+        files = [(p.name, d) for p, (d, _) in zip(paths, blobs, strict=True)]
+        for _ in range(ATTEMPTS):
+            self._settle()
+            w = self._workers[0]
+            try:
+                return RESULT.validate_json(self.ray.get(w.handle.confirm.remote(
+                    req.model_dump_json(), files, *[ref for _, ref in blobs])))
+            except self.ray.exceptions.RayActorError as exc:
+                self._lost(w, None, exc)
+        raise TuneError("the measure worker died twice during the confirmation round")
+
+    def _settle(self) -> None:
+        """Wait for the measure jobs still running (their results are not needed)."""
+        self.drop_pending()
+        while any(w.job is not None for w in self._workers):
+            self.ray.wait([w.job.ref for w in self._workers if w.job is not None],
+                          num_returns=1, timeout=WAIT_S)
+            self._pump()
+
+    def drop_pending(self) -> None:
+        for j in self._jobs.values():
+            j.stale = True
+        self._jobs = {k: j for k, j in self._jobs.items() if j.ref is not None}
+
+    def close(self) -> None:
+        for w in self._workers:
+            self.ray.kill(w.handle)
+        self._workers.clear()
+        if self.started:
+            self.ray.shutdown()
+
+
+def _check_reachable(address: str | None) -> None:
+    """Fail fast, with one line, on an address nothing answers at (Ray itself retries for
+    minutes)."""
+    if address is None or address == "auto":
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address {address!r} is not HOST:PORT (or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise TuneError(f"cannot reach the Ray cluster at {address}: "
+                        f"{exc.strerror or type(exc).__name__}",
+                        hint="start it with `ray start --head`, or check --address") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
