@@ -24,18 +24,18 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dossier import __version__
+from dossier import __version__, replicate
 from dossier.backends import Backend, get_backend
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
-from dossier.decision import candidates, decide
-from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
+from dossier.decision import calibration, candidates, decide
+from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.strategies import Strategy, get_strategy
-from dossier.timing import compare, summarize
+from dossier.timing import compare, flatten, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 from dossier.worker import WorkerRequest
@@ -98,6 +98,11 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     Raises the matching InputError subclass for anything that does not fit, before any file
     is written.
     """
+    problems = spec.timing.problems()
+    if problems:
+        raise SpecError(f"[timing] cannot ship a gain: {'; '.join(problems)}",
+                        hint="the signed-rank test over n rounds cannot give p below 2/2**n: "
+                             "raise the rounds")
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
@@ -353,42 +358,44 @@ class Tuner:
         timing_summary = comparison = None
         if data.get("samples_ms"):
             timing_summary = summarize(data["samples_ms"], settings.confidence, data["warmup_runs"])
-            comparison = compare(data["baseline_samples_ms"], data["samples_ms"], settings,
-                                 baseline_warmup=data["baseline_warmup_runs"], seed=index)
+            comparison = compare(unflatten(data["baseline_samples_ms"],
+                                           data["baseline_sample_rounds"]),
+                                 unflatten(data["samples_ms"], data["sample_rounds"]), settings,
+                                 baseline_warmup=data["baseline_warmup_runs"])
         kept = outcome is Outcome.OK and engine.exists()
         return TrialRecord(
             **common, outcome=outcome, reason=data.get("reason"), losses=data.get("losses"),  # type: ignore[arg-type]
             worst_loss=data.get("worst_loss"), timing=timing_summary, comparison=comparison,
             samples_ms=data.get("samples_ms"), baseline_samples_ms=data.get("baseline_samples_ms"),
+            sample_rounds=data.get("sample_rounds"),
+            baseline_sample_rounds=data.get("baseline_sample_rounds"),
             build_s=data.get("build_s"), phases_s=data.get("phases_s") or {},
             engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,
             extra={k: str(v) for k, v in (data.get("facts") or {}).items()})
 
     def confirm(self, chosen: list[TrialRecord]) -> None:
-        """Re-time the chosen candidates and the baseline together in a fresh process."""
+        """Re-measure the chosen candidates independently (:mod:`dossier.replicate`), together
+        with the baseline and a second process of the baseline (the confirmation's A/A)."""
         self.observer.confirming([t.route for t in chosen])
-        base = self._baseline_engine()
-        req = self._request(mode="confirm", baseline_engine=str(base),
-                            candidates=[(str(self.run_dir / t.engine), t.route) for t in chosen])  # type: ignore[operator]
-        started = _now()
-        t0 = time.perf_counter()
+        base = next(t for t in self.cache.trials if t.role == "baseline")
         timing = self.p.spec.timing
-        data, why = run_child(req, self.work, "confirm", timing.trial_timeout_s * 2,
-                              timing.trial_memory_limit_mb)
-        if data is None or data.get("outcome") != "ok":
-            raise TuneError(f"the confirmation measurement failed: {why or data.get('reason')}")  # type: ignore[union-attr]
-        trial_s = time.perf_counter() - t0
-        samples, warm = data["samples_ms"], data["warmup_runs"]
-        for j, t in enumerate(chosen, start=1):
+        started = _now()
+        engines = [(self.run_dir / t.engine, t.route) for t in [base, base, *chosen]]  # type: ignore[operator]
+        m = replicate.measure(self.p.backend.name, engines, self.p.vset.path, timing,
+                              builder=self.p.spec.builder, shapes=self.p.spec.shapes)
+        for j, t in enumerate([base, *chosen], start=1):
+            samples, rounds = flatten(m.rounds[j])
+            base_samples, base_rounds = flatten(m.rounds[0])
             index = len(self.cache.trials)
+            alpha = timing.alpha if t is base else timing.alpha / len(chosen)
             rec = TrialRecord(
-                index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=trial_s,
-                started_at=started, timing=summarize(samples[j], timing.confidence, warm[j]),
-                comparison=compare(samples[0], samples[j], timing,
-                                   alpha=timing.alpha / len(chosen), baseline_warmup=warm[0],
-                                   seed=index),
-                samples_ms=samples[j], baseline_samples_ms=samples[0], engine=t.engine,
+                index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=m.wall_s,
+                started_at=started, timing=summarize(samples, timing.confidence, m.warmup_runs[j]),
+                comparison=compare(m.rounds[0], m.rounds[j], timing, alpha=alpha,
+                                   baseline_warmup=m.warmup_runs[0], procedure="independent"),
+                samples_ms=samples, baseline_samples_ms=base_samples, sample_rounds=rounds,
+                baseline_sample_rounds=base_rounds, engine=t.engine,
                 engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses)
             self.cache.append(rec)
             self.observer.trial_finished(rec)
@@ -418,8 +425,10 @@ class Tuner:
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
-        top = candidates(self.cache.trials)[: s.spec.timing.confirm_top]
-        if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
+        top = candidates(self.cache.trials, s.spec.timing)[: s.spec.timing.confirm_top]
+        aa = calibration(self.cache.trials, s.spec.timing)
+        if top and s.spec.timing.confirm_top > 0 and not (aa and aa.significant) \
+                and not {t.route for t in top} <= confirmed:
             self.confirm(top)  # not yet, or a round cut short by a kill: re-time it whole
         decision = decide(self.cache.trials, s.spec.timing)
         self.cache.append(decision)

@@ -1,7 +1,7 @@
 """The trial worker: one child process per trial (``python -m dossier.worker REQUEST``).
 
 The child builds the route, loads the engine, runs the validation set, and times the engine
-interleaved with the baseline engine. It writes its stage to a marker file before each step, so
+against the baseline engine in rounds (:func:`dossier.timing.sample_rounds`). It writes its stage to a marker file before each step, so
 the parent can say where a child that died was, and writes its result as JSON (atomically) at
 the end. Statistics are computed by the parent from the raw samples.
 """
@@ -27,7 +27,7 @@ class WorkerRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["build", "trial", "confirm", "validate"]
+    mode: Literal["build", "trial", "validate"]
     backend: str
     model: str
     validation: str
@@ -48,8 +48,6 @@ class WorkerRequest(BaseModel):
     """The build facts of that engine."""
     prebuilt_build_s: float | None = None
     """Set when ``engine`` was built by an earlier ``build`` process: its build time."""
-    candidates: list[tuple[str, str]] = []
-    """(engine path, route text) to re-time against the baseline (confirm mode)."""
     result: str
     stage: str
     spawned_at: float = 0.0
@@ -93,11 +91,22 @@ def _timers(runner, vset):  # type: ignore[no-untyped-def]
     return lambda _i: sum(runner.timed(x) for x in prepared)
 
 
+def timed_engines(backend, vset, pair, first=None):  # type: ignore[no-untyped-def]
+    """One :data:`~dossier.timing.Engine` per (engine path, route): loaded afresh for every
+    block when the backend asks for it, else loaded once (``first``: the first one's runner,
+    already loaded) and kept."""
+    if backend.reload_per_block:
+        return [lambda e=e, r=r: _timers(backend.load(e, r), vset) for e, r in pair]
+    runners = [first or backend.load(*pair[0])] + [backend.load(e, r) for e, r in pair[1:]]
+    fns = [_timers(r, vset) for r in runners]
+    return [lambda f=f: f for f in fns]
+
+
 def run_trial(req: WorkerRequest) -> dict:
     """Build, validate and time one route; return the raw result."""
     from dossier.backends import BuildError, EngineRuntimeError
     from dossier.routes import Route
-    from dossier.timing import sample_interleaved, warm_up
+    from dossier.timing import flatten, sample_rounds, warm_up
     from dossier.validation import judge
 
     backend, vset = _setup(req)
@@ -136,23 +145,24 @@ def run_trial(req: WorkerRequest) -> dict:
         acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
         base.update(losses=acc.losses, worst_loss=acc.worst)
         _stage(req, "time")
-        fn = _timers(runner, vset)
-        n = 1
-        if req.baseline_engine:
-            base_runner = backend.load(Path(req.baseline_engine), Route.parse(req.baseline_route))
-        else:  # the baseline trial: an A/A check against a second load of itself
-            base_runner = backend.load(engine, route)
-        base_fn = _timers(base_runner, vset)
-        warm = warm_up(fn, req.timing, n)
-        base_warm = warm_up(base_fn, req.timing, n)
-        cand, ref = sample_interleaved([fn, base_fn], req.timing, n)
+        base_engine = Path(req.baseline_engine) if req.baseline_engine else engine
+        # the baseline trial: an A/A check against a second load of itself
+        pair = [(engine, route), (base_engine, Route.parse(req.baseline_route))]
+        first = None if backend.reload_per_block else runner
+        del runner  # with reload_per_block, one engine alive at a time: each block loads its own
+        engines = timed_engines(backend, vset, pair, first)
+        warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
+        cand, ref = sample_rounds(engines, req.timing, 1)
     except EngineRuntimeError as exc:
         return {**base, "outcome": "runtime_error", "reason": str(exc)}
     except MemoryError:
         return {**base, "outcome": "crashed", "reason": "out of memory while running"}
     outcome = "ok" if acc else "rejected"
-    return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": cand,
-            "baseline_samples_ms": ref, "warmup_runs": warm, "baseline_warmup_runs": base_warm}
+    (samples, rounds), (base_samples, base_rounds) = flatten(cand), flatten(ref)
+    return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": samples,
+            "sample_rounds": rounds, "baseline_samples_ms": base_samples,
+            "baseline_sample_rounds": base_rounds, "warmup_runs": warm,
+            "baseline_warmup_runs": base_warm}
 
 
 def run_build(req: WorkerRequest) -> dict:
@@ -174,23 +184,6 @@ def run_build(req: WorkerRequest) -> dict:
     return {"outcome": "built", "build_s": time.perf_counter() - t0, "facts": info.facts}
 
 
-def run_confirm(req: WorkerRequest) -> dict:
-    """Re-time the baseline and the candidates together, interleaved, in this fresh process."""
-    from dossier.routes import Route
-    from dossier.timing import sample_interleaved, warm_up
-
-    backend, vset = _setup(req)
-    _stage(req, "load")
-    runners = [backend.load(Path(req.baseline_engine or ""), Route.parse(req.baseline_route))]
-    runners += [backend.load(Path(e), Route.parse(r)) for e, r in req.candidates]
-    fns = [_timers(r, vset) for r in runners]
-    _stage(req, "time")
-    n = 1
-    warm = [warm_up(f, req.timing, n) for f in fns]
-    samples = sample_interleaved(fns, req.timing, n)
-    return {"outcome": "ok", "samples_ms": samples, "warmup_runs": warm}
-
-
 def run_validate(req: WorkerRequest) -> dict:
     """Load an existing engine and judge it on the validation set (``verify --recheck``)."""
     from dossier.routes import Route
@@ -206,8 +199,7 @@ def run_validate(req: WorkerRequest) -> dict:
             "worst_loss": acc.worst}
 
 
-_MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
-          "validate": run_validate}
+_MODES = {"build": run_build, "trial": run_trial, "validate": run_validate}
 
 
 def main(argv: list[str]) -> int:

@@ -83,6 +83,7 @@ from dossier.backends.interface import (
     BuildError,
     BuildInfo,
     EngineRuntimeError,
+    LoadConfig,
     ModelSignature,
     Runner,
     TensorSpec,
@@ -957,6 +958,7 @@ class TorchInductorBackend(Backend):
         return BuildInfo(facts)
 
     def load(self, engine: Path, route: Route) -> Runner:
+        """Load as :meth:`production_load` says a deployment should."""
         self.require()
         import torch
 
@@ -981,6 +983,12 @@ class TorchInductorBackend(Backend):
         return TorchInductorRunner(compiled, "cuda" if device.startswith("cuda") else "cpu",
                                    inputs, outputs, precision,
                                    cuda_graph=eff.get("cuda_graph") == "on")
+
+    def production_load(self, route: Route) -> LoadConfig:
+        return LoadConfig(call="torch._inductor.aoti_load_package(ENGINE)",
+                          note="the loader call dossier times the package with; run it in the "
+                               "process that serves requests",
+                          snippet="import torch\n\nmodel = torch._inductor.aoti_load_package(ENGINE)")
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         device = route.effective(db).get("device", "cpu")
