@@ -85,7 +85,9 @@ class _Process:
         with contextlib.suppress(ProcessLookupError, OSError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
-        self.log.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self.log):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
 
     def tail(self) -> str:
         self.log.flush()

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dossier import replicate
 from dossier.bundle import Bundle, check_integrity
 from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.policy import Finding, Verdict, default_policy, diff, load_policy, worst
 from dossier.signing import SignatureCheck, check_signature
-from dossier.timing import TimingSettings, compare, summarize
+from dossier.timing import TimingSettings, compare, flatten, summarize
 from dossier.trial import Comparison, TimingSummary
 from dossier.worker import WorkerRequest
 
@@ -49,7 +50,8 @@ class Recheck(_Model):
 
 
 class Rebench(_Model):
-    """The shipped engine and the baseline engine re-timed here, interleaved, in a fresh process."""
+    """The shipped engine and the baseline engine re-measured here independently (one fresh
+    process per engine, production load options), judged by the speedup."""
 
     shipped: TimingSummary
     """The shipped engine's latency here."""
@@ -60,7 +62,7 @@ class Rebench(_Model):
     recorded_shipped: TimingSummary | None
     """The shipped engine's latency on the tuning host."""
     regression: bool
-    """The host's interval lies beyond the recorded one (slower), or the gain was lost."""
+    """The speedup here lies below the recorded interval, or its interval includes 1.0."""
     reason: str
     """What was compared and what it showed."""
 
@@ -133,9 +135,10 @@ def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
 
 
 def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
-    """Re-time the shipped and the baseline engines here, interleaved, in a fresh process."""
-    from dossier.tuner import run_child
-
+    """Re-measure the shipped and the baseline engines here with the independent procedure
+    (:mod:`dossier.replicate`: one fresh process per engine, production load options) and
+    judge the shipped route by its speedup against the recorded interval. Absolute latency
+    is reported, not judged (it depends on the host)."""
     m = bundle.manifest
     cache = bundle.tuning_cache()
     timing = timing or cache.header.timing
@@ -146,44 +149,42 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     if not (bundle.path / "validation").is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
     same = shipped.trial_index == base.trial_index
-    with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
-        cands = [] if same else [(str(bundle.file(shipped.path)), shipped.route)]
-        req = _request(bundle, Path(tmp), timing, mode="confirm",
-                       baseline_engine=str(bundle.file(base.path)), candidates=cands)
-        data, why = run_child(req, Path(tmp), "rebench", timing.trial_timeout_s * 2,
-                              timing.trial_memory_limit_mb)
-    if data is None or data.get("outcome") != "ok":
-        from dossier.errors import TuneError
-
-        raise TuneError(f"re-timing failed on this host: {why or (data or {}).get('reason')}")
-    samples, warm = data["samples_ms"], data["warmup_runs"]
-    base_here = summarize(samples[0], timing.confidence, warm[0])
-    ship_here = base_here if same else summarize(samples[1], timing.confidence, warm[1])
-    comp = None if same else compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    engines = [(bundle.file(base.path), base.route)]
+    if not same:
+        engines.append((bundle.file(shipped.path), shipped.route))
+    measured = replicate.measure(m.backend, engines, bundle.path / "validation", timing,
+                                 builder=cache.header.builder, shapes=cache.header.shapes)
+    (base_s, _), ship_s = flatten(measured.rounds[0]), flatten(measured.rounds[-1])[0]
+    base_here = summarize(base_s, timing.confidence, measured.warmup_runs[0])
+    ship_here = base_here if same else summarize(ship_s, timing.confidence,
+                                                 measured.warmup_runs[-1])
+    comp = None if same else compare(measured.rounds[0], measured.rounds[1], timing,
+                                     baseline_warmup=measured.warmup_runs[0],
+                                     procedure="independent")
     recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
     recorded = recorded_trials[-1].timing if recorded_trials else None
+    s = m.summary
+    latency = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
+               f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
+               + (f" (recorded {recorded.median_ms:.3f} ms)" if recorded else ""))
     reasons = []
-    if recorded and ship_here.ci_low_ms > recorded.ci_high_ms:
-        reasons.append(f"the shipped engine takes {ship_here.median_ms:.3f} ms "
-                       f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here, beyond "
-                       f"its recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
-                       f"{recorded.ci_high_ms:.3f}]")
-    if comp is not None and m.summary.speedup_ci_low is not None \
-            and comp.speedup_ci_high < m.summary.speedup_ci_low:
-        reasons.append(f"its speedup over the baseline fell to {comp.speedup:.3f}x "
-                       f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] from the "
-                       f"recorded {m.summary.speedup:.3f}x [{m.summary.speedup_ci_low:.3f}, "
-                       f"{m.summary.speedup_ci_high:.3f}]")
-    if reasons:
-        reason = "regression: " + "; ".join(reasons)
+    if comp is not None and s.speedup_ci_low is not None and s.speedup is not None:
+        here = (f"{comp.speedup:.3f}x [{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] "
+                f"({comp.rounds} rounds)")
+        was = f"{s.speedup:.3f}x [{s.speedup_ci_low:.3f}, {s.speedup_ci_high:.3f}]"
+        if comp.speedup_ci_high < s.speedup_ci_low:
+            reasons.append(f"its speedup over the baseline fell to {here}, below the recorded "
+                           f"{was}")
+        elif comp.speedup_ci_low <= 1.0:
+            reasons.append(f"its speedup over the baseline here, {here}, no longer excludes 1.0 "
+                           f"(recorded {was})")
+        verdict = f"{here} the baseline (recorded {was})"
+    elif comp is not None:
+        verdict = f"{comp.speedup:.3f}x [{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] the baseline"
     else:
-        reason = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
-                  f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
-                  + (f" (recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
-                     f"{recorded.ci_high_ms:.3f}])" if recorded else "")
-                  + ("" if comp is None else f"; {comp.speedup:.3f}x the baseline "
-                     f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}]")
-                  + "; no regression")
+        verdict = "the baseline ships: nothing to compare"
+    reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
+              else f"{verdict}; {latency}; no regression")
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
                    recorded_shipped=recorded, regression=bool(reasons), reason=reason)
 

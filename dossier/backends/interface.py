@@ -193,7 +193,7 @@ class Backend(abc.ABC):
     def load(self, engine: Path, route: Route) -> Runner:
         """Load a built engine (load-time knobs of ``route`` applied); EngineRuntimeError on failure."""
 
-    def production_load(self, route: Route) -> LoadConfig:
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         """The load configuration a deployment should use for an engine built with ``route``:
         the one :meth:`load` times it in. The default: the backend's own ``load``."""
         return LoadConfig(call=f"dossier.backends.get_backend({self.name!r}).load(ENGINE, route)",

@@ -249,8 +249,7 @@ class OnnxRuntimeBackend(Backend):
 
     reload_per_block = True
 
-    def production_load(self, route: Route) -> LoadConfig:
-        db = self.knob_database()
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         eff = route.effective(db)
         options = {"graph_optimization_level": "ORT_DISABLE_ALL"}
         lines = ["import onnxruntime as ort", "", "so = ort.SessionOptions()",

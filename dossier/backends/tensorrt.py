@@ -758,7 +758,7 @@ class TensorRTBackend(Backend):
             profile.set_shape(name, p.min, p.opt, p.max)
         return profile
 
-    def production_load(self, route: Route) -> LoadConfig:
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         opts = {"engine_host_code_allowed": "True"} if self.options.version_compatible else {}
         return LoadConfig(call="tensorrt.Runtime(logger).deserialize_cuda_engine(ENGINE bytes)",
                           options=opts, note="then engine.create_execution_context()",

@@ -984,7 +984,7 @@ class TorchInductorBackend(Backend):
                                    inputs, outputs, precision,
                                    cuda_graph=eff.get("cuda_graph") == "on")
 
-    def production_load(self, route: Route) -> LoadConfig:
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         return LoadConfig(call="torch._inductor.aoti_load_package(ENGINE)",
                           note="the loader call dossier times the package with; run it in the "
                                "process that serves requests",
