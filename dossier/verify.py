@@ -134,6 +134,26 @@ def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
                    worst_loss=data.get("worst_loss"), recorded_worst_loss=recorded)
 
 
+def _interval(x: float, lo: float, hi: float) -> str:
+    return f"{x:.3f}x [{lo:.3f}, {hi:.3f}]"
+
+
+def judge_speedup(here: Comparison | None, recorded: float | None, low: float | None,
+                  high: float | None) -> list[str]:
+    """Why a re-measured speedup is a regression against the recorded one (empty: it is not):
+    its interval lies wholly below the recorded interval, or it no longer excludes 1.0."""
+    if here is None or recorded is None or low is None or high is None:
+        return []
+    now = _interval(here.speedup, here.speedup_ci_low, here.speedup_ci_high)
+    was = _interval(recorded, low, high)
+    if here.speedup_ci_high < low:
+        return [f"its speedup over the baseline fell to {now}, below the recorded {was}"]
+    if here.speedup_ci_low <= 1.0:
+        return [f"its speedup over the baseline here, {now}, no longer excludes 1.0 "
+                f"(recorded {was})"]
+    return []
+
+
 def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     """Re-measure the shipped and the baseline engines here with the independent procedure
     (:mod:`dossier.replicate`: one fresh process per engine, production load options) and
@@ -167,22 +187,15 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     latency = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
                f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
                + (f" (recorded {recorded.median_ms:.3f} ms)" if recorded else ""))
-    reasons = []
-    if comp is not None and s.speedup_ci_low is not None and s.speedup is not None:
-        here = (f"{comp.speedup:.3f}x [{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] "
-                f"({comp.rounds} rounds)")
-        was = f"{s.speedup:.3f}x [{s.speedup_ci_low:.3f}, {s.speedup_ci_high:.3f}]"
-        if comp.speedup_ci_high < s.speedup_ci_low:
-            reasons.append(f"its speedup over the baseline fell to {here}, below the recorded "
-                           f"{was}")
-        elif comp.speedup_ci_low <= 1.0:
-            reasons.append(f"its speedup over the baseline here, {here}, no longer excludes 1.0 "
-                           f"(recorded {was})")
-        verdict = f"{here} the baseline (recorded {was})"
-    elif comp is not None:
-        verdict = f"{comp.speedup:.3f}x [{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] the baseline"
-    else:
+    reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
+    if comp is None:
         verdict = "the baseline ships: nothing to compare"
+    else:
+        verdict = (f"{_interval(comp.speedup, comp.speedup_ci_low, comp.speedup_ci_high)} the "
+                   f"baseline ({comp.rounds} rounds)"
+                   + ("" if s.speedup is None or s.speedup_ci_low is None
+                      or s.speedup_ci_high is None else
+                      f", recorded {_interval(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
     reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
               else f"{verdict}; {latency}; no regression")
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
