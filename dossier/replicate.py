@@ -122,16 +122,21 @@ def _read_line(stream: IO[bytes], deadline: float, proc: _Process) -> dict:
 
 def measure(backend: str, engines: Sequence[tuple[Path, str]], validation: Path,
             settings: TimingSettings, *, builder: dict[str, Any] | None = None,
-            shapes: Sequence[ShapeEntry] = (), timeout_s: float | None = None) -> Measured:
+            shapes: Sequence[ShapeEntry] = (), timeout_s: float | None = None,
+            work: Path | None = None) -> Measured:
     """Time ``engines`` ((path, route) each) one fresh process each, over
-    ``settings.confirm_rounds`` rounds of steady-state blocks in rotating order.
+    ``settings.confirm_rounds`` rounds of steady-state blocks in rotating order. The processes'
+    requests and logs go to ``work`` (created; default: a temporary folder).
 
     Raises TuneError when a process fails to load its engine, dies, or the whole measurement
     runs past ``timeout_s`` (default: twice the trial timeout)."""
     deadline = time.monotonic() + (timeout_s or 2 * settings.trial_timeout_s)
     t0 = time.perf_counter()
     procs: list[_Process] = []
-    with tempfile.TemporaryDirectory(prefix="dossier-replicate-") as tmp:
+    if work is not None:
+        work.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(work)) if work is not None
+          else tempfile.TemporaryDirectory(prefix="dossier-replicate-")) as tmp:
         try:
             for i, (path, route) in enumerate(engines):
                 req = EngineRequest(backend=backend, builder=dict(builder or {}),

@@ -383,7 +383,8 @@ class Tuner:
         started = _now()
         engines = [(self.run_dir / t.engine, t.route) for t in [base, base, *chosen]]  # type: ignore[operator]
         m = replicate.measure(self.p.backend.name, engines, self.p.vset.path, timing,
-                              builder=self.p.spec.builder, shapes=self.p.spec.shapes)
+                              builder=self.p.spec.builder, shapes=self.p.spec.shapes,
+                              work=self.work / "confirm")
         for j, t in enumerate([base, *chosen], start=1):
             samples, rounds = flatten(m.rounds[j])
             base_samples, base_rounds = flatten(m.rounds[0])

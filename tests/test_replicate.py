@@ -3,9 +3,12 @@ the tuner's confirmation records; verify --rebench judging by the speedup."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import test_bundle_helpers as h
 
 from dossier import replicate
 from dossier.backends import get_backend
@@ -15,6 +18,7 @@ from dossier.routes import Route
 from dossier.timing import TimingSettings, compare
 from dossier.trial import Comparison, TimingSummary
 from dossier.tuner import Tuner, prepare
+from dossier.validation import load_validation_set
 from dossier.verify import judge_speedup
 
 FAST = "-graph_optimization_level=all"
@@ -99,3 +103,27 @@ def test_rebench_judges_the_speedup_against_the_recorded_interval() -> None:
     lost = judge_speedup(_comparison(1.04, 0.99, 1.06), *recorded)
     assert lost and "no longer excludes 1.0" in lost[0]
     assert judge_speedup(None, *recorded) == []  # the baseline ships: nothing to judge
+
+
+@pytest.fixture(scope="module")
+def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
+    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
+
+
+def test_inspect_shows_the_aa_reading_and_a_load_snippet_that_works(
+        rel: dict[str, h.Released]) -> None:
+    r = rel["convnet"]
+    text = h.cli("inspect", r.bundle).stdout
+    assert "A/A check" in text and "rounds, screening)" in text
+    assert "load with    onnxruntime.InferenceSession('engine/convnet.ort', so" in text
+    o = json.loads(h.cli("inspect", r.bundle, "--json").stdout)
+    assert o["aa"]["rounds"] == h.SMALL_TIMING["rounds"] and o["aa"]["trial_index"] == 0
+    assert o["load"]["options"] == {"graph_optimization_level": "ORT_DISABLE_ALL"}
+    assert "force_spinning_stop" not in o["load"]["snippet"]
+    # the snippet loads the shipped engine; it reproduces the float64 reference outputs
+    namespace: dict = {"ENGINE": str(r.bundle / o["winner"]["engine"])}
+    exec(o["load"]["snippet"], namespace)  # noqa: S102 - the bundle's own snippet, under test
+    session = namespace["session"]
+    for pair in load_validation_set(r.bundle / "validation").pairs:
+        (got,) = session.run(None, dict(pair.inputs))
+        assert float(np.max(np.abs(got - pair.references["logits"]))) < o["threshold"]
