@@ -43,7 +43,8 @@ VARIANTS = [("reference", {}), ("spin off", {"spin": 0}), ("1 thread", {"threads
             ("block 60", {"block": 60}), ("block 60, spin off", {"block": 60, "spin": 0}),
             ("no lead-in", {"lead": 0}),
             ("fresh session per block, spin off", {"fresh": 1, "spin": 0, "lead": 5}),
-            ("fresh, spin off, block 60", {"fresh": 1, "spin": 0, "lead": 5, "block": 60})]
+            ("fresh, spin off, block 60", {"fresh": 1, "spin": 0, "lead": 5, "block": 60}),
+            ("new procedure", {"fresh": 1, "spin": 0, "lead": 5, "block": 20})]
 
 
 def child(engine: str, validation: str, cfg: dict, rounds: int) -> dict:
