@@ -127,3 +127,22 @@ def test_inspect_shows_the_aa_reading_and_a_load_snippet_that_works(
     for pair in load_validation_set(r.bundle / "validation").pairs:
         (got,) = session.run(None, dict(pair.inputs))
         assert float(np.max(np.abs(got - pair.references["logits"]))) < o["threshold"]
+
+
+def test_production_load_names_only_what_differs_from_the_defaults() -> None:
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    plain = backend.production_load(Route.parse(FAST, db), db)
+    assert plain.options == {"graph_optimization_level": "ORT_DISABLE_ALL"}
+    tuned = backend.production_load(
+        Route.parse("-intra_op_num_threads=1 -prepacking=off -execution_mode=parallel", db), db)
+    assert tuned.options == {"graph_optimization_level": "ORT_DISABLE_ALL",
+                             "intra_op_num_threads": "1", "session.disable_prepacking": "1",
+                             "execution_mode": "ORT_PARALLEL"}
+    assert "so.intra_op_num_threads = 1" in tuned.snippet
+    assert "so.add_session_config_entry('session.disable_prepacking', '1')" in tuned.snippet
+    assert "so.execution_mode = ort.ExecutionMode.ORT_PARALLEL" in tuned.snippet
+    for name in ("torch-inductor", "tensorrt"):  # without their libraries: text only
+        other = get_backend(name)
+        other.configure({}, [])
+        assert "ENGINE" in other.production_load(Route.parse(""), db).call
