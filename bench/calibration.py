@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dossier import replicate  # noqa: E402
+from dossier.errors import DossierError  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
 from dossier.timing import compare, median_ci  # noqa: E402
 from dossier.tuner import tune  # noqa: E402
@@ -58,6 +59,14 @@ def _reading(r: object) -> dict | None:
 
 def _one_search(spec, run: Path) -> dict:  # type: ignore[no-untyped-def]
     t0 = time.perf_counter()
+    try:
+        return _search(spec, run, t0)
+    except DossierError as exc:  # a failed search is counted, not fatal to the benchmark
+        return {"error": str(exc), "gain": False, "aa": None, "reason": f"error: {exc}",
+                "wall_s": time.perf_counter() - t0, "loadavg": os.getloadavg()[0]}
+
+
+def _search(spec, run: Path, t0: float) -> dict:  # type: ignore[no-untyped-def]
     res = tune(spec, run)
     d = res.decision
     rec = {"gain": d.gain, "shipped": d.shipped_route, "reason": d.reason,
@@ -91,11 +100,48 @@ def _share(hits: int, n: int) -> dict:
     return {"hits": hits, "n": n, "share": hits / n, "ci": [ci.low, ci.high]}
 
 
+def _write(path: Path, result: dict) -> None:
+    """Written after every search, so a run cut short leaves what it measured."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def _median(values: list[float]) -> dict | None:
     if not values:
         return None
     lo, hi = median_ci(values, 0.95)
     return {"median": float(np.median(values)), "ci": [lo, hi], "n": len(values)}
+
+
+def _result(args: argparse.Namespace, aa_runs: list[dict], rel_runs: list[dict],
+            load_before: tuple[float, float, float], started: str, done: bool) -> dict:
+    gains = [r for r in rel_runs if r["gain"]]
+    return {
+        "benchmark": "calibration of the decision rule", "backend": "onnxruntime",
+        "sample": args.sample, "aa_selection": AA_SELECTION, "timing": "default TimingSettings",
+        "complete": done, "errors": sum("error" in r for r in aa_runs + rel_runs),
+        "counts": {"aa_searches": len(aa_runs), "release_searches": len(rel_runs),
+                   "asked": {"aa": args.aa, "releases": args.releases}},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "started": started,
+                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                 "loadavg_during_median": float(np.median([r["loadavg"] for r in
+                                                           aa_runs + rel_runs] or [0]))},
+        "aa_false_positives": _share(sum(r["gain"] for r in aa_runs), len(aa_runs)),
+        "aa_trial0_significant": _share(sum(bool(r["aa"] and r["aa"]["significant"])
+                                            for r in aa_runs + rel_runs),
+                                        len(aa_runs) + len(rel_runs)),
+        "gain_shipped": _share(len(gains), len(rel_runs)),
+        "coverage": _share(sum(r["covered"] for r in gains), len(gains)),
+        "remeasured_excludes_1": _share(sum(r["remeasured_excludes_1"] for r in gains), len(gains)),
+        "intervals_overlap": _share(sum(r["intervals_overlap"] for r in gains), len(gains)),
+        "shipped_speedup": _median([r["speedup"] for r in gains]),
+        "remeasured_speedup": _median([r["remeasured"]["speedup"] for r in gains]),
+        "aa_reading": _median([r["aa"]["speedup"] for r in aa_runs + rel_runs if r["aa"]]),
+        "search_wall_s": _median([r["wall_s"] for r in rel_runs]),
+        "aa_details": aa_runs, "release_details": rel_runs}
 
 
 def main() -> None:
@@ -120,38 +166,16 @@ def main() -> None:
                 aa_runs.append(_one_search(aa_spec, Path(tmp) / f"aa{i}"))
                 r = aa_runs[-1]
                 print(f"[aa {i}] {'GAIN ' + str(r['speedup']) if r['gain'] else 'no gain'}; "
-                      f"A/A {r['aa']['speedup']:.3f} p={r['aa']['p_value']:.2g}", flush=True)
+                      f"{r['reason'][:150]}", flush=True)
             if i < args.releases:
                 rel_runs.append(_one_search(rel_spec, Path(tmp) / f"rel{i}"))
                 r = rel_runs[-1]
                 extra = (f" re-measured {r['remeasured']['speedup']:.3f} "
                          f"{'inside' if r['covered'] else 'OUTSIDE'}" if r["gain"] else "")
                 print(f"[release {i}] {r['reason'][:150]}{extra}", flush=True)
-    gains = [r for r in rel_runs if r["gain"]]
-    result = {
-        "benchmark": "calibration of the decision rule", "backend": "onnxruntime",
-        "sample": args.sample, "aa_selection": AA_SELECTION, "timing": "default TimingSettings",
-        "counts": {"aa_searches": len(aa_runs), "release_searches": len(rel_runs)},
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "started": started,
-                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                 "loadavg_during_median": float(np.median([r["loadavg"] for r in
-                                                           aa_runs + rel_runs] or [0]))},
-        "aa_false_positives": _share(sum(r["gain"] for r in aa_runs), len(aa_runs)),
-        "aa_trial0_significant": _share(sum(bool(r["aa"] and r["aa"]["significant"])
-                                            for r in aa_runs + rel_runs),
-                                        len(aa_runs) + len(rel_runs)),
-        "gain_shipped": _share(len(gains), len(rel_runs)),
-        "coverage": _share(sum(r["covered"] for r in gains), len(gains)),
-        "remeasured_excludes_1": _share(sum(r["remeasured_excludes_1"] for r in gains), len(gains)),
-        "intervals_overlap": _share(sum(r["intervals_overlap"] for r in gains), len(gains)),
-        "shipped_speedup": _median([r["speedup"] for r in gains]),
-        "remeasured_speedup": _median([r["remeasured"]["speedup"] for r in gains]),
-        "aa_reading": _median([r["aa"]["speedup"] for r in aa_runs + rel_runs if r["aa"]]),
-        "search_wall_s": _median([r["wall_s"] for r in rel_runs]),
-        "aa_details": aa_runs, "release_details": rel_runs}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+            _write(out, _result(args, aa_runs, rel_runs, load_before, started, False))
+    result = _result(args, aa_runs, rel_runs, load_before, started, True)
+    _write(out, result)
     fp, g, cov = result["aa_false_positives"], result["gain_shipped"], result["coverage"]
     print(f"A/A: {fp['hits']} of {fp['n']} shipped a gain; {args.sample}: a gain shipped in "
           f"{g['hits']} of {g['n']}; coverage {cov['hits']} of {cov['n']}; written {out}")
