@@ -9,7 +9,9 @@ Three parts, each run repeatedly with the default timing settings:
   scratch each time: (a) how often a gain ships; for every shipped gain, the shipped and the
   baseline engines are re-measured with the independent procedure (dossier.replicate, as
   ``verify --rebench`` does): (b) coverage, how often the re-measured speedup falls inside the
-  recorded 95% interval, and how often the re-measured interval excludes 1.0.
+  recorded 95% interval, and how often the re-measured interval excludes 1.0. The best
+  candidate of the confirmation is re-measured too when nothing ships (``candidate_coverage``:
+  the confirmation interval's coverage whether or not the rule shipped it).
 
 Writes bench/results/calibration-<sample>.json with the counts, the figures (medians with
 intervals), every run's details and the machine load (os.getloadavg before and after, CPU
@@ -74,19 +76,27 @@ def _search(spec, run: Path, t0: float) -> dict:  # type: ignore[no-untyped-def]
            "p_value": d.p_value, "aa": _reading(d.aa), "confirm_aa": _reading(d.confirm_aa),
            "confirmed_routes": d.candidates, "wall_s": time.perf_counter() - t0,
            "loadavg": os.getloadavg()[0]}
-    if d.gain:
-        base = next(t for t in res.cache.trials if t.role == "baseline")
-        win = next(t for t in res.cache.trials if t.index == d.shipped_index)
+    base = next(t for t in res.cache.trials if t.role == "baseline")
+    confirmed = [t for t in res.cache.trials if t.role == "confirm" and t.route != base.route
+                 and t.comparison is not None]
+    # the shipped route, else the best independently measured candidate: its recorded
+    # (confirmation) interval against a second independent re-measurement
+    target = (next(t for t in confirmed if t.route == d.shipped_route) if d.gain and confirmed
+              else max(confirmed, key=lambda t: t.comparison.speedup) if confirmed else None)  # type: ignore[union-attr]
+    if target is not None:
+        rc = target.comparison
         m = replicate.measure(res.cache.header.backend,
-                              [(run / base.engine, base.route), (run / win.engine, win.route)],  # type: ignore[operator]
+                              [(run / base.engine, base.route), (run / target.engine, target.route)],  # type: ignore[operator]
                               Path(res.cache.header.validation_path), spec.timing)
         c = compare(m.rounds[0], m.rounds[1], spec.timing, procedure="independent")
-        rec["remeasured"] = {"speedup": c.speedup, "ci": [c.speedup_ci_low, c.speedup_ci_high],
+        rec["remeasured"] = {"route": target.route, "shipped": d.gain,
+                             "recorded": [rc.speedup, rc.speedup_ci_low, rc.speedup_ci_high],  # type: ignore[union-attr]
+                             "speedup": c.speedup, "ci": [c.speedup_ci_low, c.speedup_ci_high],
                              "p_value": c.p_value, "rounds": c.rounds}
-        rec["covered"] = d.speedup_ci_low <= c.speedup <= d.speedup_ci_high  # type: ignore[operator]
+        rec["covered"] = rc.speedup_ci_low <= c.speedup <= rc.speedup_ci_high  # type: ignore[union-attr]
         rec["remeasured_excludes_1"] = c.speedup_ci_low > 1.0
-        rec["intervals_overlap"] = not (c.speedup_ci_high < d.speedup_ci_low  # type: ignore[operator]
-                                        or c.speedup_ci_low > d.speedup_ci_high)  # type: ignore[operator]
+        rec["intervals_overlap"] = not (c.speedup_ci_high < rc.speedup_ci_low  # type: ignore[union-attr]
+                                        or c.speedup_ci_low > rc.speedup_ci_high)  # type: ignore[union-attr]
     return rec
 
 
@@ -117,7 +127,9 @@ def _median(values: list[float]) -> dict | None:
 
 def _result(args: argparse.Namespace, aa_runs: list[dict], rel_runs: list[dict],
             load_before: tuple[float, float, float], started: str, done: bool) -> dict:
-    gains = [r for r in rel_runs if r["gain"]]
+    shipped = [r for r in rel_runs if r["gain"]]
+    measured = [r for r in rel_runs if "remeasured" in r]  # shipped or best confirmed candidate
+    gains = [r for r in measured if r["gain"]]
     return {
         "benchmark": "calibration of the decision rule", "backend": "onnxruntime",
         "sample": args.sample, "aa_selection": AA_SELECTION, "timing": "default TimingSettings",
@@ -133,12 +145,15 @@ def _result(args: argparse.Namespace, aa_runs: list[dict], rel_runs: list[dict],
         "aa_trial0_significant": _share(sum(bool(r["aa"] and r["aa"]["significant"])
                                             for r in aa_runs + rel_runs),
                                         len(aa_runs) + len(rel_runs)),
-        "gain_shipped": _share(len(gains), len(rel_runs)),
+        "gain_shipped": _share(len(shipped), len(rel_runs)),
         "coverage": _share(sum(r["covered"] for r in gains), len(gains)),
         "remeasured_excludes_1": _share(sum(r["remeasured_excludes_1"] for r in gains), len(gains)),
         "intervals_overlap": _share(sum(r["intervals_overlap"] for r in gains), len(gains)),
         "shipped_speedup": _median([r["speedup"] for r in gains]),
         "remeasured_speedup": _median([r["remeasured"]["speedup"] for r in gains]),
+        "candidate_coverage": _share(sum(r["covered"] for r in measured), len(measured)),
+        "candidate_intervals_overlap": _share(sum(r["intervals_overlap"] for r in measured),
+                                              len(measured)),
         "aa_reading": _median([r["aa"]["speedup"] for r in aa_runs + rel_runs if r["aa"]]),
         "search_wall_s": _median([r["wall_s"] for r in rel_runs]),
         "aa_details": aa_runs, "release_details": rel_runs}
@@ -171,7 +186,7 @@ def main() -> None:
                 rel_runs.append(_one_search(rel_spec, Path(tmp) / f"rel{i}"))
                 r = rel_runs[-1]
                 extra = (f" re-measured {r['remeasured']['speedup']:.3f} "
-                         f"{'inside' if r['covered'] else 'OUTSIDE'}" if r["gain"] else "")
+                         f"{'inside' if r['covered'] else 'OUTSIDE'}" if "remeasured" in r else "")
                 print(f"[release {i}] {r['reason'][:150]}{extra}", flush=True)
             _write(out, _result(args, aa_runs, rel_runs, load_before, started, False))
     result = _result(args, aa_runs, rel_runs, load_before, started, True)
