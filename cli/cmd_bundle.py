@@ -150,6 +150,19 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
     else:  # "no significant gain", or "not statistically checked" (a trtexec import)
         lines.append(f"  speedup      {o['result']}")
     lines.append(f"  why          {o['reason']}")
+    for key, label in (("aa", "A/A check   "), ("confirm_aa", "A/A confirm ")):
+        a = o.get(key)
+        if a:
+            lines.append(f"  {label} {a['speedup']:.3f}x [{a['speedup_ci_low']:.3f}, "
+                         f"{a['speedup_ci_high']:.3f}] (p={a['p_value']:.2g}, "
+                         f"{a['rounds'] or '?'} rounds, {a['procedure']}): "
+                         + ("SIGNIFICANT, nothing can ship" if a["significant"]
+                            else "no difference, as it should"))
+    if o.get("load"):
+        ld = o["load"]
+        lines.append(f"  load with    {ld['call'].replace('ENGINE', repr(o['winner']['engine']))}"
+                     + (f" ({', '.join(f'{k}={v}' for k, v in ld['options'].items())})"
+                        if ld["options"] else ""))
     if o["runner_up"]:
         ru = o["runner_up"]
         lines.append(f"  runner-up    {ru['route']}"

@@ -108,6 +108,8 @@ def _write_text(path: Path, text: str) -> None:
 
 def render_explanation(e: Any) -> None:
     """The explanation as text on stdout."""
+    from dossier.audit.explain import test_name
+
     d, s, lin = e.decision, e.search, e.lineage
     out.print(f"[bold]{escape(lin.release)} version {lin.version}[/]: why this route",
               soft_wrap=True)
@@ -137,9 +139,9 @@ def render_explanation(e: Any) -> None:
     if h is not None:
         _heading("Winner against the baseline" if h.shipped
                  else "Best candidate against the baseline (did not win)")
-        src = ("confirmation round: re-timed with the baseline in a fresh process"
+        src = ("independent confirmation: one fresh process per engine"
                if h.source == "confirmation" else "screening: its search trial")
-        test = ("two-sided Mann-Whitney U" if h.test == "mann-whitney-u" else h.test)
+        test = test_name(h.test)
         lines = [
             f"candidate  {_r(h.route)} (trial {h.trial_index})",
             f"measured   {src} (record {h.measured_in})",
@@ -147,7 +149,7 @@ def render_explanation(e: Any) -> None:
             f"baseline   median {_ci(h.baseline.median_ms, h.baseline.ci_low_ms, h.baseline.ci_high_ms, ' ms', 4)} (n={h.baseline.n}), "
             f"timed alongside it in record {h.measured_in}",
             f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} "
-            f"({h.confidence:.0%} bootstrap interval"
+            f"({h.confidence:.0%} interval over {h.rounds or '?'} rounds"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
             f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
@@ -216,11 +218,13 @@ def render_explanation(e: Any) -> None:
                       f"{escape(x.value)}: {_ci(x.speed_factor, x.ci_low, x.ci_high)} "
                       f"(SE {x.std_error:.3f} on log scale, {x.trials} trials)", soft_wrap=True)
 
-    if e.aa_check is not None:
-        a = e.aa_check
+    checks = [a for a in (e.aa_check, e.confirm_aa_check) if a is not None]
+    if checks:
         _heading("A/A check (the baseline against a second load of itself)")
-        out.print(f"  {_ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} p={a.p_value:.3g}: "
-                  f"{escape(a.verdict)}", soft_wrap=True)
+    for a in checks:
+        out.print(f"  {a.procedure}: {_ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} "
+                  f"p={a.p_value:.3g}" + (f", {a.rounds} rounds" if a.rounds else "")
+                  + f": {escape(a.verdict)}", soft_wrap=True)
 
     _heading("Environment the numbers were measured in (tuning host)")
     env = e.environment

@@ -27,9 +27,10 @@ def verify(
                                         "file matches the manifest (no environment check)."),
     recheck: bool = typer.Option(False, "--recheck", help="Load the shipped engine here and run "
                                  "the bundle's validation set against its metric and threshold."),
-    rebench: bool = typer.Option(False, "--rebench", help="Re-time the shipped and the baseline "
-                                 "engines here; a regression beyond the recorded interval is "
-                                 "SUBOPTIMAL."),
+    rebench: bool = typer.Option(False, "--rebench", help="Re-measure the shipped and the "
+                                 "baseline engines here (one fresh process each); a speedup "
+                                 "below the recorded interval, or one whose interval includes "
+                                 "1.0, is SUBOPTIMAL."),
     threshold: float = typer.Option(None, help="With --recheck: a stricter threshold than the "
                                      "bundle's."),
     policy: Path = typer.Option(None, "--policy", help="TOML policy file whose [[rule]]s override "

@@ -91,7 +91,7 @@ class ProgressObserver(TuneObserver):
 
     def confirming(self, routes: list[str]) -> None:
         self.console.print(f"confirming {len(routes)} candidate(s) against the baseline "
-                           "in a fresh process")
+                           "independently (one fresh process per engine, with an A/A)")
 
 
 _STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",

@@ -21,7 +21,7 @@ from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
 from dossier.spec import DeploymentSection, ShapeEntry
 from dossier.timing import TimingSettings
-from dossier.trial import TrialRecord
+from dossier.trial import Reading, TrialRecord
 
 CACHE_FORMAT = 1
 
@@ -153,6 +153,10 @@ class DecisionRecord(_Model):
     """Its speedup over the baseline."""
     candidates: list[str] = Field(default_factory=list)
     """Routes that were re-timed in the confirmation round."""
+    aa: Reading | None = None
+    """The run's calibration: the baseline against a second load of itself (trial 0)."""
+    confirm_aa: Reading | None = None
+    """The same check in the independent confirmation (None when it did not run)."""
 
 
 Record = Annotated[TrialRecord | SessionRecord | DecisionRecord, Field(discriminator="kind")]

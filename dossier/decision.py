@@ -1,13 +1,20 @@
 """The decision rule: which route ships, and why.
 
-1. Candidates are admissible search trials whose interleaved comparison with the baseline was
-   significant (Mann-Whitney U, p < alpha) with a speedup of at least 1 + min_effect and a
-   speedup interval above 1.0 (so the verdict never contradicts the interval printed with it).
-2. The best ``confirm_top`` candidates (by speedup) are re-timed together with the baseline in a
-   fresh process; each must again be significant at alpha / k (Bonferroni) and reach the minimum
-   effect. This removes the winner's curse of picking the maximum of many noisy estimates.
-3. The confirmed candidate with the largest confirmed speedup ships; if none is confirmed, the
-   baseline ships and the result is "no significant gain", with the reason.
+0. **Calibration.** Trial 0 times the baseline against a second load of itself. It is judged
+   like any candidate: when it reads a significant difference (p < alpha), the procedure is
+   biased on this host by about that much and nothing ships.
+1. **Screening.** Candidates are admissible search trials significantly faster than the
+   baseline (signed-rank test over rounds, p < alpha) by at least 1 + min_effect, whose
+   interval lies above 1.0 and its lower end above the upper end of the A/A interval (a gain must exceed what
+   two loads of the same engine can read).
+2. **Independent confirmation** (:mod:`dossier.replicate`). The best ``confirm_top`` candidates,
+   the baseline and a second load of the baseline are re-measured, one fresh process per
+   engine, in production load configuration, over ``confirm_rounds`` rounds. A significant
+   confirmation A/A stops the release. A candidate is confirmed when its signed-rank p is below
+   alpha / k (Bonferroni over the k candidates), its interval excludes 1.0, its speedup reaches
+   1 + min_effect, and its interval's lower end lies above the confirmation A/A's upper end.
+3. The confirmed candidate with the largest confirmed speedup ships; if none is, the baseline
+   ships and the result is "no significant gain", with the reason.
 """
 
 from __future__ import annotations
@@ -16,22 +23,46 @@ from collections.abc import Sequence
 
 from dossier.cache import DecisionRecord
 from dossier.timing import TimingSettings
-from dossier.trial import TrialRecord
+from dossier.trial import Reading, TrialRecord
 from dossier.verdict import speed_verdict
 
 
 def rule_text(settings: TimingSettings) -> str:
     """The decision rule in words, with the numbers in force."""
-    return (f"admissible routes faster than the baseline by a two-sided Mann-Whitney U test "
-            f"(alpha={settings.alpha:g}), by at least {settings.min_effect:.0%} and with a speedup "
-            f"interval above 1.0 were re-timed "
-            f"(top {settings.confirm_top}) against the baseline in a fresh process at "
-            f"alpha/k (Bonferroni); the largest confirmed speedup ships, else the baseline")
+    return (f"the A/A trial (baseline against a second load of itself) must not differ "
+            f"(signed-rank test over rounds, alpha={settings.alpha:g}); admissible routes "
+            f"faster than the baseline (p < alpha) by at least {settings.min_effect:.0%}, with "
+            f"their interval's lower end above the A/A interval's upper end, were re-measured "
+            f"independently (top {settings.confirm_top}, one fresh process per engine, "
+            f"production load options, {settings.confirm_rounds} rounds, with its own A/A) at "
+            f"alpha/k (Bonferroni); a confirmed interval must exclude 1.0 and lie above the "
+            f"confirmation A/A's; the largest confirmed speedup ships, else the baseline")
 
 
-def candidates(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Search trials that screened significantly faster than the baseline, best first."""
-    found = [t for t in trials if t.role == "search" and t.faster and t.comparison is not None]
+def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
+    """The run's A/A reading (trial 0's comparison), judged at alpha."""
+    base = next((t for t in trials if t.role == "baseline"), None)
+    return base.reading(settings.alpha) if base else None
+
+
+def confirm_calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
+    """The independent confirmation's A/A reading (its last round), judged at alpha."""
+    base = next((t for t in trials if t.role == "baseline"), None)
+    found = [t for t in trials if t.role == "confirm" and base and t.route == base.route]
+    return found[-1].reading(settings.alpha) if found else None
+
+
+def _clears(t: TrialRecord, aa: Reading | None) -> bool:
+    return aa is None or t.comparison is None or t.comparison.speedup_ci_low > aa.speedup_ci_high
+
+
+def candidates(trials: Sequence[TrialRecord], settings: TimingSettings | None = None
+               ) -> list[TrialRecord]:
+    """Search trials that screened significantly faster than the baseline and above the A/A
+    reading, best first."""
+    aa = calibration(trials, settings or TimingSettings())
+    found = [t for t in trials if t.role == "search" and t.faster and t.comparison is not None
+             and _clears(t, aa)]
     return sorted(found, key=lambda t: (-t.comparison.speedup, -t.comparison.speedup_ci_low))  # type: ignore[union-attr]
 
 
@@ -41,45 +72,70 @@ def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(ok, key=lambda t: t.comparison.speedup) if ok else None  # type: ignore[union-attr]
 
 
-def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
+def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float, aa: Reading | None,
+             confirmed: bool = False) -> str:
     assert t.comparison is not None
     v = speed_verdict(t.comparison, alpha=alpha, min_effect=settings.min_effect)
-    return "slower than the baseline" if v.label == "slower" else ", ".join(v.reasons) or v.label
+    if v.label == "slower":
+        return "slower than the baseline"
+    parts = list(v.reasons)
+    if aa is not None and not _clears(t, aa):
+        parts.append(f"its interval does not clear the {'confirmation ' if confirmed else ''}"
+                     f"A/A reading's upper end {aa.speedup_ci_high:.3f}")
+    return ", ".join(parts) or v.label
+
+
+def _aa_reason(aa: Reading, where: str) -> str:
+    return (f"no significant gain: the {where}A/A check (the baseline against a second load of "
+            f"itself) read {aa.text()}, a significant difference between two loads of the same "
+            f"engine: the timing procedure is biased on this host by about that much, so no "
+            f"gain of that size can be trusted; the baseline ships")
 
 
 def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionRecord:
     """Apply the rule to a finished search (screening and confirmation trials)."""
     baseline = next(t for t in trials if t.role == "baseline")
+    aa = calibration(trials, settings)
+    caa = confirm_calibration(trials, settings)
     # the last measurement of each route: a round cut short by a kill was re-timed whole
-    confirms = list({t.route: t for t in trials
-                     if t.role == "confirm" and t.comparison is not None}.values())
-    screened = candidates(trials)
+    confirms = list({t.route: t for t in trials if t.role == "confirm"
+                     and t.route != baseline.route and t.comparison is not None}.values())
+    screened = candidates(trials, settings)
     k = max(len(confirms), 1)
     alpha = settings.alpha / k
     confirmed = sorted(
         (t for t in confirms if t.comparison.p_value < alpha  # type: ignore[union-attr]
-         and t.comparison.speedup >= 1 + settings.min_effect
-         and t.comparison.speedup_ci_low > 1.0),  # type: ignore[union-attr]
+         and t.comparison.speedup_ci_low > 1.0  # type: ignore[union-attr]
+         and t.comparison.speedup >= 1 + settings.min_effect  # type: ignore[union-attr]
+         and _clears(t, caa)),
         key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
     if settings.confirm_top == 0:
         confirms, confirmed, alpha = [], screened, settings.alpha
     common = dict(rule=rule_text(settings), baseline_route=baseline.route,
-                  candidates=[t.route for t in confirms])
+                  candidates=[t.route for t in confirms], aa=aa, confirm_aa=caa)
+    no_gain = dict(shipped_route=baseline.route, shipped_index=baseline.index, gain=False,
+                   speedup=None, speedup_ci_low=None, speedup_ci_high=None, p_value=None)
+    if aa is not None and aa.significant:
+        return DecisionRecord(**common, **no_gain, reason=_aa_reason(aa, ""))
+    if caa is not None and caa.significant and confirms:
+        return DecisionRecord(**common, **no_gain, reason=_aa_reason(caa, "confirmation's "))
     if confirmed:
         win = confirmed[0]
         c = win.comparison
         assert c is not None
         runner = confirmed[1] if len(confirmed) > 1 else None
-        where = "confirmed in a fresh process" if confirms else "screening measurement"
+        where = ("confirmed independently (a fresh process per engine)" if confirms
+                 else "screening measurement")
         index = next(t.index for t in trials if t.route == win.route and t.role == "search")
+        cal = caa if confirms else aa
         return DecisionRecord(
             **common, shipped_route=win.route, shipped_index=index, gain=True, speedup=c.speedup,
             speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
             p_value=c.p_value,
             reason=(f"{win.route} was {c.speedup:.3f}x the baseline's speed "
                     f"[{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                    f"(p={c.p_value:.2g} < {alpha:.2g}, n={c.baseline.n}+{win.timing.n if win.timing else 0}), "
-                    f"{where}"),
+                    f"(p={c.p_value:.2g} < {alpha:.2g}, {c.rounds or '?'} rounds), {where}"
+                    + (f"; the A/A read {cal.text()}" if cal else "")),
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
     if confirms:
@@ -87,9 +143,9 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
         c = best.comparison
         assert c is not None
         reason = (f"no significant gain: {len(screened)} route(s) screened faster, but none was "
-                  f"confirmed in a fresh process; the best, {best.route}, measured "
+                  f"confirmed independently; the best, {best.route}, measured "
                   f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                  f"({_why_not(best, settings, alpha)}); the baseline ships")
+                  f"({_why_not(best, settings, alpha, caa, confirmed=True)}); the baseline ships")
     else:
         best = best_admissible(trials)
         if best is None:
@@ -99,9 +155,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
             assert c is not None
             reason = (f"no significant gain: the best admissible route, {best.route}, measured "
                       f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                      f"({_why_not(best, settings, settings.alpha)}); the baseline ships")
-    return DecisionRecord(**common, shipped_route=baseline.route, shipped_index=baseline.index,
-                          gain=False, speedup=None, speedup_ci_low=None, speedup_ci_high=None,
-                          p_value=None, reason=reason,
+                      f"({_why_not(best, settings, settings.alpha, aa)}); the baseline ships")
+    return DecisionRecord(**common, **no_gain, reason=reason,
                           runner_up_route=best.route if best else None,
                           runner_up_speedup=best.comparison.speedup if best and best.comparison else None)

@@ -1,10 +1,14 @@
-"""Timing: warm-up until stable, interleaved sampling, statistics, comparison to the baseline.
+"""Timing: warm-up, rounds of steady-state blocks, round-level statistics, the comparison.
 
-Every candidate is timed in the same process as the baseline, in alternating blocks (A B, then
-B A, ...), with the same inputs rotated across the validation pairs, so neither the route's
-position in the search nor a slow moment of the machine decides the comparison. Raw samples are
-kept. The decision uses a Mann-Whitney U test and a minimum effect; intervals are
-distribution-free (order statistics for a median, bootstrap for a ratio of medians).
+The unit of replication is the **round**, not the sample: samples inside one block share its
+state (caches, clock frequency, the other engine's threads), so a test over every sample of ten
+rounds is not a ten-round test. In each round every engine is timed in one block (untimed
+lead-in runs, then timed runs), the engines taking turns at going first (A B, B A, ...). Each
+round gives one paired statistic, the ratio of the baseline's block median to the candidate's.
+The speedup is the Hodges-Lehmann estimate of those ratios (on the log scale: the median of the
+pairwise means of the log ratios), its interval the exact distribution-free interval that goes
+with the Wilcoxon signed-rank test, and the test that signed-rank test on the log ratios. Raw
+samples are kept with their round index.
 """
 
 from __future__ import annotations
@@ -20,19 +24,27 @@ from dossier.trial import Comparison, TimingSummary
 Timed = Callable[[int], float]
 """A function that runs the engine on input set ``i`` and returns the latency in ms."""
 
+Engine = Callable[[], Timed]
+"""Called at the start of every block: the function to time in that block."""
+
+TEST_NAME = "wilcoxon-signed-rank-rounds"
+"""``Comparison.test`` of a round-level comparison."""
+
 
 class TimingSettings(BaseModel):
     """How trials are timed and compared. The same settings apply to baseline and candidates."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    samples: int = Field(60, ge=5)
-    """Timed runs per engine per trial."""
-    rounds: int = Field(10, ge=2)
-    """Blocks the samples are split into; engines alternate order from block to block."""
-    block_warmup: int = Field(2, ge=0)
-    """Untimed runs at the start of every block, so the engine that ran just before (its
-    threads still spinning, its data in the caches) does not colour the first samples."""
+    samples: int = Field(320, ge=5)
+    """Timed runs per engine per trial, split evenly into one block per round."""
+    rounds: int = Field(16, ge=2)
+    """Rounds of a screening trial: the unit of replication. Engines alternate order from
+    round to round. The smallest two-sided p of the signed-rank test is 2 / 2**rounds, so
+    ``dossier tune`` refuses rounds that cannot reach alpha."""
+    block_warmup: int = Field(5, ge=0)
+    """Untimed lead-in runs at the start of every block, so the engine that ran just before
+    (its threads, its data in the caches) does not colour the block."""
     warmup_min_runs: int = Field(5, ge=1)
     """Warm-up runs at least."""
     warmup_window: int = Field(10, ge=2)
@@ -44,17 +56,43 @@ class TimingSettings(BaseModel):
     confidence: float = Field(0.95, gt=0.5, lt=1)
     """Confidence level of every interval."""
     alpha: float = Field(0.05, gt=0, lt=1)
-    """Significance level of the rank test."""
+    """Significance level of the signed-rank test."""
     min_effect: float = Field(0.02, ge=0)
     """A candidate must be at least this much faster (0.02 = 2%) to count as a gain."""
     bootstrap_resamples: int = Field(2000, ge=100)
-    """Resamples for the speedup's bootstrap interval."""
+    """Unused since intervals are computed over rounds (exact); kept so older tuning caches
+    still read."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """Wall-clock limit of one trial (build, validation and timing) in its own process."""
     trial_memory_limit_mb: int | None = Field(None, ge=64)
     """Address-space limit of a trial's process (None: no limit); exceeding it is recorded."""
     confirm_top: int = Field(3, ge=0)
-    """How many of the best candidates are re-timed against the baseline in a fresh process."""
+    """How many of the best screened candidates the independent confirmation re-measures."""
+    confirm_rounds: int = Field(12, ge=2)
+    """Rounds of the independent confirmation (:mod:`dossier.replicate`)."""
+    confirm_warmup: int = Field(30, ge=0)
+    """Untimed lead-in runs before every confirmation block."""
+    confirm_runs: int = Field(150, ge=5)
+    """Timed runs per engine per confirmation block (at most; see confirm_block_s)."""
+    confirm_block_s: float = Field(0.5, gt=0)
+    """A confirmation block stops after this many seconds of timed runs (with at least 10)."""
+
+    def smallest_p(self, rounds: int) -> float:
+        """The smallest two-sided p-value an exact signed-rank test over ``rounds`` can give."""
+        return 2.0 / 2 ** rounds
+
+    def problems(self) -> list[str]:
+        """What makes these settings unable to ship a gain (empty when nothing does)."""
+        out = []
+        if self.smallest_p(self.rounds) >= self.alpha:
+            out.append(f"timing.rounds={self.rounds} cannot reach p < alpha={self.alpha:g} "
+                       f"(smallest p {self.smallest_p(self.rounds):.2g})")
+        k = max(self.confirm_top, 1)
+        if self.confirm_top and self.smallest_p(self.confirm_rounds) >= self.alpha / k:
+            out.append(f"timing.confirm_rounds={self.confirm_rounds} cannot reach p < alpha/k="
+                       f"{self.alpha / k:.2g} (smallest p "
+                       f"{self.smallest_p(self.confirm_rounds):.2g})")
+        return out
 
 
 def warm_up(fn: Timed, settings: TimingSettings, n_inputs: int) -> int:
@@ -73,22 +111,41 @@ def warm_up(fn: Timed, settings: TimingSettings, n_inputs: int) -> int:
             return len(times)
 
 
-def sample_interleaved(fns: Sequence[Timed], settings: TimingSettings,
-                       n_inputs: int) -> list[list[float]]:
-    """Time every function ``settings.samples`` times in ``settings.rounds`` blocks, rotating
-    which function goes first in each block (A B, B A, A B, ... for two); inputs cycle through
-    ``n_inputs`` sets."""
-    out: list[list[float]] = [[] for _ in fns]
-    per_round = [settings.samples // settings.rounds + (1 if r < settings.samples % settings.rounds
-                                                          else 0) for r in range(settings.rounds)]
-    k = len(fns)
-    for r, count in enumerate(per_round):
-        order = [(r + j) % k for j in range(k)]  # each engine takes each position in turn
-        for idx in order:
-            fn = fns[idx]
+def block_sizes(settings: TimingSettings) -> list[int]:
+    """Timed runs per block, one block per round (``samples`` split as evenly as possible)."""
+    n, r = settings.samples, settings.rounds
+    return [max(n // r + (1 if i < n % r else 0), 1) for i in range(r)]
+
+
+def sample_rounds(engines: Sequence[Engine], settings: TimingSettings,
+                  n_inputs: int) -> list[list[list[float]]]:
+    """Time every engine once per round in a block of lead-in then timed runs, rotating which
+    engine goes first (A B, B A, ... for two). Returns samples per engine, per round."""
+    out: list[list[list[float]]] = [[] for _ in engines]
+    k = len(engines)
+    for r, count in enumerate(block_sizes(settings)):
+        for idx in [(r + j) % k for j in range(k)]:  # each engine takes each position in turn
+            fn = engines[idx]()
             for i in range(settings.block_warmup):
                 fn(i % n_inputs)
-            out[idx].extend(fn(i % n_inputs) for i in range(count))
+            out[idx].append([fn(i % n_inputs) for i in range(count)])
+            del fn  # released before the next engine's block starts
+    return out
+
+
+def flatten(rounds: Sequence[Sequence[float]]) -> tuple[list[float], list[int]]:
+    """Samples of every round in order, and the round index of each."""
+    return ([x for block in rounds for x in block],
+            [r for r, block in enumerate(rounds) for _ in block])
+
+
+def unflatten(samples: Sequence[float], round_index: Sequence[int]) -> list[list[float]]:
+    """Inverse of :func:`flatten`; ValueError when the two lists do not fit together."""
+    if len(samples) != len(round_index) or any(r < 0 for r in round_index):
+        raise ValueError("samples and round indices do not match")
+    out: list[list[float]] = [[] for _ in range(max(round_index, default=-1) + 1)]
+    for x, r in zip(samples, round_index):
+        out[r].append(x)
     return out
 
 
@@ -116,28 +173,67 @@ def summarize(samples: Sequence[float], confidence: float, warmup_runs: int = 0)
                          p90_ms=float(np.percentile(x, 90)), warmup_runs=warmup_runs)
 
 
-def _median_ratio(b: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(b, axis=axis) / np.median(c, axis=axis)
+def round_ratios(baseline: Sequence[Sequence[float]],
+                 candidate: Sequence[Sequence[float]]) -> np.ndarray:
+    """One paired statistic per round: the baseline's block median / the candidate's."""
+    if len(baseline) != len(candidate):
+        raise ValueError("baseline and candidate have different numbers of rounds")
+    return np.array([float(np.median(b)) / float(np.median(c))
+                     for b, c in zip(baseline, candidate) if len(b) and len(c)])
 
 
-def compare(baseline: Sequence[float], candidate: Sequence[float], settings: TimingSettings,
-            *, alpha: float | None = None, baseline_warmup: int = 0, seed: int = 0) -> Comparison:
-    """Compare a candidate's samples with the baseline's taken alongside them."""
-    from scipy import stats
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T+ <= t) for t = 0..n(n+1)/2 under the null (exact, no ties)."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for k in range(1, n + 1):  # subsets of {1..n}: add rank k or not
+        counts[k:] = counts[k:] + counts[:-k].copy()
+    return np.cumsum(counts) / 2.0 ** n
 
-    b = np.asarray(baseline, dtype=float)
-    c = np.asarray(candidate, dtype=float)
+
+def shift_interval(x: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """Hodges-Lehmann estimate of the centre of ``x`` and its exact distribution-free interval
+    (the one that goes with the signed-rank test: order statistics of the Walsh averages).
+    With too few values for the level, the interval is the widest there is (min to max)."""
+    v = np.sort(np.asarray(x, dtype=float))
+    n = len(v)
+    i, j = np.triu_indices(n)
+    walsh = np.sort((v[i] + v[j]) / 2)
+    est = float(np.median(walsh))
+    c = int(np.sum(_signed_rank_cdf(n) <= (1 - confidence) / 2))  # P(T+ <= c-1) <= tail
+    if c == 0:
+        return est, float(walsh[0]), float(walsh[-1])
+    return est, float(walsh[c - 1]), float(walsh[len(walsh) - c])
+
+
+def signed_rank_p(x: Sequence[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of ``x`` against 0 (exact where scipy can)."""
+    from scipy import stats  # imported here: trial processes time engines without scipy
+
+    v = np.asarray(x, dtype=float)
+    if len(v) == 0 or np.all(v == 0):
+        return 1.0
+    return float(stats.wilcoxon(v, alternative="two-sided").pvalue)
+
+
+def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
+            settings: TimingSettings, *, alpha: float | None = None, baseline_warmup: int = 0,
+            procedure: str = "screening") -> Comparison:
+    """Compare a candidate with the baseline timed alongside it, round by round (samples per
+    round of each; the same number of rounds)."""
     alpha = settings.alpha if alpha is None else alpha
-    speedup = float(np.median(b) / np.median(c))
-    res = stats.bootstrap((b, c), _median_ratio, vectorized=True, paired=False,
-                          n_resamples=settings.bootstrap_resamples,
-                          confidence_level=settings.confidence, method="percentile",
-                          rng=np.random.default_rng(seed))
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    p = float(stats.mannwhitneyu(b, c, alternative="two-sided").pvalue)
+    ratios = round_ratios(baseline, candidate)
+    logs = np.log(ratios)
+    est, lo, hi = shift_interval(logs, settings.confidence)
+    p = signed_rank_p(logs)
+    speedup = float(np.exp(est))
     significant = p < alpha
+    flat_b = [x for block in baseline for x in block]
     return Comparison(
-        baseline=summarize(b, settings.confidence, baseline_warmup), speedup=speedup,
-        speedup_ci_low=lo, speedup_ci_high=hi, p_value=p, significant=significant,
-        faster=significant and speedup >= 1 + settings.min_effect and lo > 1.0,
-        slower=significant and speedup <= 1 / (1 + settings.min_effect) and hi < 1.0)
+        baseline=summarize(flat_b, settings.confidence, baseline_warmup), speedup=speedup,
+        speedup_ci_low=float(np.exp(lo)), speedup_ci_high=float(np.exp(hi)), p_value=p,
+        test=TEST_NAME, significant=significant,
+        faster=significant and speedup >= 1 + settings.min_effect and float(np.exp(lo)) > 1.0,
+        slower=significant and speedup <= 1 / (1 + settings.min_effect)
+        and float(np.exp(hi)) < 1.0,
+        rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure)

@@ -55,20 +55,23 @@ class TimingSummary(_Model):
 
 
 class Comparison(_Model):
-    """A candidate against the baseline, both timed interleaved in the same process."""
+    """A candidate against the baseline timed alongside it, round by round."""
 
     baseline: TimingSummary
     """The baseline's samples taken alongside this candidate."""
     speedup: float
-    """Baseline median / candidate median (> 1 means the candidate is faster)."""
+    """Baseline / candidate latency (> 1 means the candidate is faster): the Hodges-Lehmann
+    estimate over rounds of the ratio of block medians (older records: ratio of medians)."""
     speedup_ci_low: float
-    """Lower end of the speedup's bootstrap confidence interval."""
+    """Lower end of the speedup's confidence interval (exact signed-rank interval over rounds;
+    older records: bootstrap over samples)."""
     speedup_ci_high: float
-    """Upper end of the speedup's bootstrap confidence interval."""
+    """Upper end of the speedup's confidence interval."""
     p_value: float
-    """Two-sided Mann-Whitney U test of the two sample sets."""
+    """Two-sided p-value of ``test``."""
     test: str = "mann-whitney-u"
-    """The significance test used."""
+    """The significance test used: ``wilcoxon-signed-rank-rounds`` (the signed-rank test on
+    the log round ratios) or, in records before rounds, ``mann-whitney-u`` over samples."""
     significant: bool
     """p_value below alpha."""
     faster: bool
@@ -76,6 +79,40 @@ class Comparison(_Model):
     slower: bool
     """Significant, the speedup at most 1 / (1 + the minimum effect), and its interval below
     1.0."""
+    rounds: int | None = None
+    """Rounds the statistics were computed over (the unit of replication)."""
+    round_ratios: list[float] | None = None
+    """Per round: the baseline's block median / the candidate's block median."""
+    procedure: str | None = None
+    """``screening`` (one process, engines alternating in blocks) or ``independent`` (one fresh
+    process per engine, :mod:`dossier.replicate`)."""
+
+
+class Reading(_Model):
+    """One speedup measurement in a line: what an A/A check or a confirmation read."""
+
+    trial_index: int
+    """The trial record it comes from."""
+    procedure: str
+    """``screening`` (in-process rounds) or ``independent`` (a fresh process per engine)."""
+    speedup: float
+    """Baseline / candidate latency (for an A/A: first load / second load)."""
+    speedup_ci_low: float
+    """Lower end of its interval."""
+    speedup_ci_high: float
+    """Upper end."""
+    p_value: float
+    """Two-sided p-value."""
+    rounds: int | None
+    """Rounds it was computed over."""
+    significant: bool
+    """p below the level it was judged at."""
+
+    def text(self) -> str:
+        """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)``."""
+        n = f", {self.rounds} rounds" if self.rounds else ""
+        return (f"{self.speedup:.3f}x [{self.speedup_ci_low:.3f}, {self.speedup_ci_high:.3f}] "
+                f"(p={self.p_value:.2g}{n})")
 
 
 class TrialRecord(_Model):
@@ -105,6 +142,10 @@ class TrialRecord(_Model):
     """The candidate's raw timed samples, in the order taken."""
     baseline_samples_ms: list[float] | None = None
     """The baseline's raw samples taken interleaved with the candidate's."""
+    sample_rounds: list[int] | None = None
+    """Round index of each of ``samples_ms``."""
+    baseline_sample_rounds: list[int] | None = None
+    """Round index of each of ``baseline_samples_ms``."""
     build_s: float | None = None
     """Compile time of the engine (kept apart from inference latency)."""
     trial_s: float
@@ -130,3 +171,13 @@ class TrialRecord(_Model):
     def faster(self) -> bool:
         """Admissible and significantly faster than the baseline."""
         return self.admissible and self.comparison is not None and self.comparison.faster
+
+    def reading(self, alpha: float) -> Reading | None:
+        """Its comparison as a :class:`Reading` judged at ``alpha`` (None when untimed)."""
+        c = self.comparison
+        if c is None:
+            return None
+        return Reading(trial_index=self.index, procedure=c.procedure or "screening",
+                       speedup=c.speedup, speedup_ci_low=c.speedup_ci_low,
+                       speedup_ci_high=c.speedup_ci_high, p_value=c.p_value, rounds=c.rounds,
+                       significant=c.p_value < alpha)

@@ -18,15 +18,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dossier import __version__
+from dossier import __version__, replicate
 from dossier.backends import Backend, get_backend
 from dossier.builds import Build, Builds, build_request, default_build_jobs, usable_cores
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
 from dossier.child import Child, run_child
-from dossier.decision import candidates, decide
+from dossier.decision import calibration, candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
-from dossier.errors import CacheMismatchError, InputError, OutputError, TuneError
+from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.executors import Executor, open_executor
 from dossier.fingerprint import collect
 from dossier.hashing import digest_file
@@ -35,14 +35,13 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.strategies import Strategy, get_strategy
-from dossier.timing import compare, summarize
+from dossier.timing import compare, flatten, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 from dossier.worker import (
     BuiltResult,
     FailedResult,
     JudgedResult,
-    TimedResult,
     WorkerRequest,
     WorkerResult,
 )
@@ -107,6 +106,11 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     Raises the matching InputError subclass for anything that does not fit, before any file
     is written.
     """
+    problems = spec.timing.problems()
+    if problems:
+        raise SpecError(f"[timing] cannot ship a gain: {'; '.join(problems)}",
+                        hint="the signed-rank test over n rounds cannot give p below 2/2**n: "
+                             "raise the rounds")
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
@@ -358,45 +362,49 @@ class Tuner:
         if result.samples_ms and result.baseline_samples_ms:
             timing_summary = summarize(result.samples_ms, settings.confidence,
                                        result.warmup_runs or 0)
-            comparison = compare(result.baseline_samples_ms, result.samples_ms, settings,
-                                 baseline_warmup=result.baseline_warmup_runs or 0, seed=index)
+            comparison = compare(unflatten(result.baseline_samples_ms,
+                                           result.baseline_sample_rounds),
+                                 unflatten(result.samples_ms, result.sample_rounds), settings,
+                                 baseline_warmup=result.baseline_warmup_runs or 0)
         kept = outcome is Outcome.OK and engine.exists()
         return TrialRecord(
             **common, outcome=outcome, reason=result.reason, losses=result.losses or None,  # type: ignore[arg-type]
             worst_loss=result.worst_loss, timing=timing_summary, comparison=comparison,
             samples_ms=result.samples_ms, baseline_samples_ms=result.baseline_samples_ms,
+            sample_rounds=result.sample_rounds,
+            baseline_sample_rounds=result.baseline_sample_rounds,
             build_s=result.build_s,
             engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,
             extra={k: str(v) for k, v in result.facts.items()})
 
     def confirm(self, chosen: list[TrialRecord]) -> None:
-        """Re-time the chosen candidates and the baseline together in a fresh process."""
+        """Re-measure the chosen candidates independently (:mod:`dossier.replicate`), together
+        with the baseline and a second process of the baseline (the confirmation's A/A)."""
         self.observer.confirming([t.route for t in chosen])
-        base = self._baseline_engine()
-        req = self._request(mode="confirm", baseline_engine=str(base),
-                            candidates=[(str(self.run_dir / t.engine), t.route) for t in chosen])  # type: ignore[operator]
-        started = _now()
-        t0 = time.perf_counter()
+        base = next(t for t in self.cache.trials if t.role == "baseline")
         timing = self.p.spec.timing
-        env = {k: v for t in chosen for k, v in self._loader_env(self.run_dir / t.engine).items()}  # type: ignore[operator]
-        result = self.executor.confirm(req) if self.executor is not None else run_child(
-            req, self.work, "confirm", timing.trial_timeout_s * 2, timing.trial_memory_limit_mb,
-            {**self._loader_env(base), **env})
-        if not isinstance(result, TimedResult):
-            raise TuneError("the confirmation measurement failed: "
-                            f"{getattr(result, 'reason', None) or result.outcome}")
-        trial_s = time.perf_counter() - t0
-        samples, warm = result.samples_ms, result.warmup_runs
-        for j, t in enumerate(chosen, start=1):
+        started = _now()
+        engines = [(self.run_dir / t.engine, t.route) for t in [base, base, *chosen]]  # type: ignore[operator]
+        env = {k: v for e, _ in engines for k, v in self._loader_env(e).items()}
+        if self.executor is not None:  # one fresh process per engine on one measure worker
+            m = self.executor.confirm(engines, timing, env)
+        else:
+            m = replicate.measure(self.p.backend.name, engines, self.p.vset.path, timing,
+                                  builder=self.p.spec.builder, shapes=self.p.spec.shapes,
+                                  work=self.work / "confirm", env=env)
+        for j, t in enumerate([base, *chosen], start=1):
+            samples, rounds = flatten(m.rounds[j])
+            base_samples, base_rounds = flatten(m.rounds[0])
             index = len(self.cache.trials)
+            alpha = timing.alpha if t is base else timing.alpha / len(chosen)
             rec = TrialRecord(
-                index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=trial_s,
-                started_at=started, timing=summarize(samples[j], timing.confidence, warm[j]),
-                comparison=compare(samples[0], samples[j], timing,
-                                   alpha=timing.alpha / len(chosen), baseline_warmup=warm[0],
-                                   seed=index),
-                samples_ms=samples[j], baseline_samples_ms=samples[0], engine=t.engine,
+                index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=m.wall_s,
+                started_at=started, timing=summarize(samples, timing.confidence, m.warmup_runs[j]),
+                comparison=compare(m.rounds[0], m.rounds[j], timing, alpha=alpha,
+                                   baseline_warmup=m.warmup_runs[0], procedure="independent"),
+                samples_ms=samples, baseline_samples_ms=base_samples, sample_rounds=rounds,
+                baseline_sample_rounds=base_rounds, engine=t.engine,
                 engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses)
             self.cache.append(rec)
             self.observer.trial_finished(rec)
@@ -455,8 +463,10 @@ class Tuner:
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
-        top = candidates(self.cache.trials)[: s.spec.timing.confirm_top]
-        if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
+        top = candidates(self.cache.trials, s.spec.timing)[: s.spec.timing.confirm_top]
+        aa = calibration(self.cache.trials, s.spec.timing)
+        if top and s.spec.timing.confirm_top > 0 and not (aa and aa.significant) \
+                and not {t.route for t in top} <= confirmed:
             self.confirm(top)  # not yet, or a round cut short by a kill: re-time it whole
         decision = decide(self.cache.trials, s.spec.timing)
         self.cache.append(decision)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dossier import replicate
 from dossier.bundle import Bundle, check_integrity
 from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
@@ -29,7 +30,7 @@ from dossier.policy import (
     worst,
 )
 from dossier.signing import SignatureCheck, check_signature
-from dossier.timing import TimingSettings, compare, summarize
+from dossier.timing import TimingSettings, compare, flatten, summarize
 from dossier.trial import Comparison, TimingSummary
 from dossier.worker import WorkerRequest
 
@@ -58,7 +59,8 @@ class Recheck(_Model):
 
 
 class Rebench(_Model):
-    """The shipped engine and the baseline engine re-timed here, interleaved, in a fresh process."""
+    """The shipped engine and the baseline engine re-measured here independently (one fresh
+    process per engine, production load options), judged by the speedup."""
 
     shipped: TimingSummary
     """The shipped engine's latency here."""
@@ -69,7 +71,7 @@ class Rebench(_Model):
     recorded_shipped: TimingSummary | None
     """The shipped engine's latency on the tuning host."""
     regression: bool
-    """The host's interval lies beyond the recorded one (slower), or the gain was lost."""
+    """The speedup here lies below the recorded interval, or its interval includes 1.0."""
     reason: str
     """What was compared and what it showed."""
 
@@ -154,11 +156,31 @@ def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
     return {k: v for e in engines for k, v in backend.loader_env(e).items()}
 
 
-def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
-    """Re-time the shipped and the baseline engines here, interleaved, in a fresh process."""
-    from dossier.child import run_child
-    from dossier.worker import TimedResult
+def _interval(x: float, lo: float, hi: float) -> str:
+    return f"{x:.3f}x [{lo:.3f}, {hi:.3f}]"
 
+
+def judge_speedup(here: Comparison | None, recorded: float | None, low: float | None,
+                  high: float | None) -> list[str]:
+    """Why a re-measured speedup is a regression against the recorded one (empty: it is not):
+    its interval lies wholly below the recorded interval, or it no longer excludes 1.0."""
+    if here is None or recorded is None or low is None or high is None:
+        return []
+    now = _interval(here.speedup, here.speedup_ci_low, here.speedup_ci_high)
+    was = _interval(recorded, low, high)
+    if here.speedup_ci_high < low:
+        return [f"its speedup over the baseline fell to {now}, below the recorded {was}"]
+    if here.speedup_ci_low <= 1.0:
+        return [f"its speedup over the baseline here, {now}, no longer excludes 1.0 "
+                f"(recorded {was})"]
+    return []
+
+
+def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
+    """Re-measure the shipped and the baseline engines here with the independent procedure
+    (:mod:`dossier.replicate`: one fresh process per engine, production load options) and
+    judge the shipped route by its speedup against the recorded interval. Absolute latency
+    is reported, not judged (it depends on the host)."""
     m = bundle.manifest
     cache = bundle.tuning_cache()
     timing = timing or cache.header.timing
@@ -169,46 +191,36 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
     same = shipped.trial_index == base.trial_index
-    with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
-        cands = [] if same else [(str(bundle.file(shipped.path)), shipped.route)]
-        req = _request(bundle, Path(tmp), timing, mode="confirm",
-                       baseline_engine=str(bundle.file(base.path)), candidates=cands)
-        result = run_child(req, Path(tmp), "rebench", timing.trial_timeout_s * 2,
-                           timing.trial_memory_limit_mb,
-                           _loader_env(bundle, bundle.file(base.path), bundle.file(shipped.path)))
-    if not isinstance(result, TimedResult):
-        from dossier.errors import TuneError
-
-        raise TuneError("re-timing failed on this host: "
-                        f"{getattr(result, 'reason', None) or result.outcome}")
-    samples, warm = result.samples_ms, result.warmup_runs
-    base_here = summarize(samples[0], timing.confidence, warm[0])
-    ship_here = base_here if same else summarize(samples[1], timing.confidence, warm[1])
-    comp = None if same else compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    engines = [(bundle.file(base.path), base.route)]
+    if not same:
+        engines.append((bundle.file(shipped.path), shipped.route))
+    measured = replicate.measure(m.backend, engines, bundle.path / "validation", timing,
+                                 builder=cache.header.builder, shapes=cache.header.shapes,
+                                 env=_loader_env(bundle, *(e for e, _ in engines)))
+    (base_s, _), ship_s = flatten(measured.rounds[0]), flatten(measured.rounds[-1])[0]
+    base_here = summarize(base_s, timing.confidence, measured.warmup_runs[0])
+    ship_here = base_here if same else summarize(ship_s, timing.confidence,
+                                                 measured.warmup_runs[-1])
+    comp = None if same else compare(measured.rounds[0], measured.rounds[1], timing,
+                                     baseline_warmup=measured.warmup_runs[0],
+                                     procedure="independent")
     recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
     recorded = recorded_trials[-1].timing if recorded_trials else None
-    reasons = []
-    if recorded and ship_here.ci_low_ms > recorded.ci_high_ms:
-        reasons.append(f"the shipped engine takes {ship_here.median_ms:.3f} ms "
-                       f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here, beyond "
-                       f"its recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
-                       f"{recorded.ci_high_ms:.3f}]")
-    if comp is not None and m.summary.speedup_ci_low is not None \
-            and comp.speedup_ci_high < m.summary.speedup_ci_low:
-        reasons.append(f"its speedup over the baseline fell to {comp.speedup:.3f}x "
-                       f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}] from the "
-                       f"recorded {m.summary.speedup:.3f}x [{m.summary.speedup_ci_low:.3f}, "
-                       f"{m.summary.speedup_ci_high:.3f}]")
-    if reasons:
-        reason = "regression: " + "; ".join(reasons)
+    s = m.summary
+    latency = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
+               f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
+               + (f" (recorded {recorded.median_ms:.3f} ms)" if recorded else ""))
+    reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
+    if comp is None:
+        verdict = "the baseline ships: nothing to compare"
     else:
-        reason = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
-                  f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
-                  + (f" (recorded {recorded.median_ms:.3f} ms [{recorded.ci_low_ms:.3f}, "
-                     f"{recorded.ci_high_ms:.3f}])" if recorded else "")
-                  + ("" if comp is None else f"; {comp.speedup:.3f}x the baseline "
-                     f"[{comp.speedup_ci_low:.3f}, {comp.speedup_ci_high:.3f}]")
-                  + "; no regression")
+        verdict = (f"{_interval(comp.speedup, comp.speedup_ci_low, comp.speedup_ci_high)} the "
+                   f"baseline ({comp.rounds} rounds)"
+                   + ("" if s.speedup is None or s.speedup_ci_low is None
+                      or s.speedup_ci_high is None else
+                      f", recorded {_interval(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
+    reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
+              else f"{verdict}; {latency}; no regression")
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
                    recorded_shipped=recorded, regression=bool(reasons), reason=reason)
 

@@ -1,7 +1,7 @@
 """The trial worker: one child process per trial (``python -m dossier.worker REQUEST``).
 
 The child builds the route, loads the engine, runs the validation set, and times the engine
-interleaved with the baseline engine. It writes its stage to a marker file before each step, so
+against the baseline engine in rounds (:func:`dossier.timing.sample_rounds`). It writes its stage to a marker file before each step, so
 the parent can say where a child that died was, and writes its result as JSON (atomically) at
 the end. Statistics are computed by the parent from the raw samples.
 """
@@ -30,7 +30,7 @@ class WorkerRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["build", "trial", "confirm", "validate"]
+    mode: Literal["build", "trial", "validate"]
     backend: str
     model: str
     validation: str
@@ -51,8 +51,6 @@ class WorkerRequest(BaseModel):
     """The build facts of that engine."""
     prebuilt_build_s: float | None = None
     """Set when ``engine`` was built by an earlier ``build`` process: its build time."""
-    candidates: list[tuple[str, str]] = []
-    """(engine path, route text) to re-time against the baseline (confirm mode)."""
     result: str
     stage: str
     spawned_at: float = 0.0
@@ -93,18 +91,12 @@ class JudgedResult(_Result):
     build_s: float | None = None
     facts: dict[str, Any] = {}
     samples_ms: list[float] | None = None
+    sample_rounds: list[int] | None = None
+    """The round of each sample (the unit of replication)."""
     baseline_samples_ms: list[float] | None = None
+    baseline_sample_rounds: list[int] | None = None
     warmup_runs: int | None = None
     baseline_warmup_runs: int | None = None
-
-
-class TimedResult(_Result):
-    """A re-timing of several engines together (confirm mode): samples per engine, the
-    baseline first."""
-
-    outcome: Literal["timed"]
-    samples_ms: list[list[float]]
-    warmup_runs: list[int]
 
 
 class FailedResult(_Result):
@@ -120,7 +112,7 @@ class FailedResult(_Result):
     """The last lines the child wrote, when it died without a result."""
 
 
-WorkerResult = Annotated[BuiltResult | JudgedResult | TimedResult | FailedResult,
+WorkerResult = Annotated[BuiltResult | JudgedResult | FailedResult,
                          Field(discriminator="outcome")]
 """What a child reports, by outcome."""
 RESULT = TypeAdapter(WorkerResult)
@@ -148,15 +140,22 @@ def _result(req: WorkerRequest, result: BaseModel) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Die with the parent (PR_SET_PDEATHSIG), and leave at once if it is gone already; done
+    by the child itself rather than in a pre-exec hook, which is unsafe once the parent has
+    threads. 0: no parent to follow."""
+    if parent_pid:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
 def _guard(req: WorkerRequest) -> None:
     """Die with the parent (PR_SET_PDEATHSIG), leave at once if it is gone already, and apply
     the memory limit: done here rather than in a pre-exec hook, which is unsafe once the parent
     has threads."""
-    if req.parent_pid:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-        if os.getppid() != req.parent_pid:
-            os._exit(1)
+    die_with_parent(req.parent_pid)
     if req.memory_mb:
         limit = req.memory_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -180,11 +179,22 @@ def _timers(runner, vset):  # type: ignore[no-untyped-def]
     return lambda _i: sum(runner.timed(x) for x in prepared)
 
 
+def timed_engines(backend, vset, pair, first=None):  # type: ignore[no-untyped-def]
+    """One :data:`~dossier.timing.Engine` per (engine path, route): loaded afresh for every
+    block when the backend asks for it, else loaded once (``first``: the first one's runner,
+    already loaded) and kept."""
+    if backend.reload_per_block:
+        return [lambda e=e, r=r: _timers(backend.load(e, r), vset) for e, r in pair]
+    runners = [first or backend.load(*pair[0])] + [backend.load(e, r) for e, r in pair[1:]]
+    fns = [_timers(r, vset) for r in runners]
+    return [lambda f=f: f for f in fns]
+
+
 def run_trial(req: WorkerRequest) -> dict:
     """Build, validate and time one route; return the raw result."""
     from dossier.backends import BuildError, EngineRuntimeError
     from dossier.routes import Route
-    from dossier.timing import sample_interleaved, warm_up
+    from dossier.timing import flatten, sample_rounds, warm_up
     from dossier.validation import judge
 
     backend, vset = _setup(req)
@@ -223,23 +233,24 @@ def run_trial(req: WorkerRequest) -> dict:
         acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
         base.update(losses=acc.losses, worst_loss=acc.worst)
         _stage(req, "time")
-        fn = _timers(runner, vset)
-        n = 1
-        if req.baseline_engine:
-            base_runner = backend.load(Path(req.baseline_engine), Route.parse(req.baseline_route))
-        else:  # the baseline trial: an A/A check against a second load of itself
-            base_runner = backend.load(engine, route)
-        base_fn = _timers(base_runner, vset)
-        warm = warm_up(fn, req.timing, n)
-        base_warm = warm_up(base_fn, req.timing, n)
-        cand, ref = sample_interleaved([fn, base_fn], req.timing, n)
+        base_engine = Path(req.baseline_engine) if req.baseline_engine else engine
+        # the baseline trial: an A/A check against a second load of itself
+        pair = [(engine, route), (base_engine, Route.parse(req.baseline_route))]
+        first = None if backend.reload_per_block else runner
+        del runner  # with reload_per_block, one engine alive at a time: each block loads its own
+        engines = timed_engines(backend, vset, pair, first)
+        warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
+        cand, ref = sample_rounds(engines, req.timing, 1)
     except EngineRuntimeError as exc:
         return {**base, "outcome": "runtime_error", "reason": str(exc)}
     except MemoryError:
         return {**base, "outcome": "crashed", "reason": "out of memory while running"}
     outcome = "ok" if acc else "rejected"
-    return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": cand,
-            "baseline_samples_ms": ref, "warmup_runs": warm, "baseline_warmup_runs": base_warm}
+    (samples, rounds), (base_samples, base_rounds) = flatten(cand), flatten(ref)
+    return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": samples,
+            "sample_rounds": rounds, "baseline_samples_ms": base_samples,
+            "baseline_sample_rounds": base_rounds, "warmup_runs": warm,
+            "baseline_warmup_runs": base_warm}
 
 
 def run_build(req: WorkerRequest) -> dict:
@@ -262,23 +273,6 @@ def run_build(req: WorkerRequest) -> dict:
             "started_at": started, "ended_at": time.time()}
 
 
-def run_confirm(req: WorkerRequest) -> dict:
-    """Re-time the baseline and the candidates together, interleaved, in this fresh process."""
-    from dossier.routes import Route
-    from dossier.timing import sample_interleaved, warm_up
-
-    backend, vset = _setup(req)
-    _stage(req, "load")
-    runners = [backend.load(Path(req.baseline_engine or ""), Route.parse(req.baseline_route))]
-    runners += [backend.load(Path(e), Route.parse(r)) for e, r in req.candidates]
-    fns = [_timers(r, vset) for r in runners]
-    _stage(req, "time")
-    n = 1
-    warm = [warm_up(f, req.timing, n) for f in fns]
-    samples = sample_interleaved(fns, req.timing, n)
-    return {"outcome": "timed", "samples_ms": samples, "warmup_runs": warm}
-
-
 def run_validate(req: WorkerRequest) -> dict:
     """Load an existing engine and judge it on the validation set (``verify --recheck``)."""
     from dossier.routes import Route
@@ -294,8 +288,7 @@ def run_validate(req: WorkerRequest) -> dict:
             "worst_loss": acc.worst}
 
 
-_MODES = {"build": run_build, "trial": run_trial, "confirm": run_confirm,
-          "validate": run_validate}
+_MODES = {"build": run_build, "trial": run_trial, "validate": run_validate}
 
 
 def main(argv: list[str]) -> int:

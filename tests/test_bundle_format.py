@@ -84,7 +84,7 @@ def test_unknown_major_is_refused_first(golden: Path, version: str) -> None:
         with open_bundle(golden):
             pass
     text = str(exc.value)
-    assert f"format version {version} cannot be read" in text and "1.x (up to 1.0)" in text
+    assert f"format version {version} cannot be read" in text and "1.x (up to 1.1)" in text
     for command in (("verify", golden, "--integrity-only"), ("inspect", golden)):
         res = h.cli(*command)
         assert res.exit_code == ExitCode.BUNDLE and version in h.said(res)
@@ -132,7 +132,7 @@ def test_newer_minor_is_read_with_a_note(golden: Path) -> None:
 
     _edit(golden, newer)
     with open_bundle(golden) as b:
-        assert b.format_warning and "1.7 is newer than this reader's 1.0" in b.format_warning
+        assert b.format_warning and "1.7 is newer than this reader's 1.1" in b.format_warning
         assert check_integrity(b)  # the id covers the unknown fields too
     res = h.cli("inspect", golden, "--json")
     assert res.exit_code == 0 and "newer than this reader" in h.said(res)
@@ -167,7 +167,7 @@ def test_not_a_bundle(tmp_path: Path) -> None:
 
 
 def test_writer_writes_the_current_version(tmp_path: Path) -> None:
-    assert FORMAT_VERSION == "1.0"
+    assert FORMAT_VERSION == "1.1"  # 1.1 adds engines.*.load and summary.aa, confirm_aa
     shutil.copytree(h.GOLDEN, tmp_path / "g")
     data = (tmp_path / "g" / "manifest.json").read_bytes()
     raw, manifest, notes = parse_manifest(data)

@@ -54,7 +54,8 @@ def test_release_writes_a_bundle_that_inspect_explains(rel: dict[str, h.Released
     assert (o["metric"], o["threshold"]) == ("linf", 1e-4)
     assert o["baseline"]["route"] == "-graph_optimization_level=all"
     b = o["baseline"]
-    assert 0 < b["ci_low_ms"] <= b["median_ms"] <= b["ci_high_ms"] and b["n"] == 10
+    assert 0 < b["ci_low_ms"] <= b["median_ms"] <= b["ci_high_ms"]
+    assert b["n"] == h.SMALL_TIMING["samples"]
     assert o["winner"]["route"] == decision.shipped_route
     assert o["gain"] is decision.gain
     if o["gain"]:
@@ -109,7 +110,7 @@ def test_bundle_holds_the_layout_of_format_1(rel: dict[str, h.Released]) -> None
         assert info.references.startswith("float64 numpy reimplementation")
         assert info.pair_inputs["pair-002"] == {"x": [8, 3, 32, 32]}
         assert b.fingerprint().python.version
-        assert m.format == "dossier-bundle" and m.format_version == "1.0"
+        assert m.format == "dossier-bundle" and m.format_version == "1.1"
         assert m.engines.shipped.route == m.summary.shipped_route
         assert m.engines.baseline.route == m.summary.baseline_route
         assert m.engines.shipped.flags == {
@@ -117,7 +118,8 @@ def test_bundle_holds_the_layout_of_format_1(rel: dict[str, h.Released]) -> None
         s = m.summary
         assert (s.strategy, s.selection) == ("full", h.SELECTIONS["convnet"])
         assert s.search_wall_s > 0 and s.build_s_total > 0 and s.sessions == 1
-        assert s.decision_rule.startswith("admissible routes faster")
+        assert s.decision_rule.startswith("the A/A trial (baseline against a second load")
+        assert s.aa is not None and s.aa.trial_index == 0 and m.engines.shipped.load is not None
         assert m.warnings == []
         assert check_integrity(b)
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from dossier.child import run_child
 from dossier.timing import TimingSettings
-from dossier.worker import RESULT, FailedResult, JudgedResult, TimedResult, WorkerRequest
+from dossier.worker import RESULT, BuiltResult, FailedResult, JudgedResult, WorkerRequest
 
 
 def _request(tmp: Path, **kw: object) -> WorkerRequest:
@@ -23,17 +23,16 @@ def _request(tmp: Path, **kw: object) -> WorkerRequest:
 
 
 def test_results_are_told_apart_by_outcome() -> None:
-    timed = RESULT.validate_python({"outcome": "timed", "samples_ms": [[1.0], [2.0]],
-                                    "warmup_runs": [3, 4]})
-    assert isinstance(timed, TimedResult) and timed.warmup_runs == [3, 4]
+    built = RESULT.validate_python({"outcome": "built", "build_s": 2.5})
+    assert isinstance(built, BuiltResult) and built.build_s == 2.5
     judged = RESULT.validate_python({"outcome": "rejected", "reason": "pair p0: loss 2"})
     assert isinstance(judged, JudgedResult) and judged.samples_ms is None
     failed = RESULT.validate_python({"outcome": "build_failed", "reason": "no"})
     assert isinstance(failed, FailedResult)
     with pytest.raises(ValidationError):
         RESULT.validate_python({"outcome": "ok-ish"})
-    with pytest.raises(ValidationError):  # a timing result without its samples
-        RESULT.validate_python({"outcome": "timed"})
+    with pytest.raises(ValidationError):  # a build result without its time
+        RESULT.validate_python({"outcome": "built"})
 
 
 def test_a_child_whose_parent_is_gone_leaves_at_once(tmp_path: Path) -> None:

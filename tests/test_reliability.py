@@ -234,7 +234,9 @@ def _phase(run: Path, since: float) -> str:
     work = run / ".work"
     fresh = [p for p in work.glob("*.request.json") if p.stat().st_mtime >= since] \
         if work.is_dir() else []
-    if any(p.name == "confirm.request.json" for p in fresh):
+    confirming = [p for p in (work / "confirm").glob("engine-*.json")
+                  if p.stat().st_mtime >= since] if (work / "confirm").is_dir() else []
+    if confirming:
         return "confirmation round"
     if fresh:
         return "a trial in flight"
@@ -366,7 +368,7 @@ def _kill_confirm(confirm_setup, stress_env, tmp_path: Path, kills: int, seed: i
         assert attempts <= 4 * kills, "the kills kept missing the confirmation round"
         run = tmp_path / f"run-{attempts}"
         proc = _dossier(["tune", spec, "--out", run, "--quiet"], stress_env, log)
-        request = run / ".work" / "confirm.request.json"
+        request = run / ".work" / "confirm" / "engine-0.json"
         started = time.time()
         _wait(request.exists, proc)
         time.sleep(rng.uniform(0, max(ref.confirm_s, 0.2)))
@@ -413,7 +415,8 @@ def _cut_and_resume(ref: Reference, tmp_path: Path, env: dict[str, str], keep: i
     assert proc.wait(timeout=600) == 0, _log_text(log)
     _check_resumed(run, ref, [kept], tmp_path / "bundles")
     after = TuningCache.open(cache)
-    confirms = sorted({t.route for t in after.trials if t.role == "confirm"})
+    confirms = sorted({t.route for t in after.trials if t.role == "confirm"
+                       and t.route != after.decision.baseline_route})  # type: ignore[union-attr]
     assert tuple(confirms) == ref.candidates
 
 

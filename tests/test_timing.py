@@ -1,12 +1,34 @@
-"""Timing statistics: intervals that cover, comparisons that decide, interleaving."""
+"""Timing statistics: rounds as the unit of replication, intervals that cover, tests that hold
+their level, and the sampling procedure."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from scipy import stats
 
-from dossier.timing import TimingSettings, compare, median_ci, sample_interleaved, summarize
+from dossier.timing import (
+    TimingSettings,
+    compare,
+    flatten,
+    median_ci,
+    sample_rounds,
+    shift_interval,
+    signed_rank_p,
+    summarize,
+    unflatten,
+)
 
-SETTINGS = TimingSettings(bootstrap_resamples=500)
+SETTINGS = TimingSettings()
+
+
+def _rounds(rng: np.random.Generator, n_rounds: int, per_block: int, median_ms: float, *,
+            shared: np.ndarray, block_sd: float = 0.0, noise: float = 0.03) -> list[list[float]]:
+    """Samples per round: a round effect shared by both engines (``shared``), an own block
+    effect (``block_sd``, log scale) and per-sample noise (log-normal)."""
+    return [list(median_ms * np.exp(shared[r] + rng.normal(0, block_sd)
+                                    + rng.normal(0, noise, per_block)))
+            for r in range(n_rounds)]
 
 
 def test_median_interval_covers_the_true_median_about_95_percent() -> None:
@@ -23,34 +45,97 @@ def test_summary_fields() -> None:
     assert s.ci_low_ms <= 3.0 <= s.ci_high_ms and s.mean_ms == 22.0
 
 
-def test_real_gain_is_faster_and_same_distribution_is_not() -> None:
+def test_shift_interval_is_hodges_lehmann_with_the_signed_rank_interval() -> None:
+    x = np.array([0.3, -0.1, 0.7, 0.2, 0.5, 0.4, -0.2, 0.9, 0.1, 0.6])
+    est, lo, hi = shift_interval(x, 0.95)
+    walsh = sorted((a + b) / 2 for i, a in enumerate(x) for b in x[i:])
+    assert est == pytest.approx(np.median(walsh))
+    # n=10 at 95%: the 9th smallest and 9th largest Walsh averages (tables: C = 9)
+    assert (lo, hi) == (pytest.approx(walsh[8]), pytest.approx(walsh[-9]))
+    # the interval and the test agree: 0 is outside exactly when p < 0.05 (no ties here)
+    assert (lo > 0) == (signed_rank_p(x) < 0.05)
+
+
+def test_signed_rank_p_matches_scipy_exact() -> None:
+    x = np.array([0.02, -0.01, 0.03, 0.015, 0.04, -0.005, 0.025, 0.011])
+    assert signed_rank_p(x) == pytest.approx(stats.wilcoxon(x, method="exact").pvalue)
+
+
+def test_a_real_five_percent_difference_is_detected_with_an_interval_around_it() -> None:
     rng = np.random.default_rng(3)
-    base = rng.lognormal(np.log(2.0), 0.05, 80)
-    fast = rng.lognormal(np.log(1.6), 0.05, 80)
-    c = compare(base, fast, SETTINGS)
-    assert c.faster and not c.slower and c.speedup_ci_low > 1.1
-    same = compare(base, rng.lognormal(np.log(2.0), 0.05, 80), SETTINGS)
-    assert not same.faster and same.speedup_ci_low < 1.0 < same.speedup_ci_high
-    slow = compare(fast, base, SETTINGS)
+    shared = rng.normal(0, 0.05, 16)  # the machine's mood, the same for both in a round
+    base = _rounds(rng, 16, 20, 2.0, shared=shared, block_sd=0.01)
+    cand = _rounds(rng, 16, 20, 2.0 / 1.05, shared=shared, block_sd=0.01)
+    c = compare(base, cand, SETTINGS)
+    assert c.faster and not c.slower and c.rounds == 16 and len(c.round_ratios or []) == 16
+    assert c.speedup_ci_low > 1.0 and c.speedup_ci_low <= 1.05 <= c.speedup_ci_high
+    assert c.test == "wilcoxon-signed-rank-rounds"
+    slow = compare(cand, base, SETTINGS)
     assert slow.slower and not slow.faster
 
 
-def test_tiny_significant_gain_below_min_effect_is_not_a_gain() -> None:
+def test_identical_engines_are_flagged_at_the_nominal_rate_and_covered() -> None:
+    rng = np.random.default_rng(11)
+    flagged = covered = 0
+    seeds = 400
+    for _ in range(seeds):
+        shared = rng.normal(0, 0.05, 16)
+        base = _rounds(rng, 16, 10, 2.0, shared=shared, block_sd=0.02)
+        cand = _rounds(rng, 16, 10, 2.0, shared=shared, block_sd=0.02)
+        c = compare(base, cand, SETTINGS)
+        flagged += c.significant
+        covered += c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
+    assert flagged / seeds <= 0.075  # alpha = 0.05, exact test
+    assert covered / seeds >= 0.93
+
+
+def test_block_correlated_drift_fools_a_per_sample_test_but_not_the_rounds() -> None:
+    """Each engine's block has its own state (caches, the other engine's threads): samples in a
+    block are not independent. A per-sample rank test calls such A/A pairs different most of
+    the time; the round-level test holds its level."""
     rng = np.random.default_rng(5)
-    base = rng.normal(2.0, 0.002, 200)
-    cand = rng.normal(1.99, 0.002, 200)  # 0.5% faster, very significant
-    c = compare(base, cand, SETTINGS)
-    assert c.significant and not c.faster
+    per_sample = per_round = 0
+    seeds = 200
+    for _ in range(seeds):
+        shared = rng.normal(0, 0.02, 16)
+        base = _rounds(rng, 16, 20, 2.0, shared=shared, block_sd=0.04, noise=0.01)
+        cand = _rounds(rng, 16, 20, 2.0, shared=shared, block_sd=0.04, noise=0.01)
+        per_sample += stats.mannwhitneyu(flatten(base)[0], flatten(cand)[0]).pvalue < 0.05
+        per_round += compare(base, cand, SETTINGS).significant
+    assert per_sample / seeds > 0.4
+    assert per_round / seeds <= 0.08
 
 
-def test_interleaving_alternates_order_and_counts() -> None:
+def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     calls: list[str] = []
+    opened: list[str] = []
 
-    def make(tag: str):
-        return lambda i: calls.append(tag) or 1.0
+    def engine(tag: str):  # type: ignore[no-untyped-def]
+        def open_block():  # type: ignore[no-untyped-def]
+            opened.append(tag)
+            return lambda i: calls.append(tag) or 1.0
+        return open_block
 
     settings = TimingSettings(samples=6, rounds=3, block_warmup=1)
-    out = sample_interleaved([make("a"), make("b")], settings, 1)
-    assert [len(x) for x in out] == [6, 6]
-    # A B, B A, A B (each block one untimed run first): neither always goes first
+    out = sample_rounds([engine("a"), engine("b")], settings, 1)
+    assert [[len(b) for b in e] for e in out] == [[2, 2, 2], [2, 2, 2]]
+    # A B, B A, A B (each block one untimed lead-in run first), each block opened afresh
     assert "".join(calls) == "aaabbbbbbaaaaaabbb"
+    assert "".join(opened) == "abbaab"
+
+
+def test_samples_keep_their_round_index() -> None:
+    rounds = [[1.0, 2.0], [3.0], [4.0, 5.0, 6.0]]
+    samples, index = flatten(rounds)
+    assert samples == [1, 2, 3, 4, 5, 6] and index == [0, 0, 1, 2, 2, 2]
+    assert unflatten(samples, index) == rounds
+    with pytest.raises(ValueError):
+        unflatten([1.0], [0, 1])
+
+
+def test_settings_that_cannot_reach_alpha_are_named() -> None:
+    assert TimingSettings().problems() == []
+    assert TimingSettings().smallest_p(16) < 0.05 / 16  # room for many comparisons
+    few = TimingSettings(rounds=4, confirm_rounds=5, confirm_top=3)
+    text = " ".join(few.problems())
+    assert "timing.rounds=4" in text and "timing.confirm_rounds=5" in text

@@ -51,7 +51,7 @@ def test_failing_baseline_stops_the_search(sample, faulty_env, tmp_path: Path) -
 
 def test_full_search_ranks_known_slow_routes_significantly_slower(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet")  # full over level x NchwcTransformer x ConvBNFusion = 12 routes
-    timing = TINY_TIMING.model_copy(update={"samples": 30, "rounds": 3, "warmup_window": 5})
+    timing = TINY_TIMING.model_copy(update={"samples": 48, "rounds": 12, "warmup_window": 5})
     res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     assert len(trials) == 12 and all(t.admissible for t in trials)

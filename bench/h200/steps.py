@@ -134,7 +134,7 @@ def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict
 
     from dossier.backends.torch_inductor import signature_from_dict, wrap_module
     from dossier.spec import load_spec
-    from dossier.timing import sample_interleaved, summarize, warm_up
+    from dossier.timing import flatten, sample_rounds, summarize, warm_up
     from dossier.validation import judge, load_validation_set
     from samples import torch_models
 
@@ -166,7 +166,7 @@ def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict
                 return sum(timer(functools.partial(fn, *a)) for a in args)
 
             warm = warm_up(one, timing, 1)
-            samples = sample_interleaved([one], timing, 1)[0]
+            samples = flatten(sample_rounds([lambda: one], timing, 1)[0])[0]
         s = summarize(samples, timing.confidence, warm)
         rec[label] = {"timing": s.model_dump(), "worst_loss": acc.worst,
                       "admissible": bool(acc), "samples_ms": [round(x, 5) for x in samples]}
@@ -348,7 +348,7 @@ def step_fresh(run_dir: Path) -> dict:
     from dossier.backends import get_backend
     from dossier.cache import TuningCache
     from dossier.routes import Route
-    from dossier.timing import compare, sample_interleaved, summarize, warm_up
+    from dossier.timing import compare, flatten, sample_rounds, summarize, warm_up
     from dossier.validation import load_validation_set
 
     cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
@@ -371,8 +371,9 @@ def step_fresh(run_dir: Path) -> dict:
         prepared = [r.prepare(p.inputs) for p in vset.pairs]
         fns.append(lambda _i, r=r, prepared=prepared: sum(r.timed(x) for x in prepared))
     warm = [warm_up(f, timing, 1) for f in fns]
-    samples = sample_interleaved(fns, timing, 1)
-    comp = compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    rounds = sample_rounds([lambda f=f: f for f in fns], timing, 1)
+    samples = [flatten(r)[0] for r in rounds]
+    comp = compare(rounds[0], rounds[1], timing, baseline_warmup=warm[0])
     fresh_target = summarize(samples[1], timing.confidence, warm[1])
     fresh_base = summarize(samples[0], timing.confidence, warm[0])
     rc, rt = ref.comparison, ref.timing

@@ -76,7 +76,8 @@ class HeadToHead(_Model):
     """Index of the trial record the numbers come from (a confirmation record, or the search
     trial itself)."""
     source: Literal["confirmation", "screening"]
-    """confirmation: re-timed with the baseline in a fresh process; screening: the search trial."""
+    """confirmation: the independent re-measurement (a fresh process per engine); screening:
+    the search trial."""
     shipped: bool
     """True when this route ships (a significant gain); False: the best candidate, which did not."""
     candidate: Latency
@@ -86,17 +87,19 @@ class HeadToHead(_Model):
     speedup: float
     """Baseline median / candidate median (> 1: the candidate is faster)."""
     speedup_ci_low: float
-    """Lower end of the speedup's bootstrap interval."""
+    """Lower end of the speedup's interval."""
     speedup_ci_high: float
-    """Upper end of the speedup's bootstrap interval."""
+    """Upper end of the speedup's interval."""
     confidence: float
     """Confidence level of the intervals."""
     test: str
-    """The significance test (two-sided Mann-Whitney U)."""
+    """The significance test (see :func:`test_name`)."""
     p_value: float
     """Its p-value."""
     alpha: float
     """The level it was judged at (alpha / k, Bonferroni, in the confirmation round)."""
+    rounds: int | None = None
+    """Rounds the speedup, interval and test were computed over (None in older records)."""
     significant: bool
     """p_value < alpha."""
     min_effect: float
@@ -305,19 +308,25 @@ class Lineage(_Model):
 
 
 class AACheck(_Model):
-    """The baseline against a second load of itself, timed interleaved: should show no
-    difference, so its interval should include 1.0."""
+    """The baseline against a second load of itself: the run's calibration. It should show no
+    difference; a significant one means nothing can ship."""
 
     trial_index: int
-    """The baseline trial."""
+    """The baseline trial (or the confirmation's A/A record)."""
+    procedure: str = "screening"
+    """``screening`` (trial 0) or ``independent`` (the confirmation's A/A)."""
+    rounds: int | None = None
+    """Rounds it was computed over."""
+    significant: bool = False
+    """p below alpha: the decision rule ships nothing."""
     speedup: float
-    """Median of load 2 / median of load 1."""
+    """Load 2 / load 1 latency (the same statistic as a candidate's speedup)."""
     speedup_ci_low: float
     """Lower end of the interval."""
     speedup_ci_high: float
     """Upper end."""
     p_value: float
-    """Mann-Whitney U p-value."""
+    """p-value of the trial's test (signed-rank over rounds; Mann-Whitney U in older records)."""
     includes_one: bool
     """The interval includes 1.0 (as it should)."""
     verdict: str
@@ -489,7 +498,9 @@ class Explanation(_Model):
     knob_model: KnobModel
     """Effects from a model over all admissible trials."""
     aa_check: AACheck | None
-    """The baseline's A/A check."""
+    """The baseline's A/A check (trial 0)."""
+    confirm_aa_check: AACheck | None = None
+    """The independent confirmation's A/A check, when the confirmation ran."""
     environment: Environment | None
     """The tuning host."""
     cost: SearchCost
@@ -604,7 +615,9 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
         knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
-        aa_check=_aa(baseline) if baseline else None,
+        aa_check=_aa(baseline, settings.alpha) if baseline else None,
+        confirm_aa_check=next((_aa(t, settings.alpha) for t in reversed(trials) if baseline
+                               and t.role == "confirm" and t.route == baseline.route), None),
         # an imported record's fingerprint is the "unknown host" placeholder, not a host
         environment=_environment(fingerprint) if fingerprint is not None and not imported
         else None,
@@ -640,7 +653,8 @@ def _latency(median: float, lo: float, hi: float, n: int) -> Latency:
 
 def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
                   settings: TimingSettings) -> HeadToHead | None:
-    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None}
+    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None
+                and t.route != decision.baseline_route}
     search = {t.route: t for t in trials if t.role == "search"}
     k = max(len(confirms), 1)
     if decision.gain:
@@ -666,6 +680,7 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
                           c.baseline.n),
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
+        rounds=c.rounds,
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
         interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
@@ -699,15 +714,18 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
     return list(v.reasons)
 
 
-def _test_name(test: str) -> str:
-    return "two-sided Mann-Whitney U" if test == "mann-whitney-u" else test
+def test_name(test: str) -> str:
+    """A significance test's name in words."""
+    return {"mann-whitney-u": "two-sided Mann-Whitney U",
+            "wilcoxon-signed-rank-rounds": "two-sided Wilcoxon signed-rank over rounds"}.get(test, test)
 
 
 def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
                h2h: HeadToHead | None) -> RunnerUp | None:
     shipped = decision.shipped_route
     search = {t.route: t for t in trials if t.role == "search"}
-    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None}
+    confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None
+                and t.route != decision.baseline_route}
     ok = [t for t in search.values() if t.admissible and t.comparison is not None
           and t.route != shipped]
     if not ok:
@@ -830,16 +848,19 @@ def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str
                      effects=effects)
 
 
-def _aa(baseline: TrialRecord) -> AACheck | None:
+def _aa(baseline: TrialRecord, alpha: float) -> AACheck | None:
     c = baseline.comparison
     if c is None:
         return None
     inside = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
-    verdict = ("as expected: the interval includes 1.0, so two loads of the same engine time "
-               "alike" if inside else
-               "the interval excludes 1.0: two loads of the same engine timed differently, so "
-               "differences of this size between routes are not to be trusted (a noisy host)")
-    return AACheck(trial_index=baseline.index, speedup=c.speedup,
+    significant = c.p_value < alpha
+    verdict = ("significant: two loads of the same engine timed differently, so the procedure "
+               "is biased on this host by about that much and nothing ships" if significant else
+               "as expected: no significant difference between two loads of the same engine"
+               + ("" if inside else " (the interval excludes 1.0 narrowly; a gain must clear "
+                  "its upper end)"))
+    return AACheck(trial_index=baseline.index, procedure=c.procedure or "screening",
+                   rounds=c.rounds, significant=significant, speedup=c.speedup,
                    speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
                    p_value=c.p_value, includes_one=inside, verdict=verdict)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dossier.audit.explain import Explanation, TrialFact, explain
+from dossier.audit.explain import Explanation, TrialFact, explain, test_name
 from dossier.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -319,10 +319,9 @@ def _summary_html(e: Explanation) -> str:
                                    f"{h.baseline.ci_high_ms:.4f}] (n={h.baseline.n}), timed "
                                    f"alongside it in record {h.measured_in}")),
             ("speedup", _e(f"{h.speedup:.3f}x [{h.speedup_ci_low:.3f}, {h.speedup_ci_high:.3f}] "
-                           f"({h.confidence:.0%} bootstrap interval)")),
-            ("test", _e(f"two-sided Mann-Whitney U: p={h.p_value:.3g} against alpha="
-                        f"{h.alpha:.3g} ({'significant' if h.significant else 'not significant'})"
-                        if h.test == "mann-whitney-u" else f"{h.test}: p={h.p_value:.3g}")),
+                           f"({h.confidence:.0%} interval)")),
+            ("test", _e(f"{test_name(h.test)}: p={h.p_value:.3g} against alpha="
+                        f"{h.alpha:.3g} ({'significant' if h.significant else 'not significant'})")),
             ("minimum effect", _e(f"{h.min_effect:.0%}: "
                                   + (f"a slowdown ({h.speedup:.3f}x), not a gain" if h.speedup < 1
                                      else "reached" if h.reaches_min_effect else "not reached"))),
@@ -402,11 +401,13 @@ def _details_html(e: Explanation) -> str:
                      f"<th>trials</th></tr>{rows_html}</table>")
     else:
         parts.append(f"<h2>Knob model</h2><p class='caption'>Not fitted: {_e(m.note)}.</p>")
-    if e.aa_check is not None:
-        a = e.aa_check
-        parts.append("<h2>A/A check of the baseline</h2>"
-                     f"<p>{a.speedup:.3f}x [{a.speedup_ci_low:.3f}, {a.speedup_ci_high:.3f}], "
-                     f"p={a.p_value:.3g}: {_e(a.verdict)}</p>")
+    checks = [a for a in (e.aa_check, e.confirm_aa_check) if a is not None]
+    if checks:
+        parts.append("<h2>A/A check of the baseline</h2>" + "".join(
+            f"<p>{_e(a.procedure)}: {a.speedup:.3f}x [{a.speedup_ci_low:.3f}, "
+            f"{a.speedup_ci_high:.3f}], p={a.p_value:.3g}"
+            + (f", {a.rounds} rounds" if a.rounds else "") + f": {_e(a.verdict)}</p>"
+            for a in checks))
     parts.append("<h2>Environment (tuning host)</h2>" + _environment_html(e))
     parts.append("<h2>Lineage</h2>" + _dl([
         ("release", _e(f"{lin.release} version {lin.version}")),

@@ -10,6 +10,7 @@ from dossier.backends.interface import (
     BuildError,
     BuildInfo,
     EngineRuntimeError,
+    LoadConfig,
     ModelSignature,
     Runner,
     TensorSpec,
@@ -24,7 +25,8 @@ _REGISTRY = {
 TEST_BACKEND_ENV = "DOSSIER_TEST_BACKENDS"
 """Set to 1 to register the fault-injecting ``faulty`` backend (tests only)."""
 
-__all__ = ["Backend", "BuildError", "BuildInfo", "EngineRuntimeError", "ModelSignature", "Runner",
+__all__ = ["Backend", "BuildError", "BuildInfo", "EngineRuntimeError", "LoadConfig",
+           "ModelSignature", "Runner",
            "TensorSpec", "backend_names", "get_backend"]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from dossier.errors import BackendUnavailableError, InputError, SpecError, ValidationSetError
 from dossier.knobs import KnobDatabase
@@ -158,6 +159,23 @@ class BuildInfo:
     """Backend facts about the engine (e.g. plan header fields, the ISA it targets)."""
 
 
+class LoadConfig(BaseModel):
+    """How production should load a shipped engine: the configuration dossier timed it in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    call: str
+    """The loader call, in the backend's Python API, with ``ENGINE`` for the engine's path."""
+    options: dict[str, str] = Field(default_factory=dict)
+    """Options set on top of the library's defaults (e.g. ORT session options), by name."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Environment variables the loading process needs."""
+    note: str = ""
+    """What else to know (e.g. what the options are for)."""
+    snippet: str = ""
+    """A few lines of Python that load the engine this way."""
+
+
 class Runner(abc.ABC):
     """A loaded engine."""
 
@@ -197,6 +215,10 @@ class Backend(abc.ABC):
     """File suffix of the engine artifact, e.g. ``.ort``."""
     requirement: ClassVar[str]
     """What to install for this backend, for error messages."""
+    reload_per_block: ClassVar[bool] = False
+    """Load the engine afresh for every timing block and release it after, so only one engine
+    is alive at a time (two ONNX Runtime sessions in one process disturb each other through
+    their thread pools); otherwise both engines stay loaded for the whole trial."""
     separate_build: ClassVar[bool] = False
     """Build in one process and load, validate and time in a fresh one (as a deployment
     loads a shipped engine): for compilers whose in-process state can disturb the engine."""
@@ -250,6 +272,12 @@ class Backend(abc.ABC):
         """Environment variables a process needs to load ``engine`` (set in the children that
         load it); none by default."""
         return {}
+
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
+        """The load configuration a deployment should use for an engine built with ``route``:
+        the one :meth:`load` times it in. The default: the backend's own ``load``."""
+        return LoadConfig(call=f"dossier.backends.get_backend({self.name!r}).load(ENGINE, route)",
+                          note="no production loader is documented for this backend")
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         """Boolean facts about an engine built with ``route`` that the verify policy uses."""

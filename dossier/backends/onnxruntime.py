@@ -2,7 +2,9 @@
 
 build = create a session with the route's build-time knobs and save the optimized model in ORT
 format (the engine); load = a session over the saved engine with graph optimizations off and
-the route's load-time knobs (threads, execution mode, memory options, spinning) applied.
+the route's load-time knobs (threads, execution mode, memory options, spinning) applied, ORT's
+defaults otherwise: the production load configuration (:meth:`production_load`) an engine is
+timed in and a deployment should use.
 
 ORT silently ignores unknown optimizer names, unknown config keys and invalid values. So this
 backend offers only graph transformers that this ORT build reports as registered (read from its
@@ -30,6 +32,7 @@ from dossier.backends.interface import (
     BuildError,
     BuildInfo,
     EngineRuntimeError,
+    LoadConfig,
     ModelSignature,
     Runner,
 )
@@ -242,19 +245,58 @@ class OnnxRuntimeBackend(Backend):
         return OnnxRuntimeRunner(self._session(model, so, disabled))
 
     def load(self, engine: Path, route: Route) -> Runner:
-        import onnxruntime as ort
-
-        so, _ = self._options(route, KnobPhase.LOAD)
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        # Trials time two sessions in one process, alternating. An idle session's pool keeps
-        # spinning after its Run and steals cores from the other: on 2 cores a quarter of the
-        # tblock samples stalled 4x. Stopping the spin when a Run ends removes the stalls and
-        # keeps the median (1.26 vs 1.30 ms); spinning within a Run is untouched.
-        so.add_session_config_entry("session.force_spinning_stop", "1")
+        so = self._load_options(route)
         try:
             return OnnxRuntimeRunner(self._session(engine, so, []))
         except Exception as exc:  # a corrupt engine or a kernel missing on this CPU
             raise EngineRuntimeError(str(exc).strip().splitlines()[0]) from exc
+
+    def _load_options(self, route: Route) -> Any:
+        """Production session options: ORT's defaults, graph optimizations off (the engine is
+        optimized already) and the route's load-time knobs. Nothing timing-only (no
+        force_spinning_stop): an engine is timed as production loads it."""
+        import onnxruntime as ort
+
+        so, _ = self._options(route, KnobPhase.LOAD)
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return so
+
+    reload_per_block = True
+
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
+        eff = route.effective(db)
+        options = {"graph_optimization_level": "ORT_DISABLE_ALL"}
+        lines = ["import onnxruntime as ort", "", "so = ort.SessionOptions()",
+                 "so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL"]
+        for name, value in eff.items():
+            spec = _SPEC.get(name)
+            if spec is None or spec[3] is not KnobPhase.LOAD or value == db.get(name).default:
+                continue
+            key = spec[4]
+            if name == "execution_mode":
+                mode = "ORT_PARALLEL" if value == "parallel" else "ORT_SEQUENTIAL"
+                options[key] = mode
+                lines.append(f"so.execution_mode = ort.ExecutionMode.{mode}")
+            elif name in ("intra_op_num_threads", "inter_op_num_threads"):
+                options[key] = value
+                lines.append(f"so.{key} = {int(value)}")
+            elif key in ("enable_mem_pattern", "enable_mem_reuse", "enable_cpu_mem_arena",
+                         "use_deterministic_compute"):
+                options[key] = str(value == "on")
+                lines.append(f"so.{key} = {value == 'on'}")
+            else:
+                entry = ("1" if value == "off" else "0") if key == "session.disable_prepacking" \
+                    else ("1" if value == "on" else "0")
+                options[key] = entry
+                lines.append(f"so.add_session_config_entry({key!r}, {entry!r})")
+        lines.append('session = ort.InferenceSession(ENGINE, so, '
+                     'providers=["CPUExecutionProvider"])')
+        return LoadConfig(
+            call='onnxruntime.InferenceSession(ENGINE, so, providers=["CPUExecutionProvider"])',
+            options=options,
+            note="ONNX Runtime's defaults apart from these options; one session per process, as "
+                 "timed (session.force_spinning_stop is not set)",
+            snippet="\n".join(lines))
 
     def _optimized_graph(self, model: Path, route: Route) -> bytes:
         with tempfile.TemporaryDirectory(prefix="dossier-probe-") as tmp:

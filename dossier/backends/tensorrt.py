@@ -46,6 +46,7 @@ from dossier.backends.interface import (
     BuildError,
     BuildInfo,
     EngineRuntimeError,
+    LoadConfig,
     ModelSignature,
     Runner,
 )
@@ -802,6 +803,16 @@ class TensorRTBackend(Backend):
         for name, p in wanted.items():
             profile.set_shape(name, p.min, p.opt, p.max)
         return profile
+
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
+        opts = {"engine_host_code_allowed": "True"} if self.options.version_compatible else {}
+        return LoadConfig(call="tensorrt.Runtime(logger).deserialize_cuda_engine(ENGINE bytes)",
+                          options=opts, note="then engine.create_execution_context()",
+                          snippet="import tensorrt as trt\n\nruntime = trt.Runtime("
+                                  "trt.Logger(trt.Logger.WARNING))\n"
+                                  + ("runtime.engine_host_code_allowed = True\n" if opts else "")
+                                  + "engine = runtime.deserialize_cuda_engine(open(ENGINE, "
+                                    "'rb').read())\ncontext = engine.create_execution_context()")
 
     def load(self, engine: Path, route: Route) -> Runner:
         """Deserialize a plan (build routes act at build time only; ``route`` is not used)."""

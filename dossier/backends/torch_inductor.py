@@ -82,6 +82,7 @@ from dossier.backends.interface import (
     BuildError,
     BuildInfo,
     EngineRuntimeError,
+    LoadConfig,
     ModelSignature,
     Runner,
     TensorSpec,
@@ -1050,6 +1051,7 @@ class TorchInductorBackend(Backend):
         return BuildInfo(facts)
 
     def load(self, engine: Path, route: Route) -> Runner:
+        """Load as :meth:`production_load` says a deployment should."""
         self.require()
         import torch
 
@@ -1089,6 +1091,12 @@ class TorchInductorBackend(Backend):
     def loader_env(self, engine: Path) -> dict[str, str]:
         """The system libstdc++ preloaded when the package carries its own copy."""
         return cxx_runtime.loader_env(Path(engine))
+
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
+        return LoadConfig(call="torch._inductor.aoti_load_package(ENGINE)",
+                          note="the loader call dossier times the package with; run it in the "
+                               "process that serves requests",
+                          snippet="import torch\n\nmodel = torch._inductor.aoti_load_package(ENGINE)")
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         device = route.effective(db).get("device", "cpu")

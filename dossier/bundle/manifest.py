@@ -1,4 +1,4 @@
-"""The bundle manifest (format ``dossier-bundle`` 1.0) and the models of its JSON files.
+"""The bundle manifest (format ``dossier-bundle`` 1.1) and the models of its JSON files.
 
 A reader checks ``format`` and ``format_version`` before anything else (:func:`parse_manifest`):
 an unknown major version is refused with :class:`~dossier.errors.BundleFormatError`; a newer
@@ -18,13 +18,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dossier.backends.interface import LoadConfig
 from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
-from dossier.trial import TimingSummary
+from dossier.trial import Reading, TimingSummary
 
 FORMAT = "dossier-bundle"
 """Value of the manifest's ``format`` field."""
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 """The format version this code writes (MAJOR.MINOR)."""
 READABLE_MAJORS = (1,)
 """Major format versions this code reads."""
@@ -133,6 +134,8 @@ class EngineEntry(_Model):
     """What the backend reported about the built engine."""
     flags: dict[str, bool] = Field(default_factory=dict)
     """Boolean engine facts the verify policy uses (e.g. layout_optimized)."""
+    load: LoadConfig | None = None
+    """How production should load it: the configuration it was timed in (format 1.1)."""
 
 
 class Engines(_Model):
@@ -204,6 +207,10 @@ class Summary(_Model):
     """Sum of every trial's engine build time."""
     sessions: int
     """Runs of tune (and tune --continue) the search took."""
+    aa: Reading | None = None
+    """The run's calibration: the baseline against a second load of itself (format 1.1)."""
+    confirm_aa: Reading | None = None
+    """The same check in the independent confirmation, when it ran (format 1.1)."""
 
 
 class Manifest(_Model):

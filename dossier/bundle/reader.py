@@ -239,6 +239,10 @@ class Bundle:
             "runner_up": None if s.runner_up_route is None else {
                 "route": s.runner_up_route, "speedup": s.runner_up_speedup},
             "accuracy_by_output": self._shipped_losses(),
+            "aa": None if s.aa is None else s.aa.model_dump(mode="json"),
+            "confirm_aa": None if s.confirm_aa is None else s.confirm_aa.model_dump(mode="json"),
+            "load": None if m.engines.shipped.load is None
+            else m.engines.shipped.load.model_dump(mode="json"),
             "trials": dict(s.trial_counts),
             "confirm_trials": s.confirm_trials,
             "search_wall_s": None if imported else s.search_wall_s,

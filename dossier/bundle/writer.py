@@ -288,6 +288,7 @@ class _Plan:
     def _write_engines(self, copy) -> Engines:  # type: ignore[no-untyped-def]
         name = self.cache.header.release
         backend_flags = _flag_source(self.cache.header.backend, self.db)
+        load = _load_source(self.cache.header.backend, self.db)
         entries = {}
         for role, trial in (("shipped", self.shipped), ("baseline", self.baseline)):
             if role == "baseline" and trial.index == self.shipped.index:
@@ -302,7 +303,8 @@ class _Plan:
                                  hint="bundle the run folder dossier tune wrote, unchanged")
             entries[role] = EngineEntry(path=f.path, route=trial.route, trial_index=trial.index,
                                         size=f.size, digest=f.digest, facts=dict(trial.extra),
-                                        flags=backend_flags(trial.route))
+                                        flags=backend_flags(trial.route),
+                                        load=load(trial.route))
         return Engines(**entries)
 
     def _write_model(self, copy) -> ModelIdentity:  # type: ignore[no-untyped-def]
@@ -370,6 +372,7 @@ class _Plan:
             speedup=_finite(d.speedup), speedup_ci_low=_finite(d.speedup_ci_low),
             speedup_ci_high=_finite(d.speedup_ci_high), confidence=h.timing.confidence,
             p_value=_finite(d.p_value), result=result, reason=d.reason, decision_rule=d.rule,
+            aa=d.aa, confirm_aa=d.confirm_aa,
             runner_up_route=d.runner_up_route, runner_up_speedup=_finite(d.runner_up_speedup),
             trial_counts=dict(sorted(counts.items())),
             confirm_trials=sum(t.role == "confirm" for t in self.cache.trials),
@@ -411,6 +414,18 @@ def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],
             out.append(f"no validation pair covers the {label} shape entry #{i} ({text}); "
                        "accuracy at that size is unchecked")
     return out
+
+
+def _load_source(backend: str, db: KnobDatabase):  # type: ignore[no-untyped-def]
+    """Production load configuration by route; None for a backend this host does not
+    register."""
+    from dossier.backends import get_backend
+
+    try:
+        impl = get_backend(backend)
+    except SelectionError:
+        return lambda route: None
+    return lambda route: impl.production_load(Route.parse(route), db)
 
 
 def _flag_source(backend: str, db: KnobDatabase):  # type: ignore[no-untyped-def]

@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING, Protocol
 from dossier.errors import InputError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from dossier.fingerprint import Fingerprint
+    from dossier.replicate import Measured
     from dossier.routes import Route
+    from dossier.timing import TimingSettings
     from dossier.tuner import Prepared, Tuner
     from dossier.worker import WorkerRequest, WorkerResult
 
@@ -41,8 +45,11 @@ class Executor(Protocol):
         """Trial ``index``'s result, and its build plus measure seconds; an ``ok`` trial's engine
         is written to ``req.engine`` (checked against its digest)."""
 
-    def confirm(self, req: WorkerRequest) -> WorkerResult:
-        """A confirmation round, timed in a fresh process on one device."""
+    def confirm(self, engines: list[tuple[Path, str]], timing: TimingSettings,
+                env: dict[str, str]) -> Measured:
+        """The independent confirmation (:func:`dossier.replicate.measure` of ``engines``,
+        (path, route) each) on one device; ``env``: what the driver's processes would need
+        (a worker computes its own)."""
 
     def drop_pending(self) -> None:
         """Forget jobs started ahead (the search ends or failed)."""

@@ -203,20 +203,25 @@ class MeasureWorker:
         return (result.model_dump_json(), data, digest_bytes(data) if data is not None else None,
                 time.perf_counter() - t0)
 
-    def confirm(self, req_json: str, files: list[tuple[str, str]], *data: bytes) -> str:
-        """A confirmation round in a fresh child process; ``files``: (name, digest) of the
-        baseline engine then each candidate's, their bytes in ``data``."""
-        req = WorkerRequest.model_validate_json(req_json)
+    def confirm(self, timing_json: str, routes: list[str], builder: dict[str, Any],
+                shapes: list[dict[str, Any]], files: list[tuple[str, str]],
+                *data: bytes) -> dict[str, Any]:
+        """The independent confirmation (:mod:`dossier.replicate`: one fresh process per
+        engine) on this worker's device; ``files``: (name, digest) of each engine, in the order
+        of ``routes``, their bytes in ``data``."""
+        from dataclasses import asdict
+
+        from dossier import replicate
+        from dossier.spec import ShapeEntry
+        from dossier.timing import TimingSettings
+
         paths = [self._keep(n, d, b) for (n, d), b in zip(files, data, strict=True)]
-        work = self.root / "confirm"
-        work.mkdir(exist_ok=True)
-        req = req.model_copy(update={
-            "model": str(self.model), "validation": str(self.vset),
-            "baseline_engine": str(paths[0]),
-            "candidates": [(str(p), r) for p, (_, r) in zip(paths[1:], req.candidates,
-                                                            strict=True)]})
-        return run_child(req, work, "confirm", req.timing.trial_timeout_s * 2,
-                         req.timing.trial_memory_limit_mb, self._env(*paths)).model_dump_json()
+        measured = replicate.measure(
+            self.backend.name, list(zip(paths, routes, strict=True)), self.vset,
+            TimingSettings.model_validate_json(timing_json), builder=builder,
+            shapes=[ShapeEntry.model_validate(x) for x in shapes], work=self.root / "confirm",
+            env=self._env(*paths))
+        return asdict(measured)
 
 
 # --------------------------------------------------------------------------------- the driver
@@ -556,16 +561,21 @@ class RayExecutor:
         self._pump()
         return result, seconds + build_s
 
-    def confirm(self, req: WorkerRequest) -> WorkerResult:
-        paths = [Path(req.baseline_engine or "")] + [Path(e) for e, _ in req.candidates]
-        blobs = [self._blob(p) for p in paths]
-        files = [(p.name, d) for p, (d, _) in zip(paths, blobs, strict=True)]
+    def confirm(self, engines: list[tuple[Path, str]], timing: Any,
+                env: dict[str, str]) -> Any:
+        from dossier.replicate import Measured
+
+        blobs = [self._blob(Path(p)) for p, _ in engines]
+        files = [(Path(p).name, d) for (p, _), (d, _) in zip(engines, blobs, strict=True)]
+        spec = self.p.spec
         for _ in range(ATTEMPTS):
             self._settle()
             w = self._workers[0]
             try:
-                return RESULT.validate_json(self.ray.get(w.handle.confirm.remote(
-                    req.model_dump_json(), files, *[ref for _, ref in blobs])))
+                return Measured(**self.ray.get(w.handle.confirm.remote(
+                    timing.model_dump_json(), [r for _, r in engines], dict(spec.builder),
+                    [x.model_dump(mode="json") for x in spec.shapes], files,
+                    *[ref for _, ref in blobs])))
             except self.ray.exceptions.RayActorError as exc:
                 self._lost(w, None, exc)
         raise TuneError("the measure worker died twice during the confirmation round")

@@ -1,0 +1,148 @@
+"""The independent re-measurement: fresh processes per engine, end to end on the convnet sample;
+the tuner's confirmation records; verify --rebench judging by the speedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import test_bundle_helpers as h
+
+from dossier import replicate
+from dossier.backends import get_backend
+from dossier.decision import decide
+from dossier.errors import TuneError
+from dossier.routes import Route
+from dossier.timing import TimingSettings, compare
+from dossier.trial import Comparison, TimingSummary
+from dossier.tuner import Tuner, prepare
+from dossier.validation import load_validation_set
+from dossier.verify import judge_speedup
+
+FAST = "-graph_optimization_level=all"
+SLOW = "-graph_optimization_level=disable_all"  # no Conv+BN fusion, no NCHWc: several x slower
+SETTINGS = TimingSettings(confirm_rounds=6, confirm_warmup=3, confirm_runs=20,
+                          confirm_block_s=0.1, warmup_max_s=0.3, warmup_window=3)
+
+
+@pytest.fixture(scope="module")
+def engines(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("engines")
+    backend = get_backend("onnxruntime")
+    paths = {}
+    for route in (FAST, SLOW):
+        paths[route] = out / f"{len(paths)}.ort"
+        backend.build(samples_dir / "convnet" / "model.onnx", Route.parse(route), paths[route])
+    return paths
+
+
+def test_fresh_processes_per_engine_find_a_known_slowdown(engines: dict[str, Path],
+                                                          samples_dir: Path) -> None:
+    m = replicate.measure("onnxruntime", [(engines[FAST], FAST), (engines[FAST], FAST),
+                                          (engines[SLOW], SLOW)],
+                          samples_dir / "convnet" / "validation", SETTINGS)
+    assert [len(r) for r in m.rounds] == [6, 6, 6] and len(m.warmup_runs) == 3
+    assert all(10 <= len(block) <= 20 for r in m.rounds for block in r)
+    slow = compare(m.rounds[0], m.rounds[2], SETTINGS, procedure="independent")
+    assert slow.slower and slow.speedup_ci_high < 0.9 and slow.rounds == 6
+    assert slow.p_value == pytest.approx(2 / 2 ** 6)  # every round agrees: the smallest p
+    aa = compare(m.rounds[0], m.rounds[1], SETTINGS, procedure="independent")
+    assert aa.rounds == 6 and aa.procedure == "independent"  # recorded; its level: test_timing
+
+
+def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
+                                                                samples_dir: Path) -> None:
+    bad = tmp_path / "bad.ort"
+    bad.write_bytes(b"not an engine")
+    with pytest.raises(TuneError, match="engine-0"):
+        replicate.measure("onnxruntime", [(bad, FAST)], samples_dir / "convnet" / "validation",
+                          SETTINGS, timeout_s=60)
+
+
+def test_tuner_confirmation_records_the_independent_readings(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="full", selection="-graph_optimization_level=[all|disable_all]")
+    spec = spec.model_copy(update={"timing": spec.timing.model_copy(update={
+        "confirm_rounds": 6, "confirm_runs": 10, "confirm_block_s": 0.05})})
+    from dossier.cache import TuningCache
+    from dossier.tuner import CACHE_NAME, _header
+
+    p = prepare(spec)
+    run = tmp_path / "run"
+    run.mkdir()
+    cache = TuningCache.create(run / CACHE_NAME, _header(p, None, [], None))
+    tuner = Tuner(p, run, cache)
+    tuner.run_trial(p.baseline, "baseline")
+    slow = tuner.run_trial(Route.parse(SLOW, p.db), "search")
+    tuner.confirm([slow])  # re-measure it as if it had screened faster
+    confirms = [t for t in cache.trials if t.role == "confirm"]
+    assert [t.route for t in confirms] == [FAST, SLOW]  # the confirmation's A/A, then the route
+    for t in confirms:
+        c = t.comparison
+        assert c is not None and c.procedure == "independent" and c.rounds == 6
+        assert t.sample_rounds is not None and len(t.sample_rounds) == len(t.samples_ms or [])
+        assert max(t.sample_rounds) == 5
+    assert confirms[1].comparison.slower  # type: ignore[union-attr]
+    d = decide(cache.trials, p.spec.timing)
+    assert not d.gain and d.confirm_aa is not None and d.confirm_aa.procedure == "independent"
+
+
+def _comparison(x: float, lo: float, hi: float) -> Comparison:
+    t = TimingSummary(n=1, median_ms=1, ci_low_ms=1, ci_high_ms=1, mean_ms=1, p10_ms=1,
+                      p90_ms=1, warmup_runs=0)
+    return Comparison(baseline=t, speedup=x, speedup_ci_low=lo, speedup_ci_high=hi,
+                      p_value=0.01, significant=True, faster=True, slower=False, rounds=12)
+
+
+def test_rebench_judges_the_speedup_against_the_recorded_interval() -> None:
+    recorded = (1.08, 1.05, 1.11)
+    assert judge_speedup(_comparison(1.07, 1.04, 1.10), *recorded) == []
+    fell = judge_speedup(_comparison(1.02, 1.01, 1.04), *recorded)
+    assert fell and "fell to 1.020x [1.010, 1.040], below the recorded 1.080x" in fell[0]
+    lost = judge_speedup(_comparison(1.04, 0.99, 1.06), *recorded)
+    assert lost and "no longer excludes 1.0" in lost[0]
+    assert judge_speedup(None, *recorded) == []  # the baseline ships: nothing to judge
+
+
+@pytest.fixture(scope="module")
+def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
+    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
+
+
+def test_inspect_shows_the_aa_reading_and_a_load_snippet_that_works(
+        rel: dict[str, h.Released]) -> None:
+    r = rel["convnet"]
+    text = h.cli("inspect", r.bundle).stdout
+    assert "A/A check" in text and "rounds, screening)" in text
+    assert "load with    onnxruntime.InferenceSession('engine/convnet.ort', so" in text
+    o = json.loads(h.cli("inspect", r.bundle, "--json").stdout)
+    assert o["aa"]["rounds"] == h.SMALL_TIMING["rounds"] and o["aa"]["trial_index"] == 0
+    assert o["load"]["options"] == {"graph_optimization_level": "ORT_DISABLE_ALL"}
+    assert "force_spinning_stop" not in o["load"]["snippet"]
+    # the snippet loads the shipped engine; it reproduces the float64 reference outputs
+    namespace: dict = {"ENGINE": str(r.bundle / o["winner"]["engine"])}
+    exec(o["load"]["snippet"], namespace)  # noqa: S102 - the bundle's own snippet, under test
+    session = namespace["session"]
+    for pair in load_validation_set(r.bundle / "validation").pairs:
+        (got,) = session.run(None, dict(pair.inputs))
+        assert float(np.max(np.abs(got - pair.references["logits"]))) < o["threshold"]
+
+
+def test_production_load_names_only_what_differs_from_the_defaults() -> None:
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    plain = backend.production_load(Route.parse(FAST, db), db)
+    assert plain.options == {"graph_optimization_level": "ORT_DISABLE_ALL"}
+    tuned = backend.production_load(
+        Route.parse("-intra_op_num_threads=1 -prepacking=off -execution_mode=parallel", db), db)
+    assert tuned.options == {"graph_optimization_level": "ORT_DISABLE_ALL",
+                             "intra_op_num_threads": "1", "session.disable_prepacking": "1",
+                             "execution_mode": "ORT_PARALLEL"}
+    assert "so.intra_op_num_threads = 1" in tuned.snippet
+    assert "so.add_session_config_entry('session.disable_prepacking', '1')" in tuned.snippet
+    assert "so.execution_mode = ort.ExecutionMode.ORT_PARALLEL" in tuned.snippet
+    for name in ("torch-inductor", "tensorrt"):  # without their libraries: text only
+        other = get_backend(name)
+        other.configure({}, [])
+        assert "ENGINE" in other.production_load(Route.parse(""), db).call
