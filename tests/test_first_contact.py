@@ -104,7 +104,7 @@ def test_no_hard_wrapping_outside_a_terminal(bundle: Path) -> None:
         assert f"-{name} " in row and "…" not in row
     text = subprocess.run([*run, "explain", str(bundle)], capture_output=True, text=True,
                           env=env, cwd=ROOT, check=True).stdout
-    rule = next(ln for ln in text.splitlines() if ln.strip().startswith("admissible routes"))
+    rule = next(ln for ln in text.splitlines() if ln.strip().startswith("the A/A trial"))
     assert rule.strip().endswith("else the baseline")  # the rule is one line, however long
 
 

@@ -70,7 +70,7 @@ SEEDS = {"resnet50": 3101, "bert_base": 3102, "tiny_mlp": 3103, "tiny_convnet": 
 
 TIMING = {"samples": 100, "rounds": 10, "warmup_max_s": 2.0, "confirm_top": 2,
           "bootstrap_resamples": 2000, "trial_timeout_s": 300.0}
-AA_TIMING = {"samples": 40, "rounds": 4, "warmup_max_s": 1.0, "confirm_top": 1,
+AA_TIMING = {"samples": 64, "rounds": 8, "warmup_max_s": 1.0, "confirm_top": 1,
              "bootstrap_resamples": 500, "trial_timeout_s": 300.0}
 TINY_TIMING = {"samples": 20, "rounds": 2, "warmup_window": 2, "warmup_min_runs": 1,
                "warmup_max_s": 0.3, "confirm_top": 1, "bootstrap_resamples": 200,
