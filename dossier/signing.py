@@ -726,7 +726,8 @@ def _blake3_stream(src: Any) -> str:
     return str(h.hexdigest())
 
 
-def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
+def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> bytes:
+    """The bytes of a signature envelope file, refused over ``ENVELOPE_MAX_BYTES``."""
     try:
         with open(path, "rb") as f:
             data = f.read(ENVELOPE_MAX_BYTES + 1)
@@ -734,6 +735,11 @@ def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"cannot read signature {path}: {exc.strerror or exc}") from exc
     if len(data) > ENVELOPE_MAX_BYTES:
         raise error(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB; not a signature")
+    return data
+
+
+def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
+    data = read_envelope_bytes(path, error)
     try:
         envelope = json.loads(data)
     except (ValueError, RecursionError) as exc:

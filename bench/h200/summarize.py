@@ -228,8 +228,10 @@ def markdown(summary: dict) -> str:
         lines += [f"GPU {env.get('gpu', '?')} (sm {env.get('compute_capability', '?')}), "
                   f"torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}), "
                   f"{env.get('cpus', '?')} CPUs, {env.get('gxx', '')}".rstrip(", "), ""]
-    lines += ["Medians in ms with their 95% confidence intervals (order statistics); speedups are "
-              "baseline median / route median with a bootstrap 95% interval.", "",
+    lines += ["Medians in ms with their 95% confidence intervals (order statistics); a speedup "
+              "is the paired estimate over rounds (Hodges-Lehmann of the per-round ratios of "
+              "block medians) with its exact 95% interval; the search's speedup is the "
+              "independent confirmation's (one fresh process per engine).", "",
               "## Eager and torch.compile", "",
               "| config | eager | torch.compile (default) | compile s | torch.compile "
               "reduce-overhead | compile s | AOTI default route (baseline) | shipped route |",

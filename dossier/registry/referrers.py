@@ -37,7 +37,12 @@ from dossier.registry.client import (
     sha256_bytes,
 )
 from dossier.registry.reference import DIGEST
-from dossier.signing import ENVELOPE_MAX_BYTES, SignatureCheck, check_signature
+from dossier.signing import (
+    ENVELOPE_MAX_BYTES,
+    SignatureCheck,
+    check_signature,
+    read_envelope_bytes,
+)
 
 SIGNATURE_TYPE = "application/vnd.dossier.signature.v1+json"
 """``artifactType`` of a signature referrer."""
@@ -64,22 +69,11 @@ def signature_manifest(envelope: bytes, subject: str, subject_size: int, name: s
     })
 
 
-def _read_envelope(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(ENVELOPE_MAX_BYTES + 1)
-    except OSError as exc:
-        raise SignatureError(f"cannot read the signature {path}: {exc.strerror}") from exc
-    if len(data) > ENVELOPE_MAX_BYTES:
-        raise SignatureError(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB")
-    return data
-
-
 def attach_signature(client: RegistryClient, subject: str, subject_size: int,
                      envelope_path: Path) -> str:
     """Push the envelope at ``envelope_path`` as a referrer of the manifest ``subject``; the
     referrer manifest's digest. Pushing the same envelope again changes nothing."""
-    envelope = _read_envelope(Path(envelope_path))
+    envelope = read_envelope_bytes(Path(envelope_path))
     for data in (EMPTY, envelope):
         digest = sha256_bytes(data)
         if not client.has_blob(digest):
