@@ -146,3 +146,17 @@ def test_production_load_names_only_what_differs_from_the_defaults() -> None:
         other = get_backend(name)
         other.configure({}, [])
         assert "ENGINE" in other.production_load(Route.parse(""), db).call
+
+
+def test_production_load_of_a_cuda_graph_route_says_how_to_replay_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the knob database of a GPU host
+    backend = get_backend("torch-inductor")
+    db = backend.knob_database()
+    graph = backend.production_load(Route.parse("-device=cuda -cuda_graph=on", db), db)
+    assert "run_single_threaded=True" in graph.call and graph.options == {
+        "run_single_threaded": "True"}
+    assert "torch.cuda.graph(graph)" in graph.snippet and "graph.replay()" in graph.snippet
+    compile(graph.snippet, "snippet", "exec")  # the lines a user copies are valid Python
+    plain = backend.production_load(Route.parse("-device=cuda -cuda_graph=off", db), db)
+    assert "run_single_threaded" not in plain.call and "graph" not in plain.snippet
