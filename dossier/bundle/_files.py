@@ -10,6 +10,8 @@ import os
 import re
 import secrets
 import shutil
+import stat
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -140,16 +142,32 @@ def begin_staging(out_dir: Path, final_name: str, *, directory: bool) -> Path:
 
 def remove_stale_staging(folder: Path) -> list[Path]:
     """Remove staging entries in ``folder`` whose writer process is gone; return them."""
-    removed = []
+    return remove_stale(folder, _STAGING)
+
+
+def remove_stale(folder: Path, pattern: re.Pattern[str], *, older_than_s: float = 0.0,
+                 dirs_only: bool = False) -> list[Path]:
+    """Remove the entries of ``folder`` whose name matches ``pattern`` (with a ``pid`` group)
+    and whose process is gone, untouched for ``older_than_s``; only folders with ``dirs_only``
+    (never following a symbolic link). Returns them."""
+    removed: list[Path] = []
+    now = time.time()
     try:
-        entries = list(folder.iterdir())
+        entries = list(Path(folder).iterdir())
     except OSError:
         return removed
     for entry in entries:
-        m = _STAGING.match(entry.name)
+        m = pattern.match(entry.name)
         if not m or _alive(int(m["pid"])):
             continue
-        if entry.is_dir() and not entry.is_symlink():
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if (dirs_only and not is_dir) or now - st.st_mtime < older_than_s:
+            continue
+        if is_dir:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
@@ -171,4 +189,4 @@ def _alive(pid: int) -> bool:
 
 
 __all__ = ["CHUNK", "copy_file_hashed", "copy_hashed", "fsync_path", "fsync_tree",
-           "new_staging", "remove_stale_staging", "rename_noreplace", "write_durable"]
+           "new_staging", "remove_stale", "remove_stale_staging", "rename_noreplace", "write_durable"]

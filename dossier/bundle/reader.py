@@ -18,9 +18,7 @@ import os
 import re
 import secrets
 import shutil
-import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -341,27 +339,9 @@ _OPEN = re.compile(rf"^{re.escape(OPEN_PREFIX)}(?P<pid>\d+)-[0-9a-f]+$")
 def remove_stale_opens(folder: Path, *, older_than_s: float = STALE_OPEN_S) -> list[Path]:
     """Remove ``dossier-open-PID-*`` folders in ``folder`` left by killed processes: the PID is
     not running and the folder was not touched for ``older_than_s``. Returns them."""
-    from dossier.bundle._files import _alive
+    from dossier.bundle._files import remove_stale
 
-    removed = []
-    now = time.time()
-    try:
-        entries = list(Path(folder).iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        m = _OPEN.match(entry.name)
-        if not m or _alive(int(m["pid"])):
-            continue
-        try:
-            st = entry.lstat()
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or now - st.st_mtime < older_than_s:
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
-    return removed
+    return remove_stale(Path(folder), _OPEN, older_than_s=older_than_s, dirs_only=True)
 
 
 def _first(exc: Exception) -> str:
