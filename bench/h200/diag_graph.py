@@ -35,7 +35,7 @@ def measure(folder: Path, engine: Path) -> dict:
     from dossier.backends import get_backend
     from dossier.routes import Route
     from dossier.spec import load_spec
-    from dossier.timing import compare, sample_interleaved, summarize, warm_up
+    from dossier.timing import compare, flatten, sample_rounds, summarize, warm_up
     from dossier.validation import judge, load_validation_set
 
     spec = load_spec(folder / "release.toml")
@@ -64,10 +64,11 @@ def measure(folder: Path, engine: Path) -> dict:
         fns.append(lambda _i, r=r, prepared=prepared: sum(r.timed(x) for x in prepared))
     timing = spec.timing
     warm = [warm_up(f, timing, 1) for f in fns]
-    samples = sample_interleaved(fns, timing, 1)
-    for label, s, w in zip(runners, samples, warm):
-        rec[f"timing_{label}"] = summarize(s, timing.confidence, w).model_dump()
-    c = compare(samples[0], samples[1], timing, baseline_warmup=warm[0])
+    rounds = sample_rounds([lambda f=f: f for f in fns], timing, 1)  # both loaded throughout
+    for label, per_round, w in zip(runners, rounds, warm):
+        rec[f"timing_{label}"] = summarize(flatten(per_round)[0], timing.confidence,
+                                           w).model_dump()
+    c = compare(rounds[0], rounds[1], timing, baseline_warmup=warm[0])
     rec["speedup_graph_over_default"] = c.speedup
     rec["speedup_ci"] = [c.speedup_ci_low, c.speedup_ci_high]
     rec["significant"] = c.significant
