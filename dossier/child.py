@@ -125,7 +125,7 @@ class Child:
     def _disk_full(self, said: str, stage: str) -> Exception:
         """The host ran out of room: the half-written engine goes, nothing is recorded."""
         built = self.req.engine if self.req.mode in ("trial", "build") else None
-        if built:  # never a bundle's engine (validate, confirm)
+        if built:  # never a bundle's engine (validate)
             Path(built).unlink(missing_ok=True)
         return disk_full_error(said if is_disk_full(said) else "No space left on device",
                                Path(built).parent if built else self.work,

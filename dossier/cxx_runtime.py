@@ -138,6 +138,7 @@ def probe(cxx: str) -> CompilerInfo | None:
     return CompilerInfo(path=cxx, version=lines[0].strip(), libstdcxx=kind)
 
 
+@functools.cache
 def system_libstdcxx() -> str | None:
     """Path of the system ``libstdc++.so.6`` for this machine's word size (``ldconfig -p``)."""
     ldconfig = shutil.which("ldconfig") or next(

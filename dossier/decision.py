@@ -56,11 +56,10 @@ def _clears(t: TrialRecord, aa: Reading | None) -> bool:
     return aa is None or t.comparison is None or t.comparison.speedup_ci_low > aa.speedup_ci_high
 
 
-def candidates(trials: Sequence[TrialRecord], settings: TimingSettings | None = None
-               ) -> list[TrialRecord]:
+def candidates(trials: Sequence[TrialRecord], settings: TimingSettings) -> list[TrialRecord]:
     """Search trials that screened significantly faster than the baseline and above the A/A
     reading, best first."""
-    aa = calibration(trials, settings or TimingSettings())
+    aa = calibration(trials, settings)
     found = [t for t in trials if t.role == "search" and t.faster and t.comparison is not None
              and _clears(t, aa)]
     return sorted(found, key=lambda t: (-t.comparison.speedup, -t.comparison.speedup_ci_low))  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ import numpy as np
 
 from dossier.backends.interface import ModelSignature
 from dossier.backends.onnx_model import onnx_signature
+from dossier.bundle._files import begin_staging, fsync_tree, rename_noreplace
 from dossier.errors import InputError, ModelError, OutputError, ValidationSetError
 from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
@@ -279,18 +280,18 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
                    "references": {k: [str(v.dtype), list(v.shape)] for k, v in r.items()}}
                   for i, (x, r) in enumerate(pairs)],
     }
-    stage = out.parent / f".{out.name}.staging-{os.getpid()}"
+    stage = begin_staging(out.parent, out.name, directory=True)  # cleans killed writers' too
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(stage, ignore_errors=True)
-        stage.mkdir()
         for i, (x, refs) in enumerate(pairs):
             pair = stage / f"pair-{i:03d}"
             pair.mkdir()
             write_tensors(pair / "inputs.arrow", x)
             write_tensors(pair / "references.arrow", refs)
         (stage / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-        os.rename(stage, out)
+        fsync_tree(stage)
+        rename_noreplace(stage, out)
+    except FileExistsError:
+        raise OutputError(f"{out} appeared while the validation set was written") from None
     except OSError as exc:
         raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
     finally:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from dossier.errors import TuneError
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings, warm_up
-from dossier.worker import die_with_parent
+from dossier.worker import _timers, die_with_parent
 
 
 class EngineRequest(BaseModel):
@@ -163,10 +163,7 @@ def _serve(req: EngineRequest) -> None:
     backend.configure(req.builder, req.shapes)
     vset = load_validation_set(Path(req.validation))
     runner = backend.load(Path(req.engine), Route.parse(req.route))
-    prepared = [runner.prepare(p.inputs) for p in vset.pairs]
-
-    def fn(_i: int) -> float:  # one sample: one pass over every validation pair's inputs
-        return sum(runner.timed(x) for x in prepared)
+    fn = _timers(runner, vset)  # one sample: one pass over every validation pair's inputs
 
     s = req.timing
     _say({"warmup_runs": warm_up(fn, s, 1)})

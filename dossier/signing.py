@@ -488,11 +488,12 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
                 "payload": base64.b64encode(payload).decode("ascii"),
                 "signatures": signatures}
     data = (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode()
-    _write_envelope(target, data, replace=os.path.lexists(target))
+    write_envelope(target, data, replace=os.path.lexists(target))
     return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
 
 
-def _write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
+def write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
+    """Write a signature envelope durably (staging file, fsync, rename); OutputError."""
     folder = target.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

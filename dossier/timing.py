@@ -228,9 +228,8 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
     p = signed_rank_p(logs)
     speedup = float(np.exp(est))
     significant = p < alpha
-    flat_b = [x for block in baseline for x in block]
     return Comparison(
-        baseline=summarize(flat_b, settings.confidence, baseline_warmup), speedup=speedup,
+        baseline=summarize(flatten(baseline)[0], settings.confidence, baseline_warmup), speedup=speedup,
         speedup_ci_low=float(np.exp(lo)), speedup_ci_high=float(np.exp(hi)), p_value=p,
         test=TEST_NAME, significant=significant,
         faster=significant and speedup >= 1 + settings.min_effect and float(np.exp(lo)) > 1.0,

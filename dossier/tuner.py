@@ -393,9 +393,9 @@ class Tuner:
             m = replicate.measure(self.p.backend.name, engines, self.p.vset.path, timing,
                                   builder=self.p.spec.builder, shapes=self.p.spec.shapes,
                                   work=self.work / "confirm", env=env)
+        base_samples, base_rounds = flatten(m.rounds[0])
         for j, t in enumerate([base, *chosen], start=1):
             samples, rounds = flatten(m.rounds[j])
-            base_samples, base_rounds = flatten(m.rounds[0])
             index = len(self.cache.trials)
             alpha = timing.alpha if t is base else timing.alpha / len(chosen)
             rec = TrialRecord(

@@ -307,7 +307,7 @@ def main(argv: list[str]) -> int:
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
-    if data.get("outcome") not in ("ok", "built", "rejected", "timed"):  # disk, or route?
+    if data.get("outcome") not in ("ok", "built", "rejected"):  # the disk, or the route?
         full = data.get("reason") if is_disk_full(str(data.get("reason"))) else \
             probe(Path(req.engine)) if req.engine and req.mode in ("trial", "build") else None
         if full:

@@ -88,8 +88,11 @@ def _write_checked(path: Path, data: bytes, digest: str) -> Path:
         raise OSError(f"{path.name} arrived with digest {got}, sent as {digest}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no partial file
     return path
 
 

@@ -20,14 +20,12 @@ types) before the envelope is handed to :func:`dossier.signing.check_signature`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle._files import new_staging
 from dossier.bundle.reader import Bundle
-from dossier.errors import BundleFormatError, DossierError, OutputError, SignatureError
+from dossier.errors import BundleFormatError, DossierError, SignatureError
 from dossier.hashing import canonical_json
 from dossier.registry.client import (
     MANIFEST_MAX_BYTES,
@@ -42,6 +40,7 @@ from dossier.signing import (
     SignatureCheck,
     check_signature,
     read_envelope_bytes,
+    write_envelope,
 )
 
 SIGNATURE_TYPE = "application/vnd.dossier.signature.v1+json"
@@ -155,15 +154,8 @@ def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list
 
 
 def _keep(folder: Path, name: str, data: bytes) -> Path:
-    target = folder / name
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        staging = new_staging(folder, name, directory=False)
-        staging.write_bytes(data)
-        os.replace(staging, target)
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    return target
+    write_envelope(folder / name, data, replace=True)
+    return folder / name
 
 
 def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
