@@ -227,6 +227,7 @@ def markdown(summary: dict) -> str:
     if env:
         lines += [f"GPU {env.get('gpu', '?')} (sm {env.get('compute_capability', '?')}), "
                   f"torch {env.get('torch', '?')} (CUDA {env.get('torch_cuda', '?')}), "
+                  f"nvidia-smi: {env.get('nvidia_smi', '?')}, "
                   f"{env.get('cpus', '?')} CPUs, {env.get('gxx', '')}".rstrip(", "), ""]
     lines += ["Medians in ms with their 95% confidence intervals (order statistics); a speedup "
               "is the paired estimate over rounds (Hodges-Lehmann of the per-round ratios of "
