@@ -72,7 +72,7 @@ TIMING = {"samples": 100, "rounds": 10, "warmup_max_s": 2.0, "confirm_top": 2,
           "bootstrap_resamples": 2000, "trial_timeout_s": 300.0}
 AA_TIMING = {"samples": 64, "rounds": 8, "warmup_max_s": 1.0, "confirm_top": 1,
              "bootstrap_resamples": 500, "trial_timeout_s": 300.0}
-TINY_TIMING = {"samples": 20, "rounds": 2, "warmup_window": 2, "warmup_min_runs": 1,
+TINY_TIMING = {"samples": 24, "rounds": 6, "confirm_rounds": 6, "confirm_runs": 20, "warmup_window": 2, "warmup_min_runs": 1,
                "warmup_max_s": 0.3, "confirm_top": 1, "bootstrap_resamples": 200,
                "trial_timeout_s": 300.0}
 

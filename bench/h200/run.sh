@@ -11,6 +11,9 @@
 #   eager[=C1,C2]      eager and torch.compile (default mode) timings
 #   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
 #   aa=C:N             N A/A searches of config C (warm shared inductor cache)
+#   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
+#                      baseline against itself and of the best route of run RUN (a folder of
+#                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
 #   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
 #   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
 #   plan1|plan2|plan3  an older split into three commands
@@ -93,6 +96,7 @@ tune() {  # tune CONFIG STRATEGIES
     done
 }
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+procvar() { run "procvar-$1" 60 "$PY" bench/h200/steps.py procvar --run "$WORK/runs/$TAG/$1" --pairs "$2"; }
 eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
 
 note "tag $TAG, work $WORK, device $BENCH_DEVICE, deadline ${DEADLINE_S}s"
@@ -108,6 +112,7 @@ for step in "$@"; do
         eager=*) eager "${step#eager=}" ;;
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
+        procvar=*:*) x=${step#procvar=}; procvar "${x%%:*}" "${x#*:}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
         gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
         gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;

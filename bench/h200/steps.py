@@ -8,6 +8,7 @@ a failure instead of raising, so the next step still runs.
     steps.py tune   --work W --config C --strategy S --json FILE [--aa] [--timeout S] [--no-fresh]
     steps.py aa     --work W --config C --reps N --json FILE [--timeout S]
     steps.py fresh  --run RUN_DIR --json FILE
+    steps.py procvar --run RUN_DIR --json FILE [--pairs N] [--timeout S]
     steps.py merge  --dir DIR --out FILE [--tag TAG]
 
 ``eager`` times the model in PyTorch eager and under ``torch.compile`` (default mode) with
@@ -408,15 +409,18 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
         cache_dir = work / "inductor-cache" / f"aa-{config}"
         env = {CACHE_ENV: str(cache_dir)}
         per_rep = 0.0
-        for i in range(reps):
+        # a later aa step of the same tag numbers on after the earlier one's repetitions
+        first = len(list((work / "runs" / tag).glob(f"{config}-aa-[0-9][0-9]")))
+        for i in range(first, first + reps):
             left = timeout - (time.perf_counter() - t0)
             if left < max(30.0, 1.2 * per_rep):
-                rec["stopped"] = f"time budget: {i} of {reps} repetitions ran"
+                rec["stopped"] = f"time budget: {i - first} of {reps} repetitions ran"
                 break
             r0 = time.perf_counter()
             run = _tune_once(folder / "release-aa.toml", "fast",
                              work / "runs" / tag / f"{config}-aa-{i:02d}", left, env)
-            per_rep = max(per_rep, time.perf_counter() - r0) if i else time.perf_counter() - r0
+            per_rep = (max(per_rep, time.perf_counter() - r0) if i > first
+                       else time.perf_counter() - r0)
             d = run.get("decision") or {}
             search = [t for t in run.get("trials", []) if t["role"] == "search"]
             rec["runs"].append({
@@ -437,6 +441,68 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
         rec["ok"] = bool(done)
     except Exception as exc:  # noqa: BLE001 - record and go on
         rec.update(_failure(exc))
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+# ------------------------------------------------------------------------- process variance
+def step_procvar(run_dir: Path, pairs: int, timeout: float) -> dict:
+    """How much an engine's latency moves between fresh processes: ``pairs`` independent
+    re-measurements (:func:`dossier.replicate.measure`, a fresh process per engine, production
+    load) of the baseline against itself, then of the shipped or best route against the
+    baseline, alone; then once with four processes alive at once (as the confirmation runs)."""
+    import numpy as np
+
+    from dossier import replicate
+    from dossier.backends import get_backend
+    from dossier.cache import TuningCache
+    from dossier.timing import compare
+
+    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    h = cache.header
+    timing = h.timing
+    base = next(t for t in cache.trials if t.role == "baseline")
+    target, kind = _best_target(cache)
+    backend = get_backend(h.backend)
+    b_path = run_dir / base.engine
+    env = dict(backend.loader_env(b_path))
+    plans: list[tuple[str, list[tuple[Path, str]]]] = []
+    for _ in range(pairs):
+        plans.append(("aa", [(b_path, h.baseline_route)] * 2))
+    if target is not None and target.engine:
+        t_path = run_dir / target.engine
+        env.update(backend.loader_env(t_path))
+        for _ in range(pairs):
+            plans.append(("target", [(b_path, h.baseline_route), (t_path, target.route)]))
+        plans.append(("four", [(b_path, h.baseline_route)] * 2
+                      + [(t_path, target.route)] * 2))
+    rec: dict[str, Any] = {"step": "procvar", "run_dir": str(run_dir), "target": kind,
+                           "route": target.route if target else None, "measures": []}
+    t0 = time.perf_counter()
+    for label, engines in plans:
+        if time.perf_counter() - t0 > timeout - 40:
+            rec["stopped"] = "time budget"
+            break
+        try:
+            m = replicate.measure(h.backend, engines, Path(h.validation_path), timing,
+                                  builder=dict(h.builder), shapes=h.shapes, env=env)
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            rec["measures"].append({"plan": label, **_failure(exc)})
+            continue
+        block_medians = [[float(np.median(b)) for b in eng] for eng in m.rounds]
+        comp = compare(m.rounds[0], m.rounds[1], timing, procedure="independent")
+        entry = {"plan": label, "wall_s": round(m.wall_s, 2),
+                 "block_medians_ms": block_medians,
+                 "engine_median_ms": [float(np.median(x)) for x in block_medians],
+                 "speedup": comp.speedup, "speedup_ci": [comp.speedup_ci_low,
+                                                         comp.speedup_ci_high],
+                 "p_value": comp.p_value}
+        if label == "four":
+            c2 = compare(m.rounds[0], m.rounds[2], timing, procedure="independent")
+            entry["target_speedup"] = c2.speedup
+            entry["target_speedup_ci"] = [c2.speedup_ci_low, c2.speedup_ci_high]
+        rec["measures"].append(entry)
+    rec["ok"] = bool(rec["measures"])
     rec["wall_s"] = round(time.perf_counter() - t0, 2)
     return rec
 
@@ -464,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     default_work = REPO_ROOT / "bench" / "work" / "h200"
-    for name in ("env", "eager", "tune", "aa", "fresh", "merge"):
+    for name in ("env", "eager", "tune", "aa", "fresh", "procvar", "merge"):
         p = sub.add_parser(name)
         if name != "merge":
             p.add_argument("--json", type=Path, required=True)
@@ -484,8 +550,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-fresh", action="store_true")
         if name == "aa":
             p.add_argument("--reps", type=int, default=10)
-        if name == "fresh":
+        if name in ("fresh", "procvar"):
             p.add_argument("--run", type=Path, required=True)
+        if name == "procvar":
+            p.add_argument("--pairs", type=int, default=4)
+            p.add_argument("--timeout", type=float, default=300.0)
         if name == "merge":
             p.add_argument("--dir", type=Path, required=True)
             p.add_argument("--out", type=Path, required=True)
@@ -508,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                 rec = step_fresh(args.run)
             except Exception as exc:  # noqa: BLE001
                 rec = {"step": "fresh", **_failure(exc)}
+        elif args.cmd == "procvar":
+            rec = step_procvar(args.run, args.pairs, args.timeout)
         else:
             step_merge(args.dir, args.out, args.tag)
             return 0
