@@ -11,6 +11,8 @@
 #   eager[=C1,C2]      eager and torch.compile (default mode) timings
 #   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
 #   aa=C:N             N A/A searches of config C (warm shared inductor cache)
+#   bundle=RUN         bundle run RUN of this tag, verify it (--recheck --rebench), explain it
+#                      as HTML into $OUT
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
@@ -96,6 +98,7 @@ tune() {  # tune CONFIG STRATEGIES
     done
 }
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+bundle() { run "bundle-$1" 60 "$PY" bench/h200/steps.py bundle --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
 procvar() { run "procvar-$1" 60 "$PY" bench/h200/steps.py procvar --run "$WORK/runs/$TAG/$1" --pairs "$2"; }
 eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
 
@@ -112,6 +115,7 @@ for step in "$@"; do
         eager=*) eager "${step#eager=}" ;;
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
+        bundle=*) bundle "${step#bundle=}" ;;
         procvar=*:*) x=${step#procvar=}; procvar "${x%%:*}" "${x#*:}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
         gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;

@@ -9,6 +9,7 @@ a failure instead of raising, so the next step still runs.
     steps.py aa     --work W --config C --reps N --json FILE [--timeout S]
     steps.py fresh  --run RUN_DIR --json FILE
     steps.py procvar --run RUN_DIR --json FILE [--pairs N] [--timeout S]
+    steps.py bundle --run RUN_DIR --out DIR --json FILE [--timeout S]
     steps.py merge  --dir DIR --out FILE [--tag TAG]
 
 ``eager`` times the model in PyTorch eager and under ``torch.compile`` (default mode) with
@@ -507,6 +508,55 @@ def step_procvar(run_dir: Path, pairs: int, timeout: float) -> dict:
     return rec
 
 
+# ---------------------------------------------------------------------------------- bundle
+def _cli(args: list[str], timeout: float, keep: int = 6000) -> dict:
+    cmd = [sys.executable, "-m", "cli.main", *args]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"command": " ".join(args), "rc": None, "error": f"killed after {timeout:.0f} s"}
+    return {"command": " ".join(args), "rc": proc.returncode, "stdout": proc.stdout[-keep:],
+            "stderr": proc.stderr[-2000:], "wall_s": round(time.perf_counter() - t0, 2)}
+
+
+def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
+    """Bundle a finished search, verify the bundle here (integrity, environment, the shipped
+    engine's accuracy re-checked, and ``--rebench``: the independent re-measurement), explain it
+    as HTML into ``out``."""
+    rec: dict[str, Any] = {"step": "bundle", "run_dir": str(run_dir)}
+    t0 = time.perf_counter()
+    folder = run_dir.parent / f"{run_dir.name}-bundle"
+    if folder.exists():
+        shutil.rmtree(folder)
+    made = _cli(["bundle", str(run_dir), "--out", str(folder), "--json"], timeout)
+    rec["bundle"] = made
+    found = sorted(folder.glob("*.dossier"))
+    if made["rc"] != 0 or not found:
+        rec["ok"] = False
+        return rec
+    bundle = found[0]
+    rec["bundle_path"] = bundle.name
+    rec["bundle_mb"] = round(sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
+                             / 2**20, 1)
+    rec["inspect"] = _cli(["inspect", str(bundle)], timeout)
+    left = timeout - (time.perf_counter() - t0)
+    rec["verify"] = _cli(["verify", str(bundle), "--recheck", "--rebench", "--json"], left,
+                         keep=10**7)
+    try:
+        rec["verify_report"] = json.loads(rec["verify"].pop("stdout"))
+    except (KeyError, json.JSONDecodeError):
+        rec["verify_report"] = None
+    html = out / f"{run_dir.name}.report.html"
+    rec["explain"] = _cli(["explain", str(bundle), "--html", str(html)],
+                          max(timeout - (time.perf_counter() - t0), 30))
+    rec["html"] = html.name if html.is_file() else None
+    rec["ok"] = rec["verify"].get("rc") == 0 and rec["html"] is not None
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
 # ------------------------------------------------------------------------------------ merge
 def _read_record(path: Path) -> dict:
     try:
@@ -530,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     default_work = REPO_ROOT / "bench" / "work" / "h200"
-    for name in ("env", "eager", "tune", "aa", "fresh", "procvar", "merge"):
+    for name in ("env", "eager", "tune", "aa", "fresh", "procvar", "bundle", "merge"):
         p = sub.add_parser(name)
         if name != "merge":
             p.add_argument("--json", type=Path, required=True)
@@ -550,8 +600,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-fresh", action="store_true")
         if name == "aa":
             p.add_argument("--reps", type=int, default=10)
-        if name in ("fresh", "procvar"):
+        if name in ("fresh", "procvar", "bundle"):
             p.add_argument("--run", type=Path, required=True)
+        if name == "bundle":
+            p.add_argument("--out", type=Path, required=True)
+            p.add_argument("--timeout", type=float, default=300.0)
         if name == "procvar":
             p.add_argument("--pairs", type=int, default=4)
             p.add_argument("--timeout", type=float, default=300.0)
@@ -577,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
                 rec = step_fresh(args.run)
             except Exception as exc:  # noqa: BLE001
                 rec = {"step": "fresh", **_failure(exc)}
+        elif args.cmd == "bundle":
+            rec = step_bundle(args.run, args.out, args.timeout)
         elif args.cmd == "procvar":
             rec = step_procvar(args.run, args.pairs, args.timeout)
         else:
