@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make sample   set up .venv (no torch) and run a sample release end to end (ONNX Runtime, CPU)
 #   make test     set up .venv with torch and run the test suite (what CI runs)
+#   make typecheck  mypy, strict, on dossier/ (CI runs it before the tests)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
 OUT ?= out
 
-.PHONY: setup sample test test-all lint schemas clean
+.PHONY: setup sample test test-all lint typecheck schemas clean
 
 $(BIN)/dossier: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,6 +45,10 @@ test-all: setup
 
 lint: setup
 	$(BIN)/ruff check dossier cli tests samples bench
+
+# Settings in pyproject.toml [tool.mypy] (strict, the pydantic plugin, untyped libraries named).
+typecheck: setup
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(OUT) dossier-runs .pytest_cache

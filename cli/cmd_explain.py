@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,6 @@ from rich.markup import escape
 
 from cli.app import app, handled
 from cli.render import err, out
-from dossier.errors import OutputError
 
 _OUTCOME_STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
                   "timeout": "magenta", "runtime_error": "red"}
@@ -63,11 +60,11 @@ def explain(
         facts = explain_bundle(b, **usage)  # type: ignore[arg-type]
         page = None
         if html is not None:
-            from dossier.audit.report import render_report, samples_from_timings
+            from dossier.audit.report import render_report, samples_from_timings, write_page
 
             page = render_report(facts, samples_from_timings(b.timings()))
     if page is not None:
-        _write_text(html, page)
+        write_page(html, page)
         err.print(f"wrote {escape(str(html))} ({len(page.encode()) >> 10} KiB, self-contained)",
                   soft_wrap=True)
     if as_json:
@@ -79,31 +76,6 @@ def explain(
 def _print_model(model: Any) -> None:
     """A model as JSON on stdout (NaN and infinities as null, so the JSON is valid)."""
     sys.stdout.write(model.model_dump_json(indent=2) + "\n")
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"--html {path} is a folder", hint="give a file name, e.g. "
-                          f"{path / 'report.html'}")
-    folder = path.parent if str(path.parent) else Path(".")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as any new file (mkstemp makes it 0600)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}",
-                          hint="check that its folder exists and is writable") from exc
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def render_explanation(e: Any) -> None:

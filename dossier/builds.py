@@ -73,10 +73,10 @@ class Build:
     def build_s(self) -> float | None:
         """Build time without the paused spans."""
         r = self.result
-        if r is None or r.build_s is None:  # type: ignore[union-attr]
+        if r is None or r.build_s is None:
             return None
         if not isinstance(r, BuiltResult):
-            return r.build_s  # type: ignore[union-attr]
+            return r.build_s
         lost = sum(max(0.0, min(b, r.ended_at) - max(a, r.started_at)) for a, b in self.paused)
         return max(0.0, r.build_s - lost)
 

@@ -20,7 +20,9 @@ with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from dossier.cache import DecisionRecord, TuningCache
@@ -57,7 +59,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
             if decision_line is not None:
                 raise refuse(line, f"a second decision (the first is on line {decision_line})")
             decision_line = line
-            _check_decision(record, trials, h.baseline_route, lambda why, n=line: refuse(n, why))
+            _check_decision(record, trials, h.baseline_route, functools.partial(refuse, line))
             continue
         if not isinstance(record, TrialRecord):
             continue  # a session record: times and counts only
@@ -159,7 +161,7 @@ def _losses_problem(t: TrialRecord, vset: ValidationSet) -> str:
 
 
 def _check_decision(d: DecisionRecord, trials: list[TrialRecord], baseline_route: str,
-                    refuse) -> None:  # type: ignore[no-untyped-def]
+                    refuse: Callable[[str], CacheMismatchError]) -> None:
     if not trials:
         raise refuse("a decision before any trial (a stale decision)")
     if d.baseline_route != baseline_route:

@@ -126,7 +126,7 @@ class _Single:
     """A ``.npy`` file with the ``files``/``[]`` interface of an ``.npz``."""
 
     def __init__(self, path: Path) -> None:
-        self.array = np.load(path, allow_pickle=False)
+        self.array: np.ndarray = np.load(path, allow_pickle=False)
         self.files = ["arr_0"]
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -319,15 +319,15 @@ class SetSummary:
     path: str
     digest: str
     pairs: list[dict[str, object]]
-    provenance: dict
+    provenance: dict[str, object]
 
 
 def summarize_set(path: Path) -> SetSummary:
     """The pairs of a set with every tensor's dtype and shape, and its provenance."""
     vset = load_validation_set(path)
-    pairs = [{"name": p.name,
-              "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in p.inputs.items()},
-              "references": {k: [str(v.dtype), list(v.shape)] for k, v in p.references.items()}}
-             for p in vset.pairs]
-    return SetSummary(str(vset.path), vset.digest(), pairs,
-                      vset.provenance if isinstance(vset.provenance, dict) else {})
+    pairs: list[dict[str, object]] = [
+        {"name": p.name,
+         "inputs": {k: [str(v.dtype), list(v.shape)] for k, v in p.inputs.items()},
+         "references": {k: [str(v.dtype), list(v.shape)] for k, v in p.references.items()}}
+        for p in vset.pairs]
+    return SetSummary(str(vset.path), vset.digest(), pairs, vset.provenance)

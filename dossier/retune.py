@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from dossier.bundle import (
 from dossier.cache import CacheHeader
 from dossier.errors import InputError, IntegrityError
 from dossier.hashing import digest_file
+from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver, TuneResult, spec_from_header, tune
 
 
@@ -36,13 +38,15 @@ class Retuned:
     warm_start: list[str]
 
 
-def warm_routes(trials: list, shipped: str, runner_up: str | None, baseline: str) -> list[str]:
+def warm_routes(trials: Sequence[TrialRecord], shipped: str, runner_up: str | None,
+                baseline: str) -> list[str]:
     """The shipped route, the runner-up, then every other admissible search route by its
     recorded speedup (best first); the baseline is measured anyway and left out."""
-    ranked = sorted((t for t in trials if t.role == "search" and t.admissible and t.comparison),
-                    key=lambda t: -t.comparison.speedup)
+    speedups = [(t.comparison.speedup, t.route) for t in trials
+                if t.role == "search" and t.admissible and t.comparison]
+    ranked = [route for _, route in sorted(speedups, key=lambda x: -x[0])]  # stable: ties in order
     out: list[str] = []
-    for route in [shipped, runner_up, *(t.route for t in ranked)]:
+    for route in [shipped, runner_up, *ranked]:
         if route and route != baseline and route not in out:
             out.append(route)
     return out
@@ -90,7 +94,7 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
             raise
 
 
-def _trials_in(run: Path) -> list:
+def _trials_in(run: Path) -> list[TrialRecord]:
     from dossier.cache import TuningCache
     from dossier.errors import DossierError
     from dossier.tuner import CACHE_NAME
@@ -101,7 +105,7 @@ def _trials_in(run: Path) -> list:
         return []
 
 
-def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list, run: Path,
+def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list[TrialRecord], run: Path,
             inputs: Path, out_dir: Path, model: Path | None, observer: TuneObserver | None, top: int) -> Retuned:
     shutil.rmtree(inputs, ignore_errors=True)
     inputs.mkdir(parents=True)

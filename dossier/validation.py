@@ -48,7 +48,7 @@ class ValidationSet:
 
     path: Path
     pairs: tuple[Pair, ...]
-    provenance: dict = field(default_factory=dict)
+    provenance: dict[str, object] = field(default_factory=dict)
 
     def digest(self) -> str:
         """xxh3-128 over every tensor's name, dtype, shape and bytes, pair by pair."""
@@ -89,13 +89,15 @@ def load_validation_set(path: Path) -> ValidationSet:
                     f"validation pair {name}: reference {out!r} holds NaN or Inf",
                     hint="references must be finite; recompute them")
         pairs.append(Pair(name, inputs, refs))
-    provenance = {}
+    provenance: dict[str, object] = {}
     prov = path / "provenance.json"
     if prov.is_file():
         try:
             provenance = json.loads(prov.read_text())
         except json.JSONDecodeError as exc:
             raise ValidationSetError(f"{prov}: not valid JSON ({exc})") from exc
+        if not isinstance(provenance, dict):
+            raise ValidationSetError(f"{prov}: not a JSON object")
     return ValidationSet(path, tuple(pairs), provenance)
 
 

@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import resource
 import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings
+
+if TYPE_CHECKING:
+    from dossier.backends import Backend, Runner
+    from dossier.routes import Route
+    from dossier.timing import Engine, Timed
+    from dossier.validation import ValidationSet
 
 
 class WorkerRequest(BaseModel):
@@ -119,15 +127,17 @@ RESULT = TypeAdapter(WorkerResult)
 
 
 _PHASES: dict[str, float] = {}
-_current: list = [None, 0.0]
+_current: list[tuple[str, float]] = []
+"""The phase under way and when it began (none before the first)."""
 
 
 def _stage(req: WorkerRequest, name: str) -> None:
     """Mark the start of a phase (for the parent, and for the phase timings)."""
     now = time.perf_counter()
-    if _current[0] is not None:
-        _PHASES[_current[0]] = _PHASES.get(_current[0], 0.0) + now - _current[1]
-    _current[0], _current[1] = name, now
+    if _current:
+        phase, began = _current.pop()
+        _PHASES[phase] = _PHASES.get(phase, 0.0) + now - began
+    _current.append((name, now))
     Path(req.stage).write_text(name)
 
 
@@ -161,36 +171,50 @@ def _guard(req: WorkerRequest) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _setup(req: WorkerRequest, *, validation: bool = True):  # type: ignore[no-untyped-def]
-    """The configured backend and (unless not needed) the validation set."""
+def _backend(req: WorkerRequest) -> Backend:
+    """The configured backend."""
     from dossier.backends import get_backend
-    from dossier.validation import load_validation_set
 
     _stage(req, "setup")
     backend = get_backend(req.backend)
     backend.configure(req.builder, req.shapes)
-    return backend, load_validation_set(Path(req.validation)) if validation else None
+    return backend
 
 
-def _timers(runner, vset):  # type: ignore[no-untyped-def]
+def _setup(req: WorkerRequest) -> tuple[Backend, ValidationSet]:
+    """The configured backend and the validation set."""
+    from dossier.validation import load_validation_set
+
+    return _backend(req), load_validation_set(Path(req.validation))
+
+
+def _timers(runner: Runner, vset: ValidationSet) -> Timed:
     """One sample = one pass over every validation pair's inputs (so the inputs rotate and the
     samples of a model with several shapes stay unimodal)."""
     prepared = [runner.prepare(p.inputs) for p in vset.pairs]
     return lambda _i: sum(runner.timed(x) for x in prepared)
 
 
-def timed_engines(backend, vset, pair, first=None):  # type: ignore[no-untyped-def]
+def timed_engines(backend: Backend, vset: ValidationSet, pair: Sequence[tuple[Path, Route]],
+                  first: Runner | None = None) -> list[Engine]:
     """One :data:`~dossier.timing.Engine` per (engine path, route): loaded afresh for every
     block when the backend asks for it, else loaded once (``first``: the first one's runner,
     already loaded) and kept."""
     if backend.reload_per_block:
-        return [lambda e=e, r=r: _timers(backend.load(e, r), vset) for e, r in pair]
+        return [functools.partial(_load_timers, backend, e, r, vset) for e, r in pair]
     runners = [first or backend.load(*pair[0])] + [backend.load(e, r) for e, r in pair[1:]]
-    fns = [_timers(r, vset) for r in runners]
-    return [lambda f=f: f for f in fns]
+    return [functools.partial(_same, _timers(r, vset)) for r in runners]
 
 
-def run_trial(req: WorkerRequest) -> dict:
+def _load_timers(backend: Backend, engine: Path, route: Route, vset: ValidationSet) -> Timed:
+    return _timers(backend.load(engine, route), vset)
+
+
+def _same(fn: Timed) -> Timed:
+    return fn
+
+
+def run_trial(req: WorkerRequest) -> dict[str, Any]:
     """Build, validate and time one route; return the raw result."""
     from dossier.backends import BuildError, EngineRuntimeError
     from dossier.routes import Route
@@ -224,7 +248,7 @@ def run_trial(req: WorkerRequest) -> dict:
                 "build_s": time.perf_counter() - t0}
     build_s = (req.prebuilt_build_s if req.prebuilt_build_s is not None
                else None if req.reuse_engine else time.perf_counter() - t0)
-    base = {"build_s": build_s, "facts": info.facts}
+    base: dict[str, Any] = {"build_s": build_s, "facts": info.facts}
     try:
         _stage(req, "load")
         runner = backend.load(engine, route)
@@ -253,12 +277,12 @@ def run_trial(req: WorkerRequest) -> dict:
             "baseline_warmup_runs": base_warm}
 
 
-def run_build(req: WorkerRequest) -> dict:
+def run_build(req: WorkerRequest) -> dict[str, Any]:
     """Only build the route (backends that load in a fresh process)."""
     from dossier.backends import BuildError
     from dossier.routes import Route
 
-    backend, _ = _setup(req, validation=False)
+    backend = _backend(req)
     _stage(req, "build")
     t0, started = time.perf_counter(), time.time()
     try:
@@ -273,7 +297,7 @@ def run_build(req: WorkerRequest) -> dict:
             "started_at": started, "ended_at": time.time()}
 
 
-def run_validate(req: WorkerRequest) -> dict:
+def run_validate(req: WorkerRequest) -> dict[str, Any]:
     """Load an existing engine and judge it on the validation set (``verify --recheck``)."""
     from dossier.routes import Route
     from dossier.validation import judge

@@ -204,6 +204,30 @@ def test_a_bundle_written_to_a_full_disk_leaves_nothing(spec: Path, tmpfs, tmp_p
     assert code == 0, said
 
 
+@pytest.mark.parametrize("limit", ["fsize", "tmpfs"])
+def test_the_html_report_on_a_full_disk(limit: str, tmpfs, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                        finished: tuple[Path, Path]) -> None:
+    """``explain --html`` (a page of ~5 MiB) past the file size limit or onto a full tmpfs: one
+    line naming the limit or the file system (exit 74), no staging file, and the earlier page at
+    that path left whole; once there is room the page is written."""
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    fs = tmpfs("1m") if limit == "tmpfs" else None
+    folder = fs.path if fs is not None else tmp_path / "pages"
+    folder.mkdir(exist_ok=True)
+    page = folder / "report.html"
+    page.write_text("the earlier page")
+    code, said = _dossier("explain", finished[1], "--html", page,
+                          fsize=(2 << 20) if limit == "fsize" else None)
+    assert code == ExitCode.DISK_FULL and said.count("error:") == 1, said
+    assert ("file size limit" in said) if limit == "fsize" else (str(folder) in said), said
+    assert [p.name for p in folder.iterdir()] == ["report.html"]
+    assert page.read_text() == "the earlier page"
+    if fs is not None:
+        fs.grow()
+    code, said = _dossier("explain", finished[1], "--html", page)
+    assert code == 0 and "Plotly.newPlot" in page.read_text(), said
+
+
 def test_archives_with_a_small_tmpdir(tmpfs, finished: tuple[Path, Path]) -> None:  # type: ignore[no-untyped-def]
     """TMPDIR on a 64 KiB tmpfs: ``inspect`` and ``verify --integrity-only`` of an archive
     extract nothing and succeed; ``verify --recheck``, which needs the engine, says in one line

@@ -193,6 +193,69 @@ def test_html_report_is_one_self_contained_page(faulty: Path, tmp_path: Path) ->
     assert cli("explain", faulty, "--html", page).exit_code == 0
 
 
+HOSTILE = "<script>alert('x')</script>\" onmouseover=\"alert(1)"
+"""A route, knob, release and host name that would run script if the page did not escape it."""
+
+
+def test_html_report_escapes_every_fact(faulty: Path) -> None:
+    """Names come from the spec, the model and the tuning host: the page shows them as text.
+    The hostile page has exactly the tags of the clean one, and the raw string is nowhere in it
+    (not in the markup, not in plotly's figure data)."""
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    from dossier.audit.report import render_report, samples_from_timings
+
+    with open_bundle(faulty) as b:
+        facts = explain(b)
+        samples = samples_from_timings(b.timings())
+    env = facts.environment
+    assert env is not None and facts.rejected and facts.knob_effects
+    hostile = facts.model_copy(update={
+        "lineage": facts.lineage.model_copy(update={"release": HOSTILE}),
+        "decision": facts.decision.model_copy(update={"reason": HOSTILE,
+                                                      "shipped_route": HOSTILE}),
+        "trials": [t.model_copy(update={"route": f"{t.route} {HOSTILE}",
+                                        "knobs": {**t.knobs, HOSTILE: HOSTILE}})
+                   for t in facts.trials],
+        "rejected": [r.model_copy(update={"route": HOSTILE, "error": HOSTILE,
+                                          "failures": []}) for r in facts.rejected],
+        "knob_effects": [k.model_copy(update={"knob": HOSTILE}) for k in facts.knob_effects],
+        "environment": env.model_copy(update={"hostname": HOSTILE,
+                                              "packages": {HOSTILE: HOSTILE}}),
+    })
+    clean, page = render_report(facts, samples), render_report(hostile, samples)
+    assert HOSTILE not in page and "<script>alert" not in page
+    tags, clean_tags = _Tags(), _Tags()
+    tags.feed(page)
+    clean_tags.feed(clean)
+    assert set(tags.all) == set(clean_tags.all)  # no new kind of element or attribute
+    assert tags.all.count(("script", ())) == clean_tags.all.count(("script", ()))
+    assert not [a for _, names in tags.all for a in names if a.startswith("on")]  # no handler
+    text = _Text()
+    text.feed(page)
+    shown = text.text
+    verdict = f"ships {HOSTILE}" if facts.decision.gain else f"the baseline {HOSTILE} ships"
+    for where in (f"{HOSTILE} 1: why this route", verdict, f"{HOSTILE} {HOSTILE}"):
+        assert where in shown, where  # title, verdict, the table's changed knob, shown as text
+    assert shown.count(HOSTILE) >= len(facts.trials) + 2 * len(facts.rejected)
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text = ""
+        self._skip = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skip = tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip = False
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.text += data
+
+
 class _Tags(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
@@ -200,9 +263,11 @@ class _Tags(HTMLParser):
         self.script_src: list[str] = []
         self.links: list[str] = []
         self.plot_divs: list[str] = []
+        self.all: list[tuple[str, tuple[str, ...]]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
+        self.all.append((tag, tuple(sorted(a))))
         if tag == "tr" and "data-trial" in a:
             self.rows.append(a["data-trial"] or "")
         if tag == "script" and a.get("src"):

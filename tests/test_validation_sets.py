@@ -99,6 +99,16 @@ def test_create_from_reference_files(runner, conv: Path, tmp_path: Path) -> None
     assert json.loads((tmp_path / "set" / "provenance.json").read_text())["reference"] == "files"
 
 
+@pytest.mark.parametrize(("text", "message"), [("{", "not valid JSON"),
+                                                ('["files"]', "not a JSON object")])
+def test_a_damaged_provenance_is_refused(runner, conv: Path, tmp_path: Path, text: str,
+                                         message: str) -> None:
+    test_create_from_reference_files(runner, conv, tmp_path)
+    (tmp_path / "set" / "provenance.json").write_text(text)
+    r = runner.invoke(app, ["validation", "show", str(tmp_path / "set")])
+    assert r.exit_code == ExitCode.INPUT and message in r.output, r.output
+
+
 @pytest.mark.parametrize(("make", "extra", "code", "message"), [
     (lambda d: np.save(d / "a.npy", np.ones((2, 3, 31, 32), np.float32)),
      ["--reference", "onnxruntime-cpu"], ExitCode.INPUT,

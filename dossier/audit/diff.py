@@ -157,7 +157,8 @@ def diff_bundles(a: Bundle, b: Bundle) -> BundleDiff:
     for path in sorted(set(ta) | set(tb)):
         fa, fb = ta.get(path), tb.get(path)
         if fa is None:
-            changes.append(Change(section="files", field=path, a=None, b=fb.digest,  # type: ignore[union-attr]
+            assert fb is not None  # the path is in one table at least
+            changes.append(Change(section="files", field=path, a=None, b=fb.digest,
                                   note="added"))
         elif fb is None:
             changes.append(Change(section="files", field=path, a=fa.digest, b=None,

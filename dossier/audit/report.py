@@ -7,22 +7,33 @@ colour, with the threshold line), the search over time (trial index against spee
 cumulative best) and the knob effects (bars with their intervals). A table lists every trial; a
 small inline script sorts it by any column (click the header) and filters its rows (text box).
 
+The markup is the Jinja2 template ``templates/report.html.j2`` (package data), rendered with
+autoescape: every fact is escaped there; only plotly.js and plotly's figure markup are passed as
+safe. This module chooses what to show (figures, table rows); the template lays it out.
+
 Needs the ``report`` extra (plotly); without it :func:`render_report` raises
 :class:`~dossier.errors.BackendUnavailableError` saying what to install.
 """
 
 from __future__ import annotations
 
-import html
+import functools
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import jinja2
 import numpy as np
+from markupsafe import Markup
 
-from dossier.audit.explain import Explanation, TrialFact, explain, test_name
-from dossier.errors import BackendUnavailableError
+from dossier.audit.explain import AACheck, Explanation, TrialFact, explain, test_name
+from dossier.bundle._files import begin_staging, write_durable
+from dossier.diskfull import host_io
+from dossier.errors import BackendUnavailableError, OutputError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,6 +73,26 @@ def _plotly() -> Any:
     return go
 
 
+@dataclass(frozen=True)
+class _Plot:
+    title: str
+    caption: str
+    body: Markup | None
+    """plotly's markup of the figure (trusted: built here from numbers); None: nothing to plot."""
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One row of the trial table: each cell as (sort key, text); the route cell's text is
+    replaced by what differs from the baseline and the route's tokens."""
+
+    index: int
+    classes: str
+    cells: list[tuple[str, str]]
+    changed: str
+    tokens: list[str]
+
+
 def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str:
     """The page: the explanation's facts, four plots and the trial table."""
     go = _plotly()
@@ -87,20 +118,54 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
     ]
     plots = []
     for title, div_id, fig, caption in figures:
-        if fig is None:
-            body = "<p class='note'>Nothing to plot: no trial has the data this plot needs.</p>"
-        else:
+        body = None
+        if fig is not None:
             fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=30, b=50),
                               height=400, legend=dict(orientation="h", y=-0.22))
-            body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                               config={"displaylogo": False, "responsive": True})
-        plots.append(f"<section class='plot'><h2>{_e(title)}</h2><p class='caption'>"
-                     f"{_e(caption)}</p>{body}</section>")
-    title = f"{e.lineage.release} {e.lineage.version}: why this route"
-    return _PAGE.format(
-        title=_e(title), subtitle=_e(_subtitle(e)), style=_STYLE, plotlyjs=get_plotlyjs(),
-        script=_SCRIPT, summary=_summary_html(e), plots="\n".join(plots),
-        details=_details_html(e), table=_table_html(e))
+            body = Markup(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                                      config={"displaylogo": False, "responsive": True}))
+        plots.append(_Plot(title, caption, body))
+    checks: list[AACheck] = [a for a in (e.aa_check, e.confirm_aa_check) if a is not None]
+    return _template().render(
+        e=e, title=f"{e.lineage.release} {e.lineage.version}: why this route",
+        subtitle=_subtitle(e), plotlyjs=Markup(get_plotlyjs()), plots=plots,
+        counts=", ".join(f"{k} {v}" for k, v in e.trial_counts.items()),
+        accuracy_trials=[t for t in e.trials if t.role != "confirm" and t.output_losses
+                         and t.outcome.value == "ok"],
+        aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name)
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dossier.audit", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["fmt"] = format
+    env.filters["num"] = _num
+    return env.get_template("report.html.j2")
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write the page to ``path`` (replaced if it exists) through a staging file renamed into
+    place: an interrupted write leaves the old file or none, never half a page. OutputError
+    when ``path`` is a folder or cannot be written; DiskFullError (exit 74) on a full disk."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path} is a folder", hint=f"give a file name, e.g. "
+                          f"{path / 'report.html'}")
+    staging = None
+    try:
+        with host_io(path.parent, f"writing {path}"):
+            staging = begin_staging(path.parent, path.name, directory=False)
+            write_durable(staging, page.encode("utf-8"))
+            os.replace(staging, path)
+            staging = None
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}",
+                          hint="check that its folder is writable") from exc
+    finally:
+        if staging is not None:
+            staging.unlink(missing_ok=True)
 
 
 def _subtitle(e: Explanation) -> str:
@@ -273,186 +338,10 @@ def _knob_figure(go: Any, e: Explanation) -> Any:
 
 
 # --------------------------------------------------------------------------------------- text
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
 def _num(x: float | None, spec: str = ".3g") -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-" if x is None else str(x)
     return format(x, spec)
-
-
-def _dl(rows: Sequence[tuple[str, str]]) -> str:
-    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
-
-
-def _route(route: str) -> str:
-    return f"<code>{_e(route or '(default route)')}</code>"
-
-
-def _summary_html(e: Explanation) -> str:
-    d = e.decision
-    parts = []
-    verdict_cls = "gain" if d.gain else "nogain"
-    head = (f"ships {_route(d.shipped_route)}: {_e(d.result)}" if d.gain
-            else f"no significant gain: the baseline {_route(d.shipped_route)} ships")
-    parts.append(f"<p class='verdict {verdict_cls}'>{head}</p><p>{_e(d.reason)}</p>")
-    if d.why_not:
-        h = e.head_to_head
-        lead = ("" if h is None else f"<p>The best candidate, {_route(h.route)} (trial "
-                f"{h.trial_index}), did not win:</p>")
-        parts.append(lead + "<ul class='why'>" + "".join(f"<li>{_e(w)}</li>" for w in d.why_not)
-                     + "</ul>")
-    h = e.head_to_head
-    if h is not None:
-        title = "Winner against the baseline" if h.shipped else \
-            "Best candidate against the baseline"
-        src = ("confirmation round (re-timed with the baseline in a fresh process)"
-               if h.source == "confirmation" else "screening (its search trial)")
-        rows = [
-            ("candidate", f"{_route(h.route)} (trial {h.trial_index})"),
-            ("measured in", _e(f"{src}, record {h.measured_in}")),
-            ("candidate median", _e(f"{h.candidate.median_ms:.4f} ms [{h.candidate.ci_low_ms:.4f}, "
-                                    f"{h.candidate.ci_high_ms:.4f}] (n={h.candidate.n})")),
-            ("baseline median", _e(f"{h.baseline.median_ms:.4f} ms [{h.baseline.ci_low_ms:.4f}, "
-                                   f"{h.baseline.ci_high_ms:.4f}] (n={h.baseline.n}), timed "
-                                   f"alongside it in record {h.measured_in}")),
-            ("speedup", _e(f"{h.speedup:.3f}x [{h.speedup_ci_low:.3f}, {h.speedup_ci_high:.3f}] "
-                           f"({h.confidence:.0%} interval)")),
-            ("test", _e(f"{test_name(h.test)}: p={h.p_value:.3g} against alpha="
-                        f"{h.alpha:.3g} ({'significant' if h.significant else 'not significant'})")),
-            ("minimum effect", _e(f"{h.min_effect:.0%}: "
-                                  + (f"a slowdown ({h.speedup:.3f}x), not a gain" if h.speedup < 1
-                                     else "reached" if h.reaches_min_effect else "not reached"))),
-        ] + ([("verdict", _e(h.verdict))] if h.verdict else [])
-        parts.append(f"<h2>{title}</h2>" + _dl(rows))
-    if e.runner_up is not None:
-        r = e.runner_up
-        same = h is not None and h.route == r.route
-        parts.append("<h2>Runner-up</h2>" + _dl([
-            ("route", ("the best candidate above" if same else _route(r.route))
-             + f" (trial {r.trial_index})"),
-            ("speedup", _e(f"{r.speedup:.3f}x [{r.speedup_ci_low:.3f}, {r.speedup_ci_high:.3f}] "
-                           f"({r.source})")),
-            ("margin", _e(f"the shipped route is {r.margin:+.1%} against it "
-                          f"({r.winner_speedup:.3f}x vs {r.speedup:.3f}x)"))]))
-    parts.append(_accuracy_html(e))
-    counts = ", ".join(f"{k} {v}" for k, v in e.trial_counts.items())
-    parts.append(f"<p class='glance'><b>Trials</b> {_e(counts)} (+{e.confirm_trials} "
-                 f"confirmation) &middot; <b>Search</b> {e.cost.search_wall_s:.1f} s &middot; "
-                 f"<b>Payback</b> {_e(e.payback.verdict.split(';')[0])}</p>")
-    return "<div class='summary'>" + "\n".join(parts) + "</div>"
-
-
-def _accuracy_html(e: Explanation) -> str:
-    shown = [t for t in e.trials if t.role != "confirm" and t.output_losses
-             and t.outcome.value == "ok"]
-    if not shown:
-        return ""
-    rows = "".join(
-        f"<tr><td>#{t.index}{' (shipped)' if t.shipped else ''}</td><td>{_route(t.route)}</td>"
-        f"<td>{_e(x.output)}</td><td>{'NaN/Inf' if x.loss is None else _e(f'{x.loss:.3g}')}"
-        f"</td><td>{_e(x.pair)}</td></tr>" for t in shown for x in t.output_losses)
-    return (f"<h2>Accuracy of the passing routes</h2><p class='caption'>{_e(e.search.metric)} "
-            f"loss per output, the worst pair of {e.search.validation_pairs}; admissible below "
-            f"{_e(f'{e.search.threshold:g}')}.</p><table class='facts'><tr><th>trial</th>"
-            "<th>route</th><th>output</th><th>worst loss</th><th>pair</th></tr>"
-            f"{rows}</table>")
-
-
-def _details_html(e: Explanation) -> str:
-    d, s, lin = e.decision, e.search, e.lineage
-    parts = [f"<h2>Decision rule</h2><p>{_e(d.rule)}</p>"]
-    counts = ", ".join(f"{k} {v}" for k, v in e.trial_counts.items())
-    parts.append(f"<h2>Trials</h2><p>{_e(counts)} (+{e.confirm_trials} confirmation "
-                 f"re-measurements); strategy {_e(s.strategy)} over <code>{_e(s.selection)}"
-                 f"</code>; accuracy: {_e(s.metric)} &lt; {_e(f'{s.threshold:g}')} on every "
-                 f"output of {s.validation_pairs} pair(s)</p>")
-    if e.rejected:
-        items = []
-        for r in e.rejected:
-            detail = "; ".join(
-                f"{f.pair} / {f.output}: " + ("NaN/Inf" if f.loss is None else
-                                              f"{f.loss:.3g} >= {f.threshold:g}")
-                for f in r.failures) or (r.error or r.reason)
-            items.append(f"<li>#{r.index} <span class='o-{_e(r.outcome.value)}'>"
-                         f"{_e(r.outcome.value)}</span> {_route(r.route)}: {_e(detail)}</li>")
-        parts.append("<h2>Rejected trials</h2><ul>" + "".join(items) + "</ul>")
-    if e.knob_effects:
-        rows_html = "".join(
-            f"<tr><td>{_e(k.knob)}</td><td>{_e(k.baseline_value)} &rarr; {_e(k.value)}</td>"
-            f"<td>{k.speedup:.3f}x [{k.speedup_ci_low:.3f}, {k.speedup_ci_high:.3f}]</td>"
-            f"<td>{k.p_value:.3g}</td><td>{_e(k.verdict)}</td><td>#{k.trial_index} "
-            f"{_e(k.outcome.value)}</td></tr>" for k in e.knob_effects)
-        parts.append("<h2>Knob effects, one knob at a time</h2><table class='facts'><tr>"
-                     "<th>knob</th><th>change</th><th>speedup [CI]</th><th>p</th><th>effect</th>"
-                     f"<th>trial</th></tr>{rows_html}</table>")
-    m = e.knob_model
-    if m.fitted:
-        rows_html = "".join(
-            f"<tr><td>{_e(x.knob)}</td><td>{_e(x.reference)} &rarr; {_e(x.value)}</td>"
-            f"<td>{x.speed_factor:.3f}x [{x.ci_low:.3f}, {x.ci_high:.3f}]</td>"
-            f"<td>{x.std_error:.3f}</td><td>{x.trials}</td></tr>" for x in m.effects)
-        parts.append("<h2>Knob effects, model over all admissible trials</h2>"
-                     f"<p class='caption'>{_e(m.method)}. {_e(m.note)}; R&sup2; "
-                     f"{_num(m.r_squared)}.</p><table class='facts'><tr><th>knob</th>"
-                     "<th>change</th><th>speed factor [CI]</th><th>SE (log)</th>"
-                     f"<th>trials</th></tr>{rows_html}</table>")
-    else:
-        parts.append(f"<h2>Knob model</h2><p class='caption'>Not fitted: {_e(m.note)}.</p>")
-    checks = [a for a in (e.aa_check, e.confirm_aa_check) if a is not None]
-    if checks:
-        parts.append("<h2>A/A check of the baseline</h2>" + "".join(
-            f"<p>{_e(a.procedure)}: {a.speedup:.3f}x [{a.speedup_ci_low:.3f}, "
-            f"{a.speedup_ci_high:.3f}], p={a.p_value:.3g}"
-            + (f", {a.rounds} rounds" if a.rounds else "") + f": {_e(a.verdict)}</p>"
-            for a in checks))
-    parts.append("<h2>Environment (tuning host)</h2>" + _environment_html(e))
-    parts.append("<h2>Lineage</h2>" + _dl([
-        ("release", _e(f"{lin.release} version {lin.version}")),
-        ("dossier id", _e(lin.dossier_id or "(not bundled)")),
-        ("parent", _e(lin.parent or "none: first release")),
-        ("created", _e(f"{lin.created_at} by dossier {lin.tool_version}")),
-        ("backend", _e(f"{lin.backend} ({lin.tuner_version})"))]))
-    c = e.cost
-    parts.append("<h2>Search cost</h2>" + _dl([
-        ("search wall time", _e(f"{c.search_wall_s:.1f} s over {c.sessions} session(s)")),
-        ("builds", _e(f"{c.build_s:.1f} s")),
-        ("measurement", _e(f"{c.measure_s:.1f} s (confirmation round {c.confirm_s:.1f} s)"))]))
-    p = e.payback
-    cases = "".join(
-        f"<tr><td>{_e(x.case)}</td><td>{x.speedup:.3f}x</td><td>{x.saved_ms:.4f}</td>"
-        f"<td>{_e('never' if x.inferences is None else f'{x.inferences:,.0f}')}</td>"
-        f"<td>{_e('-' if x.days is None else f'{x.days:,.1f}')}</td>"
-        f"<td>{'yes' if x.within_horizon else 'no'}</td></tr>" for x in p.cases)
-    volume = (f"{p.inferences_per_day:,.0f} inferences/day on {p.hosts} host(s), horizon "
-              f"{p.horizon_days:g} days (from {p.source})" if p.source != "none"
-              else "no expected volume given")
-    parts.append(f"<h2>Payback</h2><p>{_e(p.verdict)}.</p><p class='caption'>{_e(volume)}; "
-                 f"{_e(p.unit)}.</p>" + (
-                     "<table class='facts'><tr><th>case</th><th>speedup</th><th>saved ms per "
-                     "inference</th><th>inferences to pay back</th><th>days</th><th>within "
-                     f"horizon</th></tr>{cases}</table>" if p.cases else ""))
-    return "\n".join(parts)
-
-
-def _environment_html(e: Explanation) -> str:
-    env = e.environment
-    if env is None:
-        return "<p>unknown (no fingerprint)</p>"
-    gpus = "; ".join(f"{g.name} (cc {g.compute_capability}, {g.memory_total_mib} MiB, driver "
-                     f"{g.driver_version})" for g in env.gpus) or "none"
-    return _dl([
-        ("host", _e(env.hostname or "?")),
-        ("CPU", _e(f"{env.cpu} ({env.cpu_vendor}), {env.cores} logical / "
-                   f"{env.physical_cores} physical cores")),
-        ("ISA", _e(" ".join(env.isa_flags) or "-")),
-        ("OS", _e(f"{env.os}, kernel {env.kernel}, {env.machine}, glibc {env.glibc}")),
-        ("Python", _e(env.python)),
-        ("packages", _e(", ".join(f"{k} {v}" for k, v in env.packages.items()))),
-        ("GPU", _e(gpus + (f"; CUDA runtime {env.cuda_runtime}" if env.cuda_runtime else ""))),
-        ("collected", _e(env.collected_at))])
 
 
 _COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then all of it)",
@@ -460,17 +349,11 @@ _COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then
             "verdict", "worst loss", "build s", "reason")
 
 
-def _table_html(e: Explanation) -> str:
-    head = "".join(f"<th data-col='{i}' title='click to sort'>{_e(c)}</th>"
-                   for i, c in enumerate(_COLUMNS))
-    rows = []
+def _rows(e: Explanation) -> list[_Row]:
     base = next((t.knobs for t in e.trials if t.role == "baseline"), {})
+    rows = []
     for t in e.trials:
-        changed = " ".join(f"-{k}={v}" for k, v in sorted(t.knobs.items()) if base.get(k) != v)
-        route_html = (f"<b>{_e(changed or '(the baseline route)')}</b><br><span class='route'>"
-                      + " ".join(f"<span>{_e(tok)}</span>" for tok in t.route.split())
-                      + "</span>")
-        cells = [
+        cells: list[tuple[object, str]] = [
             (t.index, str(t.index)), (t.role, t.role), (t.outcome.value, t.outcome.value),
             (t.route, t.route or "(default route)"),
             (t.median_ms, _num(t.median_ms, ".4f")),
@@ -484,15 +367,14 @@ def _table_html(e: Explanation) -> str:
             (t.worst_loss, _num(t.worst_loss)),
             (t.build_s, _num(t.build_s, ".3f")), (t.reason or "", t.reason or ""),
         ]
-        tds = "".join(f"<td data-sort='{_e(_sort_key(k))}'>"
-                      f"{route_html if i == 3 else _e(v)}</td>" for i, (k, v) in enumerate(cells))
-        cls = f"o-{t.outcome.value}" + (" shipped" if t.shipped else "") + \
+        classes = f"o-{t.outcome.value}" + (" shipped" if t.shipped else "") + \
             (" baseline" if t.role == "baseline" else "")
-        rows.append(f"<tr data-trial='{t.index}' class='{cls}'>{tds}</tr>")
-    return (f"<input id='filter' type='search' placeholder='filter rows (route, outcome, "
-            f"reason...)' aria-label='filter trials'> <span id='shown'>{len(e.trials)} of "
-            f"{len(e.trials)} trials</span><table id='trials'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+        rows.append(_Row(
+            index=t.index, classes=classes, cells=[(_sort_key(k), v) for k, v in cells],
+            changed=" ".join(f"-{k}={v}" for k, v in sorted(t.knobs.items())
+                             if base.get(k) != v),
+            tokens=t.route.split()))
+    return rows
 
 
 def _sort_key(value: object) -> str:
@@ -501,89 +383,3 @@ def _sort_key(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return json.dumps(str(value))
     return str(value)
-
-
-_STYLE = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1200px;
-padding:16px 24px;color:#1b1b1b;line-height:1.4}
-h1{font-size:1.5em;margin-bottom:0} h2{font-size:1.15em;margin:1.2em 0 .3em;
-border-bottom:1px solid #ddd} code{font-size:.9em;background:#f3f3f3;padding:0 3px}
-.sub{color:#555;margin-top:2px} .verdict{font-size:1.15em;font-weight:600;padding:8px 12px;
-border-radius:4px} .gain{background:#e6f4ea} .nogain{background:#fff4e0}
-dl{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0}
-dt{color:#555} dd{margin:0} .caption,.note{color:#555;font-size:.9em}
-table{border-collapse:collapse;font-size:.85em;margin:4px 0} td,th{border:1px solid #ddd;
-padding:3px 6px;text-align:left;vertical-align:top} th{background:#f5f5f5}
-#trials th{cursor:pointer;user-select:none} #trials th.asc:after{content:' \\25B2'}
-#trials th.desc:after{content:' \\25BC'} #filter{margin:6px 0;padding:4px;width:340px}
-tr.o-ok td:nth-child(3){color:#1e7b3a;font-weight:600}
-tr.o-rejected td:nth-child(3),span.o-rejected{color:#b36b00;font-weight:600}
-tr.o-build_failed td:nth-child(3),tr.o-crashed td:nth-child(3),tr.o-runtime_error td:nth-child(3),
-span.o-build_failed,span.o-crashed,span.o-runtime_error{color:#c62828;font-weight:600}
-tr.o-timeout td:nth-child(3),span.o-timeout{color:#8e24aa;font-weight:600}
-tr.o-rejected{background:#fff8ec} tr.o-build_failed,tr.o-crashed,tr.o-runtime_error,
-tr.o-timeout{background:#fdeeee} tr.shipped{outline:2px solid #2e9e4f}
-tr.baseline td:first-child{border-left:4px solid #1f5fbf}
-.route{color:#666;font-size:.9em}.route span{white-space:nowrap}
-.plots{display:grid;grid-template-columns:1fr 1fr;gap:8px 20px}.plot{min-width:0}
-.plot h2{margin-top:.6em}.glance{background:#f5f7fa;padding:6px 10px;border-radius:4px}
-.summary dl{font-size:.95em}
-"""
-
-_SCRIPT = """
-(function () {
-  var table = document.getElementById('trials');
-  var body = table.tBodies[0];
-  var heads = table.tHead.rows[0].cells;
-  function key(row, col) { return row.cells[col].getAttribute('data-sort'); }
-  function compare(a, b) {
-    var x = parseFloat(a), y = parseFloat(b);
-    var nx = a !== '' && !isNaN(x) && isFinite(a), ny = b !== '' && !isNaN(y) && isFinite(b);
-    if (nx && ny) { return x - y; }
-    if (nx !== ny) { return nx ? -1 : 1; }
-    return a < b ? -1 : (a > b ? 1 : 0);
-  }
-  Array.prototype.forEach.call(heads, function (th) {
-    th.addEventListener('click', function () {
-      var col = parseInt(th.getAttribute('data-col'), 10);
-      var dir = th.classList.contains('asc') ? -1 : 1;
-      Array.prototype.forEach.call(heads, function (h) { h.classList.remove('asc', 'desc'); });
-      th.classList.add(dir === 1 ? 'asc' : 'desc');
-      var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (r1, r2) { return dir * compare(key(r1, col), key(r2, col)); });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-  var filter = document.getElementById('filter');
-  var shown = document.getElementById('shown');
-  filter.addEventListener('input', function () {
-    var q = filter.value.toLowerCase(), n = 0;
-    Array.prototype.forEach.call(body.rows, function (r) {
-      var hit = r.textContent.toLowerCase().indexOf(q) !== -1;
-      r.style.display = hit ? '' : 'none';
-      if (hit) { n += 1; }
-    });
-    shown.textContent = n + ' of ' + body.rows.length + ' trials';
-  });
-})();
-"""
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>{style}</style>
-<script>{plotlyjs}</script>
-</head><body>
-<h1>{title}</h1>
-<p class="sub">{subtitle}</p>
-{summary}
-<div class="plots">
-{plots}
-</div>
-{details}
-<h2>All trials</h2>
-{table}
-<script>{script}</script>
-</body></html>
-"""

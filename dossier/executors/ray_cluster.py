@@ -34,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
 from dossier.builds import Build, build_request
@@ -45,6 +45,9 @@ from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route
 from dossier.tuner import COMPILE_THREADS_ENV, _with_build_phases
 from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, WorkerResult
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 ATTEMPTS = 2
 """Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
@@ -319,7 +322,8 @@ class RayExecutor:
                 ray.shutdown()
             raise
 
-    def _pack_inputs(self) -> dict[str, Any]:
+    def _pack_inputs(self) -> ObjectRef[dict[str, Any]]:
+        """The model and validation set, in Ray's object store once for every actor."""
         p = self.p
         files: dict[str, tuple[str, bytes]] = {}
         model = Path(p.model)
@@ -329,8 +333,9 @@ class RayExecutor:
             if f.is_file():
                 files[f"validation/{f.relative_to(vroot)}"] = (digest_file(f)[0], f.read_bytes())
         key = digest_bytes("\n".join(f"{k}={d}" for k, (d, _) in files.items()).encode())
-        return self.ray.put({"key": key, "files": files, "model": model.name,
-                             "validation": "validation"})
+        ref: ObjectRef[dict[str, Any]] = self.ray.put(
+            {"key": key, "files": files, "model": model.name, "validation": "validation"})
+        return ref
 
     def _add_worker(self) -> None:
         ray = self.ray
@@ -442,13 +447,16 @@ class RayExecutor:
                 return True
         if not self._build_done(job.build):
             return False
-        if not isinstance(job.build.result, BuiltResult):  # the build failed: no measurement
-            job.out = (job.build.result, None, None, 0.0)  # type: ignore[assignment]
+        result = job.build.result
+        if not isinstance(result, BuiltResult):  # the build failed: no measurement
+            assert result is not None  # a build that is done has its result
+            job.out = (result, None, None, 0.0)
             return False
         return True
 
     def _meta(self, job: _Job) -> tuple[dict[str, Any], Any, Any]:
-        req, meta = job.req, {"mode": "none", "facts": {}}
+        req = job.req
+        meta: dict[str, Any] = {"mode": "none", "facts": {}}
         base_data = engine_data = None
         if req.baseline_engine:
             base = Path(req.baseline_engine)

@@ -405,8 +405,9 @@ def _match(ref: Reference, what: str, digest: str, size: int, got: str, got_size
 def _oci_error(r: Any) -> str:
     """``: CODE message`` of an OCI error body, if it has one."""
     try:
-        body = r.json() if len(r.content) < 64 << 10 else None
-        first = body["errors"][0]
+        if len(r.content) >= 64 << 10:
+            return ""
+        first = r.json()["errors"][0]
         return f": {first.get('code', '')} {first.get('message', '')}".rstrip()[:200]
     except Exception:  # noqa: BLE001 - any body that is not an OCI error body
         return ""

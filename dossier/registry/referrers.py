@@ -82,8 +82,8 @@ def attach_signature(client: RegistryClient, subject: str, subject_size: int,
     if headers.get("OCI-Subject") != subject:  # no referrers API: the tag schema fallback
         tag = _fallback_tag(subject)
         got = client.get_manifest(tag, (OCI_INDEX,), missing_ok=True)
-        index = _index(got[0], tag) if got else {"schemaVersion": 2, "mediaType": OCI_INDEX,
-                                                 "manifests": []}
+        index: dict[str, Any] = (_index(got[0], tag) if got else
+                                 {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
         if not any(isinstance(d, dict) and d.get("digest") == digest for d in index["manifests"]):
             index["manifests"].append({"mediaType": OCI_MANIFEST, "digest": digest,
                                        "size": len(body), "artifactType": SIGNATURE_TYPE})
