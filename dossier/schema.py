@@ -45,7 +45,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
 """File name -> (model, mode). Files dossier writes are described as written
 ("serialization"); the release spec, which people write, as accepted ("validation")."""
 
-_INTERNAL_FIELDS = {ReleaseSpec: ("base_dir",)}
+_INTERNAL_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {ReleaseSpec: ("base_dir",)}
 """Fields that never appear in the file (set by the loader, excluded when dumping)."""
 
 

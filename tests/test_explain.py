@@ -26,7 +26,15 @@ from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
 from dossier.cache import CacheHeader, FileIdentity, SessionRecord
 from dossier.decision import decide
-from dossier.spec import DeploymentSection, load_spec
+from dossier.spec import (
+    DeploymentSection,
+    ModelSection,
+    ReleaseSection,
+    ReleaseSpec,
+    TuneSection,
+    ValidationSection,
+    load_spec,
+)
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 from dossier.tuner import tune
@@ -235,14 +243,17 @@ def _trial(index: int, route: str, speedup: float, lo: float, hi: float, p: floa
         started_at=f"2026-01-01T00:00:{index:02d}+00:00")
 
 
-def _header(**kw: object) -> CacheHeader:
+def _header(deployment: DeploymentSection | None = None) -> CacheHeader:
+    spec = ReleaseSpec(
+        release=ReleaseSection(name="synthetic", version=1), model=ModelSection(path="/m.onnx"),
+        validation=ValidationSection(path="/v"),
+        tune=TuneSection(backend="onnxruntime", selection="-a=[x|y] -b=[p|q]", strategy="fast",
+                         metric="linf", threshold=1e-3, atol=0, rtol=0),
+        timing=TimingSettings(), deployment=deployment or DeploymentSection())
     return CacheHeader(
-        tool_version="0", created_at="2026-01-01T00:00:00+00:00", release="synthetic",
-        release_version=1, backend="onnxruntime", tuner_version="x", knob_db_digest="0" * 32,
-        selection="-a=[x|y] -b=[p|q]", strategy="fast", metric="linf", threshold=1e-3,
-        atol=0, rtol=0, timing=TimingSettings(),
-        model=FileIdentity(path="/m.onnx", size=1, digest="0" * 32), validation_path="/v",
-        validation_digest="0" * 32, validation_pairs=4, baseline_route="-a=x -b=p", **kw)
+        tool_version="0", created_at="2026-01-01T00:00:00+00:00", spec=spec, tuner_version="x",
+        knob_db_digest="0" * 32, model=FileIdentity(path="/m.onnx", size=1, digest="0" * 32),
+        validation_digest="0" * 32, validation_pairs=4, baseline_route="-a=x -b=p")
 
 
 SESSION = [SessionRecord(started_at="2026-01-01T00:00:00+00:00", wall_s=600.0, trials_run=3,
