@@ -1,8 +1,9 @@
 """JSON Schema files for every file format dossier writes or reads, generated from its models.
 
-The files under ``schemas/`` (and their copy shipped in the package, ``dossier/schemas/``) are
-never edited by hand: ``dossier schema`` writes them, ``dossier schema --check`` (and
-``tests/test_schemas.py``) fails when they drift from the models. Field descriptions come from
+The files under ``schemas/`` (committed once; a wheel installs them as the package
+``dossier.schemas``) are never edited by hand: ``dossier schema`` writes them,
+``dossier schema --check`` (and ``tests/test_schemas.py``) fails when they drift from the
+models. Field descriptions come from
 the models' attribute docstrings. The JSON is deterministic: sorted keys, two-space indent,
 trailing newline.
 """
@@ -10,7 +11,6 @@ trailing newline.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +105,17 @@ def check_schemas(folder: Path) -> list[str]:
     return sorted(drifted)
 
 
+def packaged_dir() -> Path:
+    """The folder of the installed schema files: the package ``dossier.schemas`` (the checkout's
+    ``schemas/`` in an editable install, or when the library is imported from a checkout)."""
+    try:
+        import dossier.schemas
+    except ModuleNotFoundError:  # dossier/ imported from a checkout (its schemas/ beside it)
+        return Path(__file__).resolve().parent.parent / "schemas"
+    return Path(dossier.schemas.__file__).parent
+
+
 def packaged_schema(name: str) -> dict[str, Any]:
-    """A schema shipped inside the package (``dossier/schemas/NAME``), parsed."""
-    text = resources.files("dossier").joinpath("schemas", name).read_text(encoding="utf-8")
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
-PACKAGED_DIR = Path(__file__).parent / "schemas"
-"""The package's copy of the schema files (kept equal to ``schemas/`` by the tests)."""
+    """A schema shipped with the package (``dossier/schemas/NAME``), parsed."""
+    data: dict[str, Any] = json.loads((packaged_dir() / name).read_text(encoding="utf-8"))
+    return data

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.main import app
 from dossier.errors import ExitCode
 from dossier.tensors import write_tensors
+from dossier_cli.main import app
 from tests.conftest import write_tiny_timing
 
 

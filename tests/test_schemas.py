@@ -10,10 +10,10 @@ import pytest
 import test_bundle_helpers as h
 
 from dossier.schema import (
-    PACKAGED_DIR,
     SCHEMAS,
     check_schemas,
     generate,
+    packaged_dir,
     packaged_schema,
     write_schemas,
 )
@@ -28,7 +28,7 @@ def _diff(a: Path, b: Path) -> list[str]:
             or (a / n).read_bytes() != (b / n).read_bytes()]
 
 
-@pytest.mark.parametrize("committed", [COMMITTED, PACKAGED_DIR], ids=["schemas", "package"])
+@pytest.mark.parametrize("committed", [COMMITTED, packaged_dir()], ids=["schemas", "installed"])
 def test_committed_schemas_match_the_models(committed: Path, tmp_path: Path) -> None:
     write_schemas(tmp_path)
     drifted = _diff(tmp_path, committed)
@@ -38,6 +38,8 @@ def test_committed_schemas_match_the_models(committed: Path, tmp_path: Path) -> 
 
 def test_schema_check_command(tmp_path: Path) -> None:
     assert h.cli("schema", "--check", "--out", COMMITTED).exit_code == 0
+    res = h.cli("schema", "--check")  # the installed copy
+    assert res.exit_code == 0 and f"OK: {packaged_dir()} is up to date" in res.stderr
     work = tmp_path / "schemas"
     shutil.copytree(COMMITTED, work)
     manifest = work / "bundle-manifest.v1.schema.json"

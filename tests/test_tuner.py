@@ -116,7 +116,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     shutil.copytree(samples_dir / "convnet", work)
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
+    cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(work / "release.toml"), "--out", str(run),
            "--quiet", "--build-jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,

@@ -268,7 +268,7 @@ def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
                env: dict[str, str] | None = None) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    cmd = [sys.executable, "-m", "cli.main", "tune", str(spec), "--strategy", strategy,
+    cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--strategy", strategy,
            "--out", str(run_dir), "--json", "--quiet"]
     if os.environ.get("BENCH_BUILD_JOBS"):
         cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
