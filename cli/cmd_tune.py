@@ -64,12 +64,14 @@ ADDRESS_HELP = ("Ray cluster to join with --executor ray (e.g. HOST:6379, or aut
 
 def executor_option() -> str:
     """The ``--executor`` option."""
-    return typer.Option("local", "--executor", help=EXECUTOR_HELP)
+    option: str = typer.Option("local", "--executor", help=EXECUTOR_HELP)
+    return option
 
 
 def address_option() -> str:
     """The ``--address`` option."""
-    return typer.Option(None, "--address", help=ADDRESS_HELP)
+    option: str = typer.Option(None, "--address", help=ADDRESS_HELP)
+    return option
 
 
 def print_notes(notes: list[str]) -> None:

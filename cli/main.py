@@ -6,7 +6,6 @@ Each ``cmd_*`` module registers its commands on :data:`dossier_cli.app.app`.
 from __future__ import annotations
 
 import signal
-import sys
 
 import dossier_cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
 import dossier_cli.cmd_explain  # noqa: F401 - explain, diff
@@ -34,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

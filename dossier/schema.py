@@ -10,6 +10,7 @@ trailing newline.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -108,11 +109,10 @@ def check_schemas(folder: Path) -> list[str]:
 def packaged_dir() -> Path:
     """The folder of the installed schema files: the package ``dossier.schemas`` (the checkout's
     ``schemas/`` in an editable install, or when the library is imported from a checkout)."""
-    try:
-        import dossier.schemas
-    except ModuleNotFoundError:  # dossier/ imported from a checkout (its schemas/ beside it)
+    found = importlib.util.find_spec("dossier.schemas")
+    if found is None or found.origin is None:  # dossier/ imported from a checkout: schemas/ beside it
         return Path(__file__).resolve().parent.parent / "schemas"
-    return Path(dossier.schemas.__file__).parent
+    return Path(found.origin).parent
 
 
 def packaged_schema(name: str) -> dict[str, Any]:

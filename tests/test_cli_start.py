@@ -42,10 +42,9 @@ def probe() -> dict[str, object]:
 
 
 def test_help_of_every_command_renders(probe: dict[str, object]) -> None:
-    codes = probe["codes"]
-    assert isinstance(codes, dict)
-    assert {"verify", "tune", "release", "bundle", "explain", "schema"} <= set(
-        probe["commands"])  # type: ignore[arg-type]
+    codes, commands = probe["codes"], probe["commands"]
+    assert isinstance(codes, dict) and isinstance(commands, list)
+    assert {"verify", "tune", "release", "bundle", "explain", "schema"} <= set(commands)
     assert codes and all(code == 0 for code in codes.values()), codes
 
 
