@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from dossier import __version__
 from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
-from dossier.spec import AccuracyRule, DeploymentSection, ReleaseSpec, ShapeEntry
+from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
 from dossier.timing import TimingSettings
 from dossier.trial import Reading, TrialRecord
 
@@ -124,11 +124,6 @@ class CacheHeader(_Model):
         return self.spec.tune.selection
 
     @property
-    def accuracy(self) -> AccuracyRule:
-        """The accuracy rule a route must pass."""
-        return AccuracyRule.model_validate(self.spec.tune.model_dump(include=_RULE_FIELDS))
-
-    @property
     def metric(self) -> str:
         """Loss metric."""
         return self.spec.tune.metric
@@ -174,7 +169,6 @@ class CacheHeader(_Model):
         return self.spec.builder
 
 
-_RULE_FIELDS = set(AccuracyRule.model_fields)
 _FORMAT_1_SPEC = {"release": "release.name", "release_version": "release.version",
                   "description": "release.description", "validation_path": "validation.path",
                   "backend": "tune.backend", "strategy": "tune.strategy",

@@ -83,3 +83,20 @@ def test_manifest_schema_pins_the_format() -> None:
 
 def test_packaged_schema_is_readable() -> None:
     assert packaged_schema("bundle-manifest.v1.schema.json")["title"] == "Manifest"
+
+
+def test_spec_schema_lists_the_metrics_and_strategies_that_exist() -> None:
+    """The Literals in the spec are the registries' names: every metric computes a loss, every
+    strategy is registered (and nothing registered is missing from the schema)."""
+    import numpy as np
+
+    from dossier.strategies import STRATEGIES
+    from dossier.validation import loss
+
+    spec = json.loads(generate()["release-spec.schema.json"])
+    tune = spec["$defs"]["TuneSection"]["properties"]
+    assert set(tune["strategy"]["enum"]) == set(STRATEGIES)
+    a = np.array([1.0, 2.0, 3.0])
+    for metric in tune["metric"]["enum"]:
+        assert loss(metric, a, a + 0.5) is not None
+    assert {"onnxruntime", "tensorrt"} <= set(tune["backend"]["examples"])
