@@ -11,7 +11,7 @@ command imported at all.
 
 Writes bench/results/cli-start.json.
 
-    python bench/cli_start.py [--runs 15]
+    python bench/cli_start.py [--runs 15] [--compare OTHER/.venv/bin/dossier]
 """
 
 from __future__ import annotations
@@ -41,10 +41,17 @@ PROBE = ("import runpy, sys; sys.argv = ['dossier', *sys.argv[1:]]\n"
          "sys.stderr.write('\\nLOADED ' + ' '.join(sorted(m for m in {heavy} if m in sys.modules)))\n")
 
 
-def commands() -> dict[str, list[str]]:
+def commands(compare: Path | None) -> dict[str, list[str]]:
+    """The commands timed; with ``compare`` (another installation's ``dossier`` script, e.g.
+    of the previous version) its ``--help``, ``verify --help`` and integrity check too."""
     exe = Path(sys.executable)
     dossier = str(exe.with_name("dossier"))
-    return {"python -c pass": [str(exe), "-c", "pass"],
+    other = {} if compare is None else {
+        f"{compare} --help": [str(compare), "--help"],
+        f"{compare} verify --help": [str(compare), "verify", "--help"],
+        f"{compare} verify GOLDEN --integrity-only": [str(compare), "verify", str(GOLDEN),
+                                                     "--integrity-only"]}
+    return {**other, "python -c pass": [str(exe), "-c", "pass"],
             "dossier --help": [dossier, "--help"],
             "TYPER_USE_RICH=0 dossier --help": ["TYPER_USE_RICH=0", dossier, "--help"],
             "dossier verify --help": [dossier, "verify", "--help"],
@@ -95,8 +102,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15, help="rounds (each times every command once)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cli-start.json")
+    ap.add_argument("--compare", type=Path, help="another installation's dossier script to time "
+                    "alongside (e.g. the previous version's)")
     a = ap.parse_args()
-    cmds = commands()
+    cmds = commands(a.compare)
     for argv in cmds.values():
         time_once(argv)  # warm the page cache and the .pyc files
     samples: dict[str, list[float]] = {name: [] for name in cmds}
@@ -109,7 +118,7 @@ def main() -> None:
         lo, hi = median_ci(xs, 0.95)
         results[name] = {"n": len(xs), "median_s": round(statistics.median(xs), 4),
                          "ci95_s": [round(lo, 4), round(hi, 4)], "min_s": round(xs[0], 4)}
-        print(f"{name:<42} median {statistics.median(xs):.3f} s  95% CI "
+        print(f"{name:<60} median {statistics.median(xs):.3f} s  95% CI "
               f"[{lo:.3f}, {hi:.3f}]  min {xs[0]:.3f} s  n={len(xs)}")
     imports = {"dossier --help": loaded(["--help"]),
                "dossier verify --help": loaded(["verify", "--help"]),
@@ -122,6 +131,7 @@ def main() -> None:
         "load_average": list(os.getloadavg()), "python": platform.python_version(),
         "note": "wall time of a fresh process per run, rounds interleaved; median with its 95% "
                 "interval from order statistics",
+        "compared_with": str(a.compare) if a.compare else None,
         "commands": results, "heavy_modules_checked": list(HEAVY), "heavy_imported": imports,
         "slowest_imports_help": import_times(["--help"]),
     }
