@@ -12,7 +12,7 @@ OUT ?= out
 
 .PHONY: setup sample test test-all lint typecheck schemas clean
 
-$(BIN)/dossier: pyproject.toml
+$(BIN)/dossier: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import typer
 from rich.markup import escape
 
-from cli.render import err, out
 from dossier import __version__
 from dossier.errors import DossierError, ExitCode
+from dossier_cli.render import err, out
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from cli.app import app, handled
-from cli.cmd_tune import address_option, executor_option, print_notes
-from cli.render import ProgressObserver, err, out, print_json
+from dossier_cli.app import app, handled
+from dossier_cli.cmd_tune import address_option, executor_option, print_notes
+from dossier_cli.render import err, out, print_json
 
 
 def _report_written(written: Any, as_json: bool) -> None:
@@ -80,6 +80,7 @@ def release(
     from dossier.spec import load_spec
     from dossier.tuner import CACHE_NAME
     from dossier.tuner import tune as run_tune
+    from dossier_cli.progress import ProgressObserver
 
     s = load_spec(spec)
     check_target(out_dir, s.release.name, s.release.version)
@@ -206,15 +207,17 @@ def pack(
 @app.command()
 @handled
 def schema(
-    out_dir: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder of the schema "
-                                 "files."),
+    out_dir: Path = typer.Option(None, "--out", "-o", help="Folder of the schema files "
+                                 "(default: schemas; with --check, the installed copy)."),
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing the files "
                                "that differ from what the models generate."),
 ) -> None:
     """Write JSON Schema files for the bundle manifest and every other file format dossier
     writes, generated from its models."""
-    from dossier.schema import check_schemas, write_schemas
+    from dossier.schema import check_schemas, packaged_dir, write_schemas
 
+    if out_dir is None:
+        out_dir = packaged_dir() if check else Path("schemas")
     if check:
         drifted = check_schemas(out_dir)
         for name in drifted:

@@ -9,8 +9,8 @@ from typing import Any
 import typer
 from rich.markup import escape
 
-from cli.app import app, handled
-from cli.render import err, out
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, out
 
 _OUTCOME_STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
                   "timeout": "magenta", "runtime_error": "red"}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from cli.app import app, handled
-from cli.render import err, out, print_json
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, out, print_json
 
 
 @app.command()

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from cli.app import app, handled
-from cli.render import err, out
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, out
 
 import_app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich",
                          help="Turn another tool's tuning run into a dossier bundle.")
@@ -51,8 +51,8 @@ def import_trtexec(
     the tuning host is [bold]unknown[/] (verify cannot compare it, so it never says VALID).
     The original cache is kept verbatim under trtexec/. A file that is not a TensorRT plan is
     refused (exit 3), and nothing is written."""
-    from cli.cmd_bundle import _report_written
     from dossier.importer import import_trtexec as run_import
+    from dossier_cli.cmd_bundle import _report_written
 
     written = run_import(tuning_cache, out_dir, engine=engine, baseline_engine=baseline_engine,
                          knobs=knobs, model=model, name=name, version=version,

@@ -7,10 +7,9 @@ from typing import Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from cli.app import app, handled
-from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, fmt_speedup, out, print_json
 
 
 # --------------------------------------------------------------------------------------- knobs
@@ -28,6 +27,8 @@ def knobs(
     Knobs go into a selection in trtexec syntax: [bold]-knob=\\[a|b][/] varies a knob,
     [bold]-knob=v[/] pins it.
     """
+    from rich.table import Table
+
     from dossier.backends import get_backend
 
     b = get_backend(backend)
@@ -63,12 +64,14 @@ ADDRESS_HELP = ("Ray cluster to join with --executor ray (e.g. HOST:6379, or aut
 
 def executor_option() -> str:
     """The ``--executor`` option."""
-    return typer.Option("local", "--executor", help=EXECUTOR_HELP)
+    option: str = typer.Option("local", "--executor", help=EXECUTOR_HELP)
+    return option
 
 
 def address_option() -> str:
     """The ``--address`` option."""
-    return typer.Option(None, "--address", help=ADDRESS_HELP)
+    option: str = typer.Option(None, "--address", help=ADDRESS_HELP)
+    return option
 
 
 def print_notes(notes: list[str]) -> None:
@@ -115,6 +118,7 @@ def tune(
     from dossier.spec import load_spec
     from dossier.tuner import continue_tune, plan
     from dossier.tuner import tune as run_tune
+    from dossier_cli.progress import ProgressObserver
 
     overrides = _overrides(selection, strategy, threshold, metric)
     if resume is not None:

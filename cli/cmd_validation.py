@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from cli.app import app, handled
-from cli.render import err, out, print_json
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, out, print_json
 
 validation_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                              help="Make and read validation sets (pairs of inputs and "

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from cli.app import app, handled
-from cli.render import ProgressObserver, err, fmt_speedup, out, print_json
 from dossier.errors import BundleError, ExitCode, SignatureError
+from dossier_cli.app import app, handled
+from dossier_cli.render import err, fmt_speedup, out, print_json
 
 _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
 
@@ -67,10 +66,8 @@ def verify(
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.bundle import check_integrity, open_bundle
-    from dossier.fingerprint import load_fingerprint
     from dossier.registry import check_referrer_signatures
     from dossier.signing import check_signature, signature_path
-    from dossier.verify import verify_bundle
 
     if require_signature and not trusted_keys:
         err.print("error: --require-signature needs at least one --trusted-key (the signer's "
@@ -103,6 +100,9 @@ def verify(
             err.print(f"OK: {b.manifest.name} ({path}): {report}", markup=False, soft_wrap=True)
             if integrity_only:
                 return
+            from dossier.fingerprint import load_fingerprint
+            from dossier.verify import verify_bundle
+
             result = verify_bundle(b, policy_file=policy, do_recheck=recheck, do_rebench=rebench,
                                    threshold=threshold,
                                    host=load_fingerprint(host) if host else None,
@@ -146,6 +146,8 @@ def _signature_first(path: Path, trusted_keys: list[Path], require: bool,
 
 
 def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
     from dossier.policy import collapse
 
     if show_all:
@@ -206,6 +208,7 @@ def retune(
     """Re-run a bundle's search on this host, starting from its best routes, and write the next
     release version whose [bold]parent[/] is the old bundle's dossier id."""
     from dossier.retune import retune as run_retune
+    from dossier_cli.progress import ProgressObserver
 
     with ProgressObserver(verbose=not quiet) as obs:
         done = run_retune(path, out_dir, model=model, work=work, observer=obs, top=top)

@@ -1,22 +1,21 @@
 """The ``dossier`` command: parse, call :mod:`dossier`, render, map errors to exit codes.
 
-Each ``cmd_*`` module registers its commands on :data:`cli.app.app`.
+Each ``cmd_*`` module registers its commands on :data:`dossier_cli.app.app`.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
 
-import cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
-import cli.cmd_explain  # noqa: F401 - explain, diff
-import cli.cmd_registry  # noqa: F401 - push, pull
-import cli.cmd_sign  # noqa: F401
-import cli.cmd_trtexec  # noqa: F401 - import, export
-import cli.cmd_tune  # noqa: F401 - knobs, tune
-import cli.cmd_validation  # noqa: F401 - validation create, show
-import cli.cmd_verify  # noqa: F401 - verify, retune
-from cli.app import app
+import dossier_cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
+import dossier_cli.cmd_explain  # noqa: F401 - explain, diff
+import dossier_cli.cmd_registry  # noqa: F401 - push, pull
+import dossier_cli.cmd_sign  # noqa: F401
+import dossier_cli.cmd_trtexec  # noqa: F401 - import, export
+import dossier_cli.cmd_tune  # noqa: F401 - knobs, tune
+import dossier_cli.cmd_validation  # noqa: F401 - validation create, show
+import dossier_cli.cmd_verify  # noqa: F401 - verify, retune
+from dossier_cli.app import app
 
 
 def _terminated(signum: int, _frame: object) -> None:
@@ -34,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -15,15 +15,19 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from dossier import __version__
 from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
-from dossier.spec import DeploymentSection, ShapeEntry
+from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
 from dossier.timing import TimingSettings
 from dossier.trial import Reading, TrialRecord
 
-CACHE_FORMAT = 1
+CACHE_FORMAT: Literal[2] = 2
+"""Format of the caches written now; format 1 caches are read too (:class:`CacheHeader`)."""
+READ_FORMATS = (1, 2)
+"""Cache formats this version reads."""
 
 
 class _Model(BaseModel):
@@ -42,58 +46,35 @@ class FileIdentity(_Model):
 
 
 class CacheHeader(_Model):
-    """First line of a tuning cache: everything the search depends on."""
+    """First line of a tuning cache: everything the search depends on.
+
+    Format 2 keeps the release spec the search ran (:meth:`ReleaseSpec.resolved`) as one model,
+    ``spec``; format 1 spread its settings over the header. A format 1 header is read into
+    the format 2 model (:func:`_from_format_1`), so old caches resume and old bundles read; the
+    file itself keeps its bytes."""
 
     kind: Literal["header"] = "header"
     """Record type tag."""
-    cache_format: int = CACHE_FORMAT
-    """Format version of this file."""
+    cache_format: Literal[2] = CACHE_FORMAT
+    """Format version of this file (a format 1 header reads as 2)."""
     tool_version: str
     """dossier version that started the search."""
     created_at: str
     """UTC time the search started, ISO 8601."""
-    release: str
-    """Release name from the spec."""
-    release_version: int
-    """Release version from the spec."""
-    backend: str
-    """Backend name."""
+    spec: ReleaseSpec
+    """The release spec as the search runs it: absolute paths, the selection canonical."""
     tuner_version: str
     """Version of the knob source (ORT / torch / TensorRT tuner)."""
     knob_db_digest: str
     """xxh3-128 of the knob database."""
-    selection: str
-    """The selection, canonical trtexec syntax."""
-    strategy: str
-    """Strategy name."""
-    metric: str
-    """Loss metric."""
-    threshold: float
-    """A route is admissible when every loss is below this."""
-    atol: float
-    """Absolute tolerance (l0 only)."""
-    rtol: float
-    """Relative tolerance (l0 only)."""
-    timing: TimingSettings
-    """How trials are timed and compared."""
     model: FileIdentity
     """The model tuned."""
-    validation_path: str
-    """The validation set folder."""
     validation_digest: str
     """xxh3-128 over every tensor of the validation set."""
     validation_pairs: int
     """Number of validation pairs."""
     baseline_route: str
     """The baseline route (pinned knobs pinned, varied knobs at default)."""
-    description: str = ""
-    """Release description from the spec."""
-    shapes: list[ShapeEntry] = Field(default_factory=list)
-    """Shape distribution the release is tuned for."""
-    deployment: DeploymentSection = DeploymentSection()
-    """Expected use (for the cost/benefit estimate)."""
-    builder: dict[str, Any] = Field(default_factory=dict)
-    """Backend builder options (kept apart from knobs)."""
     warm_start: list[str] = Field(default_factory=list)
     """Routes measured first, before the strategy's own (a re-tune starts from the last
     release's best routes)."""
@@ -103,6 +84,118 @@ class CacheHeader(_Model):
     """The release spec the search came from."""
     host: dict[str, str] = Field(default_factory=dict)
     """Summary of the tuning host (hostname, CPU, backend stack)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("cache_format") == 1:
+            return _from_format_1(data)
+        return data
+
+    # Read-only shortcuts into ``spec`` for the fields readers use most.
+    @property
+    def release(self) -> str:
+        """Release name."""
+        return self.spec.release.name
+
+    @property
+    def release_version(self) -> int:
+        """Release version."""
+        return self.spec.release.version
+
+    @property
+    def description(self) -> str:
+        """Release description."""
+        return self.spec.release.description
+
+    @property
+    def backend(self) -> str:
+        """Backend name."""
+        return self.spec.tune.backend
+
+    @property
+    def strategy(self) -> str:
+        """Strategy name."""
+        return self.spec.tune.strategy
+
+    @property
+    def selection(self) -> str:
+        """The selection, canonical trtexec syntax."""
+        return self.spec.tune.selection
+
+    @property
+    def metric(self) -> str:
+        """Loss metric."""
+        return self.spec.tune.metric
+
+    @property
+    def threshold(self) -> float:
+        """A route is admissible when every loss is below this."""
+        return self.spec.tune.threshold
+
+    @property
+    def atol(self) -> float:
+        """Absolute tolerance (l0 only)."""
+        return self.spec.tune.atol
+
+    @property
+    def rtol(self) -> float:
+        """Relative tolerance (l0 only)."""
+        return self.spec.tune.rtol
+
+    @property
+    def timing(self) -> TimingSettings:
+        """How trials are timed and compared."""
+        return self.spec.timing
+
+    @property
+    def validation_path(self) -> str:
+        """The validation set folder."""
+        return self.spec.validation.path
+
+    @property
+    def shapes(self) -> list[ShapeEntry]:
+        """Shape distribution the release is tuned for."""
+        return self.spec.shapes
+
+    @property
+    def deployment(self) -> DeploymentSection:
+        """Expected use (for the cost/benefit estimate)."""
+        return self.spec.deployment
+
+    @property
+    def builder(self) -> dict[str, Any]:
+        """Backend builder options (kept apart from knobs)."""
+        return self.spec.builder
+
+
+_FORMAT_1_SPEC = {"release": "release.name", "release_version": "release.version",
+                  "description": "release.description", "validation_path": "validation.path",
+                  "backend": "tune.backend", "strategy": "tune.strategy",
+                  "selection": "tune.selection", "metric": "tune.metric",
+                  "threshold": "tune.threshold", "atol": "tune.atol", "rtol": "tune.rtol",
+                  "timing": "timing", "shapes": "shapes", "deployment": "deployment",
+                  "builder": "builder"}
+"""Where each settings field of a format 1 header lives in the format 2 ``spec``."""
+
+
+def _from_format_1(flat: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 header (the spec's settings as flat fields) as format 2 data."""
+    data = {k: v for k, v in flat.items() if k not in _FORMAT_1_SPEC}
+    spec: dict[str, Any] = {}
+    for key, where in _FORMAT_1_SPEC.items():
+        if key in flat:
+            *parents, last = where.split(".")
+            node = spec
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = flat[key]
+    model = flat.get("model")
+    if isinstance(model, dict) and "path" in model:
+        spec["model"] = {"path": model["path"]}
+    data["spec"] = spec
+    data["cache_format"] = CACHE_FORMAT
+    return data
 
 
 class SessionRecord(_Model):
@@ -226,11 +319,7 @@ class TuningCache:
         torn = lines[-1]
         if not complete:
             raise CacheMismatchError(f"{path} is not a dossier tuning cache (no header line)")
-        try:
-            header = CacheHeader.model_validate_json(complete[0])
-        except ValidationError as exc:
-            raise CacheMismatchError(f"{path} is not a dossier tuning cache of format "
-                                     f"{CACHE_FORMAT} ({_first(exc)})") from exc
+        header = _read_header(path, complete[0])
         records = []
         numbers = []
         for number, line in enumerate(complete[1:], start=2):
@@ -258,13 +347,39 @@ class TuningCache:
         self.lines.append(self.lines[-1] + 1 if self.lines else 2)
 
 
+def _read_header(path: Path, line: bytes) -> CacheHeader:
+    """The header line, validated; one line naming the problem otherwise (a format this version
+    does not read is named as such, before its fields are looked at)."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise CacheMismatchError(f"{path} is not a dossier tuning cache (its first line is not "
+                                 f"JSON: {exc})") from exc
+    found = data.get("cache_format") if isinstance(data, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found not in READ_FORMATS \
+            and data.get("kind") == "header":
+        raise CacheMismatchError(
+            f"{path} is a dossier tuning cache of format {found}; this dossier {__version__} "
+            f"reads formats {', '.join(map(str, READ_FORMATS))}",
+            hint="use the dossier version that wrote it, or a newer one")
+    try:
+        return CacheHeader.model_validate(data)
+    except ValidationError as exc:
+        if exc.errors()[0].get("loc", ())[:1] == ("spec",):
+            raise CacheMismatchError(f"the header of tuning cache {path} does not hold a valid "
+                                     f"release spec ({_first(exc)})") from exc
+        raise CacheMismatchError(f"{path} is not a dossier tuning cache of format "
+                                 f"{' or '.join(map(str, READ_FORMATS))} ({_first(exc)})") from exc
+
+
 def _first(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ())) or "line"
     return f"{where}: {err.get('msg', 'invalid')}"
 
 
-def read_header_json(path: Path) -> dict:
+def read_header_json(path: Path) -> dict[str, Any]:
     """The header line of a cache as plain JSON (for tools that only peek)."""
     with open(path, encoding="utf-8") as f:
-        return json.loads(f.readline())
+        data: dict[str, Any] = json.loads(f.readline())
+    return data

@@ -77,6 +77,7 @@ from dossier.fingerprint import CpuInfo, Fingerprint, OsInfo, PythonInfo
 from dossier.hashing import digest_file, digest_json
 from dossier.knobs import Knob, KnobDatabase
 from dossier.routes import Route, Selection
+from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.timing import TimingSettings
 from dossier.trial import Outcome, TrialRecord
 from dossier.trtexec import (
@@ -505,17 +506,22 @@ def _write(p: _Plan, staging: Path) -> Manifest:
 
     validation_digest = digest_json({k: v.digest if v else None for k, v in p.hashed.items()
                                      if k.startswith(("inputs:", "ref_outputs:"))})
+    spec = ReleaseSpec(
+        release=ReleaseSection(name=p.name, version=p.version, description=(
+            f"imported from a trtexec tuning cache ({p.cache_path.name}, tuner "
+            f"{h.tuner_version}, {h.searching_algorithm} search)")),
+        model=ModelSection(path=str(p.model.resolve())), validation=ValidationSection(path=""),
+        tune=TuneSection.model_validate({  # trtexec's metric name is a str: checked here
+            "backend": "tensorrt", "selection": p.selection.text(),
+            "strategy": h.searching_algorithm, "metric": h.metric, "threshold": h.epsilon,
+            "atol": h.accuracy_parameter.atol, "rtol": h.accuracy_parameter.rtol}),
+        timing=TimingSettings())
     cache_header = CacheHeader(
-        tool_version=__version__, created_at=UNKNOWN, release=p.name,
-        release_version=p.version, description=f"imported from a trtexec tuning cache "
-        f"({p.cache_path.name}, tuner {h.tuner_version}, {h.searching_algorithm} search)",
-        backend="tensorrt", tuner_version=h.tuner_version, knob_db_digest=p.db.digest(),
-        selection=p.selection.text(), strategy=h.searching_algorithm, metric=h.metric,
-        threshold=h.epsilon, atol=h.accuracy_parameter.atol, rtol=h.accuracy_parameter.rtol,
-        timing=TimingSettings(),
+        tool_version=__version__, created_at=UNKNOWN, spec=spec,
+        tuner_version=h.tuner_version, knob_db_digest=p.db.digest(),
         model=FileIdentity(path=str(p.model.resolve()), size=identity.size,
                            digest=identity.digest),
-        validation_path="", validation_digest=validation_digest,
+        validation_digest=validation_digest,
         validation_pairs=p.validation_pairs, baseline_route=p.baseline_route,
         host={"hostname": UNKNOWN})
     decision = _decision(p)

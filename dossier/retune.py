@@ -25,7 +25,7 @@ from dossier.cache import CacheHeader
 from dossier.errors import InputError, IntegrityError
 from dossier.hashing import digest_file
 from dossier.trial import TrialRecord
-from dossier.tuner import TuneObserver, TuneResult, spec_from_header, tune
+from dossier.tuner import TuneObserver, TuneResult, tune
 
 
 @dataclass
@@ -125,7 +125,7 @@ def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list[TrialRecor
     shutil.copytree(b.path / "validation", inputs / "validation")
     warm = warm_routes(trials, m.summary.shipped_route, m.summary.runner_up_route,
                        m.summary.baseline_route)[:top]
-    base = spec_from_header(header)
+    base = header.spec
     spec = base.model_copy(update={
         "release": base.release.model_copy(update={"version": m.release_version + 1}),
         "model": base.model.model_copy(update={"path": str(model_path)}),

@@ -1,16 +1,17 @@
 """JSON Schema files for every file format dossier writes or reads, generated from its models.
 
-The files under ``schemas/`` (and their copy shipped in the package, ``dossier/schemas/``) are
-never edited by hand: ``dossier schema`` writes them, ``dossier schema --check`` (and
-``tests/test_schemas.py``) fails when they drift from the models. Field descriptions come from
+The files under ``schemas/`` (committed once; a wheel installs them as the package
+``dossier.schemas``) are never edited by hand: ``dossier schema`` writes them,
+``dossier schema --check`` (and ``tests/test_schemas.py``) fails when they drift from the
+models. Field descriptions come from
 the models' attribute docstrings. The JSON is deterministic: sorted keys, two-space indent,
 trailing newline.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
 """File name -> (model, mode). Files dossier writes are described as written
 ("serialization"); the release spec, which people write, as accepted ("validation")."""
 
-_INTERNAL_FIELDS = {ReleaseSpec: ("base_dir",)}
+_INTERNAL_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {ReleaseSpec: ("base_dir",)}
 """Fields that never appear in the file (set by the loader, excluded when dumping)."""
 
 
@@ -105,11 +106,16 @@ def check_schemas(folder: Path) -> list[str]:
     return sorted(drifted)
 
 
+def packaged_dir() -> Path:
+    """The folder of the installed schema files: the package ``dossier.schemas`` (the checkout's
+    ``schemas/`` in an editable install, or when the library is imported from a checkout)."""
+    found = importlib.util.find_spec("dossier.schemas")
+    if found is None or found.origin is None:  # dossier/ imported from a checkout: schemas/ beside it
+        return Path(__file__).resolve().parent.parent / "schemas"
+    return Path(found.origin).parent
+
+
 def packaged_schema(name: str) -> dict[str, Any]:
-    """A schema shipped inside the package (``dossier/schemas/NAME``), parsed."""
-    text = resources.files("dossier").joinpath("schemas", name).read_text(encoding="utf-8")
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
-PACKAGED_DIR = Path(__file__).parent / "schemas"
-"""The package's copy of the schema files (kept equal to ``schemas/`` by the tests)."""
+    """A schema shipped with the package (``dossier/schemas/NAME``), parsed."""
+    data: dict[str, Any] = json.loads((packaged_dir() / name).read_text(encoding="utf-8"))
+    return data

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dossier.errors import SpecError
 from dossier.timing import TimingSettings
-from dossier.validation import METRICS
+from dossier.validation import Metric
+
+StrategyName = Literal["fast", "mixed", "full"]
+"""The search strategies (:mod:`dossier.strategies` registers one class per name)."""
+BUILTIN_BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
+"""Backends that ship with dossier; others register through the backend registry, which
+checks the name when a search starts (so the spec keeps ``backend`` a string)."""
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,16 +57,14 @@ class ValidationSection(_Section):
     """Folder of pair-NNN/{inputs,references}.arrow."""
 
 
-class TuneSection(_Section):
-    """How to search."""
+class AccuracyRule(_Section):
+    """When a route's outputs are accurate enough: every loss of every pair below the threshold.
 
-    backend: str = "onnxruntime"
-    """Compiler backend."""
-    strategy: str = "fast"
-    """fast, mixed or full."""
-    selection: str
-    """Knobs to vary and pin, trtexec syntax: ``-a=[x|y] -b=z``."""
-    metric: str = "l0"
+    Models that carry the rule in their own flat fields (the ``[tune]`` table, the worker's
+    request) extend this class, so the four fields are declared once and stored bytes keep
+    their flat form."""
+
+    metric: Metric = "l0"
     """Loss: l0, l1, l2, linf or cos."""
     threshold: float = Field(gt=0, allow_inf_nan=False)
     """Admissible when every loss of every pair is below this (finite: infinity would switch
@@ -69,6 +73,18 @@ class TuneSection(_Section):
     """Absolute tolerance for l0."""
     rtol: float = Field(1e-5, ge=0)
     """Relative tolerance for l0."""
+
+
+class TuneSection(AccuracyRule):
+    """How to search, and the accuracy rule a route must pass."""
+
+    backend: str = Field("onnxruntime", json_schema_extra={"examples": list(BUILTIN_BACKENDS)})
+    """Compiler backend: a name of the backend registry (built in: onnxruntime,
+    torch-inductor, tensorrt)."""
+    strategy: StrategyName = "fast"
+    """fast, mixed or full."""
+    selection: str
+    """Knobs to vary and pin, trtexec syntax: ``-a=[x|y] -b=z``."""
 
 
 class ShapeEntry(_Section):
@@ -119,6 +135,16 @@ class ReleaseSpec(_Section):
         p = Path(path)
         return p if p.is_absolute() else Path(self.base_dir) / p
 
+    def resolved(self, *, model: Path, validation: Path, selection: str) -> ReleaseSpec:
+        """This spec as a search runs it: the model and validation set as the absolute paths
+        given, the selection in canonical form; no ``base_dir`` (its paths do not depend on one).
+        It is what the tuning cache header keeps, and what reading the header gives back."""
+        return self.model_copy(update={
+            "model": ModelSection(path=str(model)),
+            "validation": ValidationSection(path=str(validation)),
+            "tune": self.tune.model_copy(update={"selection": selection}),
+            "base_dir": ""})
+
     def model_path(self) -> Path:
         """The model file (absolute); ``module:factory`` references are returned unresolved."""
         if ":" in self.model.path and not Path(self.resolve(self.model.path)).exists() \
@@ -127,7 +153,7 @@ class ReleaseSpec(_Section):
         return self.resolve(self.model.path).resolve()
 
 
-def load_spec(path: Path, overrides: dict | None = None) -> ReleaseSpec:
+def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> ReleaseSpec:
     """Read a release spec; ``overrides`` replace keys of ``[tune]`` (CLI flags)."""
     path = Path(path)
     try:
@@ -152,6 +178,4 @@ def load_spec(path: Path, overrides: dict | None = None) -> ReleaseSpec:
             raise SpecError(f"--{loc[1]} {overrides[loc[1]]}: {err['msg']}",  # type: ignore[index]
                             hint=f"the command line overrides tune.{loc[1]} of {path}") from exc
         raise SpecError(f"{path}: {'.'.join(loc)}: {err['msg']}") from exc
-    if spec.tune.metric not in METRICS:
-        raise SpecError(f"{path}: tune.metric {spec.tune.metric!r} is not one of {', '.join(METRICS)}")
     return spec

@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from dossier import __version__, replicate
 from dossier.backends import Backend, get_backend
 from dossier.builds import Build, Builds, build_request, default_build_jobs, usable_cores
@@ -33,7 +31,7 @@ from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
-from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
+from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
 from dossier.timing import compare, flatten, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
@@ -149,58 +147,46 @@ def _header(p: Prepared, spec_path: Path | None, warm_start: list[Route],
     digest, size = digest_file(p.model)
     host = {"hostname": platform.node(), "machine": platform.machine(),
             "python": platform.python_version(), **p.backend.stack()}
+    spec = p.spec.resolved(model=p.model, validation=p.vset.path.resolve(),
+                           selection=p.selection.text())
     return CacheHeader(
-        tool_version=__version__, created_at=_now(), release=p.spec.release.name,
-        release_version=p.spec.release.version, description=p.spec.release.description,
-        backend=p.backend.name, tuner_version=p.db.tuner_version, knob_db_digest=p.db.digest(),
-        selection=p.selection.text(), strategy=p.strategy.name, metric=p.spec.tune.metric,
-        threshold=p.spec.tune.threshold, atol=p.spec.tune.atol, rtol=p.spec.tune.rtol,
-        timing=p.spec.timing, model=FileIdentity(path=str(p.model), size=size, digest=digest),
-        validation_path=str(p.vset.path.resolve()), validation_digest=p.vset.digest(),
-        validation_pairs=len(p.vset.pairs), baseline_route=p.baseline.text(),
-        shapes=p.spec.shapes, deployment=p.spec.deployment, builder=p.spec.builder,
+        tool_version=__version__, created_at=_now(), spec=spec,
+        tuner_version=p.db.tuner_version, knob_db_digest=p.db.digest(),
+        model=FileIdentity(path=str(p.model), size=size, digest=digest),
+        validation_digest=p.vset.digest(), validation_pairs=len(p.vset.pairs),
+        baseline_route=p.baseline.text(),
         spec_path=str(spec_path.resolve()) if spec_path else None, host=host,
         warm_start=[r.text() for r in warm_start], parent=parent)
 
 
-def spec_from_header(h: CacheHeader) -> ReleaseSpec:
-    """The spec a cache was started from (for ``--continue``); CacheMismatchError when the
-    header's settings do not make a valid spec (an edited or corrupt cache)."""
-    try:
-        return ReleaseSpec(
-            release=ReleaseSection(name=h.release, version=h.release_version,
-                                   description=h.description),
-            model=ModelSection(path=h.model.path),
-            validation=ValidationSection(path=h.validation_path),
-            tune=TuneSection(backend=h.backend, strategy=h.strategy, selection=h.selection,
-                             metric=h.metric, threshold=h.threshold, atol=h.atol, rtol=h.rtol),
-            timing=h.timing, shapes=h.shapes, deployment=h.deployment, builder=h.builder,
-            base_dir="/")
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise CacheMismatchError(f"the tuning cache header does not hold a valid release spec "
-                                 f"({'.'.join(map(str, err['loc']))}: {err['msg']})") from exc
+_IDENTITY_BY_DIGEST = {"model": {"path"}, "validation": {"path"}}
+"""Spec fields a resume does not compare: the model and the validation set are compared by
+their digests (a moved file with the same bytes is the same input)."""
 
 
 def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
     old = cache.header
-    checks = [("model", old.model.digest, fresh.model.digest),
-              ("validation set", old.validation_digest, fresh.validation_digest),
-              ("knob database", old.knob_db_digest, fresh.knob_db_digest),
-              ("selection", old.selection, fresh.selection),
-              ("strategy", old.strategy, fresh.strategy),
-              ("backend", old.backend, fresh.backend),
-              ("metric", old.metric, fresh.metric),
-              ("threshold", old.threshold, fresh.threshold),
-              ("timing settings", old.timing, fresh.timing),
-              ("builder options", old.builder, fresh.builder),
-              ("shape distribution", old.shapes, fresh.shapes),
-              ("warm start", old.warm_start, fresh.warm_start)]
+    checks: list[tuple[str, object, object]] = [
+        ("model", old.model.digest, fresh.model.digest),
+        ("validation set", old.validation_digest, fresh.validation_digest),
+        ("knob database", old.knob_db_digest, fresh.knob_db_digest),
+        ("warm start", old.warm_start, fresh.warm_start)]
+    checks += _differences(old.spec.model_dump(mode="json", exclude=_IDENTITY_BY_DIGEST),
+                           fresh.spec.model_dump(mode="json", exclude=_IDENTITY_BY_DIGEST))
     for what, was, now in checks:
         if was != now:
             raise CacheMismatchError(
                 f"cannot continue {cache.path}: the {what} changed since the search started "
                 f"({_short(was)} -> {_short(now)})")
+
+
+def _differences(old: object, new: object, where: str = "spec") -> list[tuple[str, object, object]]:
+    """Where two dumps of a spec differ: ``(dotted path, old, new)`` for each differing leaf,
+    tables descended into (``spec.tune.threshold``), lists compared whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for key in sorted(old.keys() | new.keys())
+                for d in _differences(old.get(key), new.get(key), f"{where}.{key}")]
+    return [] if old == new else [(where, old, new)]
 
 
 def _short(v: object) -> str:
@@ -611,7 +597,7 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
     if cache_path.is_dir():
         cache_path = cache_path / CACHE_NAME
     cache = TuningCache.open(cache_path)
-    spec = spec_from_header(cache.header)
+    spec = cache.header.spec
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
     return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
                 warm_start=cache.header.warm_start, parent=cache.header.parent,

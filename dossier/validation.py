@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -29,7 +30,9 @@ from dossier.errors import ValidationSetError
 from dossier.hashing import digest_json
 from dossier.tensors import read_tensors
 
-METRICS = ("l0", "l1", "l2", "linf", "cos")
+Metric = Literal["l0", "l1", "l2", "linf", "cos"]
+"""Loss metrics (see :func:`loss`)."""
+METRICS: tuple[str, ...] = get_args(Metric)
 _PAIR = re.compile(r"^pair-\d+$")
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from dossier.spec import ShapeEntry
+from dossier.spec import AccuracyRule, ShapeEntry
 from dossier.timing import TimingSettings
 
 if TYPE_CHECKING:
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from dossier.validation import ValidationSet
 
 
-class WorkerRequest(BaseModel):
-    """What the parent asks a child to do."""
+class WorkerRequest(AccuracyRule):
+    """What the parent asks a child to do (the accuracy rule to judge by among it)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,10 +42,6 @@ class WorkerRequest(BaseModel):
     backend: str
     model: str
     validation: str
-    metric: str
-    threshold: float
-    atol: float
-    rtol: float
     timing: TimingSettings
     baseline_route: str
     builder: dict[str, Any] = {}

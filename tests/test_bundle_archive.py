@@ -330,7 +330,7 @@ def test_temporary_folders_go_on_sigterm_and_stale_ones_are_removed(packed: Path
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
     script = ("import signal, sys, time\n"
-              "from cli.main import _terminated\n"
+              "from dossier_cli.main import _terminated\n"
               "signal.signal(signal.SIGTERM, _terminated)\n"
               "from dossier.bundle import open_bundle\n"
               "with open_bundle(sys.argv[1]) as b:\n"
@@ -355,7 +355,7 @@ def test_temporary_folders_go_on_sigterm_and_stale_ones_are_removed(packed: Path
     old = time.time() - STALE_OPEN_S - 60
     for p in (killed, live):
         os.utime(p, (old, old))
-    res = subprocess.run([sys.executable, "-m", "cli.main", "inspect", str(packed)],
+    res = subprocess.run([sys.executable, "-m", "dossier_cli.main", "inspect", str(packed)],
                          env=_env(TMPDIR=str(tmp)), capture_output=True)
     assert res.returncode == 0
     assert sorted(p.name for p in tmp.iterdir()) == sorted([fresh_dead.name, live.name])

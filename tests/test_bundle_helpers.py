@@ -13,8 +13,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from cli.main import app
 from dossier.hashing import digest_file
+from dossier_cli.main import app
 
 try:
     import tomllib

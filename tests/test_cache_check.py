@@ -173,3 +173,22 @@ def test_the_unedited_run_still_resumes_and_bundles(rel: dict[str, h.Released],
     assert res.exit_code == 0, h.said(res)
     res = h.cli("bundle", run, "--out", tmp_path / "out")
     assert res.exit_code == 0, h.said(res)
+
+
+def test_the_golden_format_1_header_reads_as_the_spec_it_flattened() -> None:
+    """A format 1 header (the spec's settings as flat fields) reads into the format 2 model."""
+    from dossier.cache import TuningCache
+
+    path = h.GOLDEN / CACHE_NAME
+    flat = json.loads(path.read_text().split("\n")[0])
+    assert flat["cache_format"] == 1
+    spec = TuningCache.open(path).header.spec
+    assert (spec.release.name, spec.release.version, spec.release.description) == \
+        (flat["release"], flat["release_version"], flat["description"])
+    assert (spec.model.path, spec.validation.path) == (flat["model"]["path"], flat["validation_path"])
+    assert spec.tune.model_dump() == {k: flat[k] for k in ("backend", "strategy", "selection",
+                                                           "metric", "threshold", "atol", "rtol")}
+    assert spec.timing.model_dump(mode="json") == {**spec.timing.model_dump(mode="json"),
+                                                   **flat["timing"]}
+    assert [s.model_dump() for s in spec.shapes] == flat["shapes"]
+    assert spec.deployment.model_dump() == flat["deployment"] and spec.builder == flat["builder"]

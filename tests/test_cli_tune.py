@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.main import app
 from dossier.errors import ExitCode
 from dossier.tensors import write_tensors
+from dossier_cli.main import app
 from tests.conftest import write_tiny_timing
 
 
@@ -64,8 +64,8 @@ def test_dry_run_text_and_mixed_refusal(runner, conv: Path) -> None:
                             "line overrides tune.threshold"),
     (["--threshold", "inf"], "--threshold inf: Input should be a finite number"),
     (["--threshold", "nan"], "--threshold nan: Input should be a finite number"),
-    (["--metric", "l3"], "tune.metric 'l3'"),
-    (["--strategy", "random"], "unknown strategy 'random'"),
+    (["--metric", "l3"], "--metric l3: Input should be 'l0', 'l1', 'l2', 'linf' or 'cos'"),
+    (["--strategy", "random"], "--strategy random: Input should be 'fast', 'mixed' or 'full'"),
 ])
 def test_bad_tune_input(runner, conv: Path, tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "run"

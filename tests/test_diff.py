@@ -28,7 +28,7 @@ def versions(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> tup
     cache = run2 / "tuning-cache.jsonl"
     lines = cache.read_text().splitlines()
     header = json.loads(lines[0])
-    header["release_version"] = 2
+    header["spec"]["release"]["version"] = 2
     cache.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     with open_bundle(v1) as b:
         parent = b.manifest.dossier_id

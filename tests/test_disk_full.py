@@ -99,7 +99,7 @@ def _dossier(*args: object, env: dict[str, str] | None = None,
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    res = subprocess.run([sys.executable, "-m", "cli.main", *map(str, args)],
+    res = subprocess.run([sys.executable, "-m", "dossier_cli.main", *map(str, args)],
                          env=env or _env(), capture_output=True, timeout=600,
                          stdin=subprocess.DEVNULL, preexec_fn=limit)
     return res.returncode, " ".join(res.stderr.decode(errors="replace").split())

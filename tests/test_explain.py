@@ -20,16 +20,24 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from cli.main import app
 from dossier.audit import Explanation, explain, explain_search, fit_knob_model, payback
 from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
 from dossier.cache import CacheHeader, FileIdentity, SessionRecord
 from dossier.decision import decide
-from dossier.spec import DeploymentSection, load_spec
+from dossier.spec import (
+    DeploymentSection,
+    ModelSection,
+    ReleaseSection,
+    ReleaseSpec,
+    TuneSection,
+    ValidationSection,
+    load_spec,
+)
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 from dossier.tuner import tune
+from dossier_cli.main import app
 from tests.conftest import TINY_TIMING
 
 RUNS = {
@@ -300,14 +308,17 @@ def _trial(index: int, route: str, speedup: float, lo: float, hi: float, p: floa
         started_at=f"2026-01-01T00:00:{index:02d}+00:00")
 
 
-def _header(**kw: object) -> CacheHeader:
+def _header(deployment: DeploymentSection | None = None) -> CacheHeader:
+    spec = ReleaseSpec(
+        release=ReleaseSection(name="synthetic", version=1), model=ModelSection(path="/m.onnx"),
+        validation=ValidationSection(path="/v"),
+        tune=TuneSection(backend="onnxruntime", selection="-a=[x|y] -b=[p|q]", strategy="fast",
+                         metric="linf", threshold=1e-3, atol=0, rtol=0),
+        timing=TimingSettings(), deployment=deployment or DeploymentSection())
     return CacheHeader(
-        tool_version="0", created_at="2026-01-01T00:00:00+00:00", release="synthetic",
-        release_version=1, backend="onnxruntime", tuner_version="x", knob_db_digest="0" * 32,
-        selection="-a=[x|y] -b=[p|q]", strategy="fast", metric="linf", threshold=1e-3,
-        atol=0, rtol=0, timing=TimingSettings(),
-        model=FileIdentity(path="/m.onnx", size=1, digest="0" * 32), validation_path="/v",
-        validation_digest="0" * 32, validation_pairs=4, baseline_route="-a=x -b=p", **kw)
+        tool_version="0", created_at="2026-01-01T00:00:00+00:00", spec=spec, tuner_version="x",
+        knob_db_digest="0" * 32, model=FileIdentity(path="/m.onnx", size=1, digest="0" * 32),
+        validation_digest="0" * 32, validation_pairs=4, baseline_route="-a=x -b=p")
 
 
 SESSION = [SessionRecord(started_at="2026-01-01T00:00:00+00:00", wall_s=600.0, trials_run=3,
@@ -332,7 +343,7 @@ def test_no_significant_gain_is_explained_with_its_reason(capsys: pytest.Capture
     assert e.payback.cases == [] and e.payback.verdict.startswith("never: there is no "
                                                                   "significant gain")
     assert e.runner_up is not None and e.runner_up.route == "-a=y -b=p"
-    from cli.cmd_explain import render_explanation
+    from dossier_cli.cmd_explain import render_explanation
 
     render_explanation(e)
     text = capsys.readouterr().out
@@ -526,7 +537,7 @@ def test_verdict_follows_from_the_interval_printed(capsys: pytest.CaptureFixture
     """The case from the field: a route whose median is below the summary baseline's, whose
     own paired baseline was faster still (0.759x), with an interval including 1.0 and a rank
     test p of 3.2e-05. Nothing may call it significantly slower next to that interval."""
-    from cli.cmd_explain import render_explanation
+    from dossier_cli.cmd_explain import render_explanation
 
     base = _trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.7, role="baseline", base_ms=0.555)
     odd = _trial(1, "-a=y -b=p", 0.759, 0.657, 1.157, 3.2e-05, base_ms=0.41)
@@ -552,7 +563,7 @@ def test_verdict_follows_from_the_interval_printed(capsys: pytest.CaptureFixture
 
 
 def test_trial_line_shows_the_paired_baseline() -> None:
-    from cli.render import trial_line
+    from dossier_cli.progress import trial_line
 
     t = _trial(1, "-a=y -b=p", 0.70, 0.66, 0.74, 1e-6, base_ms=0.41)
     line = trial_line(t)

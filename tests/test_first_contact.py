@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from dossier.errors import ExitCode
+from dossier_cli.main import app
 from tests.conftest import ROOT
 from tests.test_explain import make_bundle
 
@@ -92,7 +92,7 @@ def test_knobs_takes_the_name_as_the_table_prints_it() -> None:
 
 def test_no_hard_wrapping_outside_a_terminal(bundle: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    run = [sys.executable, "-m", "cli.main"]
+    run = [sys.executable, "-m", "dossier_cli.main"]
     table = subprocess.run([*run, "knobs"], capture_output=True, text=True, env=env,
                            cwd=ROOT, check=True).stdout
     names = [k["name"] for k in json.loads(subprocess.run(

@@ -40,7 +40,6 @@ from dossier.fingerprint import load_fingerprint
 from dossier.knobs import Knob, KnobDatabase
 from dossier.routes import Route, Selection
 from dossier.spec import load_spec
-from dossier.tuner import spec_from_header
 from tests._figures import figures
 
 DEFAULT_EXAMPLES = 200
@@ -231,7 +230,7 @@ def _cache(scratch: Path, data: bytes) -> None:
     def read() -> None:
         cache = TuningCache.open(path)
         _ = cache.trials, cache.sessions, cache.decision
-        spec_from_header(cache.header)  # what tune --continue does next
+        _ = cache.header.spec  # what tune --continue runs next
         TuningCache.open(path, repair=True)
 
     _only_dossier_errors(read)
@@ -479,8 +478,9 @@ def test_what_the_fuzzing_found(case: str, scratch: Path) -> None:
     else:
         path = scratch / "found.jsonl"
         path.write_bytes(data)
-        with pytest.raises(DossierError, match="not hold a valid release spec"):
-            spec_from_header(TuningCache.open(path).header)
+        with pytest.raises(DossierError, match=r"not hold a valid release spec "
+                                               r"\(spec\.release\.version: Input should be"):
+            TuningCache.open(path)
 
 
 # ----------------------------------------------- trtexec cache and policy file: slow variants

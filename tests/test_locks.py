@@ -52,7 +52,7 @@ def _wait_for(condition, proc: subprocess.Popen[bytes], timeout: float = 120) ->
 
 
 def _start(args: list[object], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], env=env,
+    return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
 

@@ -104,7 +104,7 @@ def test_driver_killed_then_continue_loses_only_trials_in_flight(local_ray, samp
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
     address = ray.get_runtime_context().gcs_address
-    cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
+    cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(work / "release.toml"), "--out", str(run),
            "--quiet", "--strategy", "fast", "--executor", "ray", "--address", address]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -171,7 +171,7 @@ def test_an_address_nothing_answers_at_fails_fast_with_one_line(sample, tmp_path
     spec_path, _ = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "tune", str(spec_path), "--out",
+    proc = subprocess.run([sys.executable, "-m", "dossier_cli.main", "tune", str(spec_path), "--out",
                            str(tmp_path / "run"), "--executor", "ray", "--address",
                            "127.0.0.1:1"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4, proc.stderr

@@ -505,7 +505,7 @@ def _rewrite_engine(bundle: Path, data: bytes | None = None, mib: int = 0) -> No
 
 
 def _dossier(*args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], cwd=h.REPO,
+    return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], cwd=h.REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
 
 

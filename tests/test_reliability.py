@@ -85,7 +85,7 @@ def _env(*first: Path, **extra: str) -> dict[str, str]:
 def _dossier(args: list[object], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """``dossier ARGS`` as its own process group (the CLI and anything in its session)."""
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "cli.main", *map(str, args)], env=env,
+        return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], env=env,
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=f)
 

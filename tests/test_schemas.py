@@ -10,10 +10,10 @@ import pytest
 import test_bundle_helpers as h
 
 from dossier.schema import (
-    PACKAGED_DIR,
     SCHEMAS,
     check_schemas,
     generate,
+    packaged_dir,
     packaged_schema,
     write_schemas,
 )
@@ -28,7 +28,7 @@ def _diff(a: Path, b: Path) -> list[str]:
             or (a / n).read_bytes() != (b / n).read_bytes()]
 
 
-@pytest.mark.parametrize("committed", [COMMITTED, PACKAGED_DIR], ids=["schemas", "package"])
+@pytest.mark.parametrize("committed", [COMMITTED, packaged_dir()], ids=["schemas", "installed"])
 def test_committed_schemas_match_the_models(committed: Path, tmp_path: Path) -> None:
     write_schemas(tmp_path)
     drifted = _diff(tmp_path, committed)
@@ -38,6 +38,8 @@ def test_committed_schemas_match_the_models(committed: Path, tmp_path: Path) -> 
 
 def test_schema_check_command(tmp_path: Path) -> None:
     assert h.cli("schema", "--check", "--out", COMMITTED).exit_code == 0
+    res = h.cli("schema", "--check")  # the installed copy
+    assert res.exit_code == 0 and f"OK: {packaged_dir()} is up to date" in res.stderr
     work = tmp_path / "schemas"
     shutil.copytree(COMMITTED, work)
     manifest = work / "bundle-manifest.v1.schema.json"
@@ -81,3 +83,20 @@ def test_manifest_schema_pins_the_format() -> None:
 
 def test_packaged_schema_is_readable() -> None:
     assert packaged_schema("bundle-manifest.v1.schema.json")["title"] == "Manifest"
+
+
+def test_spec_schema_lists_the_metrics_and_strategies_that_exist() -> None:
+    """The Literals in the spec are the registries' names: every metric computes a loss, every
+    strategy is registered (and nothing registered is missing from the schema)."""
+    import numpy as np
+
+    from dossier.strategies import STRATEGIES
+    from dossier.validation import loss
+
+    spec = json.loads(generate()["release-spec.schema.json"])
+    tune = spec["$defs"]["TuneSection"]["properties"]
+    assert set(tune["strategy"]["enum"]) == set(STRATEGIES)
+    a = np.array([1.0, 2.0, 3.0])
+    for metric in tune["metric"]["enum"]:
+        assert loss(metric, a, a + 0.5) is not None
+    assert {"onnxruntime", "tensorrt"} <= set(tune["backend"]["examples"])

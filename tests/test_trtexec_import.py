@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
 from dossier.audit import explain
 from dossier.bundle import check_integrity, open_bundle
 from dossier.cache import TuningCache
@@ -30,6 +29,7 @@ from dossier.importer import export_trtexec_cache, import_trtexec, unknown_finge
 from dossier.policy import Verdict, default_policy, diff
 from dossier.routes import Route
 from dossier.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
+from dossier_cli.main import app
 from tests.test_trtexec import ITERATIONS
 
 REPO = Path(__file__).resolve().parent.parent

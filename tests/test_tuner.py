@@ -116,7 +116,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     shutil.copytree(samples_dir / "convnet", work)
     write_tiny_timing(work / "release.toml")
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "cli.main", "tune", str(work / "release.toml"), "--out", str(run),
+    cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(work / "release.toml"), "--out", str(run),
            "--quiet", "--build-jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -201,3 +201,40 @@ def test_build_jobs_below_one_are_refused(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
     with pytest.raises(InputError, match="at least 1"):
         tune(spec, tmp_path / "run", build_jobs=0)
+
+
+def _as_format_1(cache_path: Path) -> None:
+    """Rewrite a cache's header line as format 1 wrote it: the spec's settings as flat fields."""
+    lines = cache_path.read_text().split("\n")
+    h = json.loads(lines[0])
+    spec = h.pop("spec")
+    release, tune_ = spec["release"], spec["tune"]
+    h.update(cache_format=1, release=release["name"], release_version=release["version"],
+             description=release["description"], validation_path=spec["validation"]["path"],
+             backend=tune_["backend"], strategy=tune_["strategy"], selection=tune_["selection"],
+             metric=tune_["metric"], threshold=tune_["threshold"], atol=tune_["atol"],
+             rtol=tune_["rtol"], timing=spec["timing"], shapes=spec["shapes"],
+             deployment=spec["deployment"], builder=spec["builder"])
+    cache_path.write_text("\n".join([json.dumps(h), *lines[1:]]))
+
+
+def test_a_format_1_cache_resumes_and_a_changed_setting_is_named(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    first = tune(spec, tmp_path / "run")
+    cache_path = tmp_path / "run" / CACHE_NAME
+    assert json.loads(cache_path.read_text().split("\n")[0])["cache_format"] == 2
+    _as_format_1(cache_path)
+    old = TuningCache.open(cache_path).header
+    assert old.spec == first.cache.header.spec and old.cache_format == 2
+    assert (old.threshold, old.release) == (spec.tune.threshold, spec.release.name)
+    again = continue_tune(cache_path)
+    assert again.trials_run == 0 and again.decision == first.decision
+    stricter = spec.tune.model_copy(update={"threshold": spec.tune.threshold / 2})
+    with pytest.raises(CacheMismatchError, match=r"the spec\.tune\.threshold changed"):
+        tune(spec.model_copy(update={"tune": stricter}), tmp_path / "run", resume=True)
+    lines = cache_path.read_text().split("\n")
+    cache_path.write_text("\n".join([json.dumps({**json.loads(lines[0]), "cache_format": 3}),
+                                     *lines[1:]]))
+    with pytest.raises(CacheMismatchError, match=r"is a dossier tuning cache of format 3; "
+                                                 r"this dossier \S+ reads formats 1, 2"):
+        continue_tune(cache_path)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.main import app
 from dossier.errors import ExitCode
 from dossier.validation import load_validation_set
+from dossier_cli.main import app
 
 
 @pytest.fixture()

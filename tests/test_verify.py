@@ -118,7 +118,7 @@ def test_real_environment_change_is_invalid(bundle: Path, tmp_path: Path) -> Non
     # everything else (dossier, numpy, pyarrow, ...) from this environment, after env B's own
     (Path(site_b) / "zz-dossier-deps.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n" + str(Path(__file__).resolve().parents[1]) + "\n")
-    out = subprocess.run([str(py), "-m", "cli.main", "verify", str(bundle), "--json"],
+    out = subprocess.run([str(py), "-m", "dossier_cli.main", "verify", str(bundle), "--json"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 11, out.stderr  # ExitCode.INVALID
     report = json.loads(out.stdout)
@@ -129,7 +129,7 @@ def test_real_environment_change_is_invalid(bundle: Path, tmp_path: Path) -> Non
 
 
 def test_verify_cli_exit_codes_and_json(bundle: Path, runner, tmp_path: Path) -> None:
-    from cli.main import app
+    from dossier_cli.main import app
 
     r = runner.invoke(app, ["verify", str(bundle), "--json", "--recheck"])
     assert r.exit_code == 0, r.output
@@ -151,7 +151,7 @@ def test_verify_cli_exit_codes_and_json(bundle: Path, runner, tmp_path: Path) ->
 
 
 def test_retune_cli(bundle: Path, runner, tmp_path: Path) -> None:
-    from cli.main import app
+    from dossier_cli.main import app
 
     r = runner.invoke(app, ["retune", str(bundle), "--out", str(tmp_path / "o"), "--json", "-q"])
     assert r.exit_code == 0, r.output

@@ -89,7 +89,7 @@ def tune_graph(folder: Path, run_dir: Path, out: Path) -> dict:
                                          1e-3))
     shutil.rmtree(run_dir, ignore_errors=True)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "tune", str(spec), "--strategy",  # noqa: S603
+    proc = subprocess.run([sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--strategy",  # noqa: S603
                            "fast", "--out", str(run_dir), "--json", "--quiet"], cwd=REPO,
                           capture_output=True, text=True, timeout=400, check=False)
     rec: dict = {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 2),

@@ -40,7 +40,10 @@ START=$(date +%s)
 RESULTS="$WORK/results/$TAG"
 LOG="$OUT/h200-$TAG.log"
 mkdir -p "$OUT" "$RESULTS" "$WORK/runs/$TAG"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# the CLI's folder cli/ is the package dossier_cli once installed; uninstalled (the GPU machine
+# runs from the checkout), a link of that name makes it importable
+mkdir -p "$REPO/bench/work/pkgs" && ln -sfn "$REPO/cli" "$REPO/bench/work/pkgs/dossier_cli"
+export PYTHONPATH="$REPO:$REPO/bench/work/pkgs${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [ "$TINY" = 1 ]; then ALL="tiny_mlp_b8,tiny_convnet_b4"; TINYFLAG=--tiny
 else ALL="resnet50_b1,resnet50_b32,bert_b1,bert_b32"; TINYFLAG=; fi
 

@@ -270,7 +270,7 @@ def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
                env: dict[str, str] | None = None) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    cmd = [sys.executable, "-m", "cli.main", "tune", str(spec), "--strategy", strategy,
+    cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--strategy", strategy,
            "--out", str(run_dir), "--json", "--quiet"]
     if os.environ.get("BENCH_BUILD_JOBS"):
         cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
@@ -510,7 +510,7 @@ def step_procvar(run_dir: Path, pairs: int, timeout: float) -> dict:
 
 # ---------------------------------------------------------------------------------- bundle
 def _cli(args: list[str], timeout: float, keep: int = 6000) -> dict:
-    cmd = [sys.executable, "-m", "cli.main", *args]
+    cmd = [sys.executable, "-m", "dossier_cli.main", *args]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603

@@ -16,7 +16,10 @@ REPS=${REPS:-2}
 WORK=${WORK:-/tmp/ray-bench}
 LOG="$OUT/ray-one-gpu.log"
 mkdir -p "$OUT" "$WORK"
-export PYTHONPATH="$REPO" PYTHONUNBUFFERED=1
+# the CLI's folder cli/ is the package dossier_cli once installed; uninstalled (the GPU machine
+# runs from the checkout), a link of that name makes it importable
+mkdir -p "$REPO/bench/work/pkgs" && ln -sfn "$REPO/cli" "$REPO/bench/work/pkgs/dossier_cli"
+export PYTHONPATH="$REPO:$REPO/bench/work/pkgs" PYTHONUNBUFFERED=1
 if ! "$PY" -c "import ray, pydantic" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl >>"$LOG" 2>&1
@@ -36,7 +39,7 @@ for rep in $(seq "$REPS"); do
   for ex in local ray; do
     run="$WORK/runs/$ex-$rep"
     rm -rf "$run"
-    /usr/bin/time -f "$ex-$rep wall %e s" "$PY" -m cli.main tune "$SPEC" --out "$run" --quiet \
+    /usr/bin/time -f "$ex-$rep wall %e s" "$PY" -m dossier_cli.main tune "$SPEC" --out "$run" --quiet \
         --executor "$ex" >>"$LOG" 2>&1 || echo "$ex-$rep failed: $?" >>"$LOG"
   done
 done

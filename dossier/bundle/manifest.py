@@ -97,6 +97,10 @@ class ModelIdentity(_Model):
 class ValidationInfo(_Model):
     """How accuracy was judged: ``validation.json``."""
 
+    # metric..rtol are dossier.spec.AccuracyRule's fields, declared again on purpose: a stored
+    # format reads what older versions wrote (no new constraints, same schema), and the
+    # manifest stays free of the spec's imports (numpy, pyarrow) for a fast verify.
+
     metric: str
     """Loss metric: l0, l1, l2, linf or cos."""
     threshold: float

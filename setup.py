@@ -1,0 +1,15 @@
+"""Package layout (the metadata is in pyproject.toml).
+
+- ``dossier/`` (every subpackage found) is the library;
+- ``cli/`` is installed as ``dossier_cli`` (the console script ``dossier``), not as a generic
+  top-level ``cli``;
+- ``schemas/``, the one committed copy of the JSON Schema files, is installed as
+  ``dossier/schemas/`` (``dossier.schema.packaged_schema`` reads it there).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    packages=[*find_packages(include=["dossier", "dossier.*"]), "dossier_cli", "dossier.schemas"],
+    package_dir={"dossier_cli": "cli", "dossier.schemas": "schemas"},
+)
