@@ -346,44 +346,48 @@ def _best_target(cache: Any) -> tuple[Any, str] | tuple[None, str]:
 
 
 def step_fresh(run_dir: Path) -> dict:
-    """Re-time the shipped (or best admissible) route against the baseline in this process."""
+    """Re-measure the shipped (or best admissible) route against the baseline independently:
+    the procedure of the confirmation and of ``verify --rebench`` (:mod:`dossier.replicate`: a
+    fresh process per engine, production load options), and say whether it falls inside the
+    interval the search recorded."""
+    import numpy as np
+
+    from dossier import replicate
     from dossier.backends import get_backend
     from dossier.cache import TuningCache
-    from dossier.routes import Route
-    from dossier.timing import compare, flatten, sample_rounds, summarize, warm_up
-    from dossier.validation import load_validation_set
+    from dossier.timing import compare, flatten, summarize
 
     cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
     h = cache.header
     timing = h.timing
     base = next(t for t in cache.trials if t.role == "baseline")
     target, kind = _best_target(cache)
-    rec: dict[str, Any] = {"step": "fresh", "run_dir": str(run_dir), "target": kind}
+    rec: dict[str, Any] = {"step": "fresh", "run_dir": str(run_dir), "target": kind,
+                           "procedure": "independent"}
     if target is None or not base.engine or not target.engine:
         return {**rec, "ok": True, "note": "no admissible route besides the baseline"}
     confirm = next((t for t in cache.trials if t.role == "confirm" and t.route == target.route),
                    None)
     ref = confirm or target
     backend = get_backend(h.backend)
-    vset = load_validation_set(Path(h.validation_path))
-    runners = [backend.load(run_dir / base.engine, Route.parse(h.baseline_route)),
-               backend.load(run_dir / target.engine, Route.parse(target.route))]
-    fns = []
-    for r in runners:
-        prepared = [r.prepare(p.inputs) for p in vset.pairs]
-        fns.append(lambda _i, r=r, prepared=prepared: sum(r.timed(x) for x in prepared))
-    warm = [warm_up(f, timing, 1) for f in fns]
-    rounds = sample_rounds([lambda f=f: f for f in fns], timing, 1)
-    samples = [flatten(r)[0] for r in rounds]
-    comp = compare(rounds[0], rounds[1], timing, baseline_warmup=warm[0])
-    fresh_target = summarize(samples[1], timing.confidence, warm[1])
-    fresh_base = summarize(samples[0], timing.confidence, warm[0])
+    engines = [(run_dir / base.engine, h.baseline_route), (run_dir / target.engine, target.route)]
+    env: dict[str, str] = {}
+    for path, _ in engines:
+        env.update(backend.loader_env(path))
+    m = replicate.measure(h.backend, engines, Path(h.validation_path), timing,
+                          builder=dict(h.builder), shapes=h.shapes, env=env)
+    comp = compare(m.rounds[0], m.rounds[1], timing, baseline_warmup=m.warmup_runs[0],
+                   procedure="independent")
+    fresh_base = summarize(flatten(m.rounds[0])[0], timing.confidence, m.warmup_runs[0])
+    fresh_target = summarize(flatten(m.rounds[1])[0], timing.confidence, m.warmup_runs[1])
     rc, rt = ref.comparison, ref.timing
     rec.update({
         "route": target.route, "reference": "confirm" if confirm else "screening",
         "fresh_speedup": comp.speedup, "fresh_speedup_ci": [comp.speedup_ci_low,
                                                               comp.speedup_ci_high],
         "fresh_p_value": comp.p_value, "fresh_faster": comp.faster,
+        "fresh_round_ratios": comp.round_ratios,
+        "fresh_block_medians_ms": [[float(np.median(b)) for b in eng] for eng in m.rounds],
         "fresh_median_ms": fresh_target.median_ms, "fresh_baseline_median_ms": fresh_base.median_ms,
         "tuned_speedup": rc.speedup if rc else None,
         "tuned_speedup_ci": [rc.speedup_ci_low, rc.speedup_ci_high] if rc else None,
