@@ -72,14 +72,14 @@ import contextlib
 import datetime as dt
 import json
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dossier.bundle._files import new_staging, remove_stale_staging, rename_noreplace
-from dossier.bundle.manifest import MANIFEST_NAME
+from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
+from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.errors import (
     BackendUnavailableError,
@@ -88,7 +88,7 @@ from dossier.errors import (
     OutputError,
     SignatureError,
 )
-from dossier.hashing import CHUNK, canonical_json
+from dossier.hashing import BLAKE3, canonical_json, feed, new_hasher
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 """in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
@@ -127,28 +127,19 @@ def _crypto() -> Any:
     return ed25519
 
 
-def _blake3() -> Any:
-    try:
-        import blake3
-    except ImportError:  # pragma: no cover - the [sign] extra is installed in CI
-        raise BackendUnavailableError("signing needs the blake3 package", hint=_HINT_INSTALL) from None
-    return blake3.blake3
-
-
 def blake3_file(path: Path) -> str:
     """BLAKE3 (256-bit, lowercase hex) of the file at ``path``, streamed in fixed chunks."""
-    h = _blake3()()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    h = new_hasher(BLAKE3)
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return str(h.hexdigest())
+        feed(f, [h])  # type: ignore[arg-type]
+    return h.hexdigest()
 
 
 def blake3_bytes(data: bytes) -> str:
     """BLAKE3 (256-bit, lowercase hex) of ``data``."""
-    return str(_blake3()(data).hexdigest())
+    h = new_hasher(BLAKE3)
+    h.update(memoryview(data))
+    return h.hexdigest()
 
 
 # -------------------------------------------------------------------------------------- keys
@@ -299,38 +290,28 @@ def signature_path(bundle: Path) -> Path:
     return bundle.with_name(name + ".sig.json")
 
 
-def bundle_digests(bundle: Bundle) -> tuple[dict[str, str], list[str]]:
+def bundle_digests(bundle: Bundle, scan: BundleScan | None = None) -> tuple[dict[str, str],
+                                                                          list[str]]:
     """BLAKE3 of every regular file actually in the bundle folder (links are never followed),
-    and the paths of entries that are not regular files. An archive opened lazily is hashed
-    member by member in place (its members were checked to be regular files when opened)."""
-    if bundle.archive is not None:
-        from dossier.bundle.archive import scan_archive
-
-        return scan_archive(bundle.archive, _blake3_stream), []
-    return _folder_digests(bundle.path)
-
-
-def _folder_digests(root: Path) -> tuple[dict[str, str], list[str]]:
-    digests: dict[str, str] = {}
-    odd: list[str] = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        base = Path(folder)
-        for name in [*files, *[d for d in dirs if os.path.islink(base / d)]]:
-            path = base / name
-            rel = path.relative_to(root).as_posix()
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                digests[rel] = blake3_file(path)
-            else:
-                odd.append(rel)
-    return dict(sorted(digests.items())), sorted(odd)
+    and the paths of entries that are not regular files (or cannot be read). An archive opened
+    lazily is hashed member by member in place (its members were checked to be regular files
+    when opened). ``scan``: a :func:`~dossier.bundle.integrity.scan_bundle` with BLAKE3 made
+    already (nothing is read again)."""
+    if scan is None or not scan.has(BLAKE3):
+        scan = scan_bundle(bundle, [BLAKE3])
+    return _scan_digests(scan)
 
 
-def statement(bundle: Bundle, digests: dict[str, str] | None = None) -> dict[str, Any]:
+def _scan_digests(scan: BundleScan) -> tuple[dict[str, str], list[str]]:
+    return scan.digests(BLAKE3), sorted([*scan.odd, *scan.unreadable])
+
+
+def statement(bundle: Bundle, digests: dict[str, str] | None = None, *,
+              scan: BundleScan | None = None) -> dict[str, Any]:
     """The in-toto statement of ``bundle``: every file (and manifest.json) as a subject with
     its BLAKE3, and SLSA provenance v1 of how the bundle was made."""
     if digests is None:
-        digests, odd = bundle_digests(bundle)
+        digests, odd = bundle_digests(bundle, scan)
         if odd:
             raise IntegrityError(f"{bundle.source}: {odd[0]} is not a regular file; not signed")
     return {
@@ -344,7 +325,6 @@ def statement(bundle: Bundle, digests: dict[str, str] | None = None) -> dict[str
 def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
     """SLSA provenance v1 predicate of ``bundle`` (``digests``: BLAKE3 by bundle path)."""
     from dossier.bundle.tables import ROUTES, SHAPES, TIMINGS
-    from dossier.bundle.writer import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME
 
     m, s = bundle.manifest, bundle.manifest.summary
     cache = bundle.tuning_cache()
@@ -458,18 +438,17 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     already there over the same statement gets this signature added (co-signing); one over
     another statement is never replaced (OutputError).
     """
-    from dossier.bundle.integrity import check_integrity
-
     private = load_private_key(key)
     keyid = key_id(private.public_key())
     path = Path(path)
     with open_bundle(path) as bundle:
-        report = check_integrity(bundle)
+        scan = scan_bundle(bundle, [BLAKE3])  # one read of every file for both digests
+        report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
                                  f"({report.problems[0] if report.problems else report}); "
                                  "not signed")
-        body = statement(bundle)
+        body = statement(bundle, scan=scan)
         dossier_id = bundle.manifest.dossier_id
     payload = canonical_json(body)
     sig = base64.b64encode(private.sign(pae(PAYLOAD_TYPE, payload))).decode("ascii")
@@ -544,7 +523,8 @@ class SignatureCheck:
 
 
 def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, require: bool = False,
-                    signature: Path | None = None) -> SignatureCheck | None:
+                    signature: Path | None = None,
+                    scan: BundleScan | None = None) -> SignatureCheck | None:
     """Check the signature of an opened bundle; None when it has none and none is required.
 
     Every signature of the envelope must verify (against its embedded public key, or the
@@ -562,7 +542,7 @@ def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, requir
     if found is None:
         return None
     verified, claimed, subjects = found
-    actual, odd = bundle_digests(bundle)
+    actual, odd = bundle_digests(bundle, scan)
     _compare(bundle.source, subjects, actual, odd)
     return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
 
@@ -697,7 +677,7 @@ def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
     import tarfile
 
     if source.is_dir():
-        return _folder_digests(source)
+        return _scan_digests(scan_folder(source, [BLAKE3]))
     digests: dict[str, str] = {}
     odd: list[str] = []
     try:
@@ -713,18 +693,13 @@ def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
                 src = tar.extractfile(m)
                 assert src is not None  # a regular file
                 with src:
-                    digests[rel] = _blake3_stream(src)
+                    h = new_hasher(BLAKE3)
+                    feed(src, [h])
+                    digests[rel] = h.hexdigest()
     except (tarfile.TarError, OSError) as exc:
         raise SignatureError(f"{source} cannot be read to check its signature ({exc})",
                              hint=_HINT_ALTERED) from exc
     return dict(sorted(digests.items())), sorted(odd)
-
-
-def _blake3_stream(src: Any) -> str:
-    h = _blake3()()
-    while chunk := src.read(CHUNK):
-        h.update(chunk)
-    return str(h.hexdigest())
 
 
 def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> bytes:

@@ -18,7 +18,7 @@ fingerprint, with a manifest that lists every file's size and xxh3-128::
 
 from __future__ import annotations
 
-from dossier.bundle.archive import archive_name, extract_archive, pack_bundle, write_archive
+from dossier.bundle.archive import extract_archive
 from dossier.bundle.integrity import IntegrityReport, Problem, ProblemKind, check_integrity
 from dossier.bundle.manifest import (
     FORMAT,
@@ -35,6 +35,7 @@ from dossier.bundle.manifest import (
     parse_manifest,
 )
 from dossier.bundle.model import model_identity
+from dossier.bundle.pack import archive_name, pack_bundle, write_archive
 from dossier.bundle.reader import Bundle, open_bundle, read_bundle
 from dossier.bundle.writer import (
     WrittenBundle,

@@ -32,8 +32,14 @@ from dossier.bundle._files import (
     write_durable,
 )
 from dossier.bundle.manifest import (
+    BUNDLE_SUFFIX,
+    CACHE_NAME,
+    FINGERPRINT_NAME,
     FORMAT_VERSION,
+    KNOBS_NAME,
     MANIFEST_NAME,
+    MODEL_JSON,
+    VALIDATION_JSON,
     EngineEntry,
     Engines,
     ExternalFile,
@@ -65,13 +71,6 @@ from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 
-CACHE_NAME = "tuning-cache.jsonl"
-KNOBS_NAME = "knobs.json"
-FINGERPRINT_NAME = "fingerprint.json"
-MODEL_JSON = "model.json"
-VALIDATION_JSON = "validation.json"
-BUNDLE_SUFFIX = ".dossier"
-ARCHIVE_SUFFIX = ".dossier.tar"
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 

@@ -43,7 +43,7 @@ from dossier.errors import (
     RegistryAuthError,
     RegistryError,
 )
-from dossier.hashing import CHUNK
+from dossier.hashing import CHUNK, SHA256, feed, new_hasher
 from dossier.registry.reference import Reference, is_loopback
 
 MANIFEST_MAX_BYTES = 4 << 20
@@ -67,14 +67,9 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: Path) -> tuple[str, int]:
     """``sha256:HEX`` and size of the file at ``path``, streamed in fixed chunks."""
-    h = hashlib.sha256()
-    size = 0
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    h = new_hasher(SHA256)
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-            size += n
+        size = feed(f, [h])  # type: ignore[arg-type]
     return "sha256:" + h.hexdigest(), size
 
 
