@@ -130,6 +130,8 @@ def test_no_import_cycle_in_the_library() -> None:
     ("dossier.bundle.archive", "dossier.bundle.reader"),
     ("dossier.bundle.reader", "dossier.bundle.integrity"),
     ("dossier.bundle.integrity", "dossier.bundle.pack"),
+    ("dossier.bundle.builder", "dossier.bundle.writer"),
+    ("dossier.bundle.builder", "dossier.importer"),
 ])
 def test_bundle_layers(lower: str, upper: str) -> None:
     """Each bundle layer builds on the one below and never imports one above it."""

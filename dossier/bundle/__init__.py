@@ -19,6 +19,13 @@ fingerprint, with a manifest that lists every file's size and xxh3-128::
 from __future__ import annotations
 
 from dossier.bundle.archive import extract_archive
+from dossier.bundle.builder import (
+    BundleContent,
+    WrittenBundle,
+    build_bundle,
+    bundle_name,
+    check_target,
+)
 from dossier.bundle.integrity import IntegrityReport, Problem, ProblemKind, check_integrity
 from dossier.bundle.manifest import (
     FORMAT,
@@ -37,18 +44,14 @@ from dossier.bundle.manifest import (
 from dossier.bundle.model import model_identity
 from dossier.bundle.pack import archive_name, pack_bundle, write_archive
 from dossier.bundle.reader import Bundle, open_bundle, read_bundle
-from dossier.bundle.writer import (
-    WrittenBundle,
-    bundle_name,
-    check_target,
-    coverage_warnings,
-    write_bundle,
-)
+from dossier.bundle.writer import coverage_warnings, write_bundle
 
 __all__ = [
     "archive_name",
+    "build_bundle",
     "Bundle",
     "bundle_name",
+    "BundleContent",
     "check_integrity",
     "check_target",
     "coverage_warnings",
