@@ -66,11 +66,8 @@ keys you hold. The envelope is the same DSSE + in-toto format Sigstore bundles c
 
 from __future__ import annotations
 
-import base64
 import binascii
-import contextlib
 import datetime as dt
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -81,8 +78,22 @@ from dossier.bundle._files import new_staging, remove_stale_staging, rename_nore
 from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
 from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
+from dossier.dsse import (
+    DIGEST,
+    MAX_SIGNATURES,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    Envelope,
+    EnvelopeProblem,
+    Signature,
+    b64encode,
+    parse_envelope,
+    parse_statement,
+)
 from dossier.errors import (
     BackendUnavailableError,
+    DossierError,
     InputError,
     IntegrityError,
     OutputError,
@@ -90,26 +101,16 @@ from dossier.errors import (
 )
 from dossier.hashing import BLAKE3, canonical_json, feed, new_hasher
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-"""in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-"""SLSA provenance v1 (https://slsa.dev/spec/v1.0/provenance)."""
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-"""DSSE payload type of an in-toto statement."""
 BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
 """Our SLSA buildType: a search by ``dossier tune`` (externalParameters: release, backend,
 selection, strategy, metric, threshold, tolerances, timing, shapes, builder options, parent;
 internalParameters: the tuning host summary and tool versions), then ``dossier bundle``."""
 BUILDER_ID = "urn:dossier:builder:dossier-cli"
 """SLSA builder.id: the dossier command line run by whoever holds the signing key."""
-DIGEST = "blake3"
-"""DigestSet key of the subjects' digests (lowercase hex, 256-bit BLAKE3)."""
 SIGNATURE_SUFFIX = ".dossier.sig.json"
 """A bundle ``NAME-VERSION.dossier`` (or ``.dossier.tar``) is signed by ``NAME-VERSION.dossier.sig.json``."""
 ENVELOPE_MAX_BYTES = 16 << 20
 """A signature file larger than this is refused before it is parsed."""
-MAX_SIGNATURES = 64
-"""An envelope with more signatures than this is refused (bounds the work of checking it)."""
 PRIVATE_KEY_SUFFIX = ".key"
 PUBLIC_KEY_SUFFIX = ".pub"
 
@@ -267,16 +268,6 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding of ``payload``: what is actually signed."""
     t = payload_type.encode("utf-8")
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
-
-
-def _b64decode(text: object) -> bytes | None:
-    """Strict base64 (standard or URL-safe alphabet, as DSSE allows); None when it is not."""
-    if not isinstance(text, str) or not text.isascii():
-        return None
-    for altchars in (None, b"-_"):
-        with contextlib.suppress(binascii.Error, ValueError):
-            return base64.b64decode(text.encode("ascii"), altchars=altchars, validate=True)
-    return None
 
 
 # ------------------------------------------------------------------------------- the statement
@@ -451,22 +442,19 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
         body = statement(bundle, scan=scan)
         dossier_id = bundle.manifest.dossier_id
     payload = canonical_json(body)
-    sig = base64.b64encode(private.sign(pae(PAYLOAD_TYPE, payload))).decode("ascii")
     target = Path(out) if out is not None else signature_path(path)
-    signatures = [{"keyid": keyid, "sig": sig, "publicKey": _raw_public_b64(private.public_key())}]
+    signatures = [Signature(keyid=keyid, sig=b64encode(private.sign(pae(PAYLOAD_TYPE, payload))),
+                            publicKey=_raw_public_b64(private.public_key()))]
     if os.path.lexists(target):
         existing = _read_envelope(target, OutputError)
-        if _b64decode(existing.get("payload")) != payload:
+        if existing.body != payload:
             raise OutputError(f"{target} exists and signs other content",
                               hint="remove it, or write the signature elsewhere with --out")
-        found = existing.get("signatures")
-        kept = [s for s in (found if isinstance(found, list) else []) if isinstance(s, dict)
-                and s.get("keyid") != keyid]
-        signatures = sorted([*kept, *signatures], key=lambda s: str(s.get("keyid")))
-    envelope = {"payloadType": PAYLOAD_TYPE,
-                "payload": base64.b64encode(payload).decode("ascii"),
-                "signatures": signatures}
-    data = (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode()
+        kept = [s for s in existing.signatures if s.keyid != keyid]
+        signatures = sorted([*kept, *signatures], key=lambda s: s.keyid)
+    envelope = Envelope(payloadType=PAYLOAD_TYPE, payload=b64encode(payload),
+                        signatures=signatures)
+    data = envelope.to_bytes()
     write_envelope(target, data, replace=os.path.lexists(target))
     return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
 
@@ -579,19 +567,9 @@ def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, r
                                  "signature with --signature")
         return None
     envelope = _read_envelope(path, SignatureError)
-    if envelope.get("payloadType") != PAYLOAD_TYPE:
-        raise SignatureError(f"{path}: payload type {envelope.get('payloadType')!r} is not "
-                             f"{PAYLOAD_TYPE!r}", hint=_HINT_ALTERED)
-    payload = _b64decode(envelope.get("payload"))
-    if payload is None:
-        raise SignatureError(f"{path}: the payload is not base64", hint=_HINT_ALTERED)
-    sigs = envelope.get("signatures")
-    if not isinstance(sigs, list) or not sigs or len(sigs) > MAX_SIGNATURES:
-        raise SignatureError(f"{path}: the envelope holds no signatures (or more than "
-                             f"{MAX_SIGNATURES})", hint=_HINT_ALTERED)
-    claimed = sorted({s["keyid"] for s in sigs if isinstance(s, dict)
-                      and isinstance(s.get("keyid"), str)})
-    signers = _verify_all(path, keys, sigs, payload)
+    payload = envelope.body
+    claimed = sorted({s.keyid for s in envelope.signatures if s.keyid})
+    signers = _verify_all(path, keys, envelope.signatures, payload)
     ours = {key_id(k) for k, _ in keys}
     verified = sorted(ours & signers)
     if keys and not verified:
@@ -604,10 +582,14 @@ def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, r
         raise SignatureError(f"{path}: no signature can be checked (none carries its public key "
                              "and no --trusted-key was given)",
                              hint="pass the signer's public key with --trusted-key")
-    return verified, claimed, _subjects(path, payload)
+    try:
+        subjects = parse_statement(payload, must_cover=MANIFEST_NAME).digests()
+    except EnvelopeProblem as exc:
+        raise SignatureError(f"{path}: {exc}", hint=_HINT_ALTERED) from None
+    return verified, claimed, subjects
 
 
-def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: list[Any],
+def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: Sequence[Signature],
                 payload: bytes) -> set[str]:
     """The key ids whose signature verifies. SignatureError for any signature that can be
     checked (its own public key, or a trusted key of its key id) and does not verify."""
@@ -618,31 +600,22 @@ def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: list[Any],
     trusted = {key_id(k): k for k, _ in keys}
     signers: set[str] = set()
     for n, s in enumerate(sigs, start=1):
-        if not isinstance(s, dict):
-            raise SignatureError(f"{path}: signature {n} is not an object", hint=_HINT_ALTERED)
-        keyid = s.get("keyid") if isinstance(s.get("keyid"), str) else ""
-        label = f"signature {n} (key {keyid[:16] or 'unnamed'})"
-        key = trusted.get(keyid)
-        if "publicKey" in s:
-            raw = _b64decode(s.get("publicKey"))
-            if raw is None or len(raw) != 32:
-                raise SignatureError(f"{path}: {label} does not verify: its public key is not "
-                                     "32 bytes of base64", hint=_HINT_ALTERED)
+        label = f"signature {n} (key {s.keyid[:16] or 'unnamed'})"
+        key = trusted.get(s.keyid)
+        raw = s.public_key_bytes
+        if raw is not None:
             key = ed25519.Ed25519PublicKey.from_public_bytes(raw)
-            if key_id(key) != keyid:
+            if key_id(key) != s.keyid:
                 raise SignatureError(f"{path}: {label} does not verify: its key id is not its "
                                      "public key's", hint=_HINT_ALTERED)
         if key is None:
             continue  # neither its own key nor a trusted one: it cannot be checked
-        sig = _b64decode(s.get("sig"))
         try:
-            if sig is None or len(sig) != 64:
-                raise InvalidSignature
-            key.verify(sig, message)
+            key.verify(s.sig_bytes, message)
         except InvalidSignature:
             raise SignatureError(f"{path}: {label} does not verify: the statement or the "
                                  "signature was altered", hint=_HINT_ALTERED) from None
-        signers.add(keyid)
+        signers.add(s.keyid)
     return signers
 
 
@@ -650,7 +623,7 @@ def _raw_public_b64(public_key: Any) -> str:
     from cryptography.hazmat.primitives import serialization
 
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode("ascii")
+    return b64encode(raw)
 
 
 def _compare(source: Path, subjects: dict[str, str], actual: dict[str, str],
@@ -702,7 +675,7 @@ def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
     return dict(sorted(digests.items())), sorted(odd)
 
 
-def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> bytes:
+def read_envelope_bytes(path: Path, error: type[DossierError] = SignatureError) -> bytes:
     """The bytes of a signature envelope file, refused over ``ENVELOPE_MAX_BYTES``."""
     try:
         with open(path, "rb") as f:
@@ -714,48 +687,18 @@ def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> 
     return data
 
 
-def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
+def _read_envelope(path: Path, error: type[DossierError]) -> Envelope:
     data = read_envelope_bytes(path, error)
     try:
-        envelope = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise error(f"{path} is not a DSSE envelope (not JSON: {_one_line(exc)})") from None
-    if not isinstance(envelope, dict):
-        raise error(f"{path} is not a DSSE envelope (a JSON {type(envelope).__name__})")
-    return envelope
+        return parse_envelope(data)
+    except EnvelopeProblem as exc:
+        if not exc.altered:
+            raise error(f"{path} {exc}") from None
+        raise error(f"{path}: {exc}", hint=_HINT_ALTERED) from None
 
 
-def _subjects(path: Path, payload: bytes) -> dict[str, str]:
-    """Subject name -> BLAKE3 from a statement; SignatureError when it is not ours."""
-    try:
-        body = json.loads(payload)
-    except (ValueError, RecursionError):
-        raise SignatureError(f"{path}: the signed payload is not JSON", hint=_HINT_ALTERED) from None
-    if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
-        raise SignatureError(f"{path}: the payload is not an in-toto Statement v1",
-                             hint=_HINT_ALTERED)
-    if body.get("predicateType") != PREDICATE_TYPE:
-        raise SignatureError(f"{path}: predicate type {body.get('predicateType')!r} is not "
-                             f"{PREDICATE_TYPE!r}", hint=_HINT_ALTERED)
-    found: dict[str, str] = {}
-    subjects = body.get("subject")
-    if not isinstance(subjects, list) or not subjects:
-        raise SignatureError(f"{path}: the statement names no subjects", hint=_HINT_ALTERED)
-    for item in subjects:
-        name = item.get("name") if isinstance(item, dict) else None
-        digest = item.get("digest") if isinstance(item, dict) else None
-        value = digest.get(DIGEST) if isinstance(digest, dict) else None
-        if not isinstance(name, str) or not isinstance(value, str) or name in found:
-            raise SignatureError(f"{path}: subject {str(name)[:80]!r} has no {DIGEST} digest "
-                                 "or appears twice", hint=_HINT_ALTERED)
-        found[name] = value
-    if MANIFEST_NAME not in found:
-        raise SignatureError(f"{path}: the statement does not cover {MANIFEST_NAME}",
-                             hint=_HINT_ALTERED)
-    return found
-
-
-__all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "PAYLOAD_TYPE", "PREDICATE_TYPE",
+__all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "MAX_SIGNATURES", "PAYLOAD_TYPE",
+           "PREDICATE_TYPE",
            "SIGNATURE_SUFFIX", "STATEMENT_TYPE", "KeyPair", "SignatureCheck", "SignedBundle",
            "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
            "check_signature_at",
