@@ -74,10 +74,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle._files import new_staging, remove_stale_staging, rename_noreplace
+from dossier.bundle._files import (
+    new_staging,
+    remove_stale_staging,
+    rename_noreplace,
+    write_durable,
+)
 from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
 from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
+from dossier.diskfull import output_error
 from dossier.dsse import (
     DIGEST,
     MAX_SIGNATURES,
@@ -197,7 +203,8 @@ def generate_key_pair(out_dir: Path, name: str = "dossier") -> KeyPair:
     except FileExistsError as exc:
         raise OutputError(f"{exc.filename} exists already", hint="keys are never overwritten") from None
     except OSError as exc:
-        raise OutputError(f"cannot write the key pair into {out_dir}: {exc.strerror or exc}") from exc
+        raise output_error(exc, out_dir, "writing the key pair",
+                           f"write the key pair into {out_dir}") from exc
     return KeyPair(private, public, key_id(key.public_key()))
 
 
@@ -205,8 +212,13 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         os.fchmod(fd, mode)  # the umask may have taken bits away; never adds any here
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a short write is not an error; a full disk raises
+            view = view[os.write(fd, view):]
         os.fsync(fd)
+    except BaseException:
+        path.unlink(missing_ok=True)  # no half-written key is left
+        raise
     finally:
         os.close(fd)
 
@@ -462,26 +474,24 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
 def write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
     """Write a signature envelope durably (staging file, fsync, rename); OutputError."""
     folder = target.parent
+    staging: Path | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         remove_stale_staging(folder)
         staging = new_staging(folder, target.name, directory=False)
-        with open(staging, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            if replace:
-                os.replace(staging, target)
-            else:
-                rename_noreplace(staging, target)
-        except BaseException:
+        write_durable(staging, data)
+        if replace:
+            os.replace(staging, target)
+        else:
+            rename_noreplace(staging, target)
+    except BaseException as exc:
+        if staging is not None:  # nothing half-written is left, not even on a full disk
             staging.unlink(missing_ok=True)
-            raise
-    except FileExistsError:
-        raise OutputError(f"{target} appeared while the signature was written") from None
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        if isinstance(exc, FileExistsError):
+            raise OutputError(f"{target} appeared while the signature was written") from None
+        if isinstance(exc, OSError):
+            raise output_error(exc, folder, f"writing {target.name}", f"write {target}") from exc
+        raise
 
 
 # -------------------------------------------------------------------------------------- verify

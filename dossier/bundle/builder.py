@@ -49,7 +49,7 @@ from dossier.bundle.manifest import (
     manifest_bytes,
     seal,
 )
-from dossier.diskfull import disk_full_error, is_disk_full
+from dossier.diskfull import output_error
 from dossier.errors import DossierError, ModelError, OutputError
 from dossier.hashing import digest_file
 from dossier.trial import TrialRecord
@@ -250,9 +250,8 @@ def commit_bundle(out_dir: Path, target: Path,
         fsync_path(out_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        if is_disk_full(exc):
-            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
-        raise OutputError(f"cannot write the bundle into {out_dir}: {exc.strerror or exc}") from exc
+        raise output_error(exc, out_dir, f"writing {target.name}",
+                           f"write the bundle into {out_dir}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -17,7 +17,7 @@ from dossier.bundle._files import begin_staging, fsync_path, rename_noreplace
 from dossier.bundle.integrity import check_integrity
 from dossier.bundle.manifest import ARCHIVE_SUFFIX, BUNDLE_SUFFIX, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
-from dossier.diskfull import disk_full_error, is_disk_full
+from dossier.diskfull import output_error
 from dossier.errors import IntegrityError, OutputError
 from dossier.hashing import CHUNK
 from dossier.lock import bundle_lock
@@ -63,9 +63,7 @@ def _commit_archive(bundle: Bundle, out_dir: Path, target: Path) -> None:
         raise OutputError(f"{target} appeared while the archive was written") from None
     except OSError as exc:
         staging.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise output_error(exc, out_dir, f"writing {target.name}", f"write {target}") from exc
     except BaseException:
         staging.unlink(missing_ok=True)
         raise

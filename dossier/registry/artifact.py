@@ -50,6 +50,7 @@ from dossier.bundle.manifest import (
     parse_manifest,
 )
 from dossier.bundle.reader import open_bundle, read_bundle
+from dossier.diskfull import output_error
 from dossier.errors import (
     BundleFormatError,
     DossierError,
@@ -309,6 +310,9 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
         except FileExistsError:
             raise OutputError(f"{target} appeared while the bundle was pulled") from None
         fsync_path(out_dir)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise output_error(exc, out_dir, f"pulling {pinned}", f"write {target}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

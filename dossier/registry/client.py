@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urljoin, urlsplit
 
+from dossier.diskfull import output_error
 from dossier.errors import (
     BackendUnavailableError,
     DigestMismatchError,
     InputError,
     NotFoundError,
-    OutputError,
     RegistryAuthError,
     RegistryError,
 )
@@ -361,7 +361,7 @@ class RegistryClient:
                                     f"({_reason(exc)})", hint="nothing was kept; try again"
                                     ) from None
             except OSError as exc:
-                raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+                raise output_error(exc, dest.parent, f"pulling {what}", f"write {dest}") from exc
             f.flush()
             os.fsync(f.fileno())
         _match(self.ref, what, digest, size, "sha256:" + h.hexdigest(), n)
