@@ -102,7 +102,7 @@ def verify(
                 err.print(f"OK: signature {signed.path}: {signed}", markup=False, soft_wrap=True)
             report = check_integrity(b, scan)
             if not report:
-                for problem in report.problems or [str(report)]:
+                for problem in [str(p) for p in report.problems] or [str(report)]:
                     err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
                 err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
                           markup=False, soft_wrap=True)

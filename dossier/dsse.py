@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
+PAYLOAD_TYPE: Literal["application/vnd.in-toto+json"] = "application/vnd.in-toto+json"
 """DSSE payload type of an in-toto statement."""
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 """in-toto Statement v1."""

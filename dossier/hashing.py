@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, Protocol
 
 import xxhash
 
@@ -46,7 +46,7 @@ def new_hasher(algorithm: str) -> Hasher:
     """A fresh hasher for ``algorithm`` (:data:`ALGORITHM`, :data:`BLAKE3` or :data:`SHA256`).
     BackendUnavailableError when BLAKE3 is asked for and the blake3 package is missing."""
     if algorithm == ALGORITHM:
-        return xxhash.xxh3_128()  # type: ignore[no-any-return]
+        return xxhash.xxh3_128()
     if algorithm == SHA256:
         return hashlib.sha256()
     if algorithm == BLAKE3:
@@ -58,11 +58,11 @@ def new_hasher(algorithm: str) -> Hasher:
             raise BackendUnavailableError("signing needs the blake3 package",
                                           hint="pip install 'dossier[sign]' (cryptography and "
                                           "blake3)") from None
-        return blake3.blake3()  # type: ignore[no-any-return]
+        return blake3.blake3()
     raise ValueError(f"unknown digest algorithm {algorithm!r}")
 
 
-def feed(stream: BinaryIO, hashers: Sequence[Hasher]) -> int:
+def feed(stream: IO[bytes], hashers: Sequence[Hasher]) -> int:
     """Read everything left in ``stream`` once, in fixed chunks, into every one of ``hashers``;
     return the number of bytes read. Memory use is one buffer of :data:`CHUNK` bytes."""
     size = 0
@@ -76,7 +76,7 @@ def feed(stream: BinaryIO, hashers: Sequence[Hasher]) -> int:
     return size
 
 
-def digest_stream(stream: BinaryIO) -> tuple[str, int]:
+def digest_stream(stream: IO[bytes]) -> tuple[str, int]:
     """xxh3-128 and size of everything left in ``stream``, read in fixed chunks."""
     h = new_hasher(ALGORITHM)
     size = feed(stream, [h])
@@ -86,7 +86,7 @@ def digest_stream(stream: BinaryIO) -> tuple[str, int]:
 def digest_file(path: Path) -> tuple[str, int]:
     """xxh3-128 and size of the file at ``path``, streamed."""
     with open(path, "rb", buffering=0) as f:
-        return digest_stream(f)  # type: ignore[arg-type]
+        return digest_stream(f)
 
 
 def canonical_json(obj: Any) -> bytes:

@@ -138,7 +138,7 @@ def blake3_file(path: Path) -> str:
     """BLAKE3 (256-bit, lowercase hex) of the file at ``path``, streamed in fixed chunks."""
     h = new_hasher(BLAKE3)
     with open(path, "rb", buffering=0) as f:
-        feed(f, [h])  # type: ignore[arg-type]
+        feed(f, [h])
     return h.hexdigest()
 
 
@@ -456,7 +456,7 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     payload = canonical_json(body)
     target = Path(out) if out is not None else signature_path(path)
     signatures = [Signature(keyid=keyid, sig=b64encode(private.sign(pae(PAYLOAD_TYPE, payload))),
-                            publicKey=_raw_public_b64(private.public_key()))]
+                            public_key=_raw_public_b64(private.public_key()))]
     if os.path.lexists(target):
         existing = _read_envelope(target, OutputError)
         if existing.body != payload:
@@ -464,7 +464,7 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
                               hint="remove it, or write the signature elsewhere with --out")
         kept = [s for s in existing.signatures if s.keyid != keyid]
         signatures = sorted([*kept, *signatures], key=lambda s: s.keyid)
-    envelope = Envelope(payloadType=PAYLOAD_TYPE, payload=b64encode(payload),
+    envelope = Envelope(payload_type=PAYLOAD_TYPE, payload=b64encode(payload),
                         signatures=signatures)
     data = envelope.to_bytes()
     write_envelope(target, data, replace=os.path.lexists(target))

@@ -115,7 +115,7 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
                          baseline_route=s.baseline_route,
                          builder=header.builder, shapes=header.shapes,
                          result=str(work / "result.json"), stage=str(work / "stage"),
-                         **kw)  # type: ignore[arg-type]
+                         **kw)
 
 
 def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:

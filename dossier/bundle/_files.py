@@ -60,7 +60,7 @@ def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
     """Copy the file ``src`` to the new file ``dst``; return the digest and size of what was
     copied (read once)."""
     with open(src, "rb", buffering=0) as f:
-        return copy_hashed(f, dst)  # type: ignore[arg-type]
+        return copy_hashed(f, dst)
 
 
 def write_durable(path: Path, data: bytes) -> None:

@@ -23,7 +23,7 @@ import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from dossier.bundle._files import copy_hashed, write_durable
 from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
@@ -96,7 +96,7 @@ class _Slice(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def,override]
+    def readinto(self, buf: Any) -> int:
         view = memoryview(buf)[: self.left]
         n = self.f.readinto(view) if view.nbytes else 0  # type: ignore[attr-defined]
         self.left -= n or 0

@@ -139,7 +139,7 @@ def scan_folder(root: Path, algorithms: Sequence[str] = ()) -> BundleScan:
                 odd.append(rel)
                 continue
             with open(path, "rb", buffering=0) as f:
-                files[rel] = _read(f, names)  # type: ignore[arg-type]
+                files[rel] = _read(f, names)
         except OSError as exc:
             unreadable[rel] = str(exc.strerror or exc)
     return BundleScan(names, dict(sorted(files.items())), sorted(odd), unreadable)

@@ -23,7 +23,7 @@ from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
 from dossier.trial import Reading, TimingSummary
 
-FORMAT = "dossier-bundle"
+FORMAT: Literal["dossier-bundle"] = "dossier-bundle"
 """Value of the manifest's ``format`` field."""
 FORMAT_VERSION = "1.1"
 """The format version this code writes (MAJOR.MINOR)."""

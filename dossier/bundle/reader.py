@@ -21,13 +21,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from dossier.bundle import archive as _archive
-from dossier.bundle import tables
 from dossier.bundle._files import remove_stale
 from dossier.bundle.archive import ArchiveIndex, extract_archive, index_archive
 from dossier.bundle.manifest import (
@@ -42,10 +40,14 @@ from dossier.bundle.manifest import (
     ValidationInfo,
     parse_manifest,
 )
-from dossier.cache import TuningCache
 from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleError, BundleFormatError
-from dossier.fingerprint import Fingerprint
+
+if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
+    import pyarrow as pa
+
+    from dossier.cache import TuningCache
+    from dossier.fingerprint import Fingerprint
 
 
 class Bundle:
@@ -135,14 +137,22 @@ class Bundle:
 
     def fingerprint(self) -> Fingerprint:
         """The tuning host (fingerprint.json)."""
+        from dossier.fingerprint import Fingerprint
+
         return self._json(FINGERPRINT_NAME, Fingerprint)  # type: ignore[no-any-return]
 
     def tuning_cache(self) -> TuningCache:
         """The search record, read-only."""
+        from dossier.cache import TuningCache
+
         return TuningCache.open(self.file(CACHE_NAME))
 
     def table(self, rel: str) -> pa.Table:
         """A Parquet table of the bundle."""
+        import pyarrow as pa
+
+        from dossier.bundle import tables
+
         path = self.file(rel)
         try:
             return tables.read_table(path)
@@ -153,15 +163,21 @@ class Bundle:
 
     def routes(self) -> pa.Table:
         """routes.parquet: one row per trial."""
-        return self.table(tables.ROUTES)
+        from dossier.bundle.tables import ROUTES
+
+        return self.table(ROUTES)
 
     def timings(self) -> pa.Table:
         """timings.parquet: every raw timing sample."""
-        return self.table(tables.TIMINGS)
+        from dossier.bundle.tables import TIMINGS
+
+        return self.table(TIMINGS)
 
     def shapes(self) -> pa.Table:
         """shapes.parquet: the shape distribution."""
-        return self.table(tables.SHAPES)
+        from dossier.bundle.tables import SHAPES
+
+        return self.table(SHAPES)
 
     def engine_path(self, role: str = "shipped") -> Path:
         """The shipped (or baseline) engine file; BundleFormatError when the bundle has no
