@@ -444,7 +444,7 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     private = load_private_key(key)
     keyid = key_id(private.public_key())
     path = Path(path)
-    with open_bundle(path) as bundle:
+    with open_bundle(path, lazy=True) as bundle:  # an archive: its members read in place
         scan = scan_bundle(bundle, [BLAKE3])  # one read of every file for both digests
         report = check_integrity(bundle, scan)
         if not report:
