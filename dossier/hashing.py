@@ -1,9 +1,9 @@
 """Content digests: xxh3-128 of files (streamed) and of canonical JSON; one streamed pass that
 feeds several hashers (xxh3-128, BLAKE3, SHA-256) at once (:func:`feed`, :func:`new_hasher`).
 
-This is the only module that imports xxhash, blake3 and hashlib. xxh3-128 detects accidental corruption (a flipped
-bit, a truncated copy); it is not a cryptographic hash and does not protect against someone who
-wants to forge a file with the same digest. Tamper-proofing needs a signature over cryptographic
+This is the only module that imports xxhash and blake3. xxh3-128 detects accidental corruption
+(a flipped bit, a truncated copy); it is not a cryptographic hash and does not protect against
+someone who wants to forge a file with the same digest. Tamper-proofing needs a signature over cryptographic
 digests of every file (``dossier sign``).
 """
 
