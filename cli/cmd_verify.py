@@ -67,6 +67,8 @@ def verify(
     """
     from dossier.bundle import check_integrity, open_bundle
     from dossier.registry import check_referrer_signatures
+    from dossier.bundle.integrity import scan_bundle
+    from dossier.hashing import BLAKE3
     from dossier.signing import check_signature, signature_path
 
     if require_signature and not trusted_keys:
@@ -83,16 +85,24 @@ def verify(
     try:
         with _signature_first(path, trusted_keys, require_signature, signature), \
                 open_bundle(path, lazy=integrity_only or not signed_here) as b:
-            signed = check_signature(b, trusted_keys, require=require_signature,
-                                     signature=signature) if fetched is None or signature \
-                else check_referrer_signatures(b, fetched.signatures, trusted_keys,
-                                               require=require_signature,
-                                               source=fetched.reference)
+            # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is
+            # checked
+            blake3 = signed_here or (fetched is not None and bool(fetched.signatures))
+            scan = scan_bundle(b, [BLAKE3] if blake3 else [])
+            if fetched is None or signature:
+                signed = check_signature(b, trusted_keys, require=require_signature,
+                                         signature=signature, scan=scan)
+            else:
+                from dossier.registry import check_referrer_signatures
+
+                signed = check_referrer_signatures(b, fetched.signatures, trusted_keys,
+                                                   require=require_signature,
+                                                   source=fetched.reference, scan=scan)
             if signed is not None:
                 err.print(f"OK: signature {signed.path}: {signed}", markup=False, soft_wrap=True)
-            report = check_integrity(b)
+            report = check_integrity(b, scan)
             if not report:
-                for problem in report.problems or [str(report)]:
+                for problem in [str(p) for p in report.problems] or [str(report)]:
                     err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
                 err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
                           markup=False, soft_wrap=True)
@@ -106,7 +116,7 @@ def verify(
             result = verify_bundle(b, policy_file=policy, do_recheck=recheck, do_rebench=rebench,
                                    threshold=threshold,
                                    host=load_fingerprint(host) if host else None,
-                                   signature_check=signed)
+                                   signature_check=signed, integrity=report)
     except (BundleError, SignatureError) as exc:  # unreadable, unsafe, unsigned...: one line
         err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
         raise typer.Exit(int(exc.exit_code)) from None

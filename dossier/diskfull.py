@@ -4,7 +4,9 @@
 limit, e.g. ``ulimit -f``) say nothing about a build route, a model or a bundle: a trial that
 hits one is not ``build_failed`` or ``crashed``, an extraction that hits one is not a bad
 archive. Every place that writes maps them to :class:`~dossier.errors.DiskFullError` (exit 74),
-which names the file system, and records nothing about the work it interrupted.
+which names the file system, and records nothing about the work it interrupted. Writers of
+outputs (bundles, archives, signatures, keys, validation sets, pulled blobs) map every OSError
+through :func:`output_error`: a full disk is exit 74, anything else OutputError (exit 7).
 
 A trial's child process reports a full disk with the exit status :data:`DISK_FULL_STATUS`
 (its result file, on the same file system, may not be writable); the parent then stops the
@@ -20,7 +22,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from dossier.errors import DiskFullError
+from dossier.errors import DiskFullError, DossierError, OutputError
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 """The errors that mean "the host ran out of room"."""
@@ -87,6 +89,15 @@ def disk_full_error(exc: BaseException | str, path: Path, doing: str) -> DiskFul
                              f"while {doing}: {why}",
                              hint="raise the limit (ulimit -f) and run the command again")
     return DiskFullError(f"the file system {describe(path)} is full while {doing}: {why}")
+
+
+def output_error(exc: OSError, where: Path, doing: str, cannot: str) -> DossierError:
+    """The one error for ``exc`` met while ``doing`` at ``where``: DiskFullError (exit 74)
+    naming the file system when the disk is full (or a file reached the size limit), else
+    OutputError (exit 7) ``cannot CANNOT: why``."""
+    if is_disk_full(exc):
+        return disk_full_error(exc, where, doing)
+    return OutputError(f"cannot {cannot}: {exc.strerror or exc}")
 
 
 @contextlib.contextmanager

@@ -1,16 +1,19 @@
-"""Content digests: xxh3-128 of files (streamed) and of canonical JSON.
+"""Content digests: xxh3-128 of files (streamed) and of canonical JSON; one streamed pass that
+feeds several hashers (xxh3-128, BLAKE3, SHA-256) at once (:func:`feed`, :func:`new_hasher`).
 
-This is the only module that imports xxhash. xxh3-128 detects accidental corruption (a flipped
-bit, a truncated copy); it is not a cryptographic hash and does not protect against someone who
-wants to forge a file with the same digest. Tamper-proofing needs a signature over cryptographic
+This is the only module that imports xxhash and blake3. xxh3-128 detects accidental corruption
+(a flipped bit, a truncated copy); it is not a cryptographic hash and does not protect against
+someone who wants to forge a file with the same digest. Tamper-proofing needs a signature over cryptographic
 digests of every file (``dossier sign``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, Protocol
 
 import xxhash
 
@@ -25,24 +28,64 @@ def digest_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def digest_stream(stream: BinaryIO) -> tuple[str, int]:
-    """xxh3-128 and size of everything left in ``stream``, read in fixed chunks."""
-    h = xxhash.xxh3_128()
+class Hasher(Protocol):
+    """What :func:`feed` needs of a hash object (xxhash, hashlib, blake3 all qualify)."""
+
+    def update(self, data: memoryview, /) -> object: ...
+
+    def hexdigest(self) -> str: ...
+
+
+BLAKE3 = "blake3"
+"""256-bit BLAKE3, lowercase hex (signatures)."""
+SHA256 = "sha256"
+"""SHA-256, lowercase hex (OCI registries)."""
+
+
+def new_hasher(algorithm: str) -> Hasher:
+    """A fresh hasher for ``algorithm`` (:data:`ALGORITHM`, :data:`BLAKE3` or :data:`SHA256`).
+    BackendUnavailableError when BLAKE3 is asked for and the blake3 package is missing."""
+    if algorithm == ALGORITHM:
+        return xxhash.xxh3_128()
+    if algorithm == SHA256:
+        return hashlib.sha256()
+    if algorithm == BLAKE3:
+        try:
+            import blake3
+        except ImportError:  # pragma: no cover - the [sign] extra is installed in CI
+            from dossier.errors import BackendUnavailableError
+
+            raise BackendUnavailableError("signing needs the blake3 package",
+                                          hint="pip install 'dossier[sign]' (cryptography and "
+                                          "blake3)") from None
+        return blake3.blake3()
+    raise ValueError(f"unknown digest algorithm {algorithm!r}")
+
+
+def feed(stream: IO[bytes], hashers: Sequence[Hasher]) -> int:
+    """Read everything left in ``stream`` once, in fixed chunks, into every one of ``hashers``;
+    return the number of bytes read. Memory use is one buffer of :data:`CHUNK` bytes."""
     size = 0
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    while True:
-        n = stream.readinto(buf)  # type: ignore[attr-defined]
-        if not n:
-            break
-        h.update(view[:n])
+    while n := stream.readinto(buf):  # type: ignore[attr-defined]
+        chunk = view[:n]
+        for h in hashers:
+            h.update(chunk)
         size += n
+    return size
+
+
+def digest_stream(stream: IO[bytes]) -> tuple[str, int]:
+    """xxh3-128 and size of everything left in ``stream``, read in fixed chunks."""
+    h = new_hasher(ALGORITHM)
+    size = feed(stream, [h])
     return h.hexdigest(), size
 
 
 def digest_file(path: Path) -> tuple[str, int]:
     """xxh3-128 and size of the file at ``path``, streamed."""
-    with open(path, "rb") as f:
+    with open(path, "rb", buffering=0) as f:
         return digest_stream(f)
 
 

@@ -44,33 +44,29 @@ from typing import Any
 from dossier import __version__
 from dossier.backends.tensorrt import PlanHeader, PlanHeaderError, parse_knob_json, read_plan_header
 from dossier.bundle import tables
-from dossier.bundle._files import copy_file_hashed, write_durable
-from dossier.bundle.manifest import (
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    EngineEntry,
-    Engines,
-    ExternalFile,
-    FileEntry,
-    Manifest,
-    ModelIdentity,
-    Summary,
-    ValidationInfo,
-    manifest_bytes,
-    seal,
+from dossier.bundle.builder import (
+    BundleContent,
+    Copy,
+    Data,
+    EngineFile,
+    ModelFiles,
+    Table,
+    WrittenBundle,
+    build_bundle,
+    check_target,
+    json_bytes,
+    trial_counts,
 )
-from dossier.bundle.model import external_locations
-from dossier.bundle.writer import (
+from dossier.bundle.manifest import (
     CACHE_NAME,
     FINGERPRINT_NAME,
     KNOBS_NAME,
-    MODEL_JSON,
+    MANIFEST_NAME,
     VALIDATION_JSON,
-    WrittenBundle,
-    _json_bytes,
-    check_target,
-    commit_bundle,
+    Summary,
+    ValidationInfo,
 )
+from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, TuningCache
 from dossier.errors import InputError, ModelError, SelectionError, TuneError
 from dossier.fingerprint import CpuInfo, Fingerprint, OsInfo, PythonInfo
@@ -158,10 +154,13 @@ class _Plan:
     selection: Selection
     baseline_route: str
     engine: Path
+    engine_digest: str
     plan: PlanHeader
     baseline_engine: Path | None
+    baseline_digest: str | None
     baseline_plan: PlanHeader | None
     model: Path
+    model_identity: FileIdentity
     include_model: bool
     name: str
     version: int
@@ -190,8 +189,8 @@ def import_trtexec(tuning_cache: Path, out_dir: Path, *, engine: Path | None,
     plan = _prepare(Path(tuning_cache), engine=engine, baseline_engine=baseline_engine,
                     knobs=knobs, model=model, name=name, version=version,
                     include_model=include_model)
-    target = check_target(out_dir, plan.name, plan.version)
-    return commit_bundle(Path(out_dir), target, lambda staging: _write(plan, staging))
+    check_target(out_dir, plan.name, plan.version)
+    return build_bundle(_content(plan), Path(out_dir))
 
 
 def _prepare(cache_path: Path, *, engine: Path | None, baseline_engine: Path | None,
@@ -263,9 +262,12 @@ def _prepare(cache_path: Path, *, engine: Path | None, baseline_engine: Path | N
     if not model_path.is_file():
         raise ModelError(f"the model {model_path} is not there",
                          hint="pass it with --model ONNX (a bundle records the model's digest)")
-    if model is not None and hashed.get("onnx") is not None:
-        digest, _ = digest_file(model_path)
-        if digest != hashed["onnx"].digest:  # type: ignore[union-attr]
+    named = hashed.get("onnx")
+    model_identity = named if model is None and named is not None else None
+    if model_identity is None:
+        digest, size = digest_file(model_path)
+        model_identity = FileIdentity(path=str(model_path), size=size, digest=digest)
+        if named is not None and digest != named.digest:
             raise ModelError(f"--model {model_path} is not the model the cache names "
                              f"({header.files.onnx}, which exists and differs)",
                              hint="leave --model out, or restore the model the search tuned")
@@ -273,7 +275,8 @@ def _prepare(cache_path: Path, *, engine: Path | None, baseline_engine: Path | N
     if not _NAME.match(name) or len(name) > 100:
         raise InputError(f"release name {name!r} is not letters, digits, '.', '_' and '-'",
                          hint="choose one with --name")
-    _engine_vs_saved(Path(engine), hashed.get("save_engine"), header, warnings)
+    engine_digest, _ = digest_file(Path(engine))
+    _engine_vs_saved(engine_digest, hashed.get("save_engine"), header, warnings)
     missing = sorted(k for k, v in hashed.items() if v is None
                      and k not in ("save_engine", "onnx"))
     if missing:
@@ -286,8 +289,10 @@ def _prepare(cache_path: Path, *, engine: Path | None, baseline_engine: Path | N
     return _Plan(cache_path=cache_path, header=header, iterations=its, trials=trials,
                  winner=winner, baseline=baseline, db=db, knobs_source=knobs_source,
                  selection=selection, baseline_route=baseline_route, engine=Path(engine),
-                 plan=plan, baseline_engine=base_engine, baseline_plan=base_plan,
-                 model=model_path, include_model=include_model, name=name, version=version,
+                 engine_digest=engine_digest, plan=plan, baseline_engine=base_engine,
+                 baseline_digest=None if base_engine is None else digest_file(base_engine)[0],
+                 baseline_plan=base_plan, model=model_path, model_identity=model_identity,
+                 include_model=include_model, name=name, version=version,
                  hashed=hashed, validation_pairs=pairs, warnings=warnings)
 
 
@@ -302,7 +307,7 @@ def _plan_header(path: Path, flag: str) -> PlanHeader:
                          hint="pass the plan trtexec wrote with --saveEngine") from None
 
 
-def _engine_vs_saved(engine: Path, saved: FileIdentity | None, header: TrtexecHeader,
+def _engine_vs_saved(digest: str, saved: FileIdentity | None, header: TrtexecHeader,
                      warnings: list[str]) -> None:
     if saved is None:
         if header.files.save_engine:
@@ -310,7 +315,6 @@ def _engine_vs_saved(engine: Path, saved: FileIdentity | None, header: TrtexecHe
                             "is not there; that --engine is the search's winner is the "
                             "importer's word")
         return
-    digest, _ = digest_file(engine)
     if digest != saved.digest:
         warnings.append(f"--engine differs from the cache header's --saveEngine file "
                         f"{saved.path} (another digest); the bundle ships --engine")
@@ -453,33 +457,16 @@ def _decision(p: _Plan) -> DecisionRecord:
                           runner_up_speedup=None)
 
 
-def _write(p: _Plan, staging: Path) -> Manifest:
-    files: list[FileEntry] = []
-
-    def copy(src: Path, rel: str) -> FileEntry:
-        dst = staging / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        digest, size = copy_file_hashed(src, dst)
-        entry = FileEntry(path=rel, size=size, digest=digest)
-        files.append(entry)
-        return entry
-
-    def put(rel: str, data: bytes) -> FileEntry:
-        dst = staging / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        write_durable(dst, data)
-        digest, size = digest_file(dst)
-        entry = FileEntry(path=rel, size=size, digest=digest)
-        files.append(entry)
-        return entry
-
+def _content(p: _Plan) -> BundleContent:
+    """The imported bundle's content: the engines trtexec built, the model, the search record
+    rewritten as a dossier tuning cache, the original cache and what the import found."""
     h = p.header
     vc, hw = _build_flags(h.argv)
     flags = {"version_compatible": vc, "hardware_compatible": hw not in ("none", ""),
              "tuning_host_unknown": True}
 
-    def engine_entry(src: Path, rel: str, trial: TrialRecord, ph: PlanHeader) -> EngineEntry:
-        f = copy(src, rel)
+    def engine_file(src: Path, rel: str, digest: str, trial: TrialRecord,
+                    ph: PlanHeader) -> EngineFile:
         facts = {k: v for k, v in trial.extra.items() if k != "trtexec_row"}
         facts.update({"format": "tensorrt-plan", "build_route": trial.route, **ph.facts(),
                       "tensorrt_version": ph.trt_version_text,
@@ -488,21 +475,22 @@ def _write(p: _Plan, staging: Path) -> Manifest:
                       "engine_source": "given at import; trtexec records no engine digest",
                       "version_compatible": str(vc).lower(),
                       "hardware_compatibility_level": hw})
-        return EngineEntry(path=f.path, route=trial.route, trial_index=trial.index,
-                           size=f.size, digest=f.digest, facts=facts, flags=dict(flags))
+        changed = InputError(f"{src} changed while it was imported",
+                             hint="import again once nothing writes it")
+        return EngineFile(Copy(src, rel, digest, changed), route=trial.route,
+                          trial_index=trial.index, facts=facts, flags=dict(flags))
 
-    shipped = engine_entry(p.engine, f"engine/{p.name}.plan", p.trials[p.winner], p.plan)
+    shipped = engine_file(p.engine, f"engine/{p.name}.plan", p.engine_digest,
+                          p.trials[p.winner], p.plan)
     trials = list(p.trials)
-    trials[p.winner] = trials[p.winner].model_copy(update={"engine_digest": shipped.digest})
-    base_entry: EngineEntry | None = shipped if p.baseline == p.winner else None
-    if p.baseline_engine is not None and p.baseline_plan is not None and p.baseline is not None:
-        base_entry = engine_entry(p.baseline_engine, f"engine/{p.name}.baseline.plan",
-                                  p.trials[p.baseline], p.baseline_plan)
+    trials[p.winner] = trials[p.winner].model_copy(update={"engine_digest": p.engine_digest})
+    baseline = None
+    if p.baseline_engine is not None and p.baseline_plan is not None and p.baseline is not None \
+            and p.baseline_digest is not None:
+        baseline = engine_file(p.baseline_engine, f"engine/{p.name}.baseline.plan",
+                               p.baseline_digest, p.trials[p.baseline], p.baseline_plan)
         trials[p.baseline] = trials[p.baseline].model_copy(
-            update={"engine_digest": base_entry.digest})
-
-    identity = _write_model(p, copy)
-    put(MODEL_JSON, _json_bytes(identity.model_dump(mode="json")))
+            update={"engine_digest": p.baseline_digest})
 
     validation_digest = digest_json({k: v.digest if v else None for k, v in p.hashed.items()
                                      if k.startswith(("inputs:", "ref_outputs:"))})
@@ -519,37 +507,30 @@ def _write(p: _Plan, staging: Path) -> Manifest:
     cache_header = CacheHeader(
         tool_version=__version__, created_at=UNKNOWN, spec=spec,
         tuner_version=h.tuner_version, knob_db_digest=p.db.digest(),
-        model=FileIdentity(path=str(p.model.resolve()), size=identity.size,
-                           digest=identity.digest),
+        model=FileIdentity(path=str(p.model.resolve()), size=p.model_identity.size,
+                           digest=p.model_identity.digest),
         validation_digest=validation_digest,
         validation_pairs=p.validation_pairs, baseline_route=p.baseline_route,
         host={"hostname": UNKNOWN})
     decision = _decision(p)
     lines = [cache_header.model_dump_json(), *(t.model_dump_json() for t in trials),
              decision.model_dump_json()]
-    put(CACHE_NAME, ("\n".join(lines) + "\n").encode())
-    put(KNOBS_NAME, _json_bytes(p.db.model_dump(mode="json")))
-    put(FINGERPRINT_NAME, _json_bytes(unknown_fingerprint().model_dump(mode="json")))
-    copy(p.cache_path, ORIGINAL_CACHE)
-    put(IMPORT_RECORD, _json_bytes(_import_record(p, shipped, base_entry)))
     info = ValidationInfo(
         metric=h.metric, threshold=h.epsilon, atol=h.accuracy_parameter.atol,
         rtol=h.accuracy_parameter.rtol, pairs=[], pair_inputs={}, digest=validation_digest,
         references=f"trtexec --loadRefOutputs raw files ({p.validation_pairs} pair(s)); not "
         f"included: only pair 0's are named by the cache, hashed in {IMPORT_RECORD}")
-    put(VALIDATION_JSON, _json_bytes(info.model_dump(mode="json")))
     knob_names = [i.knob for i in p.selection.items]
-    for rel, table in ((tables.ROUTES, tables.routes_table(trials, knob_names, p.db,
-                                                            p.winner)),
-                       (tables.TIMINGS, tables.timings_table(trials)),
-                       (tables.SHAPES, tables.shapes_table([]))):
-        tables.write_table(table, staging / rel)
-        digest, size = digest_file(staging / rel)
-        files.append(FileEntry(path=rel, size=size, digest=digest))
-
-    counts: dict[str, int] = {}
-    for t in trials:
-        counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
+    files: list[Copy | Data | Table] = [
+        Data(CACHE_NAME, ("\n".join(lines) + "\n").encode()),
+        Data(KNOBS_NAME, json_bytes(p.db.model_dump(mode="json"))),
+        Data(FINGERPRINT_NAME, json_bytes(unknown_fingerprint().model_dump(mode="json"))),
+        Copy(p.cache_path, ORIGINAL_CACHE),
+        Data(IMPORT_RECORD, json_bytes(_import_record(p, shipped, baseline))),
+        Data(VALIDATION_JSON, json_bytes(info.model_dump(mode="json"))),
+        Table(tables.ROUTES, tables.routes_table(trials, knob_names, p.db, p.winner)),
+        Table(tables.TIMINGS, tables.timings_table(trials)),
+        Table(tables.SHAPES, tables.shapes_table([]))]
     summary = Summary(
         strategy=h.searching_algorithm, selection=cache_header.selection, metric=h.metric,
         threshold=h.epsilon, atol=h.accuracy_parameter.atol, rtol=h.accuracy_parameter.rtol,
@@ -559,7 +540,7 @@ def _write(p: _Plan, staging: Path) -> Manifest:
         confidence=cache_header.timing.confidence, p_value=None,
         result="not statistically checked", reason=decision.reason, decision_rule=RULE,
         runner_up_route=decision.runner_up_route, runner_up_speedup=None,
-        trial_counts=dict(sorted(counts.items())), confirm_trials=0, search_wall_s=0.0,
+        trial_counts=trial_counts(trials), confirm_trials=0, search_wall_s=0.0,
         build_s_total=0.0, sessions=0)
     warnings = [
         "imported from a trtexec tuning cache: the choice was not statistically checked "
@@ -569,41 +550,20 @@ def _write(p: _Plan, staging: Path) -> Manifest:
         "the validation set is not in the bundle (trtexec's raw reference files); losses are "
         "the last validation pair's only; verify --recheck cannot run",
         *p.warnings]
-    manifest = seal(Manifest(
-        format_version=FORMAT_VERSION, dossier_id="0" * 32, release=p.name,
-        release_version=p.version, description=cache_header.description, parent=None,
-        created_at=UNKNOWN, tool_version=__version__, backend="tensorrt",
-        tuner_version=h.tuner_version, knob_db_digest=p.db.digest(), model=identity,
-        model_included=p.include_model, engines=Engines(shipped=shipped, baseline=base_entry),
-        summary=summary, tuning_host={"hostname": UNKNOWN}, warnings=warnings,
-        files=sorted(files, key=lambda f: f.path)))
-    write_durable(staging / MANIFEST_NAME, manifest_bytes(manifest))
-    return manifest
+    model = ModelFiles(p.model, p.include_model, external_locations(p.model),
+                       p.model_identity.digest,
+                       ModelError(f"the model {p.model} changed while it was imported",
+                                  hint="import again once nothing writes it"))
+    return BundleContent(
+        release=p.name, release_version=p.version, description=cache_header.description,
+        parent=None, created_at=UNKNOWN, backend="tensorrt", tuner_version=h.tuner_version,
+        knob_db_digest=p.db.digest(), summary=summary, shipped=shipped, baseline=baseline,
+        baseline_is_shipped=p.baseline == p.winner, model=model, files=files,
+        tuning_host={"hostname": UNKNOWN}, warnings=warnings)
 
 
-def _write_model(p: _Plan, copy: Any) -> ModelIdentity:
-    external = []
-    if p.include_model:
-        f = copy(p.model, f"model/{p.model.name}")
-        digest, size = f.digest, f.size
-    else:
-        digest, size = digest_file(p.model)
-    for location in external_locations(p.model):
-        src = p.model.parent / location
-        if not src.is_file():
-            raise ModelError(f"{p.model}: external data file {location} is missing")
-        if p.include_model:
-            ef = copy(src, f"model/{location}")
-            d, s = ef.digest, ef.size
-        else:
-            d, s = digest_file(src)
-        external.append(ExternalFile(path=location, size=s, digest=d))
-    return ModelIdentity(file_name=p.model.name, size=size, digest=digest,
-                         external_data=external)
-
-
-def _import_record(p: _Plan, shipped: EngineEntry, baseline: EngineEntry | None) -> dict:
-    def ident(v: FileIdentity | None) -> dict | None:
+def _import_record(p: _Plan, shipped: EngineFile, baseline: EngineFile | None) -> dict[str, Any]:
+    def ident(v: FileIdentity | None) -> dict[str, Any] | None:
         return None if v is None else v.model_dump(mode="json")
 
     mtime = None
@@ -627,11 +587,11 @@ def _import_record(p: _Plan, shipped: EngineEntry, baseline: EngineEntry | None)
         "winner": {"row": p.winner, "iter": it.iter, "route": p.trials[p.winner].route,
                    "build_route": it.build_route, "gpu_time_ms": it.gpu_time, "rule": RULE},
         "baseline_row": p.baseline,
-        "engine": {"given_as": str(p.engine.resolve()), "bundled_as": shipped.path,
-                   "digest": shipped.digest, "plan_header": p.plan.facts()},
-        "baseline_engine": None if baseline is None or baseline is shipped else {
-            "given_as": str(Path(str(p.baseline_engine)).resolve()), "bundled_as": baseline.path,
-            "digest": baseline.digest},
+        "engine": {"given_as": str(p.engine.resolve()), "bundled_as": shipped.file.rel,
+                   "digest": p.engine_digest, "plan_header": p.plan.facts()},
+        "baseline_engine": None if baseline is None else {
+            "given_as": str(Path(str(p.baseline_engine)).resolve()),
+            "bundled_as": baseline.file.rel, "digest": p.baseline_digest},
         "knob_database": p.knobs_source,
         "validation_pairs": p.validation_pairs,
         "tuning_host": "unknown: trtexec's tuning cache records no host; fingerprint.json is "

@@ -33,6 +33,7 @@ import numpy as np
 from dossier.backends.interface import ModelSignature
 from dossier.backends.onnx_model import onnx_signature
 from dossier.bundle._files import begin_staging, fsync_tree, rename_noreplace
+from dossier.diskfull import output_error
 from dossier.errors import InputError, ModelError, OutputError, ValidationSetError
 from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
@@ -293,7 +294,7 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
     except FileExistsError:
         raise OutputError(f"{out} appeared while the validation set was written") from None
     except OSError as exc:
-        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        raise output_error(exc, out.parent, f"writing {out.name}", f"write {out}") from exc
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return load_validation_set(out)

@@ -66,50 +66,57 @@ keys you hold. The envelope is the same DSSE + in-toto format Sigstore bundles c
 
 from __future__ import annotations
 
-import base64
 import binascii
-import contextlib
 import datetime as dt
-import json
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle._files import new_staging, remove_stale_staging, rename_noreplace
-from dossier.bundle.manifest import MANIFEST_NAME
+from dossier.bundle._files import (
+    new_staging,
+    remove_stale_staging,
+    rename_noreplace,
+    write_durable,
+)
+from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
+from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
+from dossier.diskfull import output_error
+from dossier.dsse import (
+    DIGEST,
+    MAX_SIGNATURES,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    Envelope,
+    EnvelopeProblem,
+    Signature,
+    b64encode,
+    parse_envelope,
+    parse_statement,
+)
 from dossier.errors import (
     BackendUnavailableError,
+    DossierError,
     InputError,
     IntegrityError,
     OutputError,
     SignatureError,
 )
-from dossier.hashing import CHUNK, canonical_json
+from dossier.hashing import BLAKE3, canonical_json, feed, new_hasher
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-"""in-toto Statement v1 (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md)."""
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-"""SLSA provenance v1 (https://slsa.dev/spec/v1.0/provenance)."""
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-"""DSSE payload type of an in-toto statement."""
 BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
 """Our SLSA buildType: a search by ``dossier tune`` (externalParameters: release, backend,
 selection, strategy, metric, threshold, tolerances, timing, shapes, builder options, parent;
 internalParameters: the tuning host summary and tool versions), then ``dossier bundle``."""
 BUILDER_ID = "urn:dossier:builder:dossier-cli"
 """SLSA builder.id: the dossier command line run by whoever holds the signing key."""
-DIGEST = "blake3"
-"""DigestSet key of the subjects' digests (lowercase hex, 256-bit BLAKE3)."""
 SIGNATURE_SUFFIX = ".dossier.sig.json"
 """A bundle ``NAME-VERSION.dossier`` (or ``.dossier.tar``) is signed by ``NAME-VERSION.dossier.sig.json``."""
 ENVELOPE_MAX_BYTES = 16 << 20
 """A signature file larger than this is refused before it is parsed."""
-MAX_SIGNATURES = 64
-"""An envelope with more signatures than this is refused (bounds the work of checking it)."""
 PRIVATE_KEY_SUFFIX = ".key"
 PUBLIC_KEY_SUFFIX = ".pub"
 
@@ -127,28 +134,19 @@ def _crypto() -> Any:
     return ed25519
 
 
-def _blake3() -> Any:
-    try:
-        import blake3
-    except ImportError:  # pragma: no cover - the [sign] extra is installed in CI
-        raise BackendUnavailableError("signing needs the blake3 package", hint=_HINT_INSTALL) from None
-    return blake3.blake3
-
-
 def blake3_file(path: Path) -> str:
     """BLAKE3 (256-bit, lowercase hex) of the file at ``path``, streamed in fixed chunks."""
-    h = _blake3()()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    h = new_hasher(BLAKE3)
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return str(h.hexdigest())
+        feed(f, [h])
+    return h.hexdigest()
 
 
 def blake3_bytes(data: bytes) -> str:
     """BLAKE3 (256-bit, lowercase hex) of ``data``."""
-    return str(_blake3()(data).hexdigest())
+    h = new_hasher(BLAKE3)
+    h.update(memoryview(data))
+    return h.hexdigest()
 
 
 # -------------------------------------------------------------------------------------- keys
@@ -205,7 +203,8 @@ def generate_key_pair(out_dir: Path, name: str = "dossier") -> KeyPair:
     except FileExistsError as exc:
         raise OutputError(f"{exc.filename} exists already", hint="keys are never overwritten") from None
     except OSError as exc:
-        raise OutputError(f"cannot write the key pair into {out_dir}: {exc.strerror or exc}") from exc
+        raise output_error(exc, out_dir, "writing the key pair",
+                           f"write the key pair into {out_dir}") from exc
     return KeyPair(private, public, key_id(key.public_key()))
 
 
@@ -213,8 +212,13 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         os.fchmod(fd, mode)  # the umask may have taken bits away; never adds any here
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a short write is not an error; a full disk raises
+            view = view[os.write(fd, view):]
         os.fsync(fd)
+    except BaseException:
+        path.unlink(missing_ok=True)  # no half-written key is left
+        raise
     finally:
         os.close(fd)
 
@@ -278,16 +282,6 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
-def _b64decode(text: object) -> bytes | None:
-    """Strict base64 (standard or URL-safe alphabet, as DSSE allows); None when it is not."""
-    if not isinstance(text, str) or not text.isascii():
-        return None
-    for altchars in (None, b"-_"):
-        with contextlib.suppress(binascii.Error, ValueError):
-            return base64.b64decode(text.encode("ascii"), altchars=altchars, validate=True)
-    return None
-
-
 # ------------------------------------------------------------------------------- the statement
 def signature_path(bundle: Path) -> Path:
     """Where the signature of the bundle folder or archive ``bundle`` lives by default."""
@@ -299,38 +293,28 @@ def signature_path(bundle: Path) -> Path:
     return bundle.with_name(name + ".sig.json")
 
 
-def bundle_digests(bundle: Bundle) -> tuple[dict[str, str], list[str]]:
+def bundle_digests(bundle: Bundle, scan: BundleScan | None = None) -> tuple[dict[str, str],
+                                                                          list[str]]:
     """BLAKE3 of every regular file actually in the bundle folder (links are never followed),
-    and the paths of entries that are not regular files. An archive opened lazily is hashed
-    member by member in place (its members were checked to be regular files when opened)."""
-    if bundle.archive is not None:
-        from dossier.bundle.archive import scan_archive
-
-        return scan_archive(bundle.archive, _blake3_stream), []
-    return _folder_digests(bundle.path)
-
-
-def _folder_digests(root: Path) -> tuple[dict[str, str], list[str]]:
-    digests: dict[str, str] = {}
-    odd: list[str] = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        base = Path(folder)
-        for name in [*files, *[d for d in dirs if os.path.islink(base / d)]]:
-            path = base / name
-            rel = path.relative_to(root).as_posix()
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                digests[rel] = blake3_file(path)
-            else:
-                odd.append(rel)
-    return dict(sorted(digests.items())), sorted(odd)
+    and the paths of entries that are not regular files (or cannot be read). An archive opened
+    lazily is hashed member by member in place (its members were checked to be regular files
+    when opened). ``scan``: a :func:`~dossier.bundle.integrity.scan_bundle` with BLAKE3 made
+    already (nothing is read again)."""
+    if scan is None or not scan.has(BLAKE3):
+        scan = scan_bundle(bundle, [BLAKE3])
+    return _scan_digests(scan)
 
 
-def statement(bundle: Bundle, digests: dict[str, str] | None = None) -> dict[str, Any]:
+def _scan_digests(scan: BundleScan) -> tuple[dict[str, str], list[str]]:
+    return scan.digests(BLAKE3), sorted([*scan.odd, *scan.unreadable])
+
+
+def statement(bundle: Bundle, digests: dict[str, str] | None = None, *,
+              scan: BundleScan | None = None) -> dict[str, Any]:
     """The in-toto statement of ``bundle``: every file (and manifest.json) as a subject with
     its BLAKE3, and SLSA provenance v1 of how the bundle was made."""
     if digests is None:
-        digests, odd = bundle_digests(bundle)
+        digests, odd = bundle_digests(bundle, scan)
         if odd:
             raise IntegrityError(f"{bundle.source}: {odd[0]} is not a regular file; not signed")
     return {
@@ -344,7 +328,6 @@ def statement(bundle: Bundle, digests: dict[str, str] | None = None) -> dict[str
 def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
     """SLSA provenance v1 predicate of ``bundle`` (``digests``: BLAKE3 by bundle path)."""
     from dossier.bundle.tables import ROUTES, SHAPES, TIMINGS
-    from dossier.bundle.writer import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME
 
     m, s = bundle.manifest, bundle.manifest.summary
     cache = bundle.tuning_cache()
@@ -458,36 +441,32 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     already there over the same statement gets this signature added (co-signing); one over
     another statement is never replaced (OutputError).
     """
-    from dossier.bundle.integrity import check_integrity
-
     private = load_private_key(key)
     keyid = key_id(private.public_key())
     path = Path(path)
-    with open_bundle(path) as bundle:
-        report = check_integrity(bundle)
+    with open_bundle(path, lazy=True) as bundle:  # an archive: its members read in place
+        scan = scan_bundle(bundle, [BLAKE3])  # one read of every file for both digests
+        report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
                                  f"({report.problems[0] if report.problems else report}); "
                                  "not signed")
-        body = statement(bundle)
+        body = statement(bundle, scan=scan)
         dossier_id = bundle.manifest.dossier_id
     payload = canonical_json(body)
-    sig = base64.b64encode(private.sign(pae(PAYLOAD_TYPE, payload))).decode("ascii")
     target = Path(out) if out is not None else signature_path(path)
-    signatures = [{"keyid": keyid, "sig": sig, "publicKey": _raw_public_b64(private.public_key())}]
+    signatures = [Signature(keyid=keyid, sig=b64encode(private.sign(pae(PAYLOAD_TYPE, payload))),
+                            public_key=_raw_public_b64(private.public_key()))]
     if os.path.lexists(target):
         existing = _read_envelope(target, OutputError)
-        if _b64decode(existing.get("payload")) != payload:
+        if existing.body != payload:
             raise OutputError(f"{target} exists and signs other content",
                               hint="remove it, or write the signature elsewhere with --out")
-        found = existing.get("signatures")
-        kept = [s for s in (found if isinstance(found, list) else []) if isinstance(s, dict)
-                and s.get("keyid") != keyid]
-        signatures = sorted([*kept, *signatures], key=lambda s: str(s.get("keyid")))
-    envelope = {"payloadType": PAYLOAD_TYPE,
-                "payload": base64.b64encode(payload).decode("ascii"),
-                "signatures": signatures}
-    data = (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode()
+        kept = [s for s in existing.signatures if s.keyid != keyid]
+        signatures = sorted([*kept, *signatures], key=lambda s: s.keyid)
+    envelope = Envelope(payload_type=PAYLOAD_TYPE, payload=b64encode(payload),
+                        signatures=signatures)
+    data = envelope.to_bytes()
     write_envelope(target, data, replace=os.path.lexists(target))
     return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
 
@@ -495,26 +474,24 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
 def write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
     """Write a signature envelope durably (staging file, fsync, rename); OutputError."""
     folder = target.parent
+    staging: Path | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         remove_stale_staging(folder)
         staging = new_staging(folder, target.name, directory=False)
-        with open(staging, "xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            if replace:
-                os.replace(staging, target)
-            else:
-                rename_noreplace(staging, target)
-        except BaseException:
+        write_durable(staging, data)
+        if replace:
+            os.replace(staging, target)
+        else:
+            rename_noreplace(staging, target)
+    except BaseException as exc:
+        if staging is not None:  # nothing half-written is left, not even on a full disk
             staging.unlink(missing_ok=True)
-            raise
-    except FileExistsError:
-        raise OutputError(f"{target} appeared while the signature was written") from None
-    except OSError as exc:
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        if isinstance(exc, FileExistsError):
+            raise OutputError(f"{target} appeared while the signature was written") from None
+        if isinstance(exc, OSError):
+            raise output_error(exc, folder, f"writing {target.name}", f"write {target}") from exc
+        raise
 
 
 # -------------------------------------------------------------------------------------- verify
@@ -544,7 +521,8 @@ class SignatureCheck:
 
 
 def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, require: bool = False,
-                    signature: Path | None = None) -> SignatureCheck | None:
+                    signature: Path | None = None,
+                    scan: BundleScan | None = None) -> SignatureCheck | None:
     """Check the signature of an opened bundle; None when it has none and none is required.
 
     Every signature of the envelope must verify (against its embedded public key, or the
@@ -562,7 +540,7 @@ def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, requir
     if found is None:
         return None
     verified, claimed, subjects = found
-    actual, odd = bundle_digests(bundle)
+    actual, odd = bundle_digests(bundle, scan)
     _compare(bundle.source, subjects, actual, odd)
     return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
 
@@ -599,19 +577,9 @@ def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, r
                                  "signature with --signature")
         return None
     envelope = _read_envelope(path, SignatureError)
-    if envelope.get("payloadType") != PAYLOAD_TYPE:
-        raise SignatureError(f"{path}: payload type {envelope.get('payloadType')!r} is not "
-                             f"{PAYLOAD_TYPE!r}", hint=_HINT_ALTERED)
-    payload = _b64decode(envelope.get("payload"))
-    if payload is None:
-        raise SignatureError(f"{path}: the payload is not base64", hint=_HINT_ALTERED)
-    sigs = envelope.get("signatures")
-    if not isinstance(sigs, list) or not sigs or len(sigs) > MAX_SIGNATURES:
-        raise SignatureError(f"{path}: the envelope holds no signatures (or more than "
-                             f"{MAX_SIGNATURES})", hint=_HINT_ALTERED)
-    claimed = sorted({s["keyid"] for s in sigs if isinstance(s, dict)
-                      and isinstance(s.get("keyid"), str)})
-    signers = _verify_all(path, keys, sigs, payload)
+    payload = envelope.body
+    claimed = sorted({s.keyid for s in envelope.signatures if s.keyid})
+    signers = _verify_all(path, keys, envelope.signatures, payload)
     ours = {key_id(k) for k, _ in keys}
     verified = sorted(ours & signers)
     if keys and not verified:
@@ -624,10 +592,14 @@ def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, r
         raise SignatureError(f"{path}: no signature can be checked (none carries its public key "
                              "and no --trusted-key was given)",
                              hint="pass the signer's public key with --trusted-key")
-    return verified, claimed, _subjects(path, payload)
+    try:
+        subjects = parse_statement(payload, must_cover=MANIFEST_NAME).digests()
+    except EnvelopeProblem as exc:
+        raise SignatureError(f"{path}: {exc}", hint=_HINT_ALTERED) from None
+    return verified, claimed, subjects
 
 
-def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: list[Any],
+def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: Sequence[Signature],
                 payload: bytes) -> set[str]:
     """The key ids whose signature verifies. SignatureError for any signature that can be
     checked (its own public key, or a trusted key of its key id) and does not verify."""
@@ -638,31 +610,22 @@ def _verify_all(path: Path, keys: list[tuple[Any, Path]], sigs: list[Any],
     trusted = {key_id(k): k for k, _ in keys}
     signers: set[str] = set()
     for n, s in enumerate(sigs, start=1):
-        if not isinstance(s, dict):
-            raise SignatureError(f"{path}: signature {n} is not an object", hint=_HINT_ALTERED)
-        keyid = s.get("keyid") if isinstance(s.get("keyid"), str) else ""
-        label = f"signature {n} (key {keyid[:16] or 'unnamed'})"
-        key = trusted.get(keyid)
-        if "publicKey" in s:
-            raw = _b64decode(s.get("publicKey"))
-            if raw is None or len(raw) != 32:
-                raise SignatureError(f"{path}: {label} does not verify: its public key is not "
-                                     "32 bytes of base64", hint=_HINT_ALTERED)
+        label = f"signature {n} (key {s.keyid[:16] or 'unnamed'})"
+        key = trusted.get(s.keyid)
+        raw = s.public_key_bytes
+        if raw is not None:
             key = ed25519.Ed25519PublicKey.from_public_bytes(raw)
-            if key_id(key) != keyid:
+            if key_id(key) != s.keyid:
                 raise SignatureError(f"{path}: {label} does not verify: its key id is not its "
                                      "public key's", hint=_HINT_ALTERED)
         if key is None:
             continue  # neither its own key nor a trusted one: it cannot be checked
-        sig = _b64decode(s.get("sig"))
         try:
-            if sig is None or len(sig) != 64:
-                raise InvalidSignature
-            key.verify(sig, message)
+            key.verify(s.sig_bytes, message)
         except InvalidSignature:
             raise SignatureError(f"{path}: {label} does not verify: the statement or the "
                                  "signature was altered", hint=_HINT_ALTERED) from None
-        signers.add(keyid)
+        signers.add(s.keyid)
     return signers
 
 
@@ -670,7 +633,7 @@ def _raw_public_b64(public_key: Any) -> str:
     from cryptography.hazmat.primitives import serialization
 
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode("ascii")
+    return b64encode(raw)
 
 
 def _compare(source: Path, subjects: dict[str, str], actual: dict[str, str],
@@ -697,7 +660,7 @@ def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
     import tarfile
 
     if source.is_dir():
-        return _folder_digests(source)
+        return _scan_digests(scan_folder(source, [BLAKE3]))
     digests: dict[str, str] = {}
     odd: list[str] = []
     try:
@@ -713,21 +676,16 @@ def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
                 src = tar.extractfile(m)
                 assert src is not None  # a regular file
                 with src:
-                    digests[rel] = _blake3_stream(src)
+                    h = new_hasher(BLAKE3)
+                    feed(src, [h])
+                    digests[rel] = h.hexdigest()
     except (tarfile.TarError, OSError) as exc:
         raise SignatureError(f"{source} cannot be read to check its signature ({exc})",
                              hint=_HINT_ALTERED) from exc
     return dict(sorted(digests.items())), sorted(odd)
 
 
-def _blake3_stream(src: Any) -> str:
-    h = _blake3()()
-    while chunk := src.read(CHUNK):
-        h.update(chunk)
-    return str(h.hexdigest())
-
-
-def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> bytes:
+def read_envelope_bytes(path: Path, error: type[DossierError] = SignatureError) -> bytes:
     """The bytes of a signature envelope file, refused over ``ENVELOPE_MAX_BYTES``."""
     try:
         with open(path, "rb") as f:
@@ -739,48 +697,18 @@ def read_envelope_bytes(path: Path, error: type[Exception] = SignatureError) -> 
     return data
 
 
-def _read_envelope(path: Path, error: type[Exception]) -> dict[str, Any]:
+def _read_envelope(path: Path, error: type[DossierError]) -> Envelope:
     data = read_envelope_bytes(path, error)
     try:
-        envelope = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise error(f"{path} is not a DSSE envelope (not JSON: {_one_line(exc)})") from None
-    if not isinstance(envelope, dict):
-        raise error(f"{path} is not a DSSE envelope (a JSON {type(envelope).__name__})")
-    return envelope
+        return parse_envelope(data)
+    except EnvelopeProblem as exc:
+        if not exc.altered:
+            raise error(f"{path} {exc}") from None
+        raise error(f"{path}: {exc}", hint=_HINT_ALTERED) from None
 
 
-def _subjects(path: Path, payload: bytes) -> dict[str, str]:
-    """Subject name -> BLAKE3 from a statement; SignatureError when it is not ours."""
-    try:
-        body = json.loads(payload)
-    except (ValueError, RecursionError):
-        raise SignatureError(f"{path}: the signed payload is not JSON", hint=_HINT_ALTERED) from None
-    if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
-        raise SignatureError(f"{path}: the payload is not an in-toto Statement v1",
-                             hint=_HINT_ALTERED)
-    if body.get("predicateType") != PREDICATE_TYPE:
-        raise SignatureError(f"{path}: predicate type {body.get('predicateType')!r} is not "
-                             f"{PREDICATE_TYPE!r}", hint=_HINT_ALTERED)
-    found: dict[str, str] = {}
-    subjects = body.get("subject")
-    if not isinstance(subjects, list) or not subjects:
-        raise SignatureError(f"{path}: the statement names no subjects", hint=_HINT_ALTERED)
-    for item in subjects:
-        name = item.get("name") if isinstance(item, dict) else None
-        digest = item.get("digest") if isinstance(item, dict) else None
-        value = digest.get(DIGEST) if isinstance(digest, dict) else None
-        if not isinstance(name, str) or not isinstance(value, str) or name in found:
-            raise SignatureError(f"{path}: subject {str(name)[:80]!r} has no {DIGEST} digest "
-                                 "or appears twice", hint=_HINT_ALTERED)
-        found[name] = value
-    if MANIFEST_NAME not in found:
-        raise SignatureError(f"{path}: the statement does not cover {MANIFEST_NAME}",
-                             hint=_HINT_ALTERED)
-    return found
-
-
-__all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "PAYLOAD_TYPE", "PREDICATE_TYPE",
+__all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "MAX_SIGNATURES", "PAYLOAD_TYPE",
+           "PREDICATE_TYPE",
            "SIGNATURE_SUFFIX", "STATEMENT_TYPE", "KeyPair", "SignatureCheck", "SignedBundle",
            "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
            "check_signature_at",

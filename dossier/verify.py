@@ -9,6 +9,7 @@ engine that crashes this host's runtime is a finding, not a crash of ``verify``.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,9 +17,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dossier import replicate
-from dossier.bundle import Bundle, check_integrity
+from dossier.bundle import Bundle, IntegrityReport, check_integrity
+from dossier.bundle.integrity import scan_bundle
 from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
+from dossier.hashing import BLAKE3
 from dossier.policy import (
     Finding,
     Verdict,
@@ -29,7 +32,7 @@ from dossier.policy import (
     requirement_findings,
     worst,
 )
-from dossier.signing import SignatureCheck, check_signature
+from dossier.signing import SignatureCheck, check_signature, signature_path
 from dossier.timing import TimingSettings, compare, flatten, summarize
 from dossier.trial import Comparison, TimingSummary
 from dossier.worker import WorkerRequest
@@ -112,7 +115,7 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
                          baseline_route=s.baseline_route,
                          builder=header.builder, shapes=header.shapes,
                          result=str(work / "result.json"), stage=str(work / "stage"),
-                         **kw)  # type: ignore[arg-type]
+                         **kw)
 
 
 def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
@@ -237,17 +240,23 @@ def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck
                   timing: TimingSettings | None = None,
                   trusted_keys: Sequence[Path] = (), require_signature: bool = False,
                   signature: Path | None = None,
-                  signature_check: SignatureCheck | None = None) -> VerifyReport:
+                  signature_check: SignatureCheck | None = None,
+                  integrity: IntegrityReport | None = None) -> VerifyReport:
     """The signature first (SignatureError: unsigned when ``require_signature``, not signed by
     one of ``trusted_keys``, or any file altered, missing or extra; a signature beside the
     bundle is checked even when not required), then integrity (IntegrityError names each bad
     file), then the environment diff, then the optional re-check and re-timing. ``host``
     replaces this host's fingerprint (for tests and for checking a fleet host's fingerprint
-    file from elsewhere). ``signature_check`` is a check the caller already made."""
+    file from elsewhere). ``signature_check`` and ``integrity`` are checks the caller already
+    made (from one :func:`~dossier.bundle.integrity.scan_bundle`); without them every file is
+    read once here, for both."""
+    scan = None
     if signature_check is None:
+        scan = scan_bundle(bundle, [BLAKE3] if require_signature or signature is not None
+                           or os.path.lexists(signature_path(bundle.source)) else [])
         signature_check = check_signature(bundle, trusted_keys, require=require_signature,
-                                          signature=signature)
-    report = check_integrity(bundle)
+                                          signature=signature, scan=scan)
+    report = integrity if integrity is not None else check_integrity(bundle, scan)
     if not report:
         raise IntegrityError(f"{bundle.source}: {report}")
     m = bundle.manifest

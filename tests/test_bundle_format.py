@@ -180,6 +180,6 @@ def test_public_names_are_exported_in_order() -> None:
     for name in names:
         assert getattr(dossier.bundle, name) is not None
     public = {n for n in vars(dossier.bundle) if not n.startswith("_")}
-    modules = {"archive", "integrity", "manifest", "model", "reader", "tables", "writer",
-               "annotations"}
+    modules = {"archive", "builder", "integrity", "manifest", "model", "pack", "reader",
+               "tables", "writer", "annotations"}
     assert public - modules == set(names)

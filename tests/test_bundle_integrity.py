@@ -162,3 +162,41 @@ def test_report_object(bundle: Path) -> None:
     with open_bundle(bundle) as b:
         bad = check_integrity(b)
     assert not bad and [str(p) for p in bad.problems] == ["routes.parquet: missing"]
+
+
+def _rchar() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_verify_reads_every_byte_once(tmp_path: Path) -> None:
+    """``verify --integrity-only`` of a signed bundle with a 12 MiB engine (xxh3-128 for the
+    manifest, BLAKE3 for the signature) and a full ``verify`` read the bundle about once:
+    rchar (bytes read, page cache included) grows by less than 1.5 times its size (reading it
+    twice, once per digest, would be over 2)."""
+    import importlib.util
+
+    from dossier.signing import generate_key_pair, sign_bundle
+
+    spec = importlib.util.spec_from_file_location(
+        "verify_speed", Path(__file__).resolve().parents[1] / "bench" / "verify_speed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bundle = bench.make_bundle(tmp_path / "convnet-1.dossier", 12 << 20)
+    size = bench.bundle_size(bundle)
+    keys = generate_key_pair(tmp_path / "keys")
+    sign_bundle(bundle, keys.private)
+    args = [bundle, "--trusted-key", keys.public]
+    verdicts = (0, ExitCode.SUBOPTIMAL, ExitCode.INVALID)  # the golden bundle's host is not this
+    for extra in (["--integrity-only"], []):
+        assert h.cli("verify", *args, *extra).exit_code in verdicts  # imports done
+        before = _rchar()
+        res = h.cli("verify", *args, *extra)
+        grown = _rchar() - before
+        assert res.exit_code in verdicts, h.said(res)
+        assert "signature" in res.stderr and "files intact" in res.stderr
+        assert size < grown < 1.5 * size, (extra, grown, size)

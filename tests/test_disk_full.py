@@ -228,6 +228,53 @@ def test_the_html_report_on_a_full_disk(limit: str, tmpfs, tmp_path: Path,  # ty
     assert code == 0 and "Plotly.newPlot" in page.read_text(), said
 
 
+def _fill(folder: Path) -> Path:
+    """Write zeros into ``folder`` until its file system is full; the filler file."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while f.write(b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+    return filler
+
+
+def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path],  # type: ignore[no-untyped-def]
+                                            tmp_path: Path) -> None:
+    """pack, sign (a new envelope and a co-signature), keygen and import into a full file
+    system: each stops with one line naming it (exit 74, not 7) and leaves no file behind."""
+    from tests.test_trtexec_import import plan_bytes, tiny_onnx, write_cache
+
+    bundle = finished[1].parent / "convnet-1.dossier"
+    keys = tmp_path / "keys"
+    assert _dossier("keygen", "--out", keys)[0] == 0
+    assert _dossier("keygen", "--out", keys, "--name", "second")[0] == 0
+    trt = tmp_path / "trt"
+    trt.mkdir()
+    tiny_onnx(trt / "resnet.onnx")
+    (trt / "best.plan").write_bytes(plan_bytes())
+    write_cache(trt)
+    fs = tmpfs("64k")
+    signed = fs.path / "co.sig.json"
+    assert _dossier("sign", bundle, "--key", keys / "dossier.key", "--out", signed)[0] == 0
+    filler = _fill(fs.path)
+    kept = {signed: signed.read_bytes()}
+    for args in (("pack", bundle, "--out", fs.path / "out"),
+                 ("sign", bundle, "--key", keys / "dossier.key", "--out", fs.path / "b.sig.json"),
+                 ("sign", bundle, "--key", keys / "second.key", "--out", signed),
+                 ("keygen", "--out", fs.path / "keys"),
+                 ("import", "trtexec", "--tuning-cache", trt / "tuning-cache.jsonl", "--engine",
+                  trt / "best.plan", "--out", fs.path / "imported")):
+        code, said = _dossier(*args)
+        assert code == ExitCode.DISK_FULL, (args[0], code, said)
+        assert said.count("error:") == 1 and str(fs.path) in said, said
+        left = sorted(p for p in fs.path.rglob("*") if not p.is_dir())
+        assert left == sorted([filler, signed]), (args[0], left)
+        assert signed.read_bytes() == kept[signed]  # the envelope co-signed is unchanged
+    figures("writers into a full file system", commands=5, exit_74=5)
+
+
 def test_archives_with_a_small_tmpdir(tmpfs, finished: tuple[Path, Path]) -> None:  # type: ignore[no-untyped-def]
     """TMPDIR on a 64 KiB tmpfs: ``inspect`` and ``verify --integrity-only`` of an archive
     extract nothing and succeed; ``verify --recheck``, which needs the engine, says in one line

@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import random
+import re
 import shutil
 import stat
 from collections.abc import Callable
@@ -654,3 +655,28 @@ def test_a_corrupt_manifest_in_a_signed_archive_is_a_signature_failure(
     assert "manifest.json: BLAKE3 differs" in res.stderr and res.stderr.count("\n") == 1
     res = _verify(tar, "--integrity-only")  # not required: the format error, as before
     assert res.exit_code == ExitCode.BUNDLE
+
+
+def test_envelope_model_keeps_what_it_does_not_know() -> None:
+    """The DSSE model reads the URL-safe alphabet and fields it does not know and writes them
+    back unchanged; a bad field is refused with its one-line reason."""
+    from dossier.dsse import EnvelopeProblem, parse_envelope, parse_statement
+
+    sig = base64.urlsafe_b64encode(b"\xfb" * 64).decode()
+    raw = {"payloadType": PAYLOAD_TYPE, "payload": base64.urlsafe_b64encode(b"\xff{}").decode(),
+           "signatures": [{"keyid": "k", "sig": sig, "comment": "kept"}], "extra": [1, None]}
+    env = parse_envelope(json.dumps(raw).encode())
+    assert env.body == b"\xff{}" and env.signatures[0].sig_bytes == b"\xfb" * 64
+    assert json.loads(env.to_bytes()) == raw
+    for edit, said in ((dict(payload="***"), "the payload is not base64"),
+                       (dict(signatures=[{"keyid": "k", "sig": "AAAA"}]),
+                        "signature 1 (key k) does not verify"),
+                       (dict(signatures=["x"]), "signature 1 is not an object"),
+                       (dict(signatures=[{"sig": sig, "publicKey": "AAAA"}]),
+                        "its public key is not 32 bytes of base64")):
+        with pytest.raises(EnvelopeProblem, match=re.escape(said)):
+            parse_envelope(json.dumps({**raw, **edit}).encode())
+    body = {"_type": STATEMENT_TYPE, "predicateType": PREDICATE_TYPE,
+            "subject": [{"name": "manifest.json", "digest": {"sha256": "00"}}]}
+    with pytest.raises(EnvelopeProblem, match="'manifest.json' has no blake3 digest"):
+        parse_statement(json.dumps(body).encode(), must_cover="manifest.json")

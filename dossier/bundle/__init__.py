@@ -18,36 +18,69 @@ fingerprint, with a manifest that lists every file's size and xxh3-128::
 
 from __future__ import annotations
 
-from dossier.bundle.archive import archive_name, extract_archive, pack_bundle, write_archive
-from dossier.bundle.integrity import IntegrityReport, Problem, ProblemKind, check_integrity
-from dossier.bundle.manifest import (
-    FORMAT,
-    FORMAT_VERSION,
-    READABLE_MAJORS,
-    EngineEntry,
-    Engines,
-    ExternalFile,
-    FileEntry,
-    Manifest,
-    ModelIdentity,
-    Summary,
-    ValidationInfo,
-    parse_manifest,
-)
-from dossier.bundle.model import model_identity
-from dossier.bundle.reader import Bundle, open_bundle, read_bundle
-from dossier.bundle.writer import (
-    WrittenBundle,
-    bundle_name,
-    check_target,
-    coverage_warnings,
-    write_bundle,
-)
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # the names below load with their module on first use (fast commands)
+    from dossier.bundle.archive import extract_archive
+    from dossier.bundle.builder import (
+        BundleContent,
+        WrittenBundle,
+        build_bundle,
+        bundle_name,
+        check_target,
+    )
+    from dossier.bundle.integrity import IntegrityReport, Problem, ProblemKind, check_integrity
+    from dossier.bundle.manifest import (
+        FORMAT,
+        FORMAT_VERSION,
+        READABLE_MAJORS,
+        EngineEntry,
+        Engines,
+        ExternalFile,
+        FileEntry,
+        Manifest,
+        ModelIdentity,
+        Summary,
+        ValidationInfo,
+        parse_manifest,
+    )
+    from dossier.bundle.model import model_identity
+    from dossier.bundle.pack import archive_name, pack_bundle, write_archive
+    from dossier.bundle.reader import Bundle, open_bundle, read_bundle
+    from dossier.bundle.writer import coverage_warnings, write_bundle
+
+_FROM = {
+    "archive": ("extract_archive",),
+    "builder": ("BundleContent", "WrittenBundle", "build_bundle", "bundle_name", "check_target"),
+    "integrity": ("IntegrityReport", "Problem", "ProblemKind", "check_integrity"),
+    "manifest": ("FORMAT", "FORMAT_VERSION", "READABLE_MAJORS", "EngineEntry", "Engines",
+                 "ExternalFile", "FileEntry", "Manifest", "ModelIdentity", "Summary",
+                 "ValidationInfo", "parse_manifest"),
+    "model": ("model_identity",),
+    "pack": ("archive_name", "pack_bundle", "write_archive"),
+    "reader": ("Bundle", "open_bundle", "read_bundle"),
+    "writer": ("coverage_warnings", "write_bundle"),
+}
+"""Where each public name lives: a command that only verifies never loads the writer."""
+_MODULE = {name: module for module, names in _FROM.items() for name in names}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "archive_name",
+    "build_bundle",
     "Bundle",
     "bundle_name",
+    "BundleContent",
     "check_integrity",
     "check_target",
     "coverage_warnings",

@@ -60,7 +60,7 @@ def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
     """Copy the file ``src`` to the new file ``dst``; return the digest and size of what was
     copied (read once)."""
     with open(src, "rb", buffering=0) as f:
-        return copy_hashed(f, dst)  # type: ignore[arg-type]
+        return copy_hashed(f, dst)
 
 
 def write_durable(path: Path, data: bytes) -> None:
@@ -130,12 +130,12 @@ def new_staging(folder: Path, final_name: str, *, directory: bool) -> Path:
 def begin_staging(out_dir: Path, final_name: str, *, directory: bool) -> Path:
     """Create ``out_dir`` if needed, remove what killed writers left there, and return a new
     staging entry for ``final_name``. OutputError when ``out_dir`` cannot be created."""
-    from dossier.errors import OutputError
+    from dossier.diskfull import output_error
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"cannot create {out_dir}: {exc.strerror}") from exc
+        raise output_error(exc, out_dir, f"creating {out_dir}", f"create {out_dir}") from exc
     remove_stale_staging(out_dir)
     return new_staging(out_dir, final_name, directory=directory)
 

@@ -1,9 +1,6 @@
-"""The single-file form of a bundle: ``NAME-VERSION.dossier.tar``.
-
-Packing is deterministic: members in a fixed order (the bundle folder, its manifest, then every
-folder and file sorted by path), mtime 0, uid/gid 0, empty owner names, mode 0644 for files
-and 0755 for folders, POSIX (pax) format that only adds a pax header where USTAR cannot hold a
-field (a long path, a member over 8 GiB), never a timestamp. The same bundle gives the same bytes.
+"""Reading the single-file form of a bundle, ``NAME-VERSION.dossier.tar`` (packing it:
+:mod:`dossier.bundle.pack`). This module knows archives and manifests only, not opened bundles,
+so the reader builds on it.
 
 Nothing is written until every member header has been checked: the manifest member is read
 first (size-capped, format version checked), then absolute paths, ``..``, symbolic and hard
@@ -26,104 +23,17 @@ import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
-from dossier.bundle._files import (
-    begin_staging,
-    copy_hashed,
-    fsync_path,
-    rename_noreplace,
-    write_durable,
-)
-from dossier.bundle.integrity import check_integrity
+from dossier.bundle._files import copy_hashed, write_durable
 from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
-from dossier.bundle.reader import Bundle, open_bundle
-from dossier.bundle.writer import ARCHIVE_SUFFIX, BUNDLE_SUFFIX
-from dossier.diskfull import check_room, disk_full_error, host_io, is_disk_full
+from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
-from dossier.hashing import CHUNK
-from dossier.lock import bundle_lock
+
+_T = TypeVar("_T")
 
 MAX_MEMBERS = 100_000
 """An archive with more members than this is refused while its headers are read."""
-
-
-def archive_name(bundle: Bundle) -> str:
-    """``NAME-VERSION.dossier.tar``."""
-    return bundle.manifest.name + ARCHIVE_SUFFIX
-
-
-def pack_bundle(path: Path, out_dir: Path) -> Path:
-    """Write the bundle at ``path`` (folder or archive) as ``out_dir/NAME-VERSION.dossier.tar``.
-
-    The bundle must pass its integrity check first (IntegrityError otherwise); an existing
-    archive is never replaced (OutputError). The archive is written under a staging name and
-    renamed into place.
-    """
-    out_dir = Path(out_dir)
-    with open_bundle(path) as bundle:
-        report = check_integrity(bundle)
-        if not report:
-            raise IntegrityError(f"{bundle.source} fails its integrity check "
-                                 f"({report.problems[0]}); not packed")
-        target = out_dir / archive_name(bundle)
-        if os.path.lexists(target):
-            raise OutputError(f"{target} exists already", hint="archives are never overwritten")
-        with bundle_lock(out_dir, target.name):  # one writer of this archive at a time
-            _commit_archive(bundle, out_dir, target)
-    return target
-
-
-def _commit_archive(bundle: Bundle, out_dir: Path, target: Path) -> None:
-    staging = begin_staging(out_dir, target.name, directory=False)
-    try:
-        with open(staging, "xb") as f:
-            write_archive(bundle, f)
-            f.flush()
-            os.fsync(f.fileno())
-        rename_noreplace(staging, target)
-        fsync_path(out_dir)
-    except FileExistsError:
-        staging.unlink(missing_ok=True)
-        raise OutputError(f"{target} appeared while the archive was written") from None
-    except OSError as exc:
-        staging.unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
-        raise OutputError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-
-
-def write_archive(bundle: Bundle, fileobj: object) -> None:
-    """Write ``bundle`` as a deterministic tar stream into the binary file ``fileobj``."""
-    root = bundle.manifest.name + BUNDLE_SUFFIX
-    files = bundle.manifest.table()
-    folders = {"/".join(p.split("/")[:i]) for p in files for i in range(1, p.count("/") + 1)}
-    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT,  # type: ignore[call-overload]
-                      encoding="utf-8", copybufsize=CHUNK) as tar:
-        tar.addfile(_info(root, directory=True))
-        manifest = bundle.path / MANIFEST_NAME
-        with open(manifest, "rb") as f:
-            tar.addfile(_info(f"{root}/{MANIFEST_NAME}", size=os.fstat(f.fileno()).st_size), f)
-        for rel in sorted(folders | set(files)):
-            if rel in folders:
-                tar.addfile(_info(f"{root}/{rel}", directory=True))
-                continue
-            with open(bundle.path / rel, "rb") as f:
-                tar.addfile(_info(f"{root}/{rel}", size=files[rel].size), f)
-
-
-def _info(name: str, *, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE if directory else tarfile.REGTYPE
-    info.mode = 0o755 if directory else 0o644
-    info.size = size
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 @dataclass(frozen=True)
@@ -186,7 +96,7 @@ class _Slice(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def,override]
+    def readinto(self, buf: Any) -> int:
         view = memoryview(buf)[: self.left]
         n = self.f.readinto(view) if view.nbytes else 0  # type: ignore[attr-defined]
         self.left -= n or 0
@@ -253,7 +163,7 @@ def extract_archive(archive: Path, target: Path, files: Iterable[str] | None = N
     return target
 
 
-def scan_archive(index: ArchiveIndex, hasher: Callable[[BinaryIO], str]) -> dict[str, str]:
+def scan_archive(index: ArchiveIndex, hasher: Callable[[BinaryIO], _T]) -> dict[str, _T]:
     """``hasher`` over manifest.json and every file member, streamed; nothing is written."""
     out = {MANIFEST_NAME: hasher(io.BytesIO(index.manifest))}
     for rel in index.members:

@@ -1,6 +1,11 @@
 """Integrity: every file of a bundle against the manifest's file table, and the manifest
 against its dossier id.
 
+Every file is read once: :func:`scan_bundle` streams each file actually in the bundle (or each
+member of an archive opened lazily) once and feeds every hasher a command needs (xxh3-128
+always; BLAKE3 for a signature, SHA-256 for a registry push); :func:`check_integrity`, the
+signature check and a push take their digests from that one scan.
+
 xxh3-128 detects corruption (a flipped bit, a truncated copy, a file edited by mistake); it is
 not a cryptographic digest and does not stop someone who wants to forge a bundle. That needs a
 signature over the manifest with cryptographic digests of every file.
@@ -11,12 +16,15 @@ from __future__ import annotations
 import enum
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from dossier.bundle.archive import scan_archive
 from dossier.bundle.manifest import MANIFEST_NAME, body_digest
 from dossier.bundle.reader import Bundle
-from dossier.hashing import digest_file, digest_stream
+from dossier.hashing import ALGORITHM, feed, new_hasher
 
 
 class ProblemKind(str, enum.Enum):
@@ -73,11 +81,90 @@ class IntegrityReport:
         return "; ".join(str(p) for p in self.problems)
 
 
-def check_integrity(bundle: Bundle) -> IntegrityReport:
-    """Check every file of ``bundle`` against its file table (size, then xxh3-128, streamed)
-    and the manifest against its dossier id. Names every missing, extra or altered file. An
-    archive opened lazily is checked member by member inside the archive, writing nothing (its
-    member headers, sizes and count were checked against the table when it was opened)."""
+@dataclass(frozen=True)
+class Scanned:
+    """One regular file of a bundle, read once."""
+
+    size: int
+    """Bytes read."""
+    digests: dict[str, str]
+    """Hex digest by algorithm (``xxh3-128`` always)."""
+
+
+@dataclass(frozen=True)
+class BundleScan:
+    """Every entry actually in a bundle (not what its manifest says), each regular file read
+    once by :func:`scan_bundle` with every hasher asked for."""
+
+    algorithms: tuple[str, ...]
+    """The algorithms every file was hashed with (``xxh3-128`` first)."""
+    files: dict[str, Scanned]
+    """Regular files by bundle path, manifest.json included."""
+    odd: list[str]
+    """Entries that are not regular files (links, devices, fifos; never followed), sorted."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Regular files that could not be read, with why."""
+
+    def digests(self, algorithm: str) -> dict[str, str]:
+        """``algorithm``'s digest of every regular file, by bundle path, sorted."""
+        return {rel: f.digests[algorithm] for rel, f in sorted(self.files.items())}
+
+    def has(self, algorithm: str) -> bool:
+        """True when every file was hashed with ``algorithm``."""
+        return algorithm in self.algorithms
+
+
+def scan_bundle(bundle: Bundle, algorithms: Sequence[str] = ()) -> BundleScan:
+    """Read every regular file actually in ``bundle`` once, feeding xxh3-128 and each of
+    ``algorithms`` (see :func:`dossier.hashing.new_hasher`) from the same chunks. Links are
+    never followed (they are listed as odd). An archive opened lazily is read member by member
+    in place, manifest.json included, writing nothing."""
+    if bundle.archive is not None:
+        names = _names(algorithms)
+        return BundleScan(names, scan_archive(bundle.archive, lambda f: _read(f, names)), [])
+    return scan_folder(bundle.path, algorithms)
+
+
+def scan_folder(root: Path, algorithms: Sequence[str] = ()) -> BundleScan:
+    """:func:`scan_bundle` of the folder ``root``, whether or not it holds a readable
+    manifest."""
+    names = _names(algorithms)
+    files: dict[str, Scanned] = {}
+    odd: list[str] = []
+    unreadable: dict[str, str] = {}
+    for rel in _walk(root):
+        path = root.joinpath(*rel.split("/"))
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                odd.append(rel)
+                continue
+            with open(path, "rb", buffering=0) as f:
+                files[rel] = _read(f, names)
+        except OSError as exc:
+            unreadable[rel] = str(exc.strerror or exc)
+    return BundleScan(names, dict(sorted(files.items())), sorted(odd), unreadable)
+
+
+def _names(algorithms: Sequence[str]) -> tuple[str, ...]:
+    return (ALGORITHM, *[a for a in dict.fromkeys(algorithms) if a != ALGORITHM])
+
+
+def _read(src: BinaryIO, names: Sequence[str]) -> Scanned:
+    """One pass over ``src`` into a hasher per algorithm."""
+    hashers = [new_hasher(a) for a in names]
+    size = feed(src, hashers)
+    return Scanned(size, {a: h.hexdigest() for a, h in zip(names, hashers, strict=True)})
+
+
+def check_integrity(bundle: Bundle, scan: BundleScan | None = None) -> IntegrityReport:
+    """Check every file of ``bundle`` against its file table (size, xxh3-128) and the manifest
+    against its dossier id. Names every missing, extra or altered file. ``scan`` is a
+    :func:`scan_bundle` of this bundle made already (by the signature check); without it the
+    bundle is scanned now. An archive opened lazily is checked member by member inside the
+    archive, writing nothing (its member headers, sizes and count were checked against the
+    table when it was opened)."""
+    if scan is None:
+        scan = scan_bundle(bundle)
     root = bundle.path
     m = bundle.manifest
     problems: list[Problem] = []
@@ -87,26 +174,25 @@ def check_integrity(bundle: Bundle) -> IntegrityReport:
                                 f"its content no longer matches its dossier id {m.dossier_id}"))
     table = m.table()
     if bundle.archive is not None:  # an archive opened lazily: its members, hashed in place
-        from dossier.bundle.archive import scan_archive
-
-        got = scan_archive(bundle.archive, lambda f: digest_stream(f)[0])
+        got = scan.digests(ALGORITHM)
         problems += [Problem(rel, ProblemKind.ALTERED, f"xxh3-128 {got[rel]}, the manifest says "
                              f"{entry.digest}") for rel, entry in table.items()
                      if got.get(rel) != entry.digest]
         problems.sort(key=lambda p: (p.path, p.kind.value))
         return IntegrityReport(m.dossier_id, len(table), problems)
     for rel, entry in table.items():
-        why = _check_file(root, rel, entry.size, entry.digest)
+        why = _check_file(root, rel, entry.size, entry.digest, scan)
         if why is not None:
             problems.append(Problem(rel, *why))
-    for rel in _walk(root):
+    for rel in sorted({*scan.files, *scan.odd, *scan.unreadable}):
         if rel != MANIFEST_NAME and rel not in table:
             problems.append(Problem(rel, ProblemKind.EXTRA, "not in the manifest's file table"))
     problems.sort(key=lambda p: (p.path, p.kind.value))
     return IntegrityReport(m.dossier_id, len(table), problems)
 
 
-def _check_file(root: Path, rel: str, size: int, digest: str) -> tuple[ProblemKind, str] | None:
+def _check_file(root: Path, rel: str, size: int, digest: str,
+                scan: BundleScan) -> tuple[ProblemKind, str] | None:
     parts = rel.split("/")
     for i in range(1, len(parts)):  # a folder on the way must be a real folder, not a link
         try:
@@ -124,10 +210,14 @@ def _check_file(root: Path, rel: str, size: int, digest: str) -> tuple[ProblemKi
         return ProblemKind.ALTERED, "not a regular file"
     if st.st_size != size:
         return ProblemKind.ALTERED, f"{st.st_size} bytes, the manifest says {size}"
-    try:
-        got, _ = digest_file(path)
-    except OSError as exc:
-        return ProblemKind.ALTERED, f"unreadable: {exc.strerror}"
+    if rel in scan.unreadable:
+        return ProblemKind.ALTERED, f"unreadable: {scan.unreadable[rel]}"
+    found = scan.files.get(rel)
+    if found is None:  # appeared after the scan
+        return ProblemKind.ALTERED, "changed while it was checked"
+    if found.size != size:
+        return ProblemKind.ALTERED, f"{found.size} bytes, the manifest says {size}"
+    got = found.digests[ALGORITHM]
     if got != digest:
         return ProblemKind.ALTERED, f"xxh3-128 {got}, the manifest says {digest}"
     return None

@@ -23,7 +23,7 @@ from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
 from dossier.trial import Reading, TimingSummary
 
-FORMAT = "dossier-bundle"
+FORMAT: Literal["dossier-bundle"] = "dossier-bundle"
 """Value of the manifest's ``format`` field."""
 FORMAT_VERSION = "1.1"
 """The format version this code writes (MAJOR.MINOR)."""
@@ -32,6 +32,20 @@ READABLE_MAJORS = (1,)
 MANIFEST_NAME = "manifest.json"
 MANIFEST_MAX_BYTES = 16 << 20
 """A manifest larger than this is refused before it is parsed."""
+CACHE_NAME = "tuning-cache.jsonl"
+"""The search record (the run folder's tuning cache, verbatim)."""
+KNOBS_NAME = "knobs.json"
+"""The knob database."""
+FINGERPRINT_NAME = "fingerprint.json"
+"""The tuning host."""
+MODEL_JSON = "model.json"
+"""The model's identity (:class:`ModelIdentity`)."""
+VALIDATION_JSON = "validation.json"
+"""What the validation set is (:class:`ValidationInfo`)."""
+BUNDLE_SUFFIX = ".dossier"
+"""A bundle folder is ``NAME-VERSION.dossier``."""
+ARCHIVE_SUFFIX = ".dossier.tar"
+"""Its single-file form is ``NAME-VERSION.dossier.tar``."""
 
 _DIGEST = r"^[0-9a-f]{32}$"
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")

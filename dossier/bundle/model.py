@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dossier.bundle.manifest import ExternalFile, ModelIdentity, check_relative_path
 from dossier.errors import ModelError
@@ -36,7 +37,7 @@ def external_locations(model: Path) -> list[str]:
     return sorted(found)
 
 
-def _tensors(graph: object, onnx: object) -> list:
+def _tensors(graph: object, onnx: object) -> list[Any]:
     out = list(graph.initializer)  # type: ignore[attr-defined]
     for sparse in graph.sparse_initializer:  # type: ignore[attr-defined]
         out += [sparse.values, sparse.indices]

@@ -23,25 +23,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
-from dossier.bundle import tables
+from dossier.bundle import archive as _archive
+from dossier.bundle._files import remove_stale
+from dossier.bundle.archive import ArchiveIndex, extract_archive, index_archive
 from dossier.bundle.manifest import (
+    CACHE_NAME,
+    FINGERPRINT_NAME,
     MANIFEST_MAX_BYTES,
     MANIFEST_NAME,
+    MODEL_JSON,
+    VALIDATION_JSON,
     Manifest,
     ModelIdentity,
     ValidationInfo,
     parse_manifest,
 )
-from dossier.bundle.writer import CACHE_NAME, FINGERPRINT_NAME, MODEL_JSON, VALIDATION_JSON
-from dossier.cache import TuningCache
+from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleError, BundleFormatError
-from dossier.fingerprint import Fingerprint
 
-if TYPE_CHECKING:
-    from dossier.bundle.archive import ArchiveIndex
+if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
+    import pyarrow as pa
+
+    from dossier.cache import TuningCache
+    from dossier.fingerprint import Fingerprint
 
 
 class Bundle:
@@ -95,9 +101,6 @@ class Bundle:
         return self.path / rel
 
     def _extract(self, files: list[str]) -> None:
-        from dossier.bundle.archive import extract_member
-        from dossier.diskfull import check_room, host_io
-
         assert self.archive is not None
         size = self.archive.size(files)
         if self.max_extract is not None and self.extracted + size > self.max_extract:
@@ -112,7 +115,7 @@ class Bundle:
             dest = self.path.joinpath(*rel.split("/"))
             with host_io(self.path, f"opening {self.source}"):
                 dest.parent.mkdir(parents=True, exist_ok=True)
-            extract_member(self.archive, rel, dest)
+            _archive.extract_member(self.archive, rel, dest)  # by module: tests count calls
             self.extracted += self.archive.members[rel][1]
 
     def _json(self, rel: str, model: type[BaseModel]) -> Any:
@@ -134,14 +137,22 @@ class Bundle:
 
     def fingerprint(self) -> Fingerprint:
         """The tuning host (fingerprint.json)."""
+        from dossier.fingerprint import Fingerprint
+
         return self._json(FINGERPRINT_NAME, Fingerprint)  # type: ignore[no-any-return]
 
     def tuning_cache(self) -> TuningCache:
         """The search record, read-only."""
+        from dossier.cache import TuningCache
+
         return TuningCache.open(self.file(CACHE_NAME))
 
     def table(self, rel: str) -> pa.Table:
         """A Parquet table of the bundle."""
+        import pyarrow as pa
+
+        from dossier.bundle import tables
+
         path = self.file(rel)
         try:
             return tables.read_table(path)
@@ -152,15 +163,21 @@ class Bundle:
 
     def routes(self) -> pa.Table:
         """routes.parquet: one row per trial."""
-        return self.table(tables.ROUTES)
+        from dossier.bundle.tables import ROUTES
+
+        return self.table(ROUTES)
 
     def timings(self) -> pa.Table:
         """timings.parquet: every raw timing sample."""
-        return self.table(tables.TIMINGS)
+        from dossier.bundle.tables import TIMINGS
+
+        return self.table(TIMINGS)
 
     def shapes(self) -> pa.Table:
         """shapes.parquet: the shape distribution."""
-        return self.table(tables.SHAPES)
+        from dossier.bundle.tables import SHAPES
+
+        return self.table(SHAPES)
 
     def engine_path(self, role: str = "shipped") -> Path:
         """The shipped (or baseline) engine file; BundleFormatError when the bundle has no
@@ -298,8 +315,6 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
     outside its target, IntegrityError for a member that does not match its digest, and
     DiskFullError when the temporary folder's file system has no room.
     """
-    from dossier.bundle.archive import extract_archive, index_archive
-
     path = Path(path)
     if path.is_dir():
         yield read_bundle(path)
@@ -316,8 +331,6 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
             yield Bundle(tmp / "bundle", raw, manifest, notes, source=path, archive=index,
                          max_extract=max_extract)
         else:
-            from dossier.diskfull import host_io
-
             with host_io(base, f"opening {path}"):
                 tmp.mkdir()
             folder = extract_archive(path, tmp / "bundle")
@@ -339,8 +352,6 @@ _OPEN = re.compile(rf"^{re.escape(OPEN_PREFIX)}(?P<pid>\d+)-[0-9a-f]+$")
 def remove_stale_opens(folder: Path, *, older_than_s: float = STALE_OPEN_S) -> list[Path]:
     """Remove ``dossier-open-PID-*`` folders in ``folder`` left by killed processes: the PID is
     not running and the folder was not touched for ``older_than_s``. Returns them."""
-    from dossier.bundle._files import remove_stale
-
     return remove_stale(Path(folder), _OPEN, older_than_s=older_than_s, dirs_only=True)
 
 

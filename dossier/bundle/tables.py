@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,8 +68,8 @@ def routes_table(trials: Sequence[TrialRecord], knobs: Sequence[str], db: KnobDa
                  shipped_index: int) -> pa.Table:
     """One row per trial."""
     rank = ranks(trials)
-    cols: dict[str, list] = {name: [] for name, _ in ROUTES_HEAD + ROUTES_TAIL}
-    knob_cols: dict[str, list] = {KNOB_PREFIX + k: [] for k in knobs}
+    cols: dict[str, list[Any]] = {name: [] for name, _ in ROUTES_HEAD + ROUTES_TAIL}
+    knob_cols: dict[str, list[Any]] = {KNOB_PREFIX + k: [] for k in knobs}
     for t in trials:
         effective = Route.parse(t.route).effective(db)
         for k in knobs:
@@ -103,7 +104,7 @@ def routes_table(trials: Sequence[TrialRecord], knobs: Sequence[str], db: KnobDa
 
 def timings_table(trials: Sequence[TrialRecord]) -> pa.Table:
     """Every raw timing sample, long format."""
-    cols: dict[str, list] = {n: [] for n in TIMINGS_SCHEMA.names}
+    cols: dict[str, list[Any]] = {n: [] for n in TIMINGS_SCHEMA.names}
     for t in trials:
         for series, samples in (("candidate", t.samples_ms), ("baseline", t.baseline_samples_ms)):
             for i, ms in enumerate(samples or ()):
@@ -115,7 +116,7 @@ def timings_table(trials: Sequence[TrialRecord]) -> pa.Table:
 
 def shapes_table(shapes: Sequence[ShapeEntry]) -> pa.Table:
     """The shape distribution, one row per (entry, input)."""
-    cols: dict[str, list] = {n: [] for n in SHAPES_SCHEMA.names}
+    cols: dict[str, list[Any]] = {n: [] for n in SHAPES_SCHEMA.names}
     for i, entry in enumerate(shapes):
         for name, dims in sorted(entry.inputs.items()):
             for col, value in zip(SHAPES_SCHEMA.names, (i, entry.weight, name, list(dims))):

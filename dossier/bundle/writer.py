@@ -1,63 +1,56 @@
-"""Write a bundle from a finished run folder.
-
-The bundle is staged in a folder next to the target (``DIR/.NAME-VERSION.dossier.staging-*``,
-same file system), every file is written, fsynced and hashed as it is written, the manifest is
-written last, and the staging folder is renamed into place without replacing anything. A killed
-writer leaves only a staging folder, which the next write to the same folder removes; no
-half-written bundle is ever visible at ``DIR/NAME-VERSION.dossier``.
+"""Bundle a finished run folder: check it against its tuning cache and describe it as a
+:class:`~dossier.bundle.builder.BundleContent`, which :func:`~dossier.bundle.builder.build_bundle`
+writes (staged, fsynced, renamed into place).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import os
 import re
-import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from dossier import __version__
 from dossier.bundle import tables
-from dossier.bundle._files import (
-    begin_staging,
-    copy_file_hashed,
-    fsync_path,
-    fsync_tree,
-    rename_noreplace,
-    write_durable,
+from dossier.bundle.builder import (
+    BundleContent,
+    Copy,
+    Data,
+    EngineFile,
+    ModelFiles,
+    Table,
+    WrittenBundle,
+    build_bundle,
+    bundle_name,
+    check_target,
+    json_bytes,
+    trial_counts,
 )
 from dossier.bundle.manifest import (
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    EngineEntry,
-    Engines,
-    ExternalFile,
-    FileEntry,
-    Manifest,
+    ARCHIVE_SUFFIX,
+    BUNDLE_SUFFIX,
+    CACHE_NAME,
+    FINGERPRINT_NAME,
+    KNOBS_NAME,
+    MODEL_JSON,
+    VALIDATION_JSON,
     ModelIdentity,
     Summary,
     ValidationInfo,
-    manifest_bytes,
-    seal,
 )
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
 from dossier.cache_check import check_cache
-from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import (
     InputError,
     ModelError,
-    OutputError,
     SelectionError,
     TuneError,
     ValidationSetError,
 )
-from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
 from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Route, Selection
@@ -65,51 +58,7 @@ from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 
-CACHE_NAME = "tuning-cache.jsonl"
-KNOBS_NAME = "knobs.json"
-FINGERPRINT_NAME = "fingerprint.json"
-MODEL_JSON = "model.json"
-VALIDATION_JSON = "validation.json"
-BUNDLE_SUFFIX = ".dossier"
-ARCHIVE_SUFFIX = ".dossier.tar"
 _ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-@dataclass(frozen=True)
-class WrittenBundle:
-    """A bundle just written."""
-
-    path: Path
-    """The bundle folder ``DIR/NAME-VERSION.dossier``."""
-    manifest: Manifest
-    """Its manifest."""
-
-
-def bundle_name(release: str, version: int) -> str:
-    """``NAME-VERSION.dossier``."""
-    return f"{release}-{version}{BUNDLE_SUFFIX}"
-
-
-def check_target(out_dir: Path, release: str, version: int) -> Path:
-    """The bundle folder a release would be written to; OutputError when it exists or when
-    ``out_dir`` holds the same release at a version as high or higher. Writes nothing."""
-    out_dir = Path(out_dir)
-    target = out_dir / bundle_name(release, version)
-    if os.path.lexists(target):
-        raise OutputError(f"{target} exists already",
-                          hint="bundles are never overwritten; raise the release version")
-    pattern = re.compile(rf"^{re.escape(release)}-(\d+)(\.dossier|\.dossier\.tar)$")
-    try:
-        names = sorted(p.name for p in out_dir.iterdir()) if out_dir.is_dir() else []
-    except OSError as exc:
-        raise OutputError(f"cannot list {out_dir}: {exc.strerror}") from exc
-    held = [(int(m[1]), n) for n in names if (m := pattern.match(n))]
-    newer = [(v, n) for v, n in held if v >= version]
-    if newer:
-        v, _ = max(newer)
-        raise OutputError(f"release versions must increase; {out_dir} holds {release}-{v}",
-                          hint=f"set [release] version above {v} in the release spec")
-    return target
 
 
 def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
@@ -145,36 +94,7 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
             raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
         with bundle_lock(out_dir, target.name):
             plan = _Plan.make(cache, decision, cache_path.parent, include_model)
-            return commit_bundle(out_dir, target, lambda staging: plan.write(staging, parent))
-
-
-def commit_bundle(out_dir: Path, target: Path,
-                  fill: Callable[[Path], Manifest]) -> WrittenBundle:
-    """Write a bundle folder atomically: ``fill(staging)`` writes every file into a staging
-    folder next to ``target`` (the manifest last) and returns the manifest; the folder is then
-    fsynced and renamed into place without replacing anything. A staging folder left by a
-    killed writer in ``out_dir`` is removed first; on any failure the staging folder goes.
-    OutputError when ``out_dir`` cannot be written or ``target`` appeared meanwhile."""
-    out_dir = Path(out_dir)
-    staging = begin_staging(out_dir, target.name, directory=True)
-    try:
-        manifest = fill(staging)
-        fsync_tree(staging)
-        try:
-            rename_noreplace(staging, target)
-        except FileExistsError:
-            raise OutputError(f"{target} appeared while the bundle was written",
-                              hint="another dossier wrote the same release") from None
-        fsync_path(out_dir)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if is_disk_full(exc):
-            raise disk_full_error(exc, out_dir, f"writing {target.name}") from exc
-        raise OutputError(f"cannot write the bundle into {out_dir}: {exc.strerror or exc}") from exc
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return WrittenBundle(target, manifest)
+            return build_bundle(plan.content(parent), out_dir)
 
 
 @dataclass
@@ -236,129 +156,76 @@ class _Plan:
         return cls(cache, decision, run_dir, include_model, db, shipped, baseline, model,
                    externals, vset)
 
-    # -------------------------------------------------------------------------------- write
-    def write(self, staging: Path, parent: str | None) -> Manifest:
-        """Write every file into ``staging``, the manifest last; return the manifest."""
+    # ------------------------------------------------------------------------------ content
+    def content(self, parent: str | None) -> BundleContent:
+        """The bundle's content: what the run folder holds, as the tuning cache recorded it."""
         h = self.cache.header
-        files: list[FileEntry] = []
-
-        def add(rel: str, digest: str, size: int) -> FileEntry:
-            entry = FileEntry(path=rel, size=size, digest=digest)
-            files.append(entry)
-            return entry
-
-        def copy(src: Path, rel: str) -> FileEntry:
-            dst = staging / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            return add(rel, *copy_file_hashed(src, dst))
-
-        def put(rel: str, data: bytes) -> None:
-            dst = staging / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            write_durable(dst, data)
-            add(rel, *digest_file(dst))
-
-        engines = self._write_engines(copy)
-        identity = self._write_model(copy)
-        put(MODEL_JSON, _json_bytes(identity.model_dump(mode="json")))
-        for name in (KNOBS_NAME, FINGERPRINT_NAME, CACHE_NAME):
-            src = self.cache.path if name == CACHE_NAME else self.run_dir / name
-            copy(src, name)
-        info = self._write_validation(copy)
-        put(VALIDATION_JSON, _json_bytes(info.model_dump(mode="json")))
+        files: list[Copy | Data | Table] = [
+            Copy(self.cache.path if name == CACHE_NAME else self.run_dir / name, name)
+            for name in (KNOBS_NAME, FINGERPRINT_NAME, CACHE_NAME)]
+        files += self._validation()
         knobs = [i.knob for i in Selection.parse(h.selection, self.db).items]
         trials = self.cache.trials
-        for rel, table in ((tables.ROUTES, tables.routes_table(trials, knobs, self.db,
-                                                                self.decision.shipped_index)),
-                           (tables.TIMINGS, tables.timings_table(trials)),
-                           (tables.SHAPES, tables.shapes_table(h.shapes))):
-            tables.write_table(table, staging / rel)
-            add(rel, *digest_file(staging / rel))
-        manifest = seal(Manifest(
-            format_version=FORMAT_VERSION, dossier_id="0" * 32, release=h.release,
-            release_version=h.release_version, description=h.description, parent=parent,
-            created_at=_finished_at(self.cache), tool_version=__version__, backend=h.backend,
-            tuner_version=h.tuner_version, knob_db_digest=h.knob_db_digest, model=identity,
-            model_included=self.include_model, engines=engines, summary=self._summary(),
-            tuning_host=dict(h.host), warnings=self._warnings(),
-            files=sorted(files, key=lambda f: f.path)))
-        write_durable(staging / MANIFEST_NAME, manifest_bytes(manifest))
-        return manifest
+        files += [Table(tables.ROUTES, tables.routes_table(trials, knobs, self.db,
+                                                           self.decision.shipped_index)),
+                  Table(tables.TIMINGS, tables.timings_table(trials)),
+                  Table(tables.SHAPES, tables.shapes_table(h.shapes))]
+        model: ModelFiles | ModelIdentity
+        if self.model.is_file():
+            model = ModelFiles(self.model, self.include_model, self.externals, h.model.digest,
+                               ModelError(f"the model {self.model} changed since the search",
+                                          hint="restore the model the search tuned, or tune "
+                                          "again"))
+        else:  # --no-model, and the model is not at hand any more
+            model = ModelIdentity(file_name=Path(h.model.path).name, size=h.model.size,
+                                  digest=h.model.digest, external_data_known=False)
+        shipped = self._engine(self.shipped, "")
+        return BundleContent(
+            release=h.release, release_version=h.release_version, description=h.description,
+            parent=parent, created_at=_finished_at(self.cache), backend=h.backend,
+            tuner_version=h.tuner_version, knob_db_digest=h.knob_db_digest,
+            summary=self._summary(), shipped=shipped,
+            baseline=None if self.baseline.index == self.shipped.index
+            else self._engine(self.baseline, ".baseline"),
+            baseline_is_shipped=self.baseline.index == self.shipped.index, model=model,
+            files=files, tuning_host=dict(h.host), warnings=self._warnings())
 
-    def _write_engines(self, copy) -> Engines:  # type: ignore[no-untyped-def]
-        name = self.cache.header.release
-        backend_flags = _flag_source(self.cache.header.backend, self.db)
-        load = _load_source(self.cache.header.backend, self.db)
-        entries = {}
-        for role, trial in (("shipped", self.shipped), ("baseline", self.baseline)):
-            if role == "baseline" and trial.index == self.shipped.index:
-                entries[role] = entries["shipped"]
-                continue
-            src = self.run_dir / trial.engine  # type: ignore[operator]
-            tag = "" if role == "shipped" else ".baseline"
-            f = copy(src, f"engine/{name}{tag}{src.suffix}")
-            if f.digest != trial.engine_digest:
-                raise InputError(f"engine {src} changed since the search (its xxh3-128 is not "
-                                 "the one the tuning cache recorded)",
-                                 hint="bundle the run folder dossier tune wrote, unchanged")
-            entries[role] = EngineEntry(path=f.path, route=trial.route, trial_index=trial.index,
-                                        size=f.size, digest=f.digest, facts=dict(trial.extra),
-                                        flags=backend_flags(trial.route),
-                                        load=load(trial.route))
-        return Engines(**entries)
-
-    def _write_model(self, copy) -> ModelIdentity:  # type: ignore[no-untyped-def]
+    def _engine(self, trial: TrialRecord, tag: str) -> EngineFile:
         h = self.cache.header
-        if not self.model.is_file():  # --no-model, and the model is not at hand any more
-            return ModelIdentity(file_name=Path(h.model.path).name, size=h.model.size,
-                                 digest=h.model.digest, external_data_known=False)
-        if self.include_model:
-            f = copy(self.model, f"model/{self.model.name}")
-            digest, size = f.digest, f.size
-        else:
-            digest, size = digest_file(self.model)
-        if digest != h.model.digest:
-            raise ModelError(f"the model {self.model} changed since the search",
-                             hint="restore the model the search tuned, or tune again")
-        external = []
-        for location in self.externals:
-            src = self.model.parent / location
-            if not src.is_file():
-                raise ModelError(f"{self.model}: external data file {location} is missing")
-            if self.include_model:
-                f = copy(src, f"model/{location}")
-                d, s = f.digest, f.size
-            else:
-                d, s = digest_file(src)
-            external.append(ExternalFile(path=location, size=s, digest=d))
-        return ModelIdentity(file_name=self.model.name, size=size, digest=digest,
-                             external_data=external)
+        src = self.run_dir / str(trial.engine)
+        changed = InputError(f"engine {src} changed since the search (its xxh3-128 is not the "
+                             "one the tuning cache recorded)",
+                             hint="bundle the run folder dossier tune wrote, unchanged")
+        return EngineFile(Copy(src, f"engine/{h.release}{tag}{src.suffix}", trial.engine_digest,
+                               changed),
+                          route=trial.route, trial_index=trial.index, facts=dict(trial.extra),
+                          flags=_flag_source(h.backend, self.db)(trial.route),
+                          load=_load_source(h.backend, self.db)(trial.route))
 
-    def _write_validation(self, copy) -> ValidationInfo:  # type: ignore[no-untyped-def]
+    def _validation(self) -> list[Copy | Data | Table]:
         h = self.cache.header
         root = self.vset.path
-        for pair in self.vset.pairs:
-            for role in ("inputs", "references"):
-                copy(root / pair.name / f"{role}.arrow", f"validation/{pair.name}/{role}.arrow")
+        files: list[Copy | Data | Table] = [
+            Copy(root / pair.name / f"{role}.arrow", f"validation/{pair.name}/{role}.arrow")
+            for pair in self.vset.pairs for role in ("inputs", "references")]
         provenance = None
         if (root / "provenance.json").is_file():
-            provenance = copy(root / "provenance.json", "validation/provenance.json").path
+            provenance = "validation/provenance.json"
+            files.append(Copy(root / "provenance.json", provenance))
         method = self.vset.provenance.get("method") if isinstance(self.vset.provenance, dict) \
             else None
-        return ValidationInfo(
+        info = ValidationInfo(
             metric=h.metric, threshold=h.threshold, atol=h.atol, rtol=h.rtol,
             pairs=[p.name for p in self.vset.pairs],
             pair_inputs={p.name: {k: [int(d) for d in v.shape] for k, v in sorted(p.inputs.items())}
                          for p in self.vset.pairs},
             digest=h.validation_digest,
             references=str(method) if method else "unknown", provenance=provenance)
+        files.append(Data(VALIDATION_JSON, json_bytes(info.model_dump(mode="json"))))
+        return files
 
     def _summary(self) -> Summary:
         h, d = self.cache.header, self.decision
-        counts: dict[str, int] = {}
-        for t in self.cache.trials:
-            if t.role != "confirm":
-                counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
         if d.gain and d.speedup is not None:
             result = (f"{d.speedup:.3f}x [{d.speedup_ci_low:.3f}, {d.speedup_ci_high:.3f}] "
                       f"(p={d.p_value:.2g})")
@@ -374,7 +241,7 @@ class _Plan:
             p_value=_finite(d.p_value), result=result, reason=d.reason, decision_rule=d.rule,
             aa=d.aa, confirm_aa=d.confirm_aa,
             runner_up_route=d.runner_up_route, runner_up_speedup=_finite(d.runner_up_speedup),
-            trial_counts=dict(sorted(counts.items())),
+            trial_counts=trial_counts(self.cache.trials),
             confirm_trials=sum(t.role == "confirm" for t in self.cache.trials),
             search_wall_s=sum(s.wall_s for s in self.cache.sessions),
             build_s_total=sum(t.build_s or 0.0 for t in self.cache.trials),
@@ -460,11 +327,12 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def _json_bytes(data: object) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
-
-
 def header_of(source: Path) -> CacheHeader:
     """The tuning cache header of a run folder or cache file."""
     source = Path(source)
     return TuningCache.open(source / CACHE_NAME if source.is_dir() else source).header
+
+
+__all__ = ["ARCHIVE_SUFFIX", "BUNDLE_SUFFIX", "CACHE_NAME", "FINGERPRINT_NAME", "KNOBS_NAME",
+           "MODEL_JSON", "VALIDATION_JSON", "WrittenBundle", "bundle_name", "check_target",
+           "coverage_warnings", "header_of", "write_bundle"]

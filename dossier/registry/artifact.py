@@ -41,23 +41,28 @@ from dossier.bundle._files import (
     rename_noreplace,
     write_durable,
 )
-from dossier.bundle.integrity import check_integrity
-from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, Manifest, parse_manifest
+from dossier.bundle.integrity import check_integrity, scan_bundle
+from dossier.bundle.manifest import (
+    BUNDLE_SUFFIX,
+    MANIFEST_MAX_BYTES,
+    MANIFEST_NAME,
+    Manifest,
+    parse_manifest,
+)
 from dossier.bundle.reader import open_bundle, read_bundle
-from dossier.bundle.writer import BUNDLE_SUFFIX
+from dossier.diskfull import output_error
 from dossier.errors import (
     BundleFormatError,
     DossierError,
     IntegrityError,
     OutputError,
 )
-from dossier.hashing import canonical_json
+from dossier.hashing import BLAKE3, SHA256, canonical_json
 from dossier.registry.client import (
     OCI_MANIFEST,
     RegistryClient,
     connect,
     sha256_bytes,
-    sha256_file,
 )
 from dossier.registry.reference import DIGEST, Reference, parse_reference
 
@@ -153,20 +158,22 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
                                 "push computes)")
     client = RegistryClient(ref, insecure=insecure)  # refuses --insecure before any I/O
     with open_bundle(Path(path)) as bundle:
-        report = check_integrity(bundle)
+        # every file read once for all its digests: xxh3-128 (integrity), SHA-256 (the
+        # layers), BLAKE3 (the signature's subjects)
+        scan = scan_bundle(bundle, [SHA256, BLAKE3] if signature is not None else [SHA256])
+        report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
                                  f"({report.problems[0] if report.problems else report}); "
                                  "not pushed")
         if signature is not None:  # before any upload: never attach a signature of other bytes
-            check_signature(bundle, (), signature=signature)
+            check_signature(bundle, (), signature=signature, scan=scan)
         config = (bundle.path / MANIFEST_NAME).read_bytes()
         blobs: list[tuple[Path | bytes, str, int]] = [(config, sha256_bytes(config), len(config))]
         layers = []
         for entry in bundle.manifest.files:
-            digest, size = sha256_file(bundle.path / entry.path)
-            if size != entry.size:
-                raise IntegrityError(f"{bundle.source}: {entry.path} changed while it was pushed")
+            scanned = scan.files[entry.path]  # the integrity check passed: it is there
+            digest, size = "sha256:" + scanned.digests[SHA256], scanned.size
             layers.append({"mediaType": LAYER_TYPE, "digest": digest, "size": size,
                            "annotations": {TITLE: entry.path}})
             blobs.append((bundle.path / entry.path, digest, size))
@@ -303,6 +310,9 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
         except FileExistsError:
             raise OutputError(f"{target} appeared while the bundle was pulled") from None
         fsync_path(out_dir)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise output_error(exc, out_dir, f"pulling {pinned}", f"write {target}") from exc
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urljoin, urlsplit
 
+from dossier.diskfull import output_error
 from dossier.errors import (
     BackendUnavailableError,
     DigestMismatchError,
     InputError,
     NotFoundError,
-    OutputError,
     RegistryAuthError,
     RegistryError,
 )
-from dossier.hashing import CHUNK
+from dossier.hashing import CHUNK, SHA256, feed, new_hasher
 from dossier.registry.reference import Reference, is_loopback
 
 MANIFEST_MAX_BYTES = 4 << 20
@@ -67,14 +67,9 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: Path) -> tuple[str, int]:
     """``sha256:HEX`` and size of the file at ``path``, streamed in fixed chunks."""
-    h = hashlib.sha256()
-    size = 0
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    h = new_hasher(SHA256)
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-            size += n
+        size = feed(f, [h])  # type: ignore[arg-type]
     return "sha256:" + h.hexdigest(), size
 
 
@@ -366,7 +361,7 @@ class RegistryClient:
                                     f"({_reason(exc)})", hint="nothing was kept; try again"
                                     ) from None
             except OSError as exc:
-                raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from exc
+                raise output_error(exc, dest.parent, f"pulling {what}", f"write {dest}") from exc
             f.flush()
             os.fsync(f.fileno())
         _match(self.ref, what, digest, size, "sha256:" + h.hexdigest(), n)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dossier.bundle.integrity import BundleScan
 from dossier.bundle.reader import Bundle
 from dossier.errors import BundleFormatError, DossierError, SignatureError
 from dossier.hashing import canonical_json
@@ -160,10 +161,12 @@ def _keep(folder: Path, name: str, data: bytes) -> Path:
 
 def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
                               trusted_keys: Sequence[Path] = (), *, require: bool = False,
-                              source: str = "") -> SignatureCheck | None:
+                              source: str = "",
+                              scan: BundleScan | None = None) -> SignatureCheck | None:
     """:func:`~dossier.signing.check_signature` against the envelopes found as referrers: the
     first that passes; None when there are none and none is required. SignatureError (the
-    first envelope's) when none passes."""
+    first envelope's) when none passes. ``scan``: the bundle's files read once already
+    (:func:`~dossier.bundle.integrity.scan_bundle` with BLAKE3), shared by every envelope."""
     if not envelopes:
         if require:
             raise SignatureError(f"{source or bundle.source} is not signed: the registry holds "
@@ -173,7 +176,8 @@ def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
     errors: list[DossierError] = []
     for envelope in envelopes:
         try:
-            return check_signature(bundle, trusted_keys, require=require, signature=envelope)
+            return check_signature(bundle, trusted_keys, require=require, signature=envelope,
+                                   scan=scan)
         except SignatureError as exc:  # noqa: PERF203 - a few envelopes at most
             errors.append(exc)
     raise errors[0]

@@ -1,0 +1,169 @@
+"""Whole-command speed of ``dossier verify --integrity-only`` on a bundle with a big engine, and
+how many bytes it reads.
+
+1. Copies the golden 1.0 bundle (tests/assets/golden) into a temporary folder and swaps its
+   engine for a file of random bytes (default 1 GiB), recording the new size and xxh3-128 in the
+   manifest and re-sealing its dossier id: a valid bundle whose engine dominates its size.
+2. Runs ``dossier verify BUNDLE --integrity-only`` (the installed entry point, a fresh process
+   each time) once to warm the page cache, then ``--repeats`` times, and reports the median
+   wall time with a 95% interval from order statistics, the range and the sample count.
+   Alongside: the same command's ``/proc/self/io`` ``rchar`` (bytes read through read(2) and
+   friends, page cache included) against the bundle's size; the time of the imports alone
+   (``python -c 'import cli.main'``); the time of the in-process check alone
+   (``open_bundle`` + ``check_integrity``); and the same command on the bundle signed with a
+   fresh key (xxh3-128 and BLAKE3 from one read of each file).
+
+Writes bench/results/verify-speed.json; the temporary folder is removed.
+
+    python bench/verify_speed.py [--gib 1] [--repeats 9] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "assets" / "golden" / "convnet-1.dossier"
+RCHAR = """
+import atexit, sys
+def said():
+    for line in open("/proc/self/io"):
+        if line.startswith("rchar:"):
+            sys.stderr.write("RCHAR " + line.split()[1] + "\\n")
+atexit.register(said)
+from cli.main import main
+sys.argv = ["dossier", *sys.argv[1:]]
+main()
+"""
+
+
+def make_bundle(dst: Path, engine_bytes: int) -> Path:
+    """A copy of the golden bundle at ``dst`` whose engine is ``engine_bytes`` random bytes,
+    with the manifest's file table and engine entries updated and the dossier id re-sealed."""
+    from dossier.bundle.manifest import MANIFEST_NAME, body_digest
+    from dossier.hashing import digest_file
+
+    shutil.copytree(GOLDEN, dst)
+    raw = json.loads((dst / MANIFEST_NAME).read_bytes())
+    rel = raw["engines"]["shipped"]["path"]
+    block = os.urandom(min(engine_bytes, 64 << 20))
+    with open(dst / rel, "wb") as f:
+        left = engine_bytes
+        while left > 0:
+            left -= f.write(block[:left])
+    digest, size = digest_file(dst / rel)
+    for entry in [*raw["files"], *(e for e in raw["engines"].values() if e)]:
+        if entry["path"] == rel:
+            entry.update(size=size, digest=digest)
+    raw["dossier_id"] = body_digest(raw)
+    (dst / MANIFEST_NAME).write_text(json.dumps(raw, indent=2, sort_keys=True) + "\n")
+    return dst
+
+
+def bundle_size(path: Path) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _stats(samples: list[float]) -> dict[str, object]:
+    from dossier.timing import median_ci
+
+    lo, hi = median_ci(samples, 0.95)
+    ordered = sorted(samples)
+    return {"median_s": round(ordered[len(ordered) // 2], 4), "ci95_s": [round(lo, 4),
+                                                                        round(hi, 4)],
+            "min_s": round(ordered[0], 4), "max_s": round(ordered[-1], 4), "n": len(samples),
+            "samples_s": [round(x, 4) for x in samples]}
+
+
+def _time(cmd: list[str], repeats: int) -> dict[str, object]:
+    samples = []
+    for _ in range(repeats + 1):  # the first run warms the page cache and is dropped
+        start = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, check=False, cwd=ROOT)
+        took = time.perf_counter() - start
+        if res.returncode != 0:
+            raise SystemExit(f"{cmd} exited {res.returncode}: {res.stderr.decode()[-400:]}")
+        samples.append(took)
+    return _stats(samples[1:])
+
+
+def _rchar(bundle: Path, *extra: str) -> int:
+    res = subprocess.run([sys.executable, "-c", RCHAR, "verify", str(bundle), "--integrity-only",
+                          *extra], capture_output=True, check=False, cwd=ROOT)
+    lines = [x for x in res.stderr.decode().splitlines() if x.startswith("RCHAR ")]
+    if res.returncode != 0 or not lines:
+        raise SystemExit(f"verify exited {res.returncode}: {res.stderr.decode()[-400:]}")
+    return int(lines[-1].split()[1])
+
+
+def _in_process(bundle: Path, repeats: int) -> dict[str, object]:
+    from dossier.bundle import check_integrity, open_bundle
+
+    samples = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        with open_bundle(bundle, lazy=True) as b:
+            assert check_integrity(b)
+        samples.append(time.perf_counter() - start)
+    return _stats(samples[1:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from dossier.signing import generate_key_pair, sign_bundle
+
+    dossier = str(Path(sys.executable).with_name("dossier"))
+    work = Path(tempfile.mkdtemp(prefix="verify-speed-", dir=args.work))
+    try:
+        bundle = make_bundle(work / "convnet-1.dossier", int(args.gib * (1 << 30)))
+        size = bundle_size(bundle)
+        cmd = [dossier, "verify", str(bundle), "--integrity-only"]
+        whole = _time(cmd, args.repeats)
+        imports = _time([sys.executable, "-c", "import cli.main"], args.repeats)
+        check = _in_process(bundle, args.repeats)
+        rchar = _rchar(bundle)
+        keys = generate_key_pair(work / "keys")
+        sign_bundle(bundle, keys.private)
+        signed = _time([*cmd, "--trusted-key", str(keys.public)], max(3, args.repeats // 2))
+        rchar_signed = _rchar(bundle, "--trusted-key", str(keys.public))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "what": "dossier verify BUNDLE --integrity-only, whole command (a fresh process per "
+                "run, page cache warm, first run dropped), on the golden bundle with its engine "
+                f"swapped for {args.gib:g} GiB of random bytes",
+        "bundle_bytes": size,
+        "engine_bytes": int(args.gib * (1 << 30)),
+        "whole_command": whole,
+        "imports_only": {"command": "python -c 'import cli.main'", **imports},
+        "check_in_process": {"what": "open_bundle + check_integrity (one scan)", **check},
+        "rchar": {"bytes": rchar, "ratio_to_bundle": round(rchar / size, 4)},
+        "signed": {"what": "the same bundle signed; xxh3-128 and BLAKE3 from one read",
+                   **signed, "rchar": rchar_signed,
+                   "rchar_ratio_to_bundle": round(rchar_signed / size, 4)},
+        "target_s": 0.5,
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                 "python": platform.python_version()},
+    }
+    out = ROOT / "bench" / "results" / "verify-speed.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The library's import graph has no cycle: every ``import`` of a ``dossier`` module, at module
+level or inside a function (both run), is an edge; imports under ``if TYPE_CHECKING:`` never
+run and are left out. ``from dossier.bundle import reader`` is an edge to the submodule,
+``from dossier.bundle import Bundle`` one to the package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "dossier"
+
+KNOWN = {frozenset({"dossier.tuner", "dossier.executors", "dossier.executors.ray_cluster"})}
+"""Cycles outside the bundle layers that another part of the code base still has to break
+(the Ray executor reuses the tuner's build phases); a new cycle fails, and so does one of these
+once broken (remove it here)."""
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node, minus the bodies of ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+    return out
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the dossier modules it imports (at run time)."""
+    mods = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                graph[mod] |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in mods else base if base in mods else None
+                    if target is not None and target != mod:
+                        graph[mod].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(frozenset(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_detector_finds_a_cycle(tmp_path: Path) -> None:
+    """The check can fail: a function-local import that closes a circle is found, one under
+    TYPE_CHECKING is not."""
+    pkg = tmp_path / "dossier"
+    (pkg / "bundle").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bundle" / "__init__.py").write_text("")
+    (pkg / "bundle" / "reader.py").write_text("from dossier.bundle import archive\n")
+    (pkg / "bundle" / "archive.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dossier.bundle import "
+        "tables\ndef f():\n    from dossier.bundle.reader import Bundle\n")
+    (pkg / "bundle" / "tables.py").write_text("import dossier.bundle.archive\n")
+    graph = import_graph(pkg)
+    assert graph["dossier.bundle.archive"] == {"dossier.bundle.reader"}
+    assert cycles(graph) == [frozenset({"dossier.bundle.reader", "dossier.bundle.archive"})]
+
+
+def test_no_import_cycle_in_the_library() -> None:
+    graph = import_graph()
+    assert {"dossier.bundle.archive", "dossier.bundle.reader"} <= set(graph)
+    found = set(cycles(graph))
+    assert found - KNOWN == set(), sorted(sorted(c) for c in found - KNOWN)
+    assert KNOWN - found == set(), "a known cycle is gone: remove it from KNOWN"
+
+
+@pytest.mark.parametrize("lower, upper", [
+    ("dossier.bundle.manifest", "dossier.bundle.archive"),
+    ("dossier.bundle.archive", "dossier.bundle.reader"),
+    ("dossier.bundle.reader", "dossier.bundle.integrity"),
+    ("dossier.bundle.integrity", "dossier.bundle.pack"),
+    ("dossier.bundle.builder", "dossier.bundle.writer"),
+    ("dossier.bundle.builder", "dossier.importer"),
+])
+def test_bundle_layers(lower: str, upper: str) -> None:
+    """Each bundle layer builds on the one below and never imports one above it."""
+    graph = import_graph()
+
+    def reaches(a: str, b: str) -> bool:
+        seen, todo = set(), [a]
+        while todo:
+            m = todo.pop()
+            if m == b:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
+        return False
+
+    assert reaches(upper, lower), f"{upper} does not build on {lower}"
+    assert not reaches(lower, upper), f"{lower} imports {upper}, a layer above it"
