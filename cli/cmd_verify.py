@@ -66,9 +66,9 @@ def verify(
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.bundle import check_integrity, open_bundle
-    from dossier.registry import check_referrer_signatures
     from dossier.bundle.integrity import scan_bundle
     from dossier.hashing import BLAKE3
+    from dossier.registry import check_referrer_signatures
     from dossier.signing import check_signature, signature_path
 
     if require_signature and not trusted_keys:
