@@ -137,8 +137,9 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
                     + (f"; the A/A read {cal.text()}" if cal else "")),
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
+    best: TrialRecord | None
     if confirms:
-        best = max(confirms, key=lambda t: t.comparison.speedup)  # type: ignore[union-attr]
+        best = max(confirms, key=lambda t: t.comparison.speedup if t.comparison else 0.0)
         c = best.comparison
         assert c is not None
         reason = (f"no significant gain: {len(screened)} route(s) screened faster, but none was "

@@ -79,7 +79,7 @@ class _Process:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             start_new_session=True, env={**os.environ, **(env or {})})
 
-    def ask(self, command: str, deadline: float) -> dict:
+    def ask(self, command: str, deadline: float) -> dict[str, Any]:
         """Send a command, wait for its one-line JSON answer until ``deadline``."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write((command + "\n").encode())
@@ -100,7 +100,7 @@ class _Process:
         return text[-1] if text else ""
 
 
-def _read_line(stream: IO[bytes], deadline: float, proc: _Process) -> dict:
+def _read_line(stream: IO[bytes], deadline: float, proc: _Process) -> dict[str, Any]:
     left = deadline - time.monotonic()
     ready, _, _ = select.select([stream], [], [], max(left, 0))
     if not ready:
@@ -111,6 +111,8 @@ def _read_line(stream: IO[bytes], deadline: float, proc: _Process) -> dict:
         raise TuneError(f"independent re-measurement: {proc.path.stem} exited "
                         f"(status {proc.proc.returncode}) {proc.tail()}".strip())
     data = json.loads(line)
+    if not isinstance(data, dict):
+        raise TuneError(f"independent re-measurement: {proc.path.stem} answered {line[:80]!r}")
     if "error" in data:
         raise TuneError(f"independent re-measurement: {proc.path.stem}: {data['error']}")
     return data
@@ -183,7 +185,7 @@ def _serve(req: EngineRequest) -> None:
 _PROTOCOL: list[IO[str]] = []
 
 
-def _say(data: dict) -> None:
+def _say(data: dict[str, Any]) -> None:
     out = _PROTOCOL[0] if _PROTOCOL else sys.stdout
     out.write(json.dumps(data) + "\n")
     out.flush()

@@ -79,7 +79,7 @@ class TimingSettings(BaseModel):
 
     def smallest_p(self, rounds: int) -> float:
         """The smallest two-sided p-value an exact signed-rank test over ``rounds`` can give."""
-        return 2.0 / 2 ** rounds
+        return 2.0 / float(2 ** rounds)
 
     def problems(self) -> list[str]:
         """What makes these settings unable to ship a gain (empty when nothing does)."""
@@ -149,7 +149,7 @@ def unflatten(samples: Sequence[float], round_index: Sequence[int]) -> list[list
     return out
 
 
-def median_ci(samples: Sequence[float], confidence: float) -> tuple[float, float]:
+def median_ci(samples: Sequence[float] | np.ndarray, confidence: float) -> tuple[float, float]:
     """Distribution-free confidence interval of the median from order statistics."""
     from scipy import stats  # imported here: trial processes time engines without scipy
 

@@ -229,7 +229,7 @@ class Tuner:
                              timing=s.timing, baseline_route=self.p.baseline.text(),
                              builder=s.builder, shapes=s.shapes,
                              result=str(self.work / "result.json"),
-                             stage=str(self.work / "stage"), **kw)  # type: ignore[arg-type]
+                             stage=str(self.work / "stage"), **kw)
 
     def _baseline_engine(self) -> Path | None:
         base = next((t for t in self.cache.trials if t.role == "baseline"), None)
@@ -243,7 +243,8 @@ class Tuner:
         same = self._same_build(route)
         return self._request(mode="trial", route=route.text(), engine=str(engine),
                              baseline_engine=str(base_engine) if base_engine else None,
-                             reuse_engine=str(self.run_dir / same.engine) if same else None,
+                             reuse_engine=str(self.run_dir / same.engine)
+                             if same and same.engine else None,
                              reuse_facts=dict(same.extra) if same else {})
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
@@ -257,8 +258,8 @@ class Tuner:
         if self.executor is not None:
             self.observer.trial_started(index, route.text(), role)
             started = _now()
-            result, trial_s = self.executor.trial(route, index, req)
-            return self._append(index, route, role, result, engine, trial_s, started)
+            remote, trial_s = self.executor.trial(route, index, req)
+            return self._append(index, route, role, remote, engine, trial_s, started)
         build: Build | None = None
         if self.builds is not None and same is None:
             build = self.builds.wait(route, index)
@@ -268,8 +269,10 @@ class Tuner:
         timing = self.p.spec.timing
         name = f"trial-{index:04d}"
         env = self._loader_env(base_engine)
-        if build is not None and not isinstance(build.result, BuiltResult):
-            result: WorkerResult = build.result  # type: ignore[assignment]
+        result: WorkerResult
+        if build is not None and build.result is not None \
+                and not isinstance(build.result, BuiltResult):
+            result = build.result  # the build failed: that is the trial's outcome
         else:
             if build is not None:
                 assert isinstance(build.result, BuiltResult)
@@ -278,7 +281,7 @@ class Tuner:
                 req = req.model_copy(update={"prebuilt_build_s": build.build_s,
                                              "reuse_facts": {k: str(v) for k, v in
                                                              build.result.facts.items()}})
-            elif same is not None:
+            elif same is not None and same.engine:
                 env = {**env, **self._loader_env(self.run_dir / same.engine)}
             if self.builds is not None:
                 self.builds.pause()  # nothing else runs while a trial is timed
@@ -338,14 +341,15 @@ class Tuner:
             extra = {k: str(v) for k, v in result.facts.items()}
             if result.log_tail:  # keep what the dying process said last
                 extra["log_tail"] = result.log_tail
-            return TrialRecord(**common, outcome=Outcome(result.outcome), reason=result.reason,  # type: ignore[arg-type]
+            return TrialRecord(**common, outcome=Outcome(result.outcome), reason=result.reason,
                                build_s=result.build_s, extra=extra)
         if not isinstance(result, JudgedResult):
             raise TuneError(f"trial {index}: the worker answered {result.outcome!r} to a trial")
         outcome = Outcome(result.outcome)
         settings = self.p.spec.timing
         timing_summary = comparison = None
-        if result.samples_ms and result.baseline_samples_ms:
+        if (result.samples_ms and result.baseline_samples_ms and result.sample_rounds is not None
+                and result.baseline_sample_rounds is not None):
             timing_summary = summarize(result.samples_ms, settings.confidence,
                                        result.warmup_runs or 0)
             comparison = compare(unflatten(result.baseline_samples_ms,
@@ -354,7 +358,7 @@ class Tuner:
                                  baseline_warmup=result.baseline_warmup_runs or 0)
         kept = outcome is Outcome.OK and engine.exists()
         return TrialRecord(
-            **common, outcome=outcome, reason=result.reason, losses=result.losses or None,  # type: ignore[arg-type]
+            **common, outcome=outcome, reason=result.reason, losses=result.losses or None,
             worst_loss=result.worst_loss, timing=timing_summary, comparison=comparison,
             samples_ms=result.samples_ms, baseline_samples_ms=result.baseline_samples_ms,
             sample_rounds=result.sample_rounds,

@@ -5,8 +5,9 @@
     python bench/h200/summarize.py RESULTS... [--out-json bench/results/h200.json]
                                               [--out-md bench/results/h200.md]
 
-RESULTS are ``h200-<tag>.json`` files written by ``run.sh`` (or folders holding them); later
-files win where two measured the same thing. For every configuration it reports eager and
+RESULTS are ``h200-<tag>.json`` files written by ``run.sh`` (or folders holding them), oldest
+first: later files win where two measured the same thing; A/A repetitions and independent
+re-measurements add up over all files. For every configuration it reports eager and
 torch.compile medians with their 95% intervals; for every search the number of builds, the
 search's wall time, the baseline's and the winner's medians, the speedup with its interval,
 whether the fresh-process re-measurement fell inside the tuned interval, and for ``full`` how
@@ -46,7 +47,7 @@ def load_results(paths: list[Path]) -> list[dict]:
         if d.get("format", "").startswith("dossier-bench-h200"):
             d["_file"] = str(f)
             data.append(d)
-    return sorted(data, key=lambda d: d.get("tag", ""))
+    return data  # in the order given: later files win
 
 
 def _ci(t: dict | None) -> dict | None:
@@ -89,7 +90,8 @@ def search_row(rec: dict) -> dict:
         "fresh": {k: fresh.get(k) for k in (
             "ok", "target", "route", "fresh_speedup", "fresh_speedup_ci", "fresh_median_ms",
             "tuned_speedup", "tuned_speedup_ci", "tuned_median_ci_ms", "speedup_inside_ci",
-            "median_inside_ci", "baseline_median_inside_ci", "note", "error")} if fresh else None,
+            "median_inside_ci", "baseline_median_inside_ci", "note", "error", "procedure")}
+        if fresh else None,
         "error": None if rec.get("ok") else (rec.get("error") or rec.get("timeout")
                                              or (rec.get("stderr_tail") or "")[-400:]),
     }
@@ -163,11 +165,17 @@ def summarize(results: list[dict]) -> dict:
                 if step.get("strategy") == "full" and step.get("ok") and not step.get("aa"):
                     c["_full"] = step
                 c.setdefault("_raw", {})[key] = step
+            elif kind in ("procvar", "bundle"):
+                _remeasures(configs, doc.get("tag"), step)
             elif kind == "aa":
                 c = configs.setdefault(step["config"], {})
-                runs = [r for r in step.get("runs", []) if r.get("ok")]
+                c.setdefault("_aa_runs", []).extend(
+                    [{**r, "tag": doc.get("tag")} for r in step.get("runs", []) if r.get("ok")])
+                c.setdefault("_aa_planned", 0)
+                c["_aa_planned"] += step.get("reps_planned") or 0
+                runs = c["_aa_runs"]
                 speedups = [r["screened_speedup"] for r in runs if r.get("screened_speedup")]
-                c["aa"] = {"reps": len(runs), "planned": step.get("reps_planned"),
+                c["aa"] = {"reps": len(runs), "planned": c["_aa_planned"],
                            "no_significant_gain": sum(1 for r in runs if r["gain"] is False),
                            "screened_faster": sum(1 for r in runs if r["screened_faster"]),
                            "screened_slower": sum(1 for r in runs if r["screened_slower"]),
@@ -175,6 +183,8 @@ def summarize(results: list[dict]) -> dict:
                            else None,
                            "stopped": step.get("stopped"), "error": step.get("error")}
     for c in configs.values():
+        c.pop("_aa_runs", None)
+        c.pop("_aa_planned", None)
         full = c.pop("_full", None)
         raw = c.pop("_raw", {})
         if not full:
@@ -200,6 +210,40 @@ def summarize(results: list[dict]) -> dict:
         c["reach_full_best"] = reach
     return {"format": "dossier-bench-h200-summary/1", "sources": sources, "env": env,
             "configs": configs}
+
+
+def _config_of(run_dir: str) -> tuple[str, str]:
+    """``.../resnet50_b1-full`` -> (``resnet50_b1``, ``full``)."""
+    name = Path(run_dir).name
+    config, _, rest = name.rpartition("-")
+    return (config, rest) if rest in STRATEGIES else (name.split("-aa")[0], "aa")
+
+
+def _remeasures(configs: dict[str, dict], tag: str | None, step: dict) -> None:
+    """Independent re-measurements (a fresh process per engine: ``procvar``'s plans and
+    ``verify --rebench`` in the ``bundle`` step) of a search's shipped route and of the baseline
+    against itself, next to the interval the search recorded for that route."""
+    config, strategy = _config_of(step.get("run_dir", ""))
+    c = configs.setdefault(config, {})
+    out = c.setdefault("independent", [])
+    recorded = (c.get("searches") or {}).get(strategy) or {}
+    ci = recorded.get("speedup_ci")
+    if step.get("step") == "bundle":
+        rb = ((step.get("verify_report") or {}).get("rebench") or {}).get("comparison")
+        if rb:
+            out.append({"tag": tag, "strategy": strategy, "source": "verify --rebench",
+                        "plan": "target", "speedup": rb["speedup"],
+                        "ci": [rb["speedup_ci_low"], rb["speedup_ci_high"]],
+                        "p_value": rb["p_value"], "recorded": recorded.get("speedup"),
+                        "recorded_ci": ci})
+        return
+    for m in step.get("measures", []):
+        if m.get("speedup") is None or m.get("plan") == "four":
+            continue
+        out.append({"tag": tag, "strategy": strategy, "source": "procvar", "plan": m["plan"],
+                    "speedup": m["speedup"], "ci": m["speedup_ci"], "p_value": m["p_value"],
+                    "recorded": recorded.get("speedup") if m["plan"] == "target" else None,
+                    "recorded_ci": ci if m["plan"] == "target" else None})
 
 
 # ------------------------------------------------------------------------------------ markdown
@@ -262,7 +306,8 @@ def markdown(summary: dict) -> str:
             inside = (f"speedup {_yn(f.get('speedup_inside_ci'))}, median "
                       f"{_yn(f.get('median_inside_ci'))}") if f.get("fresh_speedup") else "-"
             fresh = (f"{_sp(f.get('fresh_speedup'), f.get('fresh_speedup_ci'))} "
-                     f"({f.get('target')})") if f.get("fresh_speedup") else (f.get("note") or
+                     f"({f.get('target')}, "
+                     f"{'own processes' if f.get('procedure') == 'independent' else 'one process'})") if f.get("fresh_speedup") else (f.get("note") or
                                                                             f.get("error") or "-")
             if strat == "full":
                 to_best = str(reach.get("full_builds", "-"))
@@ -291,6 +336,22 @@ def markdown(summary: dict) -> str:
             lines.append(f"| {name} | {a['reps']} of {a.get('planned')} | "
                          f"{a['no_significant_gain']} of {a['reps']} | {a['screened_faster']} | "
                          f"{a['screened_slower']} | {f'{med:.4f}' if med else '-'} |")
+    rows = [(n, r) for n, c in sorted(cfgs.items()) for r in c.get("independent", [])]
+    if rows:
+        lines += ["", "## Independent re-measurements (a fresh process per engine, production "
+                  "load)", "",
+                  "`target`: the shipped route against the baseline, next to the interval the "
+                  "search recorded (its independent confirmation); `aa`: the baseline against a "
+                  "second process of itself (significant at p < 0.05 is a false positive).", "",
+                  "| config | search | source | plan | speedup | p | recorded | inside? |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, r in rows:
+            lo_hi = r.get("recorded_ci")
+            inside = ("-" if not lo_hi else
+                      _yn(lo_hi[0] <= r["speedup"] <= lo_hi[1]))
+            lines.append(f"| {name} | {r['strategy']} ({r['tag']}) | {r['source']} | {r['plan']} | "
+                         f"{_sp(r['speedup'], r['ci'])} | {r['p_value']:.2g} | "
+                         f"{_sp(r.get('recorded'), lo_hi)} | {inside} |")
     errors = [(n, e) for n, c in sorted(cfgs.items()) for e in c.get("errors", [])]
     if errors:
         lines += ["", "## Failed steps", ""] + [f"- {n}: {e}" for n, e in errors]

@@ -69,7 +69,7 @@ def sha256_file(path: Path) -> tuple[str, int]:
     """``sha256:HEX`` and size of the file at ``path``, streamed in fixed chunks."""
     h = new_hasher(SHA256)
     with open(path, "rb", buffering=0) as f:
-        size = feed(f, [h])  # type: ignore[arg-type]
+        size = feed(f, [h])
     return "sha256:" + h.hexdigest(), size
 
 
