@@ -43,6 +43,18 @@ from typing import Any
 
 from dossier import __version__
 from dossier.backends.tensorrt import PlanHeader, PlanHeaderError, parse_knob_json, read_plan_header
+from dossier.backends.tensorrt.trtexec import (
+    SOURCE,
+    TrtexecCacheError,
+    TrtexecHeader,
+    TrtexecIteration,
+    hash_header_files,
+    make_trtexec_header,
+    read_trtexec_cache,
+    to_trial_records,
+    trtexec_winner,
+    write_trtexec_cache,
+)
 from dossier.bundle import tables
 from dossier.bundle._files import copy_file_hashed, write_durable
 from dossier.bundle.manifest import (
@@ -79,18 +91,6 @@ from dossier.knobs import Knob, KnobDatabase
 from dossier.routes import Route, Selection
 from dossier.timing import TimingSettings
 from dossier.trial import Outcome, TrialRecord
-from dossier.trtexec import (
-    SOURCE,
-    TrtexecCacheError,
-    TrtexecHeader,
-    TrtexecIteration,
-    hash_header_files,
-    make_trtexec_header,
-    read_trtexec_cache,
-    to_trial_records,
-    trtexec_winner,
-    write_trtexec_cache,
-)
 
 TRTEXEC_DIR = "trtexec"
 """Bundle folder of the import's own files."""

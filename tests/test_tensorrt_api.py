@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _trt_api import ASSETS, Api, Checked, Listing, listings
 
-import dossier.backends.tensorrt as backend_module
+import dossier.backends.tensorrt.backend as backend_module
 from dossier.backends.tensorrt import BINDINGS_CHECKED, MIN_VERSION, BuilderOptions
 
 API = Api()

@@ -816,7 +816,7 @@ FAKE_KINDS: dict[type, str] = {
 def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
     """A TensorRTBackend wired to the fakes, seen through :class:`Checked`: every TensorRT name
     the backend uses must exist in the real bindings of every listed version."""
-    import dossier.backends.tensorrt as module
+    import dossier.backends.tensorrt.backend as module
 
     monkeypatch.setattr(module, "_cudart", lambda: DEVICE)
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from dossier.audit import explain
+from dossier.backends.tensorrt.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from dossier.bundle import check_integrity, open_bundle
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
@@ -29,7 +30,6 @@ from dossier.fingerprint import CpuInfo, Fingerprint, GpuInfo, OsInfo, PythonInf
 from dossier.importer import export_trtexec_cache, import_trtexec, unknown_fingerprint
 from dossier.policy import Verdict, default_policy, diff
 from dossier.routes import Route
-from dossier.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from tests.test_trtexec import ITERATIONS
 
 REPO = Path(__file__).resolve().parent.parent
