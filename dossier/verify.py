@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dossier import replicate
+from dossier.backends import default_policy, requirement_findings
 from dossier.bundle import Bundle, check_integrity
 from dossier.errors import InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, collect
@@ -23,10 +24,8 @@ from dossier.policy import (
     Finding,
     Verdict,
     collapse,
-    default_policy,
     diff,
     load_policy,
-    requirement_findings,
     worst,
 )
 from dossier.signing import SignatureCheck, check_signature
@@ -153,7 +152,7 @@ def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
         backend = get_backend(bundle.manifest.backend)
     except InputError:
         return {}
-    return {k: v for e in engines for k, v in backend.loader_env(e).items()}
+    return backend.loader_env(*engines)
 
 
 def _interval(x: float, lo: float, hi: float) -> str:

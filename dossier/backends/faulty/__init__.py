@@ -1,3 +1,5 @@
-"""The faulty backend (moved into its package; see backend.py)."""
+"""The fault-injecting test backend (ONNX Runtime plus a ``fault`` knob): :mod:`.backend`."""
 
-from dossier.backends.faulty.backend import *  # noqa: F403
+from dossier.backends.faulty.backend import FAULTS, FaultyBackend
+
+__all__ = ["FAULTS", "FaultyBackend"]

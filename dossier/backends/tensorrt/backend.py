@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import re
-import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from dossier.backends.interface import (
     Backend,
@@ -51,9 +47,17 @@ from dossier.backends.interface import (
     Runner,
 )
 from dossier.backends.onnx_model import onnx_signature
-from dossier.errors import BackendUnavailableError, BundleFormatError, InputError, SelectionError
-from dossier.knobs import Knob, KnobDatabase
+from dossier.backends.tensorrt import runner as _runner
+from dossier.backends.tensorrt.knobs import parse_knob_json
+from dossier.backends.tensorrt.options import BuilderOptions, ShapePoint, optimization_profile
+from dossier.backends.tensorrt.plan import PlanHeaderError, parse_plan_header
+from dossier.errors import BackendUnavailableError, InputError, SelectionError
+from dossier.knobs import KnobDatabase
 from dossier.routes import Route
+
+if TYPE_CHECKING:
+    from dossier.fingerprint import Fingerprint
+    from dossier.policy import Finding, Rule
 
 MIN_VERSION = (11, 1)
 """First TensorRT release with build routes (``IBuilderConfig.build_route``)."""
@@ -63,369 +67,6 @@ BINDINGS_CHECKED = ("11.1.0.106", "11.4.0.106")
 INTERNAL_OPTIONS_ENV = "TRT_INTERNAL_OPTIONS"
 """TensorRT's internal switches; its ``bypass_build_route_whitelist`` lets TensorRT accept knobs
 that ``all_build_routes`` does not list. Recorded with every engine built."""
-
-_NAME = re.compile(r"^[^=\s\[\]|]+$")
-"""What a knob name may be: anything a route token ``-name=value`` can carry."""
-
-
-class KnobJsonError(InputError):
-    """The TensorRT knob database JSON (``all_build_routes``) is malformed."""
-
-    hint = ("the knob database is the JSON TensorRT returns from IBuilderConfig.all_build_routes "
-            "(trtexec --helpBuildRoute prints it); pass it unchanged")
-
-
-class PlanHeaderError(BundleFormatError):
-    """Bytes that are not a TensorRT plan, or a plan header of a layout this reader does not know."""
-
-
-# --------------------------------------------------------------------------------------------
-# Knob database
-
-
-def parse_knob_json(text: str) -> KnobDatabase:
-    """Parse TensorRT's ``all_build_routes`` JSON into a knob database.
-
-    Each ``tuner_options`` entry has ``option`` (``-name``, namespaces kept: ``-kgen:tiling``),
-    ``allowed_values`` (``-name=[a|b]`` is bounded; ``-name=int32_t``, or ``...`` inside the
-    brackets, is unbounded: such a knob can be pinned, not swept), ``default_value`` and
-    ``help``. ``help`` may be missing (it is descriptive only); unknown extra fields are ignored
-    so a newer TensorRT's JSON still reads. Knob names are stored without the leading '-'.
-
-    Raises:
-        BackendUnavailableError: ``text`` is empty: TensorRT returns an empty string where the
-            tuner is disabled (TensorRT-RTX, Windows).
-        KnobJsonError: malformed JSON, a missing or mistyped field, ``allowed_values`` naming
-            another knob, a default outside a bounded list, a duplicate knob or value.
-    """
-    if not text.strip():
-        raise BackendUnavailableError(
-            "TensorRT's global performance tuner is not available on this platform: "
-            "IBuilderConfig.all_build_routes is empty, as on TensorRT-RTX, on Windows and in a "
-            "TensorRT built without the tuner",
-            hint="build routes exist only in enterprise TensorRT >= 11.1 on Linux, not in "
-                 "TensorRT-RTX or on Windows")
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise KnobJsonError(f"the TensorRT knob database is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise KnobJsonError("the TensorRT knob database is not a JSON object")
-    tuner_version = data.get("tuner_version")
-    if not isinstance(tuner_version, str) or not tuner_version:
-        raise KnobJsonError("the TensorRT knob database has no tuner_version string")
-    options = data.get("tuner_options")
-    if not isinstance(options, list):
-        raise KnobJsonError("the TensorRT knob database has no tuner_options list")
-    knobs: list[Knob] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(options):
-        knob = _parse_option(entry, f"tuner_options[{i}]")
-        if knob.name in seen:
-            raise KnobJsonError(f"tuner_options[{i}]: knob -{knob.name} is listed twice")
-        seen.add(knob.name)
-        knobs.append(knob)
-    return KnobDatabase(backend="tensorrt", tuner_version=tuner_version, knobs=tuple(knobs))
-
-
-def _parse_option(entry: object, where: str) -> Knob:
-    if not isinstance(entry, dict):
-        raise KnobJsonError(f"{where} is not a JSON object")
-    fields: dict[str, str] = {}
-    for key in ("option", "allowed_values", "default_value"):
-        value = entry.get(key)
-        if value is None:
-            raise KnobJsonError(f"{where} has no {key!r}")
-        if not isinstance(value, str):
-            raise KnobJsonError(f"{where}: {key!r} is not a string")
-        fields[key] = value
-    help_text = entry.get("help", "")
-    if not isinstance(help_text, str):
-        raise KnobJsonError(f"{where}: 'help' is not a string")
-    option = fields["option"]
-    name = option[1:] if option.startswith("-") else option
-    if not _NAME.match(name):
-        raise KnobJsonError(f"{where}: option {option!r} is not a usable knob name")
-    where = f"{where} (-{name})"
-    allowed = fields["allowed_values"]
-    bare = allowed[1:] if allowed.startswith("-") else allowed
-    named, eq, spec = bare.partition("=")
-    if not eq:
-        raise KnobJsonError(f"{where}: allowed_values {allowed!r} is not of the form "
-                            f"-{name}=[a|b] or -{name}=<type>")
-    if named != name:
-        raise KnobJsonError(f"{where}: allowed_values {allowed!r} names knob -{named}, "
-                            f"not -{name}")
-    default = fields["default_value"]
-    values: tuple[str, ...] | None
-    hint: str | None = None
-    if spec.startswith("[") or spec.endswith("]"):
-        if not (spec.startswith("[") and spec.endswith("]")) or len(spec) < 2:
-            raise KnobJsonError(f"{where}: allowed_values {allowed!r} has unbalanced brackets")
-        items = spec[1:-1].split("|")
-        if any(not v or not _NAME.match(v) for v in items):
-            raise KnobJsonError(f"{where}: allowed_values {allowed!r} has an empty or "
-                                "unusable value")
-        dupes = sorted({v for v in items if items.count(v) > 1})
-        if dupes:
-            raise KnobJsonError(f"{where}: value {dupes[0]!r} is listed twice in {allowed!r}")
-        if any("..." in v for v in items):  # an open-ended list: examples, not the allowed set
-            values, hint = None, spec
-        else:
-            values = tuple(items)
-            if default not in values:
-                raise KnobJsonError(f"{where}: default_value {default!r} is not one of the "
-                                    f"allowed values {allowed!r}")
-    else:
-        if not spec or any(c.isspace() for c in spec):
-            raise KnobJsonError(f"{where}: allowed_values {allowed!r} names no value type")
-        values, hint = None, spec
-    return Knob(name=name, values=values, default=default, help=help_text, value_hint=hint)
-
-
-# --------------------------------------------------------------------------------------------
-# Builder options
-
-_TILING = {"none": ("NONE", 0), "fast": ("FAST", 1), "moderate": ("MODERATE", 2),
-           "full": ("FULL", 3)}
-_HARDWARE = {"none": ("NONE", "none"), "ampere_plus": ("AMPERE_PLUS", "ampere+"),
-             "same_compute_capability": ("SAME_COMPUTE_CAPABILITY", "sameComputeCapability")}
-_PLATFORM = {"same_as_build": ("SAME_AS_BUILD", "SameAsBuild"),
-             "windows_amd64": ("WINDOWS_AMD64", "WindowsAMD64")}
-
-
-class BuilderOptions(BaseModel):
-    """TensorRT builder settings that are not build-route knobs. They are fixed for a whole
-    search (the same for the baseline and every candidate) and recorded with the engine."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    builder_optimization_level: int = Field(default=3, ge=0, le=5)
-    """``IBuilderConfig.builder_optimization_level``; 0-5, TensorRT's default 3."""
-    tiling_optimization_level: Literal["none", "fast", "moderate", "full"] = "none"
-    """``IBuilderConfig.tiling_optimization_level``; trtexec's default is none."""
-    hardware_compatibility_level: Literal["none", "ampere_plus", "same_compute_capability"] = "none"
-    """Engines portable across GPU architectures (ampere_plus) or across GPUs of the same compute
-    capability. Both limit tactics (and may cost speed)."""
-    version_compatible: bool = False
-    """``BuilderFlag.VERSION_COMPATIBLE``: the engine runs on later 11.x runtimes (may be slower)."""
-    exclude_lean_runtime: bool = False
-    """``BuilderFlag.EXCLUDE_LEAN_RUNTIME``: do not embed the lean runtime (needs
-    version_compatible; the engine then needs a lean runtime library of the same version)."""
-    avg_timing_iterations: int = Field(default=8, ge=1)
-    """``IBuilderConfig.avg_timing_iterations``: timing runs averaged per tactic. The API's
-    default is 1; we follow trtexec's 8 (``--avgTiming``) so engines match what trtexec builds."""
-    max_aux_streams: int | None = Field(default=None, ge=0)
-    """``IBuilderConfig.max_aux_streams``; None lets TensorRT decide."""
-    workspace_bytes: int | None = Field(default=None, ge=1)
-    """Limit of the WORKSPACE memory pool in bytes; None keeps TensorRT's default (device memory)."""
-    runtime_platform: Literal["same_as_build", "windows_amd64"] = "same_as_build"
-    """Platform the engine will run on; windows_amd64 cross-builds (the engine cannot run here)."""
-
-    @model_validator(mode="after")
-    def _lean_needs_vc(self) -> BuilderOptions:
-        if self.exclude_lean_runtime and not self.version_compatible:
-            raise ValueError("exclude_lean_runtime needs version_compatible")
-        return self
-
-    def to_trtexec_args(self) -> list[str]:
-        """The trtexec flags that build with the same settings. Levels are always spelled out
-        (so a changed trtexec default cannot change the build); switches only when on."""
-        args = [f"--builderOptimizationLevel={self.builder_optimization_level}",
-                f"--tilingOptimizationLevel={_TILING[self.tiling_optimization_level][1]}",
-                f"--avgTiming={self.avg_timing_iterations}",
-                f"--hardwareCompatibilityLevel={_HARDWARE[self.hardware_compatibility_level][1]}"]
-        if self.version_compatible:
-            args.append("--versionCompatible")
-        if self.exclude_lean_runtime:
-            args.append("--excludeLeanRuntime")
-        if self.max_aux_streams is not None:
-            args.append(f"--maxAuxStreams={self.max_aux_streams}")
-        if self.workspace_bytes is not None:
-            args.append(f"--memPoolSize=workspace:{self.workspace_bytes}B")
-        if self.runtime_platform != "same_as_build":
-            args.append(f"--runtimePlatform={_PLATFORM[self.runtime_platform][1]}")
-        return args
-
-    def apply(self, config: Any, trt: Any) -> None:
-        """Set these options on an ``IBuilderConfig`` (``trt`` is the ``tensorrt`` module).
-
-        Every option is written, flags set or cleared explicitly, so the result does not depend
-        on what the config held before."""
-        config.builder_optimization_level = self.builder_optimization_level
-        config.tiling_optimization_level = getattr(
-            trt.TilingOptimizationLevel, _TILING[self.tiling_optimization_level][0])
-        config.hardware_compatibility_level = getattr(
-            trt.HardwareCompatibilityLevel, _HARDWARE[self.hardware_compatibility_level][0])
-        for flag, on in ((trt.BuilderFlag.VERSION_COMPATIBLE, self.version_compatible),
-                         (trt.BuilderFlag.EXCLUDE_LEAN_RUNTIME, self.exclude_lean_runtime)):
-            if on:
-                config.set_flag(flag)
-            else:
-                config.clear_flag(flag)
-        config.avg_timing_iterations = self.avg_timing_iterations
-        if self.max_aux_streams is not None:
-            config.max_aux_streams = self.max_aux_streams
-        if self.workspace_bytes is not None:
-            config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self.workspace_bytes)
-        config.runtime_platform = getattr(trt.RuntimePlatform,
-                                          _PLATFORM[self.runtime_platform][0])
-
-    def facts(self) -> dict[str, str]:
-        """The options as engine facts (strings), plus the equivalent trtexec flags."""
-        out = {k: ("" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
-               for k, v in self.model_dump().items()}
-        out["trtexec_args"] = " ".join(self.to_trtexec_args())
-        return out
-
-
-# --------------------------------------------------------------------------------------------
-# Optimization profile
-
-
-@dataclass(frozen=True)
-class InputProfile:
-    """min / opt / max shape of one input in a TensorRT optimization profile."""
-
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-
-ShapePoint = tuple[Mapping[str, Sequence[int]], float]
-"""One entry of a shape distribution: the shape of every input, and its weight."""
-
-
-def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputProfile]:
-    """min / opt / max per input from a shape distribution.
-
-    ``shapes`` holds entries ``({input: shape}, weight)``, or objects with ``inputs`` and
-    ``weight`` attributes (the release spec's ``[[shapes]]`` entries). min and max are taken
-    elementwise over every entry; opt is the shape of the entry with the largest weight (the
-    first one on a tie). Inputs come out in the order the first entry names them.
-
-    Raises InputError for an empty distribution, entries naming different inputs, ranks that
-    differ, negative or non-integer dimensions, or a negative / non-finite weight.
-    """
-    points: list[tuple[dict[str, tuple[int, ...]], float]] = []
-    for i, entry in enumerate(shapes):
-        entry = cast(Any, entry)
-        if hasattr(entry, "inputs") and hasattr(entry, "weight"):
-            mapping, weight = entry.inputs, entry.weight
-        else:
-            try:
-                mapping, weight = entry
-            except (TypeError, ValueError):
-                raise InputError(f"shape entry {i} is not ({{input: shape}}, weight)") from None
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) \
-                or not math.isfinite(weight) or weight < 0:
-            raise InputError(f"shape entry {i} has weight {weight!r}; weights are finite and >= 0")
-        if not isinstance(mapping, Mapping) or not mapping:
-            raise InputError(f"shape entry {i} names no inputs")
-        dims: dict[str, tuple[int, ...]] = {}
-        for name, shape in mapping.items():
-            dims[name] = _shape(shape, f"shape entry {i}: input {name!r}")
-        points.append((dims, float(weight)))
-    if not points:
-        raise InputError("the shape distribution is empty",
-                         hint="give at least one [[shapes]] entry with the shape of every input")
-    first = points[0][0]
-    for i, (dims, _) in enumerate(points[1:], start=1):
-        if set(dims) != set(first):
-            raise InputError(f"shape entry {i} names inputs {sorted(dims)}, entry 0 names "
-                             f"{sorted(first)}; every entry gives every input")
-        for name, shape in dims.items():
-            if len(shape) != len(first[name]):
-                raise InputError(f"input {name!r} has rank {len(shape)} in shape entry {i} and "
-                                 f"rank {len(first[name])} in entry 0")
-    best = max(range(len(points)), key=lambda k: (points[k][1], -k))
-    return {name: InputProfile(
-        min=tuple(min(p[0][name][d] for p in points) for d in range(len(first[name]))),
-        opt=points[best][0][name],
-        max=tuple(max(p[0][name][d] for p in points) for d in range(len(first[name]))))
-        for name in first}
-
-
-def _shape(shape: object, where: str) -> tuple[int, ...]:
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or any(
-            isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-        raise InputError(f"{where} has shape {shape!r}; dimensions are integers >= 0")
-    return tuple(int(d) for d in shape)
-
-
-# --------------------------------------------------------------------------------------------
-# Plan header
-
-PLAN_TAG = 0x74727466
-"""u32 little-endian at byte 0 of every TensorRT plan (b"ftrt")."""
-KNOWN_SERIALIZATION_VERSIONS = (0,)
-"""Serialization versions (u32 at byte 4) whose header layout is known; trtexec handles only 0."""
-_HEADER_SIZE = 28
-
-
-class PlanHeader(BaseModel):
-    """The fields of a TensorRT plan's header that can be read without deserializing it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    tag: int
-    """u32 at byte 0; always 0x74727466."""
-    serialization_version: int
-    """u32 at byte 4."""
-    trt_version: tuple[int, int, int, int]
-    """Bytes 24..27: major, minor, patch, build of the TensorRT that built the plan."""
-
-    @property
-    def trt_version_text(self) -> str:
-        """``major.minor.patch.build``, as ``trtexec --getPlanVersionOnly`` reports it."""
-        return ".".join(str(v) for v in self.trt_version)
-
-    def facts(self) -> dict[str, str]:
-        """The header as engine facts."""
-        return {"plan_tag": f"0x{self.tag:08x}",
-                "plan_serialization_version": str(self.serialization_version),
-                "plan_trt_version": self.trt_version_text}
-
-
-def parse_plan_header(data: bytes) -> PlanHeader:
-    """Read a plan's header (the first 28 bytes are enough).
-
-    Layout: u32 little-endian tag 0x74727466 at byte 0, u32 serialization version at byte 4,
-    TensorRT major, minor, patch, build as one byte each at bytes 24..27.
-
-    Raises PlanHeaderError when ``data`` is shorter than 28 bytes, does not start with the tag,
-    or has a serialization version whose layout is not known.
-    """
-    data = bytes(data[:_HEADER_SIZE])
-    if len(data) < 8 or struct.unpack_from("<I", data, 0)[0] != PLAN_TAG:
-        if len(data) >= 4:
-            tag = f"0x{struct.unpack_from('<I', data, 0)[0]:08x}"
-            raise PlanHeaderError(f"not a TensorRT plan (tag {tag}, expected 0x{PLAN_TAG:08x})")
-        raise PlanHeaderError(f"not a TensorRT plan ({len(data)} bytes; a plan header has "
-                              f"{_HEADER_SIZE})")
-    if len(data) < _HEADER_SIZE:
-        raise PlanHeaderError(f"truncated TensorRT plan ({len(data)} bytes; the header has "
-                              f"{_HEADER_SIZE})")
-    version = struct.unpack_from("<I", data, 4)[0]
-    if version not in KNOWN_SERIALIZATION_VERSIONS:
-        raise PlanHeaderError(
-            f"TensorRT plan with serialization version {version}; this reader knows "
-            f"{', '.join(map(str, KNOWN_SERIALIZATION_VERSIONS))}",
-            hint="a newer dossier may read it; `trtexec --loadEngine=PLAN --getPlanVersionOnly` "
-                 "prints its TensorRT version")
-    major, minor, patch, build = data[24:28]
-    return PlanHeader(tag=PLAN_TAG, serialization_version=version,
-                      trt_version=(major, minor, patch, build))
-
-
-def read_plan_header(path: Path) -> PlanHeader:
-    """:func:`parse_plan_header` of the file at ``path``; PlanHeaderError if unreadable."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_HEADER_SIZE)
-    except OSError as exc:
-        raise PlanHeaderError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    return parse_plan_header(data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,24 +135,6 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def _cudart() -> Any:
-    try:
-        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
-    except ImportError:
-        from cuda import cudart  # older cuda-python
-    return cudart
-
-
-def _check(cudart: Any, result: Any) -> Any:
-    """Unpack a cuda-python ``(err, *values)`` result; EngineRuntimeError on a CUDA error."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != cudart.cudaError_t.cudaSuccess:
-        name = getattr(err, "name", str(err))
-        raise EngineRuntimeError(f"CUDA error {name}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
 
 def _make_logger(trt: Any) -> Any:
     """A TensorRT logger that keeps the errors it sees (for messages: the Python API reports
@@ -529,131 +152,6 @@ def _make_logger(trt: Any) -> Any:
     return _Logger()
 
 
-@dataclass
-class _Bound:
-    """Device buffers for one set of inputs (what :meth:`TensorRTRunner.prepare` returns)."""
-
-    inputs: dict[str, tuple[int, tuple[int, ...]]]
-    outputs: dict[str, tuple[int, tuple[int, ...], np.dtype]]
-
-
-class TensorRTRunner(Runner):
-    """A deserialized engine with one execution context, one CUDA stream and two events."""
-
-    def __init__(self, trt: Any, cudart: Any, runtime: Any, engine: Any, context: Any) -> None:
-        self._trt, self._cudart = trt, cudart
-        self._runtime, self._engine, self._context = runtime, engine, context
-        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-        self._inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-        self._outputs = [n for n in names if n not in self._inputs]
-        self._dtypes = {n: np.dtype(trt.nptype(engine.get_tensor_dtype(n))) for n in names}
-        self._stream = _check(cudart, cudart.cudaStreamCreate())
-        self._start = _check(cudart, cudart.cudaEventCreate())
-        self._end = _check(cudart, cudart.cudaEventCreate())
-        self._prepared: list[_Bound] = []
-
-    def _malloc(self, nbytes: int) -> int:
-        return int(_check(self._cudart, self._cudart.cudaMalloc(max(nbytes, 1))))
-
-    def _free(self, bound: _Bound) -> None:
-        for ptr, *_ in (*bound.inputs.values(), *bound.outputs.values()):
-            self._cudart.cudaFree(ptr)
-
-    def _bind(self, inputs: Mapping[str, np.ndarray]) -> _Bound:
-        cudart = self._cudart
-        if set(inputs) != set(self._inputs):
-            raise EngineRuntimeError(f"inputs {sorted(inputs)} do not match the engine's "
-                                     f"{sorted(self._inputs)}")
-        bound = _Bound({}, {})
-        try:
-            for name in self._inputs:
-                arr = np.ascontiguousarray(inputs[name])
-                if arr.dtype != self._dtypes[name]:
-                    raise EngineRuntimeError(f"input {name!r} is {arr.dtype}, the engine takes "
-                                             f"{self._dtypes[name]}")
-                if not self._context.set_input_shape(name, tuple(arr.shape)):
-                    raise EngineRuntimeError(f"input {name!r} shape {tuple(arr.shape)} is outside "
-                                             "the engine's optimization profile")
-                ptr = self._malloc(arr.nbytes)
-                bound.inputs[name] = (ptr, tuple(arr.shape))
-                _check(cudart, cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes,
-                                                 cudart.cudaMemcpyKind.cudaMemcpyHostToDevice))
-            for name in self._outputs:
-                shape = tuple(self._context.get_tensor_shape(name))
-                if any(d < 0 for d in shape):
-                    raise EngineRuntimeError(f"output {name!r} has a data-dependent shape "
-                                             f"{shape}; this runner does not support those")
-                dtype = self._dtypes[name]
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                bound.outputs[name] = (self._malloc(nbytes), shape, dtype)
-        except BaseException:
-            self._free(bound)
-            raise
-        return bound
-
-    def _use(self, bound: _Bound) -> None:
-        """Point the context at ``bound``'s buffers (host-side calls only)."""
-        for name, (ptr, shape) in bound.inputs.items():
-            self._context.set_input_shape(name, shape)
-            self._context.set_tensor_address(name, ptr)
-        for name, (ptr, _, _) in bound.outputs.items():
-            self._context.set_tensor_address(name, ptr)
-
-    def _execute(self) -> None:
-        if not self._context.execute_async_v3(int(self._stream)):
-            raise EngineRuntimeError("IExecutionContext.execute_async_v3 failed")
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cudart = self._cudart
-        bound = self._bind(inputs)
-        try:
-            self._use(bound)
-            self._execute()
-            _check(cudart, cudart.cudaStreamSynchronize(self._stream))
-            out: dict[str, np.ndarray] = {}
-            for name, (ptr, shape, dtype) in bound.outputs.items():
-                host = np.empty(shape, dtype=dtype)
-                _check(cudart, cudart.cudaMemcpy(host.ctypes.data, ptr, host.nbytes,
-                                                 cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost))
-                out[name] = host
-            return out
-        finally:
-            self._free(bound)
-
-    def prepare(self, inputs: Mapping[str, np.ndarray]) -> object:
-        """Copy the inputs to the device once; output buffers are allocated alongside."""
-        bound = self._bind(inputs)
-        self._prepared.append(bound)
-        return bound
-
-    def timed(self, prepared: object) -> float:
-        """One inference on prepared device buffers, timed with CUDA events on the stream (ms).
-
-        The context is pointed at the buffers before the start event, so host-side binding is
-        not timed; the enqueue itself is (as in trtexec's GPU compute time)."""
-        cudart = self._cudart
-        if not isinstance(prepared, _Bound):
-            raise TypeError("timed() takes what prepare() returned")
-        self._use(prepared)
-        _check(cudart, cudart.cudaEventRecord(self._start, self._stream))
-        self._execute()
-        _check(cudart, cudart.cudaEventRecord(self._end, self._stream))
-        _check(cudart, cudart.cudaEventSynchronize(self._end))
-        return float(_check(cudart, cudart.cudaEventElapsedTime(self._start, self._end)))
-
-    def close(self) -> None:
-        cudart = self._cudart
-        for bound in self._prepared:
-            self._free(bound)
-        self._prepared.clear()
-        if self._stream is not None:
-            cudart.cudaEventDestroy(self._start)
-            cudart.cudaEventDestroy(self._end)
-            cudart.cudaStreamDestroy(self._stream)
-            self._stream = None
-        self._context = self._engine = self._runtime = None
-
-
 # --------------------------------------------------------------------------------------------
 # The backend
 
@@ -666,6 +164,7 @@ class TensorRTBackend(Backend):
     requirement = ("pip install tensorrt cuda-python (enterprise TensorRT >= 11.1 on Linux with "
                    "an NVIDIA GPU; build routes are not in TensorRT-RTX nor on Windows)")
     build_cores = 0  # tactic selection times kernels on the GPU: concurrent builds disturb it
+    native_errors = (RuntimeError, TypeError, ValueError)  # what pybind raises for TensorRT
 
     def __init__(self, options: BuilderOptions | None = None,
                  shapes: Sequence[ShapePoint | Any] | None = None) -> None:
@@ -673,7 +172,6 @@ class TensorRTBackend(Backend):
         shape distribution the engine is tuned for; a model with dynamic inputs needs it."""
         self.options = options or BuilderOptions()
         self.shapes = list(shapes) if shapes else None
-        self._db: KnobDatabase | None = None
         self._logger: Any = None
 
 
@@ -713,17 +211,28 @@ class TensorRTBackend(Backend):
             self._logger = _make_logger(trt)
         return trt
 
-    def knob_database(self) -> KnobDatabase:
+    def knob_database_impl(self) -> KnobDatabase:
         """The knobs of ``IBuilderConfig.all_build_routes`` (read once per backend instance)."""
-        if self._db is None:
-            trt = self._trt()
-            builder = trt.Builder(self._logger)
-            config = builder.create_builder_config()
-            self._db = parse_knob_json(config.all_build_routes)
-        return self._db
+        trt = self._trt()
+        builder = trt.Builder(self._logger)
+        config = builder.create_builder_config()
+        return parse_knob_json(config.all_build_routes)
 
-    def signature(self, model: Path) -> ModelSignature:
+    def signature_impl(self, model: Path) -> ModelSignature:
         return onnx_signature(model)
+
+    def native_message(self, exc: Exception, doing: str) -> str:
+        return f"TensorRT failed while {doing}: {exc}"
+
+    def policy_rules(self) -> tuple[Rule, ...]:
+        from dossier.backends.tensorrt.policy import RULES
+
+        return tuple(RULES)
+
+    def requirement_findings(self, host: Fingerprint) -> list[Finding]:
+        from dossier.backends.tensorrt.policy import requirement_findings
+
+        return requirement_findings(host)
 
     def stack(self) -> dict[str, str]:
         installed = {(d.metadata["Name"] or "").lower().replace("_", "-")
@@ -741,28 +250,26 @@ class TensorRTBackend(Backend):
         return {"version_compatible": self.options.version_compatible,
                 "hardware_compatible": self.options.hardware_compatibility_level != "none"}
 
-    def build(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+    def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
         trt = self._trt()
         errors: list[str] = self._logger.errors
         errors.clear()
-        try:
-            builder = trt.Builder(self._logger)
-            network = builder.create_network(0)
-            parser = trt.OnnxParser(network, self._logger)
-            if not parser.parse_from_file(str(model)):
-                problems = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-                raise BuildError(f"TensorRT's ONNX parser rejected {Path(model).name}: "
-                                 f"{problems[0] if problems else 'no detail'}")
-            config = builder.create_builder_config()
-            check_route(route, parse_knob_json(config.all_build_routes))
-            self.options.apply(config, trt)
-            set_build_route(config, route, errors)
-            profile = self._profile(builder, network)
-            if profile is not None and config.add_optimization_profile(profile) < 0:
-                raise BuildError(f"TensorRT refused the optimization profile{_last(errors)}")
-            plan = builder.build_serialized_network(network, config)
-        except (RuntimeError, TypeError, ValueError) as exc:  # pybind-raised TensorRT failures
-            raise BuildError(f"TensorRT failed while building route {route}: {exc}") from exc
+        # pybind-raised TensorRT failures (native_errors) become a BuildError in build()
+        builder = trt.Builder(self._logger)
+        network = builder.create_network(0)
+        parser = trt.OnnxParser(network, self._logger)
+        if not parser.parse_from_file(str(model)):
+            problems = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+            raise BuildError(f"TensorRT's ONNX parser rejected {Path(model).name}: "
+                             f"{problems[0] if problems else 'no detail'}")
+        config = builder.create_builder_config()
+        check_route(route, parse_knob_json(config.all_build_routes))
+        self.options.apply(config, trt)
+        set_build_route(config, route, errors)
+        profile = self._profile(builder, network)
+        if profile is not None and config.add_optimization_profile(profile) < 0:
+            raise BuildError(f"TensorRT refused the optimization profile{_last(errors)}")
+        plan = builder.build_serialized_network(network, config)
         if plan is None:
             raise BuildError(f"TensorRT could not build route {route}{_last(errors)}")
         data = bytes(memoryview(plan))
@@ -814,10 +321,10 @@ class TensorRTBackend(Backend):
                                   + "engine = runtime.deserialize_cuda_engine(open(ENGINE, "
                                     "'rb').read())\ncontext = engine.create_execution_context()")
 
-    def load(self, engine: Path, route: Route) -> Runner:
+    def load_impl(self, engine: Path, route: Route) -> Runner:
         """Deserialize a plan (build routes act at build time only; ``route`` is not used)."""
         trt = self._trt()
-        cudart = _cudart()
+        cudart = _runner.cudart()
         if self.options.runtime_platform != "same_as_build":
             raise EngineRuntimeError(f"the engine was built for runtime platform "
                                      f"{self.options.runtime_platform}; it cannot run here")
@@ -830,10 +337,7 @@ class TensorRTBackend(Backend):
         runtime = trt.Runtime(self._logger)
         if self.options.version_compatible:
             runtime.engine_host_code_allowed = True  # the embedded lean runtime is host code
-        try:
-            cuda_engine = runtime.deserialize_cuda_engine(data)
-        except (RuntimeError, TypeError, ValueError) as exc:
-            raise EngineRuntimeError(f"TensorRT could not deserialize {engine}: {exc}") from exc
+        cuda_engine = runtime.deserialize_cuda_engine(data)  # raises: see native_errors
         if cuda_engine is None:
             try:
                 built = f" (the plan was built by TensorRT {parse_plan_header(data).trt_version_text})"
@@ -845,7 +349,7 @@ class TensorRTBackend(Backend):
         if context is None:
             raise EngineRuntimeError(f"TensorRT could not create an execution context for "
                                      f"{Path(engine).name}{_last(errors)}")
-        return TensorRTRunner(trt, cudart, runtime, cuda_engine, context)
+        return _runner.TensorRTRunner(trt, cudart, runtime, cuda_engine, context)
 
 
 def _last(errors: Sequence[str]) -> str:
