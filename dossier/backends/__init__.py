@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from importlib import metadata
 from typing import TYPE_CHECKING
 
 from dossier.backends.interface import (
@@ -46,6 +45,8 @@ _REGISTERED: dict[str, Factory | str] = {}
 def _entry_points() -> dict[str, str]:
     """name -> ``module:Class`` of every ``dossier.backends`` entry point (the first
     distribution on the path wins a name), read once per process."""
+    from importlib import metadata  # ~0.1 s of imports: only when a backend is looked up
+
     found: dict[str, str] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, ep.value)
@@ -78,10 +79,11 @@ def backend_names(*, include_tests: bool = False) -> list[str]:
 
 
 def _load(name: str, target: Factory | str) -> Backend:
+    factory: object = target
     if isinstance(target, str):
         module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    backend = target()
+        factory = getattr(importlib.import_module(module), attr)
+    backend = factory() if callable(factory) else None
     if not isinstance(backend, Backend):
         raise TypeError(f"backend {name!r} ({target!r}) is not a dossier Backend")
     return backend

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -191,6 +191,8 @@ class LoadConfig(BaseModel):
 
 
 NativeErrors = tuple[type[Exception], ...]
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
 
 def first_line(exc: BaseException) -> str:
@@ -222,29 +224,15 @@ class Runner(abc.ABC):
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on host arrays; return host arrays."""
-        self._check_open()
-        feed = _check_feed(inputs)
-        try:
-            return self.run_impl(feed)
-        except Exception as exc:
-            raise self._mapped(exc) from exc
+        return self._checked(self.run_impl, _check_feed(inputs))
 
     def prepare(self, inputs: Mapping[str, np.ndarray]) -> object:
         """Turn host inputs into whatever :meth:`timed` consumes (e.g. device buffers)."""
-        self._check_open()
-        feed = _check_feed(inputs)
-        try:
-            return self.prepare_impl(feed)
-        except Exception as exc:
-            raise self._mapped(exc) from exc
+        return self._checked(self.prepare_impl, _check_feed(inputs))
 
     def timed(self, prepared: object) -> float:
         """Run once on what :meth:`prepare` returned; the latency in milliseconds."""
-        self._check_open()
-        try:
-            return self.timed_impl(prepared)
-        except Exception as exc:
-            raise self._mapped(exc) from exc
+        return self._checked(self.timed_impl, prepared)
 
     def close(self) -> None:
         """Release the engine (once; later calls do nothing)."""
@@ -274,14 +262,16 @@ class Runner(abc.ABC):
         """One line for a native error; the default: the first line of its message."""
         return first_line(exc)
 
-    def _check_open(self) -> None:
+    def _checked(self, impl: Callable[[_A], _R], arg: _A) -> _R:
+        """``impl(arg)`` on an engine not yet released, native errors mapped."""
         if self._closed:
             raise EngineRuntimeError("the engine was released (close() was called)")
-
-    def _mapped(self, exc: Exception) -> Exception:
-        if _passes(exc) or not isinstance(exc, self.native_errors):
-            return exc
-        return EngineRuntimeError(self.native_message(exc))
+        try:
+            return impl(arg)
+        except Exception as exc:
+            if _passes(exc) or not isinstance(exc, self.native_errors):
+                raise
+            raise EngineRuntimeError(self.native_message(exc)) from exc
 
     def __enter__(self) -> Runner:
         return self

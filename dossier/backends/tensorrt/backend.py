@@ -140,7 +140,7 @@ def _make_logger(trt: Any) -> Any:
     """A TensorRT logger that keeps the errors it sees (for messages: the Python API reports
     most failures as a None result or a discarded bool)."""
 
-    class _Logger(trt.ILogger):  # type: ignore[misc, name-defined]
+    class _Logger(trt.ILogger):  # type: ignore[misc]
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.errors: list[str] = []
@@ -175,7 +175,7 @@ class TensorRTBackend(Backend):
         self._logger: Any = None
 
 
-    def configure(self, options: Mapping[str, Any], shapes: list) -> None:
+    def configure(self, options: Mapping[str, Any], shapes: list[Any]) -> None:
         """``[builder]`` options of the spec become :class:`BuilderOptions`; ``[[shapes]]`` the
         optimization profile."""
         try:

@@ -132,7 +132,7 @@ class TorchInductorBackend(Backend):
         if torch.version.cuda:
             out["torch_cuda"] = str(torch.version.cuda)
             if torch.cuda.is_available():
-                out["cudnn"] = str(torch.backends.cudnn.version())
+                out["cudnn"] = str(torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
         if importlib.util.find_spec("triton") is not None:
             from importlib import metadata
 

@@ -106,7 +106,7 @@ def cxx_facts(engine: Path, cxx: object) -> dict[str, str]:
     user needs to load it when it carries its own copy)."""
     plan = cxx_runtime.choose()
     info = cxx_runtime.probe(cxx[0]) if isinstance(cxx, (tuple, list)) and cxx else plan.compiler
-    facts = {}
+    facts: dict[str, str] = {}
     if info is not None:
         facts.update(cxx=info.version, cxx_path=info.path)
     link = cxx_runtime.package_linkage(engine)

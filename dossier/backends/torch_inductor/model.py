@@ -324,7 +324,7 @@ def example_inputs(sig: ModelSignature, device: str, factory: Any = None) -> tup
     return tuple(out)
 
 
-def dynamic_shapes(sig: ModelSignature, varargs: bool = False) -> tuple | None:
+def dynamic_shapes(sig: ModelSignature, varargs: bool = False) -> tuple[Any, ...] | None:
     """``torch.export`` dynamic shapes for ``sig``'s inputs: one shared ``Dim(name, min=1)`` per
     dimension name, ``Dim.DYNAMIC`` for None; None when every dimension is fixed. ``varargs``:
     for a ``forward(*args)`` module (the per-input specs nested in one tuple)."""

@@ -104,8 +104,8 @@ class TorchInductorRunner(Runner):
         self._precision = precision
         self._cuda = device.startswith("cuda")
         if self._cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
+            self._start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     @property
     def device(self) -> str:
