@@ -47,7 +47,8 @@ def is_elf64le(data: bytes) -> bool:
 
 def machine(data: bytes) -> int:
     """The ELF e_machine field (62: x86-64, 183: AArch64)."""
-    return struct.unpack_from("<H", data, 0x12)[0]
+    value: int = struct.unpack_from("<H", data, 0x12)[0]
+    return value
 
 
 def sections(data: bytes) -> list[Section]:

@@ -2,11 +2,11 @@
 dossier search as a trtexec tuning cache.
 
 **Import** (:func:`import_trtexec`) turns trtexec's ``--tuningCacheFile`` (see
-:mod:`dossier.trtexec`) and the engine trtexec copied to ``--saveEngine`` into
+:mod:`dossier.backends.tensorrt.trtexec`) and the engine trtexec copied to ``--saveEngine`` into
 ``OUT/NAME-VERSION.dossier``. What trtexec does not record is not invented:
 
 - pass/fail is derived from the losses and the header's ``epsilon`` (a loss >= epsilon fails);
-- the winner is the one trtexec would pick (:func:`~dossier.trtexec.trtexec_winner`: lowest
+- the winner is the one trtexec would pick (:func:`~dossier.backends.tensorrt.trtexec.trtexec_winner`: lowest
   ``gpu_time`` among passing rows, strict ``<``), and the decision says it was **not
   statistically checked** (one mean per route including warm-up, no repeats, no significance
   test); there is no speedup, interval or p-value, and ``gain`` says only that a route other than
@@ -43,6 +43,18 @@ from typing import Any
 
 from dossier import __version__
 from dossier.backends.tensorrt import PlanHeader, PlanHeaderError, parse_knob_json, read_plan_header
+from dossier.backends.tensorrt.trtexec import (
+    SOURCE,
+    TrtexecCacheError,
+    TrtexecHeader,
+    TrtexecIteration,
+    hash_header_files,
+    make_trtexec_header,
+    read_trtexec_cache,
+    to_trial_records,
+    trtexec_winner,
+    write_trtexec_cache,
+)
 from dossier.bundle import tables
 from dossier.bundle.builder import (
     BundleContent,
@@ -76,18 +88,6 @@ from dossier.routes import Route, Selection
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
 from dossier.timing import TimingSettings
 from dossier.trial import Outcome, TrialRecord
-from dossier.trtexec import (
-    SOURCE,
-    TrtexecCacheError,
-    TrtexecHeader,
-    TrtexecIteration,
-    hash_header_files,
-    make_trtexec_header,
-    read_trtexec_cache,
-    to_trial_records,
-    trtexec_winner,
-    write_trtexec_cache,
-)
 
 TRTEXEC_DIR = "trtexec"
 """Bundle folder of the import's own files."""
@@ -131,7 +131,7 @@ EXPORT_LOSES = [
     "the digests of the model and the validation set, and the tuning host's fingerprint",
 ]
 """What exporting dossier trials in trtexec's format loses (see
-:func:`~dossier.trtexec.write_trtexec_cache`)."""
+:func:`~dossier.backends.tensorrt.trtexec.write_trtexec_cache`)."""
 
 _KNOBS_HINT = ("pass the all_build_routes JSON (trtexec --helpBuildRoute) of the TensorRT that ran "
                "the search, or leave --knobs out to infer one from the cache")

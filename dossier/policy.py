@@ -13,8 +13,11 @@ a changed field decides its :class:`Verdict`. Patterns are fnmatch-style over th
 * ``bundle_has_gpu``, ``host_has_gpu``, ``gpu_lost`` (bundle had a GPU, host has none): derived
   by :func:`diff` from the two fingerprints; facts passed by the caller take precedence.
 
-A missing fact counts as false. The defaults follow DESIGN.md "Verify verdicts"; a TOML file read
-by :func:`load_policy` puts its rules in front of them.
+A missing fact counts as false. The defaults follow DESIGN.md "Verify verdicts": each backend's
+policy (:meth:`dossier.backends.Backend.default_policy`) is :func:`common_rules`, the rules its
+package contributes (``dossier/backends/<name>/policy.py``, built from :func:`rule` and the shared
+families here) and :func:`tail_rules`; a TOML file read by :func:`load_policy` puts its rules in
+front of them.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dossier.errors import ExitCode, InputError, SpecError
+from dossier.errors import ExitCode, SpecError
 from dossier.fingerprint import Fingerprint, flatten
 
 if sys.version_info >= (3, 11):
@@ -39,9 +42,6 @@ else:  # pragma: no cover
 
 IGNORED_FIELDS = frozenset({"collected_at", "fingerprint_version"})
 """Fields that differ between any two collections and mean nothing; :func:`diff` skips them."""
-
-BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
-"""Backends with a :func:`default_policy`."""
 
 
 class Verdict(str, enum.Enum):
@@ -241,25 +241,6 @@ def diff_fields(bundle: Mapping[str, str | None], host: Mapping[str, str | None]
     return sorted(findings, key=lambda f: (-f.verdict.severity, not f.changed))  # stable
 
 
-def requirement_findings(backend: str, host: Fingerprint) -> list[Finding]:
-    """What an engine of ``backend`` needs on any host, whatever its tuning host was (so also
-    when the tuning host is unknown): a TensorRT plan runs only on an NVIDIA GPU, loaded by the
-    TensorRT runtime. Each missing requirement is an INVALID finding."""
-    if backend != "tensorrt":
-        return []
-    out = []
-    if not host.gpus:
-        out.append(Finding(field="requires.gpu", bundle_value="an NVIDIA GPU", host_value="none",
-                           verdict=Verdict.INVALID, reason="A TensorRT plan runs only on an "
-                           "NVIDIA GPU, and this host has none."))
-    if not any(name.startswith("tensorrt") for name in host.packages):
-        out.append(Finding(field="requires.tensorrt", bundle_value="TensorRT",
-                           host_value="not installed", verdict=Verdict.INVALID,
-                           reason="A TensorRT plan is loaded by the TensorRT runtime, which is "
-                           "not installed on this host."))
-    return out
-
-
 def collapse(findings: Iterable[Finding], at: int = 3) -> list[tuple[list[Finding], Finding]]:
     """Changed, non-VALID findings grouped by verdict and reason, in order: a group of ``at``
     or more (e.g. 20 fields that "cannot be compared") is one entry, so the reason is said
@@ -290,27 +271,14 @@ def _only_gpus(fields: dict[str, str | None], keep: set[int]) -> dict[str, str |
             if (m := _GPU_FIELD.match(k)) is None or int(m.group(1)) in keep}
 
 
-def default_policy(backend: str) -> Policy:
-    """The built-in policy for ``backend`` ("onnxruntime", "torch-inductor", "tensorrt")."""
-    if backend == "onnxruntime":
-        rules = [*_COMMON, *_ORT]
-    elif backend == "torch-inductor":
-        rules = [*_COMMON, *_INDUCTOR, *_gpu_tuning("kernels"), *_PLATFORM,
-                 _r("python.*", SUB, "The package was built and tuned under another Python "
-                    "version, whose runtime overheads differ.")]
-    elif backend == "tensorrt":
-        rules = [*_COMMON, *_TRT, *_gpu_tuning("TensorRT's timed tactics"), *_PLATFORM]
-    else:
-        raise InputError(f"no verify policy for backend {backend!r}; known: {', '.join(BACKENDS)}")
-    return Policy(rules=(*rules, *_TAIL))
-
-
-def _r(pattern: str, verdict: Verdict, reason: str, when: str | None = None,
-       otherwise: Verdict | None = None, otherwise_reason: str | None = None) -> Rule:
+def rule(pattern: str, verdict: Verdict, reason: str, when: str | None = None,
+         otherwise: Verdict | None = None, otherwise_reason: str | None = None) -> Rule:
+    """A :class:`Rule` (the built-in policies are written with it)."""
     return Rule(pattern=pattern, verdict=verdict, reason=reason, when=when, otherwise=otherwise,
                 otherwise_reason=otherwise_reason)
 
 
+_r = rule
 VALID, SUB, INVALID = Verdict.VALID, Verdict.SUBOPTIMAL, Verdict.INVALID
 
 _COMMON = [
@@ -326,93 +294,25 @@ _COMMON = [
 _TAIL = [
     _r("python.*", VALID, "The Python version does not affect the engine's kernels."),
 ]
-_ORT_VERSION = ("The optimized model was written by another ONNX Runtime version, and its format "
-                "and kernels are tied to the version that produced it.")
-_ORT = [
-    _r("packages.onnxruntime", INVALID, _ORT_VERSION),
-    _r("packages.onnxruntime-gpu", INVALID, _ORT_VERSION),
-    _r("cpu.isa_flags", INVALID, "The model was optimized at the layout level, which bakes "
-       "ISA-specific NCHWc kernels into it (ONNX Runtime warns it may contain hardware specific "
-       "optimizations), and this CPU has another instruction set.", when="layout_optimized",
-       otherwise=SUB, otherwise_reason="This CPU has another instruction set, so ONNX Runtime "
-       "picks other kernels and the tuned settings may no longer be the fastest."),
-    _r("cpu.model", SUB, "A different CPU model has other caches and clocks, so the tuned "
-       "settings may no longer be the fastest."),
-    _r("cpu.vendor", SUB, "A CPU from another vendor runs other kernels at other speeds, so the "
-       "tuned settings may no longer be the fastest."),
-    _r("cpu.cores", SUB, "The thread-count settings were tuned for another number of CPUs."),
-    _r("cpu.physical_cores", SUB, "The thread-count settings were tuned for another number of "
-       "physical cores."),
-    _r("os.machine", INVALID, "The optimized model and its settings were produced for another "
-       "CPU architecture."),
-    _r("packages.numpy", VALID, "NumPy only prepares inputs and outputs; the engine does not "
-       "depend on its version."),
-    _r("gpu*", VALID, "The CPU execution provider does not use the GPU."),
-]
-_NO_GPU = "A CPU package does not use the GPU, so GPU differences do not matter."
-_INDUCTOR = [
-    _r("gpu*", VALID, _NO_GPU, when="cpu_package"),
-    _r("gpu.count", INVALID, "The package was compiled for a GPU and this host has none.",
-       when="gpu_lost"),
-    _r("gpu.count", VALID, "The engine runs on one GPU, so the number of GPUs does not matter "
-       "while there is one."),
-    _r("packages.torch", INVALID, "An AOTInductor package must be loaded by the PyTorch version "
-       "that compiled it."),
-    _r("cuda_runtime", VALID, _NO_GPU, when="cpu_package", otherwise=INVALID,
-       otherwise_reason="The package's GPU kernels were compiled against another CUDA runtime."),
-    _r("cudnn", VALID, _NO_GPU, when="cpu_package", otherwise=SUB, otherwise_reason="Operators "
-       "that fall back to ATen may call cuDNN, whose version changes their speed."),
-    _r("gpu[*].compute_capability", INVALID, "The package's GPU kernels were compiled for "
-       "another GPU architecture (compute capability) and do not run on this one."),
-    _r("cpu.isa_flags", INVALID, "A CPU package is compiled with -march=native for the tuning "
-       "host's instruction set, and this CPU lacks or differs in some of it.",
-       when="cpu_package", otherwise=VALID, otherwise_reason="A GPU package does not depend on "
-       "the CPU's instruction-set extensions."),
-    _r("cpu.model", SUB, "The CPU kernels were generated and tuned on another CPU model.",
-       when="cpu_package", otherwise=VALID, otherwise_reason="A GPU package's speed hardly "
-       "depends on the CPU model."),
-    _r("cpu.*cores", SUB, "The CPU kernels' threading was tuned for another number of cores.",
-       when="cpu_package"),
-    _r("compiler", SUB, "AOTInductor uses the host C++ compiler when it recompiles, and another "
-       "compiler may generate different code."),
-    _r("compiler_path", VALID, "Where the compiler lives does not change the package."),
-    _r("compiler_libstdcxx", VALID, "The shipped package's own libstdc++ linkage is in its build "
-       "facts; this host's compiler only matters when it recompiles."),
-    _r("os.glibc", SUB, "The compiled library was linked on another glibc; check that it loads, "
-       "since an older glibc can lack symbols it needs."),
-]
 
 
-def _trt_version(pattern: str) -> Rule:
-    return _r(pattern, SUB, "The plan was built version-compatible, so a newer TensorRT runtime "
-              "loads it, but it may run slower than a plan built by this version.",
-              when="version_compatible", otherwise=INVALID, otherwise_reason="A TensorRT plan "
-              "loads only in the TensorRT version that built it unless built version-compatible.")
+def common_rules() -> tuple[Rule, ...]:
+    """The rules every built-in policy starts with (the unknown tuning host, fields that are
+    recorded only)."""
+    return tuple(_COMMON)
 
 
-_TRT = [
-    _r("gpu.count", INVALID, "The plan was built for a GPU and this host has none.",
-       when="gpu_lost"),
-    _r("gpu.count", VALID, "The plan runs on one GPU, so the number of GPUs does not matter "
-       "while there is one."),
-    _trt_version("packages.tensorrt*"),
-    _trt_version("engine.tensorrt_version"),
-    _r("gpu[*].compute_capability", SUB, "The plan was built hardware-compatible, so it runs on "
-       "this architecture, but with fewer tactics it may be slower than a native build.",
-       when="hardware_compatible", otherwise=INVALID, otherwise_reason="TensorRT plans do not "
-       "move between GPU architectures, and this GPU has another compute capability."),
-    _r("cuda_runtime", SUB, "TensorRT's kernels run on another CUDA runtime, whose performance "
-       "may differ."),
-    _r("cudnn", SUB, "Where the plan uses cuDNN tactics, another cuDNN version may run them "
-       "at another speed."),
-]
-_PLATFORM = [
+def tail_rules() -> tuple[Rule, ...]:
+    """The rules every built-in policy ends with (after the backend's own)."""
+    return tuple(_TAIL)
+
+PLATFORM_RULES = [
     _r("os.system", INVALID, "Compiled engines do not move between operating systems."),
     _r("os.machine", INVALID, "Compiled engines do not move between CPU architectures."),
 ]
 
 
-def _gpu_tuning(what: str) -> list[Rule]:
+def gpu_tuning_rules(what: str) -> list[Rule]:
     """Same architecture, other conditions: the engine runs, its tuning may be off."""
     return [
         _r("gpu[*].name", SUB, f"This is another GPU model of the same architecture, so "

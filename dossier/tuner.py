@@ -307,7 +307,7 @@ class Tuner:
         return record
 
     def _loader_env(self, engine: Path | None) -> dict[str, str]:
-        return self.p.backend.loader_env(engine) if engine is not None and engine.is_file() else {}
+        return self.p.backend.loader_env(engine)
 
     def _start_build(self, build: Build, name: str) -> Child:
         timing = self.p.spec.timing
@@ -526,7 +526,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         if not (out / FINGERPRINT_NAME).is_file():  # of the host that measures
             _write_json(out / FINGERPRINT_NAME,
                         (ex.fingerprint() if ex is not None else
-                         collect(include_compiler=p.backend.name == "torch-inductor"))
+                         collect(include_compiler=p.backend.fingerprint_compiler))
                         .model_dump_json(indent=2))
     except OSError as exc:
         _close(ex)

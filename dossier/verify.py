@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dossier import replicate
+from dossier.backends import default_policy, requirement_findings
 from dossier.bundle import Bundle, IntegrityReport, check_integrity
 from dossier.bundle.integrity import scan_bundle
 from dossier.errors import InputError, IntegrityError
@@ -26,10 +27,8 @@ from dossier.policy import (
     Finding,
     Verdict,
     collapse,
-    default_policy,
     diff,
     load_policy,
-    requirement_findings,
     worst,
 )
 from dossier.signing import SignatureCheck, check_signature, signature_path
@@ -156,7 +155,7 @@ def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
         backend = get_backend(bundle.manifest.backend)
     except InputError:
         return {}
-    return {k: v for e in engines for k, v in backend.loader_env(e).items()}
+    return backend.loader_env(*engines)
 
 
 def _interval(x: float, lo: float, hi: float) -> str:

@@ -11,8 +11,9 @@
   crashes, exhausts memory, hangs or fails), ``segv_time``, ``oom_time`` (the 10th inference,
   i.e. while timing, after validation passed).
 
-Child processes find it through :data:`SITECUSTOMIZE`, which the tests write into a folder they
-put first on PYTHONPATH (the registry of :mod:`dossier.backends` has no plug-in hook).
+Child processes find it as a plug-in would be found: :func:`install` writes a distribution's
+metadata declaring it in the ``dossier.backends`` entry-point group into a folder the tests put
+first on PYTHONPATH; this process registers it with :func:`dossier.backends.register_backend`.
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ NAME = "stress"
 PACES = {"slow": 0.010, "brisk": 0.001}
 HAZARDS = ("none", "segv_load", "abort_load", "oom_load", "raise_load", "segv_run", "oom_run",
            "hang_run", "raise_run", "segv_time", "oom_time")
-SITECUSTOMIZE = (
-    "import os\n"
-    "if os.environ.get('DOSSIER_STRESS_BACKEND') == '1':\n"
-    "    import dossier.backends\n"
-    f"    dossier.backends._REGISTRY[{NAME!r}] = ('tests._stress_backend', 'StressBackend')\n")
-"""Registers the backend in every Python process that has DOSSIER_STRESS_BACKEND=1."""
+TARGET = "tests._stress_backend:StressBackend"
+
+
+def install(site: Path) -> None:
+    """Declare the backend in ``site`` (a folder on the path) as an installed distribution's
+    ``dossier.backends`` entry point, so every Python process with ``site`` on its path finds it."""
+    meta = site / "dossier_stress_backend-0.dist-info"
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: dossier-stress-backend\n"
+                                   "Version: 0\n")
+    (meta / "entry_points.txt").write_text(f"[dossier.backends]\n{NAME} = {TARGET}\n")
 
 
 def _break(how: str) -> None:
@@ -62,7 +68,7 @@ class _StressRunner(Runner):
     def __init__(self, inner: Runner, pace: str, hazard: str) -> None:
         self._inner, self._pace, self._hazard, self._calls = inner, pace, hazard, 0
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self._calls += 1
         how, _, when = self._hazard.partition("_")
         if when == "run" or (when == "time" and self._calls >= 10):
@@ -77,18 +83,20 @@ class StressBackend(OnnxRuntimeBackend):
 
     name = NAME
 
-    def knob_database(self) -> KnobDatabase:
-        db = super().knob_database()
+    for_tests = True
+
+    def knob_database_impl(self) -> KnobDatabase:
+        db = super().knob_database_impl()
         extra = (Knob(name="pace", values=("slow", "brisk", "fast"), default="slow",
                       phase=KnobPhase.LOAD, help="test-only: sleep per inference (10, 1, 0 ms)"),
                  Knob(name="hazard", values=HAZARDS, default="none", phase=KnobPhase.LOAD,
                       help="test-only: break the trial's process after the build"))
         return db.model_copy(update={"backend": self.name, "knobs": (*extra, *db.knobs)})
 
-    def load(self, engine: Path, route: Route) -> Runner:
+    def load_impl(self, engine: Path, route: Route) -> Runner:
         values = route.as_dict()
         hazard = values.get("hazard", "none")
         how, _, when = hazard.partition("_")
         if when == "load":
             _break(how)
-        return _StressRunner(super().load(engine, route), values.get("pace", "slow"), hazard)
+        return _StressRunner(super().load_impl(engine, route), values.get("pace", "slow"), hazard)

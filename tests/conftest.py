@@ -63,12 +63,6 @@ def sample(samples_dir: Path, tmp_path: Path):
 
 
 @pytest.fixture()
-def faulty_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the fault-injecting test backend (also for child processes)."""
-    monkeypatch.setenv("DOSSIER_TEST_BACKENDS", "1")
-
-
-@pytest.fixture()
 def runner():
     """typer's CliRunner over the dossier app."""
     from typer.testing import CliRunner

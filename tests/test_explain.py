@@ -68,10 +68,7 @@ def make_bundle(root: Path, samples_dir: Path, key: str, *, name: str | None = N
                                               "version": version})
     spec = spec.model_copy(update={"timing": TINY_TIMING, "release": release,
                                    "deployment": deployment or spec.deployment})
-    with pytest.MonkeyPatch.context() as mp:
-        if run_args.get("backend") == "faulty":
-            mp.setenv("DOSSIER_TEST_BACKENDS", "1")
-        tune(spec, where / "run")
+    tune(spec, where / "run")
     _MADE[args] = write_bundle(where / "run", where / "out").path
     return _MADE[args]
 

@@ -75,7 +75,7 @@ def test_a_second_command_into_a_run_folder_in_use_is_refused(slower_spec: Path,
     """While ``tune`` runs: a second ``tune`` into the folder, ``tune --continue`` of it, a
     ``release --work`` of it and a ``bundle`` of it each refuse in one line naming the first's
     pid (exit 75), change nothing, and the first search finishes, bundles and verifies."""
-    env = _env(DOSSIER_TEST_BACKENDS="1")
+    env = _env()
     run, out = tmp_path / "run", tmp_path / "out"
     first = _dossier(["tune", slower_spec, "--out", run, "--quiet"], env, tmp_path / "first.log")
     cache = run / CACHE_NAME
@@ -111,7 +111,7 @@ def test_a_second_command_into_a_run_folder_in_use_is_refused(slower_spec: Path,
 def _together(spec: Path, tmp_path: Path, rounds: int) -> None:
     """Both start in the same instant (``rounds`` times): exactly one runs and finishes, the
     other refuses with exit 75 naming the winner's pid; the cache holds each route once."""
-    env = _env(DOSSIER_TEST_BACKENDS="1")
+    env = _env()
     for i in range(rounds):
         run = tmp_path / f"run-{i}"
         procs = [_start(["tune", spec, "--out", run, "--quiet"], env) for _ in range(2)]
@@ -141,7 +141,7 @@ def test_two_searches_started_together_many_times(slow_spec: Path, tmp_path: Pat
 def test_a_lock_left_by_a_killed_search_is_taken_over(slow_spec: Path, tmp_path: Path) -> None:
     """kill -9 leaves the lock file with the dead holder's pid; the kernel dropped its flock,
     so ``tune --continue`` takes it over and finishes."""
-    env = _env(DOSSIER_TEST_BACKENDS="1")
+    env = _env()
     run = tmp_path / "run"
     first = _dossier(["tune", slow_spec, "--out", run, "--quiet"], env, tmp_path / "first.log")
     _wait_for(lambda: (run / CACHE_NAME).is_file()

@@ -9,15 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dossier.backends import backend_names, default_policy, get_backend, requirement_findings
 from dossier.errors import ExitCode, InputError, SpecError
 from dossier.fingerprint import Fingerprint, GpuInfo, collect
 from dossier.policy import (
-    BACKENDS,
     Finding,
     Policy,
     Rule,
     Verdict,
-    default_policy,
     diff,
     diff_fields,
     load_policy,
@@ -26,6 +25,22 @@ from dossier.policy import (
 )
 
 VALID, SUBOPTIMAL, INVALID = Verdict.VALID, Verdict.SUBOPTIMAL, Verdict.INVALID
+BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
+"""The backends dossier ships a verify policy for."""
+
+
+def test_every_user_backend_has_a_policy_and_only_tensorrt_has_requirements() -> None:
+    """The registry offers exactly the shipped backends (the test backend is hidden), each
+    contributes its own rules through the backend, and only TensorRT requires a GPU."""
+    assert backend_names() == sorted(BACKENDS)
+    assert "faulty" in backend_names(include_tests=True)
+    bare = collect(include_gpu=False)
+    for name in BACKENDS:
+        own = get_backend(name).policy_rules()
+        assert own and set(own) <= set(default_policy(name).rules)
+        needs = {f.field for f in requirement_findings(name, bare)}
+        assert needs == ({"requires.gpu", "requires.tensorrt"} if name == "tensorrt" else set())
+    assert requirement_findings("no-such-backend", bare) == []
 
 
 @functools.cache

@@ -30,8 +30,7 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
     """A local Ray instance of two CPUs, shared by the tests of this file."""
     faults = tmp_path_factory.mktemp("faults")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             runtime_env={"env_vars": {"DOSSIER_TEST_BACKENDS": "1",
-                                       "DOSSIER_FAULT_DIR": str(faults)}})
+             runtime_env={"env_vars": {"DOSSIER_FAULT_DIR": str(faults)}})
     yield faults
     ray.shutdown()
 
@@ -72,8 +71,7 @@ def test_ray_gives_the_routes_outcomes_and_bundle_of_the_local_executor(local_ra
                if r["kind"] == "trial" and r["role"] != "confirm")
 
 
-def test_a_killed_measure_worker_requeues_the_trial_once(local_ray, sample, faulty_env,
-                                                        tmp_path: Path) -> None:
+def test_a_killed_measure_worker_requeues_the_trial_once(local_ray, sample, tmp_path: Path) -> None:
     """The trial's process kills its measure worker (SIGKILL to the actor's process): killed
     once, the trial runs again on a new worker and passes; killed every time, it is recorded
     crashed after its second run and the search goes on."""

@@ -40,6 +40,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,7 +80,7 @@ CONFIRM_SELECTION = "-pace=[slow|brisk|fast]"
 # ------------------------------------------------------------------------------- process tools
 def _env(*first: Path, **extra: str) -> dict[str, str]:
     path = os.pathsep.join([*map(str, first), str(REPO)])
-    return {**os.environ, "PYTHONPATH": path, "DOSSIER_TEST_BACKENDS": "1", **extra}
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def _dossier(args: list[object], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -318,13 +319,13 @@ def _search_survives(samples_dir: Path, factory: pytest.TempPathFactory, tmp_pat
 
 
 def test_search_survives_kill_9_at_random_moments(samples_dir, tmp_path_factory,  # type: ignore[no-untyped-def]
-                                                  faulty_env, tmp_path: Path) -> None:
+                                                  tmp_path: Path) -> None:
     _search_survives(samples_dir, tmp_path_factory, tmp_path, "small", kills=3, seed=20)
 
 
 @pytest.mark.slow
 def test_search_survives_kill_9_at_many_random_moments(samples_dir, tmp_path_factory,  # type: ignore[no-untyped-def]
-                                                       faulty_env, tmp_path: Path) -> None:
+                                                       tmp_path: Path) -> None:
     _search_survives(samples_dir, tmp_path_factory, tmp_path, "large",
                      kills=max(SLOW_KILLS, 20), seed=2020)
 
@@ -334,8 +335,8 @@ def test_search_survives_kill_9_at_many_random_moments(samples_dir, tmp_path_fac
 def stress_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Environment whose Python processes know the ``stress`` backend (tests/_stress_backend)."""
     site = tmp_path_factory.mktemp("stress-site")
-    (site / "sitecustomize.py").write_text(_stress_backend.SITECUSTOMIZE)
-    return _env(site, DOSSIER_STRESS_BACKEND="1")
+    _stress_backend.install(site)
+    return _env(site)
 
 
 @pytest.fixture(scope="module")
@@ -350,12 +351,13 @@ def confirm_setup(samples_dir: Path, stress_env: dict[str, str],  # type: ignore
 
 
 @pytest.fixture
-def stress_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+def stress_registered() -> Iterator[None]:
     """The stress backend in this process too (for bundling and in-process searches)."""
-    import dossier.backends
+    from dossier.backends import register_backend, unregister_backend
 
-    monkeypatch.setitem(dossier.backends._REGISTRY, _stress_backend.NAME,  # noqa: SLF001
-                        ("tests._stress_backend", "StressBackend"))
+    register_backend(_stress_backend.NAME, _stress_backend.TARGET)
+    yield
+    unregister_backend(_stress_backend.NAME)
 
 
 def _kill_confirm(confirm_setup, stress_env, tmp_path: Path, kills: int, seed: int) -> None:  # type: ignore[no-untyped-def]
@@ -481,8 +483,7 @@ DEFAULT_HAZARDS = ("segv_load", "raise_load", "oom_run", "segv_time")
 
 
 def _hazards(sample, stress_env, monkeypatch, tmp_path: Path, hazards: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
-    for key in ("PYTHONPATH", "DOSSIER_STRESS_BACKEND"):
-        monkeypatch.setenv(key, stress_env[key])
+    monkeypatch.setenv("PYTHONPATH", stress_env["PYTHONPATH"])
     _, spec = sample("convnet", backend=_stress_backend.NAME, strategy="fast",
                      selection=f"-pace=[slow|fast] -hazard=[none|{'|'.join(hazards)}]")
     timing = TINY_TIMING.model_copy(update={"trial_timeout_s": 4.0, "trial_memory_limit_mb": 2048})

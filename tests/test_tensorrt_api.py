@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _trt_api import ASSETS, Api, Checked, Listing, listings
 
-import dossier.backends.tensorrt as backend_module
+import dossier.backends.tensorrt.backend as backend_module
 from dossier.backends.tensorrt import BINDINGS_CHECKED, MIN_VERSION, BuilderOptions
 
 API = Api()
@@ -71,8 +71,15 @@ def _check_chain(chain: tuple[str, ...]) -> None:
             break
 
 
+def _package_tree() -> ast.Module:
+    """Every module of the TensorRT backend's package, as one tree."""
+    folder = Path(backend_module.__file__).parent
+    return ast.Module(body=[node for path in sorted(folder.glob("*.py"))
+                            for node in ast.parse(path.read_text()).body], type_ignores=[])
+
+
 def test_every_trt_attribute_chain_in_the_backend_exists():
-    tree = ast.parse(Path(backend_module.__file__).read_text())
+    tree = _package_tree()
     chains = _trt_chains(tree)
     assert {("BuilderFlag", "VERSION_COMPATIBLE"), ("MemoryPoolType", "WORKSPACE"),
             ("ILogger", "Severity", "ERROR"), ("Builder",), ("OnnxParser",),
@@ -82,7 +89,7 @@ def test_every_trt_attribute_chain_in_the_backend_exists():
 
 
 def test_methods_overriding_a_tensorrt_class_exist_there():
-    tree = ast.parse(Path(backend_module.__file__).read_text())
+    tree = _package_tree()
     overrides = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):

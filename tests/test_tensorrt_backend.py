@@ -816,9 +816,10 @@ FAKE_KINDS: dict[type, str] = {
 def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
     """A TensorRTBackend wired to the fakes, seen through :class:`Checked`: every TensorRT name
     the backend uses must exist in the real bindings of every listed version."""
-    import dossier.backends.tensorrt as module
+    from dossier.backends.tensorrt import backend as module
+    from dossier.backends.tensorrt import runner
 
-    monkeypatch.setattr(module, "_cudart", lambda: DEVICE)
+    monkeypatch.setattr(runner, "cudart", lambda: DEVICE)
 
     def make(fake: FakeTRT, **kwargs: object) -> TensorRTBackend:
         backend = TensorRTBackend(**kwargs)  # type: ignore[arg-type]
@@ -830,6 +831,7 @@ def fake_backend(monkeypatch):  # type: ignore[no-untyped-def]
             return checked
 
         monkeypatch.setattr(backend, "_trt", trt)
+        monkeypatch.setattr(backend, "require", lambda: None)  # the fakes stand in for TensorRT
         return backend
 
     return make

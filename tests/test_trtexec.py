@@ -1,4 +1,4 @@
-"""dossier.trtexec: reading, judging and writing trtexec tuning caches.
+"""dossier.backends.tensorrt.trtexec: reading, judging and writing trtexec tuning caches.
 
 The cache text below follows the documented format of TensorRT 11.1's ``--tuningCacheFile``
 (header fields and iteration fields as trtexec's writeTuningCacheHeader/Iteration write them,
@@ -15,12 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dossier.cache import FileIdentity
-from dossier.errors import DossierError, InputError, OutputError
-from dossier.hashing import digest_file
-from dossier.routes import Route
-from dossier.trial import Outcome, TimingSummary, TrialRecord
-from dossier.trtexec import (
+from dossier.backends.tensorrt.trtexec import (
     LAST_PAIR,
     METRICS,
     TrtexecCacheError,
@@ -34,6 +29,11 @@ from dossier.trtexec import (
     trtexec_winner,
     write_trtexec_cache,
 )
+from dossier.cache import FileIdentity
+from dossier.errors import DossierError, InputError, OutputError
+from dossier.hashing import digest_file
+from dossier.routes import Route
+from dossier.trial import Outcome, TimingSummary, TrialRecord
 
 EPSILON = 0.01
 

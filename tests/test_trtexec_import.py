@@ -21,14 +21,15 @@ import pytest
 from typer.testing import CliRunner
 
 from dossier.audit import explain
+from dossier.backends import default_policy
+from dossier.backends.tensorrt.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from dossier.bundle import check_integrity, open_bundle
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
 from dossier.fingerprint import CpuInfo, Fingerprint, GpuInfo, OsInfo, PythonInfo
 from dossier.importer import export_trtexec_cache, import_trtexec, unknown_fingerprint
-from dossier.policy import Verdict, default_policy, diff
+from dossier.policy import Verdict, diff
 from dossier.routes import Route
-from dossier.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from dossier_cli.main import app
 from tests.test_trtexec import ITERATIONS
 

@@ -21,8 +21,7 @@ from dossier.tuner import CACHE_NAME, continue_tune, plan, tune
 from tests.conftest import TINY_TIMING, write_tiny_timing
 
 
-def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, faulty_env,
-                                                                    tmp_path: Path) -> None:
+def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", backend="faulty", strategy="fast",
                      selection="-fault=[none|abort|segv|hang|raise|nan|oom]")
     timing = TINY_TIMING.model_copy(update={"trial_timeout_s": 6.0, "trial_memory_limit_mb": 2048})
@@ -43,7 +42,7 @@ def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, fau
     assert len(TuningCache.open(tmp_path / "run" / CACHE_NAME).trials) == 7
 
 
-def test_failing_baseline_stops_the_search(sample, faulty_env, tmp_path: Path) -> None:
+def test_failing_baseline_stops_the_search(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", backend="faulty", strategy="fast", selection="-fault=raise")
     with pytest.raises(TuneError, match="baseline route -fault=raise did not pass"):
         tune(spec, tmp_path / "run")

@@ -188,9 +188,9 @@ def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict
 def _compiled(torch: Any, module: Any, args: list, device: str, measure: Callable,
               rec: dict, label: str, options: dict) -> None:
     """torch.compile(module, **options) from a cold inductor cache, timed like the engines."""
-    from dossier.backends.torch_inductor import _build_cache
+    from dossier.backends.torch_inductor import build_cache
 
-    with _build_cache():  # a cold inductor cache, as each dossier build gets
+    with build_cache():  # a cold inductor cache, as each dossier build gets
         compiled = torch.compile(module, **options)
         t0 = time.perf_counter()
         with torch.no_grad():

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dossier.backends import default_policy
 from dossier.errors import DossierError, InputError
 from dossier.knobs import KnobDatabase
-from dossier.policy import Policy, Verdict, default_policy, diff, diff_fields, worst
+from dossier.policy import Policy, Verdict, diff, diff_fields, worst
 from dossier.routes import Route
 
 if TYPE_CHECKING:

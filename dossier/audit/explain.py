@@ -30,12 +30,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dossier.audit.payback import Payback, payback
+from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
 from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TrialRecord
-from dossier.trtexec import SOURCE as TRTEXEC
 from dossier.validation import worst_by_output
 from dossier.verdict import speed_verdict
 

@@ -1,25 +1,39 @@
 """The backend interface: one compiler behind ``knob_database / build / load``.
 
 A backend imports its compiler lazily (inside methods), so a host without it can still read,
-verify and explain bundles made with it. Public methods check their inputs and call the
-``*_impl`` methods subclasses provide; native compiler errors are mapped to dossier errors at
-this boundary.
+verify and explain bundles made with it. The public methods of :class:`Backend` and
+:class:`Runner` check their inputs and call the ``*_impl`` methods subclasses provide; native
+compiler errors (the types in ``native_errors``) are mapped to :class:`BuildError` /
+:class:`EngineRuntimeError` there, once, so a subclass raises whatever its compiler raises.
+dossier's own errors and MemoryError (a crashed trial) pass unchanged.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from dossier.errors import BackendUnavailableError, InputError, SpecError, ValidationSetError
+from dossier.errors import (
+    BackendUnavailableError,
+    DossierError,
+    InputError,
+    ModelError,
+    SpecError,
+    ValidationSetError,
+)
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route
+
+if TYPE_CHECKING:
+    from dossier.fingerprint import Fingerprint
+    from dossier.policy import Finding, Policy, Rule
 
 
 class BuildError(Exception):
@@ -176,28 +190,88 @@ class LoadConfig(BaseModel):
     """A few lines of Python that load the engine this way."""
 
 
-class Runner(abc.ABC):
-    """A loaded engine."""
+NativeErrors = tuple[type[Exception], ...]
+_A = TypeVar("_A")
+_R = TypeVar("_R")
 
-    @abc.abstractmethod
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _passes(exc: BaseException) -> bool:
+    """dossier's own errors and MemoryError cross the public methods unchanged."""
+    return isinstance(exc, (DossierError, BuildError, EngineRuntimeError, MemoryError))
+
+
+def _check_feed(inputs: object) -> Mapping[str, np.ndarray]:
+    if not isinstance(inputs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, np.ndarray) for k, v in inputs.items()):
+        raise TypeError("a runner takes a mapping of input name -> numpy array")
+    return inputs
+
+
+class Runner(abc.ABC):
+    """A loaded engine. :meth:`run`, :meth:`prepare`, :meth:`timed` and :meth:`close` check
+    their inputs and map the native errors of :attr:`native_errors` to EngineRuntimeError
+    around the ``*_impl`` methods a subclass provides."""
+
+    native_errors: ClassVar[NativeErrors] = (Exception,)
+    """Exception types the engine's library raises for a failure it reports."""
+    _closed: bool = False
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; return host arrays."""
+        """Run once on host arrays; return host arrays."""
+        return self._checked(self.run_impl, _check_feed(inputs))
 
     def prepare(self, inputs: Mapping[str, np.ndarray]) -> object:
         """Turn host inputs into whatever :meth:`timed` consumes (e.g. device buffers)."""
-        return inputs
+        return self._checked(self.prepare_impl, _check_feed(inputs))
 
     def timed(self, prepared: object) -> float:
-        """Run once on prepared inputs and return the latency in milliseconds. The default
-        times ``run`` with ``perf_counter_ns``; device backends override it with events."""
-        import time
-
-        t0 = time.perf_counter_ns()
-        self.run(prepared)  # type: ignore[arg-type]
-        return (time.perf_counter_ns() - t0) / 1e6
+        """Run once on what :meth:`prepare` returned; the latency in milliseconds."""
+        return self._checked(self.timed_impl, prepared)
 
     def close(self) -> None:
-        """Release the engine."""
+        """Release the engine (once; later calls do nothing)."""
+        if not self._closed:
+            self._closed = True
+            self.close_impl()
+
+    @abc.abstractmethod
+    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; return host arrays."""
+
+    def prepare_impl(self, inputs: Mapping[str, np.ndarray]) -> object:
+        """The default: the host inputs themselves."""
+        return inputs
+
+    def timed_impl(self, prepared: object) -> float:
+        """The default times :meth:`run_impl` with ``perf_counter_ns``; device backends time
+        with events."""
+        t0 = time.perf_counter_ns()
+        self.run_impl(prepared)  # type: ignore[arg-type]
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    def close_impl(self) -> None:
+        """Release what the engine holds; nothing by default."""
+
+    def native_message(self, exc: Exception) -> str:
+        """One line for a native error; the default: the first line of its message."""
+        return first_line(exc)
+
+    def _checked(self, impl: Callable[[_A], _R], arg: _A) -> _R:
+        """``impl(arg)`` on an engine not yet released, native errors mapped."""
+        if self._closed:
+            raise EngineRuntimeError("the engine was released (close() was called)")
+        try:
+            return impl(arg)
+        except Exception as exc:
+            if _passes(exc) or not isinstance(exc, self.native_errors):
+                raise
+            raise EngineRuntimeError(self.native_message(exc)) from exc
 
     def __enter__(self) -> Runner:
         return self
@@ -207,7 +281,13 @@ class Runner(abc.ABC):
 
 
 class Backend(abc.ABC):
-    """A compiler dossier can tune."""
+    """A compiler dossier can tune.
+
+    Public methods check their inputs and call the ``*_impl`` methods a subclass provides;
+    native errors (:attr:`native_errors`) become BuildError in :meth:`build` and
+    EngineRuntimeError in :meth:`load`. A backend also contributes its verify policy rules
+    (:meth:`policy_rules`) and the requirements a host must meet (:meth:`requirement_findings`).
+    """
 
     name: ClassVar[str]
     """Registered name, e.g. ``onnxruntime``."""
@@ -228,8 +308,83 @@ class Backend(abc.ABC):
     time kernels on the device, where concurrent builds would disturb each other."""
     build_memory_mb: ClassVar[int] = 1024
     """Memory one build needs, roughly (bounds the default of ``--build-jobs``)."""
+    fingerprint_compiler: ClassVar[bool] = False
+    """The host's C++ compiler belongs in the tuning host's fingerprint (the compiler
+    recompiles or links with it)."""
+    for_tests: ClassVar[bool] = False
+    """A backend for tests only (fault injection): left out of the names offered to users."""
+    native_errors: ClassVar[NativeErrors] = (Exception,)
+    """Exception types the compiler raises for a failure it reports (a failed build, an engine
+    that does not load); others propagate as bugs."""
 
-    def configure(self, options: Mapping[str, object], shapes: list) -> None:
+    # ------------------------------------------------------------------ public, checked
+    def knob_database(self) -> KnobDatabase:
+        """Every knob this backend exposes on this host (read once per instance)."""
+        db: KnobDatabase | None = self.__dict__.get("_knob_database")
+        if db is None:
+            self.require()
+            db = self.__dict__["_knob_database"] = self.knob_database_impl()
+        return db
+
+    def signature(self, model: Path) -> ModelSignature:
+        """The model's inputs and outputs; ModelError when the model cannot be read."""
+        model = Path(model)
+        self.check_model(model)
+        return self.signature_impl(model)
+
+    def check_route(self, model: Path, route: Route, db: KnobDatabase) -> None:
+        """Raise SelectionError when a knob of ``route`` is known not to take effect."""
+        self.check_route_impl(Path(model), route, db)
+
+    def build(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+        """Compile ``model`` under ``route`` into the file ``engine`` (replaced); BuildError on
+        failure, also when the compiler wrote no engine."""
+        self.require()
+        engine = Path(engine)
+        engine.parent.mkdir(parents=True, exist_ok=True)
+        engine.unlink(missing_ok=True)
+        try:
+            info = self.build_impl(Path(model), route, engine)
+        except Exception as exc:
+            if _passes(exc) or not isinstance(exc, self.native_errors):
+                raise
+            raise BuildError(self.native_message(exc, f"building route {route}")) from exc
+        if not engine.is_file():
+            raise BuildError(f"{self.name} wrote no engine ({engine.name})")
+        return info
+
+    def load(self, engine: Path, route: Route) -> Runner:
+        """Load a built engine (load-time knobs of ``route`` applied); EngineRuntimeError on
+        failure."""
+        self.require()
+        engine = Path(engine)
+        if not engine.is_file():
+            raise EngineRuntimeError(f"cannot read engine {engine}: no such file")
+        try:
+            return self.load_impl(engine, route)
+        except Exception as exc:
+            if _passes(exc) or not isinstance(exc, self.native_errors):
+                raise
+            raise EngineRuntimeError(self.native_message(exc, f"loading {engine.name}")) from exc
+
+    def loader_env(self, *engines: Path | str | None) -> dict[str, str]:
+        """Environment variables a process needs to load the given engines (set in the
+        children that load them); absent engines and None are skipped."""
+        env: dict[str, str] = {}
+        for e in engines:
+            if e is not None and Path(e).is_file():
+                env.update(self.loader_env_impl(Path(e)))
+        return env
+
+    def default_policy(self) -> Policy:
+        """The built-in verify policy of this backend's engines: the rules every backend
+        shares around the backend's own (:meth:`policy_rules`)."""
+        from dossier.policy import Policy, common_rules, tail_rules
+
+        return Policy(rules=(*common_rules(), *self.policy_rules(), *tail_rules()))
+
+    # ------------------------------------------------------------------ for subclasses
+    def configure(self, options: Mapping[str, object], shapes: list[Any]) -> None:
         """Apply the spec's ``[builder]`` options and shape distribution (``[[shapes]]``).
 
         Backends without builder options refuse any; shapes are ignored unless the backend
@@ -250,28 +405,48 @@ class Backend(abc.ABC):
         """True when the compiler library can be imported here (without importing it)."""
 
     @abc.abstractmethod
-    def knob_database(self) -> KnobDatabase:
-        """Every knob this backend exposes on this host."""
+    def knob_database_impl(self) -> KnobDatabase:
+        """Every knob this backend exposes on this host (the library is installed)."""
+
+    def check_model(self, model: Path) -> None:
+        """Raise ModelError when ``model`` cannot be one of this backend's models; the default:
+        it must be an existing file."""
+        if not model.is_file():
+            raise ModelError(f"model {model} does not exist")
 
     @abc.abstractmethod
-    def signature(self, model: Path) -> ModelSignature:
-        """The model's inputs and outputs; ModelError when the model cannot be read."""
+    def signature_impl(self, model: Path) -> ModelSignature:
+        """The model's inputs and outputs (the file exists); ModelError when unreadable."""
 
-    def check_route(self, model: Path, route: Route, db: KnobDatabase) -> None:
+    def check_route_impl(self, model: Path, route: Route, db: KnobDatabase) -> None:
         """Raise SelectionError when a knob of ``route`` is known not to take effect."""
 
     @abc.abstractmethod
-    def build(self, model: Path, route: Route, engine: Path) -> BuildInfo:
-        """Compile ``model`` under ``route`` into the file ``engine``; BuildError on failure."""
+    def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+        """Compile into ``engine`` (its folder exists, the file does not)."""
 
     @abc.abstractmethod
-    def load(self, engine: Path, route: Route) -> Runner:
-        """Load a built engine (load-time knobs of ``route`` applied); EngineRuntimeError on failure."""
+    def load_impl(self, engine: Path, route: Route) -> Runner:
+        """Load ``engine`` (the file exists)."""
 
-    def loader_env(self, engine: Path) -> dict[str, str]:
-        """Environment variables a process needs to load ``engine`` (set in the children that
-        load it); none by default."""
+    def native_message(self, exc: Exception, doing: str) -> str:
+        """One line for a native error raised while ``doing`` (e.g. ``building route -a=1``);
+        the default: the first line of its message."""
+        return first_line(exc)
+
+    def loader_env_impl(self, engine: Path) -> dict[str, str]:
+        """Environment variables a process needs to load ``engine`` (a file); none by default."""
         return {}
+
+    def policy_rules(self) -> tuple[Rule, ...]:
+        """The verify rules for this backend's engines (see :mod:`dossier.policy`)."""
+        raise InputError(f"no verify policy for backend {self.name!r}")
+
+    def requirement_findings(self, host: Fingerprint) -> list[Finding]:
+        """What an engine of this backend needs on any host, whatever its tuning host was (so
+        also when the tuning host is unknown); each missing requirement is an INVALID finding.
+        None by default."""
+        return []
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         """The load configuration a deployment should use for an engine built with ``route``:

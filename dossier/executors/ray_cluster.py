@@ -170,11 +170,7 @@ class MeasureWorker:
         return path
 
     def _env(self, *engines: str | Path | None) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for e in engines:
-            if e is not None and Path(e).is_file():
-                env.update(self.backend.loader_env(Path(e)))
-        return env
+        return self.backend.loader_env(*engines)
 
     def measure(self, req_json: str, meta: dict[str, Any], engine_data: bytes | None,
                 baseline_data: bytes | None) -> tuple[str, bytes | None, str | None, float]:
@@ -280,7 +276,7 @@ class RayExecutor:
         self._workers: list[_Worker] = []
         self._blobs: dict[Path, tuple[str, Any]] = {}
         self._inputs = self._pack_inputs()
-        self._compiler = p.backend.name == "torch-inductor"
+        self._compiler = p.backend.fingerprint_compiler
         # the run's facts: the driver's where it knows them (its GPU, if any, is not used),
         # the first measure worker's for the rest
         self._reference = stack_facts(collect(include_gpu=False, include_compiler=self._compiler),

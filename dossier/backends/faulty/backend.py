@@ -1,6 +1,7 @@
 """A test-only backend: ONNX Runtime plus a ``fault`` knob that really breaks the trial's process.
 
-Registered only when the environment variable DOSSIER_TEST_BACKENDS=1 is set. The faults are
+Registered through the ``dossier.backends`` entry points and marked ``for_tests`` (left out of
+the backend names offered to users). The faults are
 real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
 sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fails the build,
 ``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run. ``kill_worker`` kills the process that started the trial's
@@ -16,6 +17,7 @@ import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +34,7 @@ class _FaultyRunner(Runner):
     def __init__(self, inner: Runner, fault: str) -> None:
         self._inner, self._fault = inner, fault
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = self._inner.run(inputs)
         if self._fault == "nan":
             return {k: np.full_like(v, np.nan) for k, v in out.items()}
@@ -40,22 +42,26 @@ class _FaultyRunner(Runner):
             time.sleep(0.002)
         return out
 
+    def close_impl(self) -> None:
+        self._inner.close()
+
 
 class FaultyBackend(OnnxRuntimeBackend):
     """ONNX Runtime with a fault-injection knob (tests only)."""
 
     name = "faulty"
+    for_tests = True
 
-    def knob_database(self) -> KnobDatabase:
-        db = super().knob_database()
+    def knob_database_impl(self) -> KnobDatabase:
+        db = super().knob_database_impl()
         fault = Knob(name="fault", values=FAULTS, default="none", phase=KnobPhase.BUILD,
                      help="test-only: break the trial's process in the named way")
         return db.model_copy(update={"backend": self.name, "knobs": (fault, *db.knobs)})
 
-    def _options(self, route: Route, phase: KnobPhase | None):  # type: ignore[no-untyped-def]
+    def _options(self, route: Route, phase: KnobPhase | None) -> tuple[Any, list[str]]:
         return super()._options(Route.of({k: v for k, v in route.values if k != "fault"}), phase)
 
-    def build(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+    def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
         fault = route.as_dict().get("fault", "none")
         if fault == "abort":
             os.abort()
@@ -65,14 +71,14 @@ class FaultyBackend(OnnxRuntimeBackend):
             while True:
                 time.sleep(60)
         if fault == "oom":
-            hog = []
+            hog: list[bytearray] = []
             while True:
                 hog.append(bytearray(256 << 20))
         if fault == "raise":
             raise BuildError("injected build failure")
-        return super().build(model, route, engine)
+        return super().build_impl(model, route, engine)
 
-    def load(self, engine: Path, route: Route) -> Runner:
+    def load_impl(self, engine: Path, route: Route) -> Runner:
         fault = route.as_dict().get("fault", "none")
         if fault in ("kill_worker", "kill_worker_once"):
             mark = Path(os.environ.get("DOSSIER_FAULT_DIR", ".")) / f"killed-{engine.name}"
@@ -80,7 +86,7 @@ class FaultyBackend(OnnxRuntimeBackend):
                 mark.touch()
                 os.kill(os.getppid(), signal.SIGKILL)
                 time.sleep(60)  # this process dies with its parent (PR_SET_PDEATHSIG)
-        return _FaultyRunner(super().load(engine, route), route.as_dict().get("fault", "none"))
+        return _FaultyRunner(super().load_impl(engine, route), route.as_dict().get("fault", "none"))
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         return super().engine_facts(Route.of({k: v for k, v in route.values if k != "fault"}), db)

@@ -1,0 +1,194 @@
+"""ONNX Runtime backend (CPU execution provider).
+
+build = create a session with the route's build-time knobs and save the optimized model in ORT
+format (the engine); load = a session over the saved engine with graph optimizations off and
+the route's load-time knobs (threads, execution mode, memory options, spinning) applied, ORT's
+defaults otherwise: the production load configuration (:meth:`production_load`) an engine is
+timed in and a deployment should use. The knobs are in :mod:`.knobs`, the loaded engine in
+:mod:`.runner`, the verify rules in :mod:`.policy`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dossier.backends.interface import (
+    Backend,
+    BuildError,
+    BuildInfo,
+    LoadConfig,
+    ModelSignature,
+    Runner,
+)
+from dossier.backends.onnx_model import onnx_signature
+from dossier.backends.onnxruntime import knobs
+from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC
+from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
+from dossier.errors import SelectionError
+from dossier.knobs import KnobDatabase, KnobPhase
+from dossier.policy import Rule
+from dossier.routes import Route
+
+
+class OnnxRuntimeBackend(Backend):
+    """ONNX Runtime, CPU execution provider."""
+
+    name = "onnxruntime"
+    engine_suffix = ".ort"
+    requirement = "pip install onnxruntime"
+
+    def available(self) -> bool:
+        return importlib.util.find_spec("onnxruntime") is not None
+
+    def knob_database_impl(self) -> KnobDatabase:
+        return knobs.knob_database(self.name)
+
+    def stack(self) -> dict[str, str]:
+        return {pkg: metadata.version(pkg) for pkg in ("onnxruntime", "onnx", "numpy")
+                if importlib.util.find_spec(pkg) is not None}
+
+    def signature_impl(self, model: Path) -> ModelSignature:
+        return onnx_signature(model)
+
+    def policy_rules(self) -> tuple[Rule, ...]:
+        from dossier.backends.onnxruntime.policy import RULES
+
+        return tuple(RULES)
+
+    def _options(self, route: Route, phase: KnobPhase | None) -> tuple[Any, list[str]]:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        disabled: list[str] = []
+        for name, value in route.effective(self.knob_database()).items():
+            if name.startswith(OPTIMIZER_PREFIX):
+                if value == "off" and phase is not KnobPhase.LOAD:
+                    disabled.append(name[len(OPTIMIZER_PREFIX):])
+                continue
+            if name not in SPEC:  # a knob a subclass adds and handles itself
+                continue
+            _, _, _, knob_phase, key, _, _ = SPEC[name]
+            if phase is not None and knob_phase is not phase:
+                continue
+            if name == "graph_optimization_level":
+                so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[value])
+            elif name == "execution_mode":
+                so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if value == "parallel"
+                                     else ort.ExecutionMode.ORT_SEQUENTIAL)
+            elif name in ("intra_op_num_threads", "inter_op_num_threads"):
+                setattr(so, key, int(value))
+            elif key in ("enable_mem_pattern", "enable_mem_reuse", "enable_cpu_mem_arena"):
+                setattr(so, key, value == "on")
+            elif key == "use_deterministic_compute":
+                so.use_deterministic_compute = value == "on"
+            elif key == "session.disable_prepacking":
+                so.add_session_config_entry(key, "1" if value == "off" else "0")
+            else:
+                so.add_session_config_entry(key, "1" if value == "on" else "0")
+        return so, disabled
+
+    def _session(self, model: Path | bytes, so: Any, disabled: list[str]) -> Any:
+        import onnxruntime as ort
+
+        source = model if isinstance(model, bytes) else str(model)
+        return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=disabled or None)
+
+    def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
+        so, disabled = self._options(route, None)
+        so.optimized_model_filepath = str(engine)
+        so.add_session_config_entry("session.save_model_format", "ORT")
+        self._session(model, so, disabled)  # any ORT failure while optimizing: a failed build
+        if not engine.is_file():
+            raise BuildError("ONNX Runtime did not write the optimized model")
+        return BuildInfo({"format": "ort", "optimization_level":
+                          route.effective(self.knob_database())["graph_optimization_level"]})
+
+    def live(self, model: Path, route: Route) -> Runner:
+        """A session over the original model with the whole route applied (no saved engine)."""
+        so, disabled = self._options(route, None)
+        return OnnxRuntimeRunner(self._session(model, so, disabled))
+
+    def load_impl(self, engine: Path, route: Route) -> Runner:
+        # any ORT failure (a corrupt engine, a kernel missing on this CPU): EngineRuntimeError
+        return OnnxRuntimeRunner(self._session(engine, self._load_options(route), []))
+
+    def _load_options(self, route: Route) -> Any:
+        """Production session options: ORT's defaults, graph optimizations off (the engine is
+        optimized already) and the route's load-time knobs. Nothing timing-only (no
+        force_spinning_stop): an engine is timed as production loads it."""
+        import onnxruntime as ort
+
+        so, _ = self._options(route, KnobPhase.LOAD)
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return so
+
+    reload_per_block = True
+
+    def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
+        eff = route.effective(db)
+        options = {"graph_optimization_level": "ORT_DISABLE_ALL"}
+        lines = ["import onnxruntime as ort", "", "so = ort.SessionOptions()",
+                 "so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL"]
+        for name, value in eff.items():
+            spec = SPEC.get(name)
+            if spec is None or spec[3] is not KnobPhase.LOAD or value == db.get(name).default:
+                continue
+            key = spec[4]
+            if name == "execution_mode":
+                mode = "ORT_PARALLEL" if value == "parallel" else "ORT_SEQUENTIAL"
+                options[key] = mode
+                lines.append(f"so.execution_mode = ort.ExecutionMode.{mode}")
+            elif name in ("intra_op_num_threads", "inter_op_num_threads"):
+                options[key] = value
+                lines.append(f"so.{key} = {int(value)}")
+            elif key in ("enable_mem_pattern", "enable_mem_reuse", "enable_cpu_mem_arena",
+                         "use_deterministic_compute"):
+                options[key] = str(value == "on")
+                lines.append(f"so.{key} = {value == 'on'}")
+            else:
+                entry = ("1" if value == "off" else "0") if key == "session.disable_prepacking" \
+                    else ("1" if value == "on" else "0")
+                options[key] = entry
+                lines.append(f"so.add_session_config_entry({key!r}, {entry!r})")
+        lines.append('session = ort.InferenceSession(ENGINE, so, '
+                     'providers=["CPUExecutionProvider"])')
+        return LoadConfig(
+            call='onnxruntime.InferenceSession(ENGINE, so, providers=["CPUExecutionProvider"])',
+            options=options,
+            note="ONNX Runtime's defaults apart from these options; one session per process, as "
+                 "timed (session.force_spinning_stop is not set)",
+            snippet="\n".join(lines))
+
+    def _optimized_graph(self, model: Path, route: Route) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="dossier-probe-") as tmp:
+            path = Path(tmp) / "probe.onnx"
+            so, disabled = self._options(route, KnobPhase.BUILD)
+            so.optimized_model_filepath = str(path)
+            self._session(model, so, disabled)
+            import onnx
+
+            graph = onnx.load(str(path)).graph
+            return b"".join(f"{n.domain}:{n.op_type}:{list(n.input)}".encode() for n in graph.node)
+
+    def check_route_impl(self, model: Path, route: Route, db: KnobDatabase) -> None:
+        off = [k for k, v in route.as_dict().items() if k.startswith(OPTIMIZER_PREFIX) and v == "off"]
+        if not off:
+            return
+        on = Route.of({**route.as_dict(), **dict.fromkeys(off, "on")})
+        reference = self._optimized_graph(model, on)
+        for knob in off:
+            probe = Route.of({**on.as_dict(), knob: "off"})
+            if self._optimized_graph(model, probe) == reference:
+                raise SelectionError(
+                    f"-{knob}=off does not change the optimized graph of {Path(model).name}",
+                    hint="ONNX Runtime ignores optimizers that do not apply; drop this knob")
+
+    def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
+        level = route.effective(db)["graph_optimization_level"]
+        return {"layout_optimized": level in ("layout", "all")}

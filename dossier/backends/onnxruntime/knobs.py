@@ -1,0 +1,130 @@
+"""ONNX Runtime's knobs: session options, optimization levels and the graph optimizers this ORT
+build registers (read from its verbose log), plus rewrite rules known to exist.
+
+ORT silently ignores unknown optimizer names, unknown config keys and invalid values, so only
+registered transformers are offered; :meth:`OnnxRuntimeBackend.check_route` refuses a disabled
+optimizer that does not change the optimized graph of the model being tuned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from collections.abc import Iterator
+
+from dossier.knobs import Knob, KnobDatabase, KnobPhase
+
+LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+          "extended": "ORT_ENABLE_EXTENDED", "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
+"""Optimization levels, low to high; ``layout`` exists from ORT 1.22 on."""
+
+REWRITE_RULES = ("ConvBNFusion", "ConvAddFusion", "ConvMulFusion", "DivMulFusion", "FuseReluClip",
+                 "GemmSumFusion", "GemmTransposeFusion", "NotWhereFusion", "MatmulBNFusion",
+                 "PadFusion", "EliminateIdentity", "EliminateSlice", "EliminateDropout",
+                 "UnsqueezeElimination", "ExpandElimination", "CastElimination",
+                 "PreShapeNodeElimination", "NoopElimination")
+"""Rewrite rules run inside Level1/Level2_RuleBasedTransformer; disabled by the same name list.
+ORT does not log them by name, so they are offered from this list and checked per model."""
+
+# (name, values, default, phase, config key or SessionOptions attribute, help, changes numerics)
+ON_OFF = ("on", "off")
+STATIC: tuple[tuple[str, tuple[str, ...], str, KnobPhase, str, str, bool], ...] = (
+    ("graph_optimization_level", tuple(LEVELS), "all", KnobPhase.BUILD, "graph_optimization_level",
+     "graph optimization level; layout and all produce CPU-specific (NCHWc) kernels", False),
+    ("gelu_approximation", ("off", "on"), "off", KnobPhase.BUILD,
+     "optimization.enable_gelu_approximation", "replace exact Gelu with the tanh approximation", True),
+    ("intra_op_num_threads", ("0", "1", "2", "4", "8"), "0", KnobPhase.LOAD, "intra_op_num_threads",
+     "threads inside one operator (0 = one per physical core)", False),
+    ("inter_op_num_threads", ("0", "1", "2", "4"), "0", KnobPhase.LOAD, "inter_op_num_threads",
+     "threads across operators (parallel execution mode only)", False),
+    ("execution_mode", ("sequential", "parallel"), "sequential", KnobPhase.LOAD, "execution_mode",
+     "run independent operators concurrently", False),
+    ("intra_op_allow_spinning", ON_OFF, "on", KnobPhase.LOAD, "session.intra_op.allow_spinning",
+     "intra-op worker threads spin while waiting for work", False),
+    ("inter_op_allow_spinning", ON_OFF, "on", KnobPhase.LOAD, "session.inter_op.allow_spinning",
+     "inter-op worker threads spin while waiting for work", False),
+    ("enable_mem_pattern", ON_OFF, "on", KnobPhase.LOAD, "enable_mem_pattern",
+     "pre-plan activation memory from the first run's shapes", False),
+    ("enable_mem_reuse", ON_OFF, "on", KnobPhase.LOAD, "enable_mem_reuse",
+     "reuse activation buffers", False),
+    ("enable_cpu_mem_arena", ON_OFF, "on", KnobPhase.LOAD, "enable_cpu_mem_arena",
+     "allocate from a memory arena", False),
+    ("prepacking", ON_OFF, "on", KnobPhase.LOAD, "session.disable_prepacking",
+     "pre-pack constant weights for the GEMM kernels", True),
+    ("denormal_as_zero", ("off", "on"), "off", KnobPhase.LOAD, "session.set_denormal_as_zero",
+     "flush denormal floats to zero", True),
+    ("deterministic_compute", ("off", "on"), "off", KnobPhase.LOAD, "use_deterministic_compute",
+     "use deterministic kernels where ORT has them", False),
+)
+SPEC = {s[0]: s for s in STATIC}
+OPTIMIZER_PREFIX = "optimizer:"
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor 2, through a pipe: a temporary file
+    on a full disk (or under ``ulimit -f``) would cut the log short without a word, and the
+    knob database read from it would silently lose knobs."""
+    import threading
+
+    out: list[str] = []
+    chunks: list[bytes] = []
+    read_end, write_end = os.pipe()
+
+    def drain() -> None:
+        while data := os.read(read_end, 1 << 16):
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield out
+    finally:
+        os.dup2(saved, 2)  # the last writer of the pipe is gone: the reader sees its end
+        os.close(saved)
+        reader.join()
+        os.close(read_end)
+        out.append(b"".join(chunks).decode("utf-8", "replace"))
+
+
+@functools.lru_cache(maxsize=1)
+def registered_transformers() -> tuple[str, ...]:
+    """Graph transformer names this ORT build registers at ORT_ENABLE_ALL, from its verbose log."""
+    import onnx
+    import onnx.helper as oh
+    import onnxruntime as ort
+
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 0
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    with _captured_stderr() as log:
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return tuple(sorted(set(re.findall(r"GraphTransformer (\w+) modified", log[0]))))
+
+
+
+def knob_database(backend: str) -> KnobDatabase:
+    """Every knob of this ORT build (imports onnxruntime)."""
+    import onnxruntime as ort
+
+    knobs = [Knob(name=n, values=v, default=d, phase=p, help=h, changes_numerics=c)
+             for n, v, d, p, _key, h, c in STATIC]
+    if not hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):
+        knobs[0] = knobs[0].model_copy(update={"values": tuple(v for v in LEVELS if v != "layout")})
+    for name in registered_transformers():
+        knobs.append(Knob(name=OPTIMIZER_PREFIX + name, values=ON_OFF, default="on",
+                          help=f"graph transformer {name} (off disables it)"))
+    for name in REWRITE_RULES:
+        knobs.append(Knob(name=OPTIMIZER_PREFIX + name, values=ON_OFF, default="on",
+                          help=f"rewrite rule {name} (off disables it)"))
+    return KnobDatabase(backend=backend, tuner_version=f"onnxruntime {ort.__version__}",
+                        knobs=tuple(knobs))
