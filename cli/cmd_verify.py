@@ -68,7 +68,6 @@ def verify(
     from dossier.bundle import check_integrity, open_bundle
     from dossier.bundle.integrity import scan_bundle
     from dossier.hashing import BLAKE3
-    from dossier.registry import check_referrer_signatures
     from dossier.signing import check_signature, signature_path
 
     if require_signature and not trusted_keys:
@@ -129,9 +128,11 @@ def verify(
 
 def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
     """A registry reference (not a local path) pulled into the cache; None for a local path."""
+    if path.exists():  # a local bundle: the registry client is not even imported
+        return None
     from dossier.registry import fetch_bundle, looks_like_reference
 
-    if path.exists() or not looks_like_reference(str(path)):
+    if not looks_like_reference(str(path)):
         return None
     fetched = fetch_bundle(str(path), insecure=insecure)
     err.print(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'}"

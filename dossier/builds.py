@@ -22,6 +22,8 @@ from dossier.child import Child
 from dossier.routes import Route
 from dossier.worker import BuiltResult, WorkerRequest, WorkerResult
 
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
+"""Set for each build when several run at once: the cores shared out between them."""
 MAX_DEFAULT_JOBS = 8
 POLL_S = 0.05
 
@@ -173,3 +175,12 @@ def build_request(req: WorkerRequest, build: Build) -> WorkerRequest:
     """The build job's request, from the search's trial request."""
     return req.model_copy(update={"mode": "build", "route": build.route.text(),
                                   "engine": str(build.engine)})
+
+
+def with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:
+    """The measure job's phases with the build job's (``*_build``, and ``build``) in front."""
+    done = build.result.phases_s if build.result is not None else {}
+    phases = {**{f"{k}_build": v for k, v in done.items() if k != "build"},
+              "build": build.build_s if build.build_s is not None else done.get("build", 0.0),
+              **{k: v for k, v in result.phases_s.items() if k != "build"}}
+    return result.model_copy(update={"phases_s": phases})

@@ -18,7 +18,15 @@ from pathlib import Path
 
 from dossier import __version__, replicate
 from dossier.backends import Backend, get_backend
-from dossier.builds import Build, Builds, build_request, default_build_jobs, usable_cores
+from dossier.builds import (
+    COMPILE_THREADS_ENV,
+    Build,
+    Builds,
+    build_request,
+    default_build_jobs,
+    usable_cores,
+    with_build_phases,
+)
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
 from dossier.child import Child, run_child
@@ -49,9 +57,6 @@ KNOBS_NAME = "knobs.json"
 FINGERPRINT_NAME = "fingerprint.json"
 ENGINES = "engines"
 WORK = ".work"
-COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
-"""Set for each build when several run at once: the cores shared out between them."""
-
 
 class TuneObserver:
     """Receives progress; the CLI renders it. Every method is optional."""
@@ -292,7 +297,7 @@ class Tuner:
                 if self.builds is not None:
                     self.builds.resume()
             if build is not None:
-                result = _with_build_phases(result, build)
+                result = with_build_phases(result, build)
         trial_s = time.perf_counter() - t0 + (build.build_s or 0.0 if build else 0.0)
         return self._append(index, route, role, result, engine, trial_s, started)
 
@@ -573,15 +578,6 @@ def _place(built: Path, engine: Path) -> None:
         os.link(built, engine)
     except OSError:
         shutil.copyfile(built, engine)
-
-
-def _with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:
-    """The measure job's phases with the build job's (``*_build``, and ``build``) in front."""
-    done = build.result.phases_s if build.result is not None else {}
-    phases = {**{f"{k}_build": v for k, v in done.items() if k != "build"},
-              "build": build.build_s if build.build_s is not None else done.get("build", 0.0),
-              **{k: v for k, v in result.phases_s.items() if k != "build"}}
-    return result.model_copy(update={"phases_s": phases})
 
 
 def _write_json(path: Path, text: str) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from dossier.errors import (
     BackendUnavailableError,
@@ -29,6 +28,7 @@ from dossier.errors import (
     ValidationSetError,
 )
 from dossier.knobs import KnobDatabase
+from dossier.load_config import LoadConfig as LoadConfig
 from dossier.routes import Route
 
 if TYPE_CHECKING:
@@ -171,23 +171,6 @@ class BuildInfo:
 
     facts: dict[str, str] = field(default_factory=dict)
     """Backend facts about the engine (e.g. plan header fields, the ISA it targets)."""
-
-
-class LoadConfig(BaseModel):
-    """How production should load a shipped engine: the configuration dossier timed it in."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    call: str
-    """The loader call, in the backend's Python API, with ``ENGINE`` for the engine's path."""
-    options: dict[str, str] = Field(default_factory=dict)
-    """Options set on top of the library's defaults (e.g. ORT session options), by name."""
-    environment: dict[str, str] = Field(default_factory=dict)
-    """Environment variables the loading process needs."""
-    note: str = ""
-    """What else to know (e.g. what the options are for)."""
-    snippet: str = ""
-    """A few lines of Python that load the engine this way."""
 
 
 NativeErrors = tuple[type[Exception], ...]

@@ -24,7 +24,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from dossier import __version__
-from dossier.backends.interface import LoadConfig
 from dossier.bundle import tables
 from dossier.bundle._files import (
     begin_staging,
@@ -52,6 +51,7 @@ from dossier.bundle.manifest import (
 from dossier.diskfull import output_error
 from dossier.errors import DossierError, ModelError, OutputError
 from dossier.hashing import digest_file
+from dossier.load_config import LoadConfig
 from dossier.trial import TrialRecord
 
 

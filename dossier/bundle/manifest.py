@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dossier.backends.interface import LoadConfig
 from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
+from dossier.load_config import LoadConfig
 from dossier.trial import Reading, TimingSummary
 
 FORMAT: Literal["dossier-bundle"] = "dossier-bundle"

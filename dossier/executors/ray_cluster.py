@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
-from dossier.builds import Build, build_request
+from dossier.builds import COMPILE_THREADS_ENV, Build, build_request, with_build_phases
 from dossier.child import run_child
 from dossier.errors import BackendUnavailableError, InputError, TuneError
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route
-from dossier.tuner import COMPILE_THREADS_ENV, _with_build_phases
 from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, WorkerResult
 
 if TYPE_CHECKING:
@@ -561,7 +560,7 @@ class RayExecutor:
         build_s = 0.0
         b = job.build
         if job.mode == "built" and b is not None and isinstance(b.result, BuiltResult):
-            result = _with_build_phases(result, Build(None, route, Path(), result=b.result))
+            result = with_build_phases(result, Build(None, route, Path(), result=b.result))
             build_s = b.result.build_s
         elif job.mode == "none" and b is not None and b.result is not None:  # the build failed
             build_s = getattr(b.result, "build_s", None) or 0.0
