@@ -9,7 +9,7 @@ how many bytes it reads.
    wall time with a 95% interval from order statistics, the range and the sample count.
    Alongside: the same command's ``/proc/self/io`` ``rchar`` (bytes read through read(2) and
    friends, page cache included) against the bundle's size; the time of the imports alone
-   (``python -c 'import cli.main'``); the time of the in-process check alone
+   (``python -c 'import dossier_cli.main'``); the time of the in-process check alone
    (``open_bundle`` + ``check_integrity``); and the same command on the bundle signed with a
    fresh key (xxh3-128 and BLAKE3 from one read of each file).
 
@@ -40,7 +40,7 @@ def said():
         if line.startswith("rchar:"):
             sys.stderr.write("RCHAR " + line.split()[1] + "\\n")
 atexit.register(said)
-from cli.main import main
+from dossier_cli.main import main
 sys.argv = ["dossier", *sys.argv[1:]]
 main()
 """
@@ -134,7 +134,7 @@ def main() -> None:
         size = bundle_size(bundle)
         cmd = [dossier, "verify", str(bundle), "--integrity-only"]
         whole = _time(cmd, args.repeats)
-        imports = _time([sys.executable, "-c", "import cli.main"], args.repeats)
+        imports = _time([sys.executable, "-c", "import dossier_cli.main"], args.repeats)
         check = _in_process(bundle, args.repeats)
         rchar = _rchar(bundle)
         keys = generate_key_pair(work / "keys")
@@ -150,7 +150,7 @@ def main() -> None:
         "bundle_bytes": size,
         "engine_bytes": int(args.gib * (1 << 30)),
         "whole_command": whole,
-        "imports_only": {"command": "python -c 'import cli.main'", **imports},
+        "imports_only": {"command": "python -c 'import dossier_cli.main'", **imports},
         "check_in_process": {"what": "open_bundle + check_integrity (one scan)", **check},
         "rchar": {"bytes": rchar, "ratio_to_bundle": round(rchar / size, 4)},
         "signed": {"what": "the same bundle signed; xxh3-128 and BLAKE3 from one read",

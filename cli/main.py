@@ -5,7 +5,12 @@ Each ``cmd_*`` module registers its commands on :data:`dossier_cli.app.app`.
 
 from __future__ import annotations
 
+import os
 import signal
+
+# dossier uses no pydantic plugin; looking for them (an entry-point scan) costs every command
+# ~20 ms of its start. A user who wants theirs sets the variable (to "") themselves.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import dossier_cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
 import dossier_cli.cmd_explain  # noqa: F401 - explain, diff
