@@ -123,6 +123,9 @@ def render_explanation(e: Any) -> None:
             f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} "
             f"({h.confidence:.0%} interval over {h.rounds or '?'} rounds"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
+        ] + ([f"rounds     each round's ratio between {h.round_ratio_low:.3f}x and "
+              f"{h.round_ratio_high:.3f}x"]
+             if h.round_ratio_low is not None and h.round_ratio_high is not None else []) + [
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
             f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
         ] + ([f"verdict    {h.verdict}"] if h.verdict else [])

@@ -349,6 +349,34 @@ def test_no_significant_gain_is_explained_with_its_reason(capsys: pytest.Capture
     assert "never: there is no significant gain" in text
 
 
+def test_the_spread_of_the_round_ratios_is_shown(capsys: pytest.CaptureFixture) -> None:
+    """A gain whose rounds disagree (a launch-bound baseline on a host that switches state):
+    explain gives the smallest and largest per-round ratio beside the estimate, in the text and
+    on the HTML page; a record without round ratios shows no such line."""
+    from dossier.audit.report import render_report
+    from dossier_cli.cmd_explain import render_explanation
+
+    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
+              _trial(1, "-a=y -b=p", 3.0, 2.6, 3.5, 1e-4)]
+    ratios = [2.42, 2.45, 3.84, 3.9, 2.5, 3.8, 3.85, 2.44, 3.83, 3.86]
+    assert trials[1].comparison is not None
+    trials[1] = trials[1].model_copy(update={"comparison": trials[1].comparison.model_copy(
+        update={"round_ratios": ratios, "rounds": len(ratios)})})
+    e = explain_search(_header(), trials, SESSION, decide(trials, TimingSettings()))
+    h = e.head_to_head
+    assert h is not None and (h.round_ratio_low, h.round_ratio_high) == (2.42, 3.9)
+    render_explanation(e)
+    assert "each round's ratio between 2.420x and 3.900x" in capsys.readouterr().out
+    page = render_report(e, {})
+    assert "each round&#39;s ratio between 2.420x and 3.900x" in page \
+        or "each round's ratio between 2.420x and 3.900x" in page
+    plain = explain_search(_header(), trials[:1] + [_trial(1, "-a=y -b=p", 3.0, 2.6, 3.5, 1e-4)],
+                           SESSION, decide(trials, TimingSettings()))
+    assert plain.head_to_head is not None and plain.head_to_head.round_ratio_low is None
+    render_explanation(plain)
+    assert "each round's ratio" not in capsys.readouterr().out
+
+
 def test_a_confirmed_gain_is_explained_from_the_confirmation() -> None:
     s = TimingSettings()
     trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),

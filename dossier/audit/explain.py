@@ -100,6 +100,12 @@ class HeadToHead(_Model):
     """The level it was judged at (alpha / k, Bonferroni, in the confirmation round)."""
     rounds: int | None = None
     """Rounds the speedup, interval and test were computed over (None in older records)."""
+    round_ratio_low: float | None = None
+    """The smallest of the per-round ratios (baseline block median / candidate block median)
+    the speedup summarises (None in older records). A wide spread between the two ends says
+    the gain depends on the state of the host (e.g. a launch-bound baseline)."""
+    round_ratio_high: float | None = None
+    """The largest of the per-round ratios."""
     significant: bool
     """p_value < alpha."""
     min_effect: float
@@ -681,6 +687,8 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         rounds=c.rounds,
+        round_ratio_low=min(c.round_ratios) if c.round_ratios else None,
+        round_ratio_high=max(c.round_ratios) if c.round_ratios else None,
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
         interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
