@@ -195,8 +195,8 @@ def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
         out.print(f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
                   f"{rb.baseline.median_ms:.3f} ms"
                   + (f", {fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
-                  + (f" (each round's ratio between {min(c.round_ratios):.3f}x and "
-                     f"{max(c.round_ratios):.3f}x)" if c and c.round_ratios else "")
+                  + (" (each round's ratio between {:.3f}x and {:.3f}x)".format(*c.round_range())
+                     if c and c.round_range() else "")
                   + f"; {rb.reason}", markup=False)
     colour = _COLOUR[result.verdict.value]
     out.print(f"verdict: [bold {colour}]{result.verdict.value}[/]")

@@ -87,6 +87,10 @@ class Comparison(_Model):
     """``screening`` (one process, engines alternating in blocks) or ``independent`` (one fresh
     process per engine, :mod:`dossier.replicate`)."""
 
+    def round_range(self) -> tuple[float, float] | None:
+        """The smallest and largest per-round ratio (None in records without them)."""
+        return (min(self.round_ratios), max(self.round_ratios)) if self.round_ratios else None
+
 
 class Reading(_Model):
     """One speedup measurement in a line: what an A/A check or a confirmation read."""

@@ -677,6 +677,7 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
     confirmed = record.role == "confirm"
     alpha = settings.alpha / k if confirmed else settings.alpha
     origin = search.get(record.route)
+    spread: tuple[float | None, float | None] = c.round_range() or (None, None)
     return HeadToHead(
         route=record.route, trial_index=origin.index if origin else record.index,
         measured_in=record.index, source="confirmation" if confirmed else "screening",
@@ -687,8 +688,7 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         rounds=c.rounds,
-        round_ratio_low=min(c.round_ratios) if c.round_ratios else None,
-        round_ratio_high=max(c.round_ratios) if c.round_ratios else None,
+        round_ratio_low=spread[0], round_ratio_high=spread[1],
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
         interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
