@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from dossier_cli.app import app, handled
-from dossier_cli.cmd_tune import address_option, executor_option, print_notes
+from dossier_cli.cmd_tune import address_option, build_cache_option, executor_option, print_notes
 from dossier_cli.render import err, out, print_json
 
 
@@ -68,6 +68,7 @@ def release(
                                    "once (default: from the cores); see dossier tune."),
     executor: str = executor_option(),
     address: str = address_option(),
+    build_cache: Path = build_cache_option(),
 ) -> None:
     """Tune a release spec and bundle the result, in one command.
 
@@ -89,7 +90,8 @@ def release(
         resume = (folder / CACHE_NAME).is_file()
         with ProgressObserver(verbose=not quiet) as obs:
             result = run_tune(s, folder, observer=obs, spec_path=spec, resume=resume,
-                              build_jobs=build_jobs, executor=executor, address=address)
+                              build_jobs=build_jobs, executor=executor, address=address,
+                              build_cache=build_cache)
         print_notes(result.notes)
         written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
     _report_written(written, as_json)

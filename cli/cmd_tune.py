@@ -68,6 +68,19 @@ def executor_option() -> str:
     return option
 
 
+BUILD_CACHE_HELP = ("Folder of engines kept across searches: a build whose inputs (model, "
+                    "compiler versions, host, build-time knobs) match a stored one is copied "
+                    "instead of rebuilt, then judged and timed as usual. Must belong to you "
+                    "and be writable by no one else. Default: $DOSSIER_BUILD_CACHE, else none.")
+
+
+def build_cache_option() -> Path | None:
+    """The ``--build-cache`` option."""
+    option: Path | None = typer.Option(None, "--build-cache", envvar="DOSSIER_BUILD_CACHE",
+                                       help=BUILD_CACHE_HELP, show_envvar=False)
+    return option
+
+
 def address_option() -> str:
     """The ``--address`` option."""
     option: str = typer.Option(None, "--address", help=ADDRESS_HELP)
@@ -108,6 +121,7 @@ def tune(
                                    "measured one at a time, with every build paused."),
     executor: str = executor_option(),
     address: str = address_option(),
+    build_cache: Path = build_cache_option(),
 ) -> None:
     """Search build routes, drop those that fail or break accuracy, keep the fastest admissible
     one if it beats the baseline significantly.
@@ -127,14 +141,16 @@ def tune(
             folder = resume if resume.is_dir() else resume.parent
             with ProgressObserver(verbose=not quiet) as obs:
                 result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True,
-                                  build_jobs=build_jobs, executor=executor, address=address)
+                                  build_jobs=build_jobs, executor=executor, address=address,
+                                  build_cache=build_cache)
         else:
             if any(v is not None for v in overrides.values()):
                 raise typer.BadParameter("--continue without SPEC takes no overrides: the "
                                          "search continues as it was started")
             with ProgressObserver(verbose=not quiet) as obs:
                 result = continue_tune(resume, observer=obs, build_jobs=build_jobs,
-                                       executor=executor, address=address)
+                                       executor=executor, address=address,
+                                       build_cache=build_cache)
     else:
         if spec is None:
             raise typer.BadParameter("give a release spec, or --continue CACHE")
@@ -153,7 +169,7 @@ def tune(
         folder = out_dir or default_out(s.release.name, s.release.version)
         with ProgressObserver(verbose=not quiet) as obs:
             result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs,
-                              executor=executor, address=address)
+                              executor=executor, address=address, build_cache=build_cache)
     print_notes(result.notes)
     d = result.decision
     if as_json:

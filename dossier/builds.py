@@ -7,6 +7,9 @@ is paused (SIGSTOP to its process group) while a trial is measured, so builds ne
 machine with a timing. Routes with the same build-time knobs share one build. Nothing a build
 job produces is recorded until its route is measured: a search killed with builds in flight
 rebuilds them when it continues.
+
+With a build cache (:mod:`dossier.build_cache`), a build job whose identity is stored takes the
+stored engine instead of building, and every finished build is stored.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dossier.backends import Backend
+from dossier.build_cache import BuildCache, BuildIdentity
 from dossier.child import Child
 from dossier.routes import Route
 from dossier.worker import BuiltResult, WorkerRequest, WorkerResult
@@ -70,6 +74,9 @@ class Build:
     result: WorkerResult | None = None
     paused: list[tuple[float, float]] = field(default_factory=list)
     """(start, end) of every pause, time.time(), to subtract from the reported build time."""
+    cached: bool = False
+    """The engine came from the build cache: ``build_s`` is the time it took when it was
+    built, ``spent_s`` the time taken here (the copy)."""
 
     @property
     def build_s(self) -> float | None:
@@ -82,13 +89,26 @@ class Build:
         lost = sum(max(0.0, min(b, r.ended_at) - max(a, r.started_at)) for a, b in self.paused)
         return max(0.0, r.build_s - lost)
 
+    @property
+    def spent_s(self) -> float:
+        """Time this search spent on the build (the copy, for an engine from the cache)."""
+        if self.cached and self.result is not None:
+            return self.result.phases_s.get("build", 0.0)
+        return self.build_s or 0.0
+
 
 class Builds:
     """The build queue of one search."""
 
     def __init__(self, jobs: int, work: Path, suffix: str,
-                 start: Callable[[Build, str], Child], key: Callable[[Route], Hashable]) -> None:
+                 start: Callable[[Build, str], Child], key: Callable[[Route], Hashable],
+                 cache: BuildCache | None = None,
+                 identity: Callable[[Route], BuildIdentity] | None = None) -> None:
+        """``cache`` and ``identity`` (the build identity of a route): take stored engines and
+        store finished builds (both or neither)."""
         self.jobs = max(1, jobs)
+        self.cache = cache if identity is not None else None
+        self._identity = identity
         self.folder = work / "builds"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.suffix = suffix
@@ -110,8 +130,29 @@ class Builds:
         build = Build(key, route, self.folder / f"build-{n:04d}" / f"trial-{index:04d}{self.suffix}")
         build.engine.parent.mkdir(parents=True, exist_ok=True)
         self._by_key[key] = build
-        self._queue.append(build)
+        if not self._from_cache(build):
+            self._queue.append(build)
         self.pump()
+
+    def _from_cache(self, build: Build) -> bool:
+        if self.cache is None or self._identity is None:
+            return False
+        t0 = time.perf_counter()
+        entry = self.cache.get(self._identity(build.route), build.engine)
+        if entry is None:
+            return False
+        build.cached = True
+        build.result = BuiltResult(outcome="built", build_s=entry.build_s,
+                                   facts={**entry.facts, "build_cache": "hit"},
+                                   phases_s={"build": time.perf_counter() - t0})
+        return True
+
+    def _store(self, build: Build) -> None:
+        if self.cache is None or self._identity is None or build.cached \
+                or not isinstance(build.result, BuiltResult) or not build.engine.is_file():
+            return
+        self.cache.put(self._identity(build.route), build.engine, build.build_s or 0.0,
+                       build.result.facts)
 
     def pump(self) -> None:
         """Collect finished builds and start queued ones while slots are free."""
@@ -120,6 +161,7 @@ class Builds:
             b.result = b.child.poll()
             if b.result is not None:
                 self._running.remove(b)
+                self._store(b)
         while self._queue and len(self._running) < self.jobs and self._paused_at is None:
             b = self._queue.pop(0)
             b.child = self._start(b, b.engine.parent.name)
@@ -181,6 +223,7 @@ def with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:
     """The measure job's phases with the build job's (``*_build``, and ``build``) in front."""
     done = build.result.phases_s if build.result is not None else {}
     phases = {**{f"{k}_build": v for k, v in done.items() if k != "build"},
-              "build": build.build_s if build.build_s is not None else done.get("build", 0.0),
+              "build": build.spent_s if build.cached
+              else build.build_s if build.build_s is not None else done.get("build", 0.0),
               **{k: v for k, v in result.phases_s.items() if k != "build"}}
     return result.model_copy(update={"phases_s": phases})

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dossier import __version__, replicate
 from dossier.backends import Backend, get_backend
+from dossier.build_cache import BuildCache, BuildIdentity, host_identity, open_build_cache
 from dossier.builds import (
     COMPILE_THREADS_ENV,
     Build,
@@ -204,11 +205,13 @@ class Tuner:
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
                  observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
-                 build_jobs: int | None = None, executor: Executor | None = None) -> None:
+                 build_jobs: int | None = None, executor: Executor | None = None,
+                 build_cache: BuildCache | None = None) -> None:
         """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
-        their own processes, ahead of measurement, when there are several jobs or the backend
-        builds separately; otherwise one process builds and measures each trial. ``executor``:
-        where build and measure jobs run (None: here, as described; see :mod:`dossier.executors`)."""
+        their own processes, ahead of measurement, when there are several jobs, the backend
+        builds separately or there is a ``build_cache``; otherwise one process builds and
+        measures each trial. ``executor``: where build and measure jobs run (None: here, as
+        described; see :mod:`dossier.executors`)."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -222,9 +225,11 @@ class Tuner:
         self.builds: Builds | None = None
         if executor is not None:
             executor.attach(self)
-        elif jobs > 1 or p.backend.separate_build:
+        elif jobs > 1 or p.backend.separate_build or build_cache is not None:
             self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
-                                 self._build_key)
+                                 self._build_key, build_cache,
+                                 self._build_identity if build_cache is not None else None)
+        self._host: dict[str, object] | None = None
 
     def _request(self, **kw: object) -> WorkerRequest:
         s = self.p.spec
@@ -298,7 +303,7 @@ class Tuner:
                     self.builds.resume()
             if build is not None:
                 result = with_build_phases(result, build)
-        trial_s = time.perf_counter() - t0 + (build.build_s or 0.0 if build else 0.0)
+        trial_s = time.perf_counter() - t0 + (build.spent_s if build else 0.0)
         return self._append(index, route, role, result, engine, trial_s, started)
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
@@ -327,6 +332,19 @@ class Tuner:
         db = self.p.db
         return tuple((k, v) for k, v in route.effective(db).items()
                      if db.get(k).phase is KnobPhase.BUILD)
+
+    def _build_identity(self, route: Route) -> BuildIdentity:
+        """What ``route``'s build depends on (the build cache's key)."""
+        if self._host is None:
+            self._host = host_identity(collect(include_compiler=self.p.backend.fingerprint_compiler))
+        s = self.p.spec
+        return BuildIdentity(
+            backend=self.p.backend.name, tuner_version=self.p.db.tuner_version,
+            stack=self.p.backend.stack(), host=self._host,
+            model_digest=self.cache.header.model.digest, builder=s.builder,
+            shapes=[e.model_dump(mode="json") for e in s.shapes],
+            build_knobs=sorted(self._build_key(route)),
+            engine_suffix=self.p.backend.engine_suffix)
 
     def _same_build(self, route: Route) -> TrialRecord | None:
         """An earlier admissible trial whose build-time knobs equal ``route``'s: its engine is
@@ -472,7 +490,7 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
          spec_path: Path | None = None, resume: bool = False,
          warm_start: list[str] | None = None, parent: str | None = None,
          build_jobs: int | None = None, executor: str = "local",
-         address: str | None = None) -> TuneResult:
+         address: str | None = None, build_cache: str | Path | None = None) -> TuneResult:
     """Search ``spec``'s selection and decide, writing everything under ``out``.
 
     ``out`` must not hold a search yet unless ``resume``; with ``resume`` the cache there is
@@ -483,6 +501,8 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
     results do not depend on it, only the wall time does. ``executor`` ``"ray"`` runs build and
     measure jobs on the Ray cluster at ``address`` (see :mod:`dossier.executors`).
+    ``build_cache``: a folder of engines kept across searches (:mod:`dossier.build_cache`;
+    None: the folder ``DOSSIER_BUILD_CACHE`` names, if set); local builds only.
     The run folder is locked for the whole search (BusyError when another process holds it);
     a full disk stops it with DiskFullError, recording nothing false.
     """
@@ -493,16 +513,22 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     with new_or_locked_run_folder(out):
         return _tune(spec, out, observer=observer, spec_path=spec_path, resume=resume,
                      warm_start=warm_start, parent=parent, build_jobs=build_jobs,
-                     executor=executor, address=address)
+                     executor=executor, address=address, build_cache=build_cache)
 
 
 def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
           spec_path: Path | None = None, resume: bool = False,
           warm_start: list[str] | None = None, parent: str | None = None,
           build_jobs: int | None = None, executor: str = "local",
-          address: str | None = None) -> TuneResult:
+          address: str | None = None, build_cache: str | Path | None = None) -> TuneResult:
     """The search itself, under the run folder's lock (see :func:`tune`)."""
     p = prepare(spec)
+    if build_jobs is not None and build_jobs < 1:
+        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
+    store = open_build_cache(build_cache)
+    if store is not None and executor != "local":
+        raise InputError(f"--build-cache works with local builds only, not --executor {executor}",
+                         hint="leave out --build-cache (or unset DOSSIER_BUILD_CACHE)")
     warm = [Route.parse(text, p.db) for text in (warm_start or [])]
     cache_path = out / CACHE_NAME
     fresh = _header(p, spec_path, warm, parent)
@@ -538,10 +564,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         if is_disk_full(exc):
             raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    if build_jobs is not None and build_jobs < 1:
-        _close(ex)
-        raise InputError(f"--build-jobs must be at least 1 (got {build_jobs})")
-    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex)
+    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex, store)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()
@@ -554,7 +577,11 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     shutil.rmtree(tuner.work, ignore_errors=True)
-    return TuneResult(out, cache, decision, tuner.ran, list(ex.notes) if ex is not None else [])
+    notes = list(ex.notes) if ex is not None else []
+    if store is not None:
+        notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "
+                  f"{store.stored} stored"]
+    return TuneResult(out, cache, decision, tuner.ran, notes)
 
 
 def _close(ex: Executor | None) -> None:
@@ -591,7 +618,8 @@ def _write_json(path: Path, text: str) -> None:
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
                   build_jobs: int | None = None, executor: str = "local",
-                  address: str | None = None) -> TuneResult:
+                  address: str | None = None, build_cache: str | Path | None = None
+                  ) -> TuneResult:
     """Resume the search recorded in ``cache_path`` (its folder is the run folder)."""
     cache_path = Path(cache_path)
     if cache_path.is_dir():
@@ -601,4 +629,5 @@ def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,
     path = Path(cache.header.spec_path) if cache.header.spec_path else None
     return tune(spec, cache_path.parent, observer=observer, spec_path=path, resume=True,
                 warm_start=cache.header.warm_start, parent=cache.header.parent,
-                build_jobs=build_jobs, executor=executor, address=address)
+                build_jobs=build_jobs, executor=executor, address=address,
+                build_cache=build_cache)

@@ -1,0 +1,213 @@
+"""The build cache: a second search takes its engines instead of rebuilding them, and every
+stored entry is checked as untrusted input (tampered bytes, crafted entries, links, two writers,
+a full disk)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from dossier.build_cache import ENGINE, ENTRY, BuildCache, BuildIdentity
+from dossier.errors import ExitCode, InputError
+from dossier.hashing import digest_file
+from dossier.tuner import tune
+from dossier_cli.main import app
+
+SELECTION = "-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]"
+"""Three routes, two builds: the threads knob is load-time (the route reuses the baseline's
+engine in the run), NchwcTransformer is build-time."""
+
+
+def _identity(knobs: list[tuple[str, str]] | None = None) -> BuildIdentity:
+    return BuildIdentity(backend="onnxruntime", tuner_version="1.0", stack={"x": "1"},
+                         host={"cpu": "c"}, model_digest="0" * 32,
+                         build_knobs=knobs or [("k", "v")], engine_suffix=".ort")
+
+
+def _engine(tmp_path: Path, data: bytes = b"engine bytes " * 100) -> Path:
+    path = tmp_path / "built.ort"
+    path.write_bytes(data)
+    return path
+
+
+def _built(res) -> list:  # type: ignore[no-untyped-def]
+    return [t for t in res.cache.trials if t.role != "confirm" and t.build_s is not None]
+
+
+def test_a_second_search_takes_every_build_from_the_cache(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    store = tmp_path / "builds"
+    first = tune(spec, tmp_path / "one", build_cache=store)
+    assert first.notes[-1].endswith("0 engine(s) taken, 2 stored")
+    assert len([p for p in store.iterdir() if not p.name.startswith(".")]) == 2
+    second = tune(spec, tmp_path / "two", build_cache=store)
+    assert second.notes[-1].endswith("2 engine(s) taken, 0 stored")
+    one, two = _built(first), _built(second)
+    assert [t.route for t in one] == [t.route for t in two] and len(two) == 2
+    for a, b in zip(one, two, strict=True):
+        assert b.extra.get("build_cache") == "hit" and "build_cache" not in a.extra
+        assert b.build_s == pytest.approx(a.build_s, rel=1e-9)  # the build time it took then
+        assert "startup_build" not in b.phases_s  # no build process ran
+        assert b.phases_s["build"] < a.build_s
+        assert b.engine_digest == a.engine_digest  # the very engine stored by the first
+        assert b.admissible and b.worst_loss == a.worst_loss
+    assert not any(p.name.startswith(".") for p in store.iterdir())
+
+
+def test_a_changed_build_input_misses(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    store = tmp_path / "builds"
+    tune(spec, tmp_path / "one", build_cache=store)
+    import onnx
+
+    model = onnx.load(str(spec.model_path()))
+    model.doc_string = "the same graph, other bytes"
+    onnx.save(model, str(spec.model_path()))
+    res = tune(spec, tmp_path / "two", build_cache=store)
+    assert res.notes[-1].endswith("0 engine(s) taken, 2 stored")
+    weights = spec.model_copy(update={"shapes": [s.model_copy(update={"weight": 2 * s.weight})
+                                                 for s in spec.shapes]})
+    assert weights.shapes
+    res = tune(weights, tmp_path / "three", build_cache=store)
+    assert res.notes[-1].endswith("0 engine(s) taken, 2 stored")
+
+
+def test_a_tampered_engine_is_rebuilt_and_its_entry_replaced(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    store = tmp_path / "builds"
+    tune(spec, tmp_path / "one", build_cache=store)
+    victim = sorted(p for p in store.iterdir())[0]
+    engine = victim / (ENGINE + ".ort")
+    data = bytearray(engine.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
+    engine.write_bytes(bytes(data))
+    res = tune(spec, tmp_path / "two", build_cache=store)
+    assert res.notes[-1].endswith("1 engine(s) taken, 1 stored")
+    hits = [t for t in _built(res) if t.extra.get("build_cache") == "hit"]
+    assert len(hits) == 1 and hits[0].engine_digest != digest_file(engine)[0]
+    entry = json.loads((victim / ENTRY).read_text())
+    assert digest_file(engine)[0] == entry["engine_digest"]  # stored again, whole
+
+
+def test_get_returns_what_put_stored_and_nothing_else(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "c")
+    ident = _identity()
+    dest = tmp_path / "out.ort"
+    assert cache.get(ident, dest) is None and not dest.exists()
+    assert cache.put(ident, _engine(tmp_path), 12.5, {"fact": 1})
+    entry = cache.get(ident, dest)
+    assert entry is not None and entry.build_s == 12.5 and entry.facts == {"fact": "1"}
+    assert dest.read_bytes() == _engine(tmp_path).read_bytes()
+    assert cache.get(_identity([("k", "other")]), tmp_path / "x.ort") is None
+
+
+@pytest.mark.parametrize("damage", ["garbage", "huge", "other key", "other identity",
+                                    "engine link", "entry link", "engine truncated"])
+def test_a_crafted_or_damaged_entry_is_a_miss(tmp_path: Path, damage: str) -> None:
+    cache = BuildCache(tmp_path / "c")
+    ident = _identity()
+    cache.put(ident, _engine(tmp_path), 1.0, {})
+    folder = cache.folder / ident.key()
+    entry, engine = folder / ENTRY, folder / (ENGINE + ".ort")
+    if damage == "garbage":
+        entry.write_text("{not json")
+    elif damage == "huge":
+        entry.write_text(" " * (2 << 20) + entry.read_text())
+    elif damage == "other key":
+        d = json.loads(entry.read_text())
+        d["key"] = "f" * 32
+        entry.write_text(json.dumps(d))
+    elif damage == "other identity":  # a valid entry of another build, planted under this key
+        d = json.loads(entry.read_text())
+        d["identity"]["build_knobs"] = [["k", "planted"]]
+        entry.write_text(json.dumps(d))
+    elif damage == "engine link":  # the right bytes, behind a link
+        real = tmp_path / "real.ort"
+        real.write_bytes(engine.read_bytes())
+        engine.unlink()
+        engine.symlink_to(real)
+    elif damage == "entry link":
+        real = tmp_path / "entry.json"
+        real.write_text(entry.read_text())
+        entry.unlink()
+        entry.symlink_to(real)
+    elif damage == "engine truncated":
+        engine.write_bytes(engine.read_bytes()[:-1])
+    dest = tmp_path / "out.ort"
+    assert cache.get(ident, dest) is None and not dest.exists()
+    assert cache.put(ident, _engine(tmp_path), 2.0, {})  # replaced by the next build
+    got = cache.get(ident, dest)
+    assert got is not None and got.build_s == 2.0
+
+
+def test_a_folder_others_may_write_is_refused(tmp_path: Path, runner, sample) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(InputError, match="may be written by others"):
+        BuildCache(shared)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "c", target_is_directory=True)
+    (tmp_path / "c").mkdir()
+    with pytest.raises(InputError, match="not a folder"):
+        BuildCache(link)
+    spec_path, _ = sample("convnet")
+    r = runner.invoke(app, ["tune", str(spec_path), "--out", str(tmp_path / "run"),
+                            "--build-cache", str(shared)])
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert "may be written by others" in r.output and not (tmp_path / "run").exists()
+
+
+def test_local_builds_only(sample, tmp_path: Path) -> None:
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    with pytest.raises(InputError, match="local builds only"):
+        tune(spec, tmp_path / "run", executor="ray", build_cache=tmp_path / "c")
+    assert not (tmp_path / "run" / "tuning-cache.jsonl").exists()
+
+
+def _put(folder: str, engine: str, build_s: float) -> bool:
+    return BuildCache(Path(folder)).put(_identity(), Path(engine), build_s, {})
+
+
+def test_two_writers_of_one_key_leave_one_whole_entry(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    BuildCache(folder)
+    engine = _engine(tmp_path, os.urandom(4 << 20))
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        done = pool.starmap(_put, [(str(folder), str(engine), float(i)) for i in range(8)])
+    assert all(done)
+    assert [p.name for p in folder.iterdir()] == [_identity().key()]  # no staging left
+    got = BuildCache(folder).get(_identity(), tmp_path / "out.ort")
+    assert got is not None and (tmp_path / "out.ort").read_bytes() == engine.read_bytes()
+
+
+def test_a_full_disk_costs_the_cache_entry_only(tmp_path: Path, monkeypatch) -> None:
+    import dossier.build_cache as bc
+
+    def full(src: Path, dst: Path) -> tuple[str, int]:
+        dst.write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+
+    cache = BuildCache(tmp_path / "c")
+    monkeypatch.setattr(bc, "copy_file_hashed", full)
+    assert not cache.put(_identity(), _engine(tmp_path), 1.0, {})
+    assert "No space left" in cache.notes[0] and "rebuilds it" in cache.notes[0]
+    assert list(cache.folder.iterdir()) == []  # nothing half-written
+
+
+def test_staging_left_by_a_dead_writer_is_removed(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    BuildCache(folder)
+    proc = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    proc.start()
+    proc.join()
+    stale = folder / f".{'a' * 32}.staging-{proc.pid}-00ff"
+    stale.mkdir()
+    (stale / "engine.ort").write_bytes(b"half")
+    BuildCache(folder)
+    assert not stale.exists()
