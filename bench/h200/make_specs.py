@@ -18,6 +18,11 @@ For each configuration (model x batch) it writes ``WORK/specs/<config>/``:
     the A/A spec: one knob whose two values build the same kernels for a GPU package
     (``-inductor:cpp.simdlen=[default|512]``: CPU vector width, and a CUDA package has no CPU
     kernels), cheaper timing settings.
+``release-calib.toml``
+    the calibration spec: the production timing of ``release.toml`` over one knob that makes a
+    real difference (``-cuda_graph=[off|on]`` on a GPU, ``-inductor:freezing=[false|true]`` on a
+    CPU), so that repeated searches ship gains whose independent re-measurement can be checked
+    against the interval recorded (coverage); its two routes share one build.
 ``meta.json``
     what was written and how long it took.
 
@@ -66,6 +71,7 @@ FULL_KNOBS = ("-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|f
 """The full search's selection (``release-full.toml``): 16 routes, 8 builds (cuda_graph reuses
 the engine), so that with 8 build jobs it fits one command of the device tool."""
 AA_KNOB = "-inductor:cpp.simdlen=[default|512]"
+CALIB_KNOB = {"cuda": "-cuda_graph=[off|on]", "cpu": "-inductor:freezing=[false|true]"}
 SEEDS = {"resnet50": 3101, "bert_base": 3102, "tiny_mlp": 3103, "tiny_convnet": 3104}
 
 TIMING = {"samples": 100, "rounds": 10, "warmup_max_s": 2.0, "confirm_top": 2,
@@ -97,7 +103,8 @@ def write_config(work: Path, config: str, factory_name: str, batch: int, *, devi
     meta_path = folder / "meta.json"
     if meta_path.is_file() and not force:
         meta = json.loads(meta_path.read_text())
-        if meta.get("ok") and meta.get("device") == device and meta.get("dtype") == dtype:
+        if meta.get("ok") and meta.get("device") == device and meta.get("dtype") == dtype \
+                and (folder / "release-calib.toml").is_file():
             return {**meta, "reused": True}
     folder.mkdir(parents=True, exist_ok=True)
     factory = torch_models.FACTORIES[factory_name]
@@ -127,6 +134,10 @@ def write_config(work: Path, config: str, factory_name: str, batch: int, *, devi
     (folder / "release-aa.toml").write_text(spec_text(
         f"bench-{config}-aa", f"A/A: {factory_name} batch {batch} {dtype} on {device}",
         aa_selection, aa_timing, threshold), encoding="utf-8")
+    (folder / "release-calib.toml").write_text(spec_text(
+        f"bench-{config}-calib", f"calibration: {factory_name} batch {batch} {dtype} on {device}",
+        f"{pinned} {CALIB_KNOB['cuda' if device.startswith('cuda') else 'cpu']}",
+        {**timing, "confirm_top": 1}, threshold), encoding="utf-8")
     meta = {"config": config, "factory": factory_name, "batch": batch, "device": device,
             "dtype": dtype, "ref_device": ref_device, "pairs": pairs, "selection": selection,
             "aa_selection": aa_selection, "metric": "cos", "threshold": threshold,

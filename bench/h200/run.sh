@@ -10,7 +10,10 @@
 #   specs[=C1,C2]      specs, exported programs, validation sets (bench/h200/make_specs.py)
 #   eager[=C1,C2]      eager and torch.compile (default mode) timings
 #   tune=C:S1,S2       dossier tune of config C with each strategy (fast|mixed|full)
-#   aa=C:N             N A/A searches of config C (warm shared inductor cache)
+#   aa=C:N             N A/A searches of config C (warm shared inductor cache, dossier's build
+#                      cache: the first builds, the others measure)
+#   calib=C:N          N searches of config C's calibration spec (-cuda_graph=[off|on]), each
+#                      shipped gain re-measured independently (coverage); build cache as aa
 #   bundle=RUN         bundle run RUN of this tag, verify it (--recheck --rebench), explain it
 #                      as HTML into $OUT
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
@@ -101,6 +104,7 @@ tune() {  # tune CONFIG STRATEGIES
     done
 }
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+calib() { run "calib-$1" 90 "$PY" bench/h200/steps.py calib --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 bundle() { run "bundle-$1" 60 "$PY" bench/h200/steps.py bundle --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
 procvar() { run "procvar-$1" 60 "$PY" bench/h200/steps.py procvar --run "$WORK/runs/$TAG/$1" --pairs "$2"; }
 eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
@@ -118,6 +122,7 @@ for step in "$@"; do
         eager=*) eager "${step#eager=}" ;;
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
+        calib=*:*) x=${step#calib=}; calib "${x%%:*}" "${x#*:}" ;;
         bundle=*) bundle "${step#bundle=}" ;;
         procvar=*:*) x=${step#procvar=}; procvar "${x%%:*}" "${x#*:}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
@@ -126,7 +131,8 @@ for step in "$@"; do
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;
-        smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2 ;;
+        smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2
+               calib tiny_mlp_b8 2 ;;
         *) note "unknown step $step"; echo "{\"step\": \"$step\", \"ok\": false, \"error\": \"unknown step\"}" \
                >"$RESULTS/$(printf %02d $((N += 1)))-unknown.json"; merge ;;
     esac

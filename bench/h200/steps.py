@@ -7,6 +7,7 @@ a failure instead of raising, so the next step still runs.
     steps.py eager  --work W --configs a,b --json FILE [--device cuda] [--no-compile]
     steps.py tune   --work W --config C --strategy S --json FILE [--aa] [--timeout S] [--no-fresh]
     steps.py aa     --work W --config C --reps N --json FILE [--timeout S]
+    steps.py calib  --work W --config C --reps N --json FILE [--timeout S]
     steps.py fresh  --run RUN_DIR --json FILE
     steps.py procvar --run RUN_DIR --json FILE [--pairs N] [--timeout S]
     steps.py bundle --run RUN_DIR --out DIR --json FILE [--timeout S]
@@ -17,7 +18,10 @@ dossier's timing procedure (warm-up until stable, then samples; CUDA events). ``
 ``dossier tune`` (the CLI, in a child process with a timeout) and then, in another fresh
 process, re-measures the shipped route (or the best admissible one when nothing shipped)
 against the baseline. ``aa`` repeats the A/A spec (two values that build the same kernels)
-with one inductor cache shared by the repetitions (warm builds; the timing is what is tested).
+with one inductor cache shared by the repetitions and dossier's build cache (the first
+repetition builds, the others take its engines: the measurement and the decision are what is
+tested). ``calib`` repeats the calibration spec the same way and re-measures every shipped gain
+independently (coverage of the recorded interval).
 """
 
 from __future__ import annotations
@@ -249,6 +253,7 @@ def run_summary(run_dir: Path) -> dict:
             "p_value": c.p_value if c else None, "significant": c.significant if c else None,
             "slower": c.slower if c else None,
             "normalized_digest": t.extra.get("normalized_digest"),
+            "build_cache": t.extra.get("build_cache"),
             "phases_s": {k: round(v, 2) for k, v in t.phases_s.items()},
         })
     knobs = None
@@ -267,11 +272,13 @@ def run_summary(run_dir: Path) -> dict:
 
 
 def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
-               env: dict[str, str] | None = None) -> dict:
+               env: dict[str, str] | None = None, build_cache: Path | None = None) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--strategy", strategy,
            "--out", str(run_dir), "--json", "--quiet"]
+    if build_cache is not None:
+        cmd += ["--build-cache", str(build_cache)]
     if os.environ.get("BENCH_BUILD_JOBS"):
         cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
     rec: dict[str, Any] = {"run_dir": str(run_dir), "command": " ".join(cmd)}
@@ -403,8 +410,36 @@ def step_fresh(run_dir: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------ A/A
+def build_cache_dir(work: Path, config: str) -> Path:
+    """The dossier build cache shared by this machine's searches of ``config`` (``dossier tune
+    --build-cache``): repeated searches build each route once and spend their time measuring."""
+    folder = work / "build-cache" / config
+    folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
+
+
+def _repeat(prefix: str, work: Path, tag: str, reps: int, timeout: float, rec: dict,
+            once: Callable[[int, float], None]) -> None:
+    """Run ``once(i, seconds_left)`` for ``reps`` repetitions numbered on after the earlier
+    steps' runs of this tag (``prefix-NN``), while the time left allows one more (judged by the
+    slowest repetition after the first, which builds)."""
+    t0 = time.perf_counter()
+    per_rep = 0.0
+    first = len(list((work / "runs" / tag).glob(f"{prefix}-[0-9][0-9]")))
+    for i in range(first, first + reps):
+        left = timeout - (time.perf_counter() - t0)
+        if left < max(30.0, 1.2 * per_rep):
+            rec["stopped"] = f"time budget: {i - first} of {reps} repetitions ran"
+            break
+        r0 = time.perf_counter()
+        once(i, left)
+        if i > first:
+            per_rep = max(per_rep, time.perf_counter() - r0)
+
+
 def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dict:
-    """Repeat the A/A spec ``reps`` times (fast strategy, shared warm inductor cache)."""
+    """Repeat the A/A spec ``reps`` times (fast strategy, shared warm inductor cache, and the
+    dossier build cache: the first repetition builds, the others take its engines and measure)."""
     from dossier.backends.torch_inductor import CACHE_ENV
 
     rec: dict[str, Any] = {"step": "aa", "config": config, "reps_planned": reps, "runs": []}
@@ -413,19 +448,11 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
         folder = _spec_folder(work, config)
         cache_dir = work / "inductor-cache" / f"aa-{config}"
         env = {CACHE_ENV: str(cache_dir)}
-        per_rep = 0.0
-        # a later aa step of the same tag numbers on after the earlier one's repetitions
-        first = len(list((work / "runs" / tag).glob(f"{config}-aa-[0-9][0-9]")))
-        for i in range(first, first + reps):
-            left = timeout - (time.perf_counter() - t0)
-            if left < max(30.0, 1.2 * per_rep):
-                rec["stopped"] = f"time budget: {i - first} of {reps} repetitions ran"
-                break
-            r0 = time.perf_counter()
+
+        def once(i: int, left: float) -> None:
             run = _tune_once(folder / "release-aa.toml", "fast",
-                             work / "runs" / tag / f"{config}-aa-{i:02d}", left, env)
-            per_rep = (max(per_rep, time.perf_counter() - r0) if i > first
-                       else time.perf_counter() - r0)
+                             work / "runs" / tag / f"{config}-aa-{i:02d}", left, env,
+                             build_cache_dir(work, config))
             d = run.get("decision") or {}
             search = [t for t in run.get("trials", []) if t["role"] == "search"]
             rec["runs"].append({
@@ -438,12 +465,72 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
                 "screened_p": search[0]["p_value"] if search else None,
                 "error": None if run.get("ok") else (run.get("timeout") or run.get("stderr_tail",
                                                                                    "")[-500:]),
+                "build_cache_hits": sum(1 for t in run.get("trials", [])
+                                        if t.get("build_cache") == "hit"),
             })
+
+        _repeat(f"{config}-aa", work, tag, reps, timeout, rec, once)
         done = [r for r in rec["runs"] if r["ok"]]
         rec["reps_done"] = len(done)
         rec["no_gain"] = sum(1 for r in done if r["gain"] is False)
         rec["screened_faster"] = sum(1 for r in done if r["screened_faster"])
         rec["ok"] = bool(done)
+    except Exception as exc:  # noqa: BLE001 - record and go on
+        rec.update(_failure(exc))
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+# ---------------------------------------------------------------------------- calibration
+def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> dict:
+    """Coverage: repeat the calibration spec (one knob that makes a real difference) ``reps``
+    times with the build cache; after each search that ships a gain, re-measure the shipped
+    route against the baseline with the independent procedure (:func:`step_fresh`) and say
+    whether that reading falls inside the 95% interval the search recorded."""
+    from dossier.backends.torch_inductor import CACHE_ENV
+
+    rec: dict[str, Any] = {"step": "calib", "config": config, "reps_planned": reps, "runs": []}
+    t0 = time.perf_counter()
+    try:
+        folder = _spec_folder(work, config)
+        env = {CACHE_ENV: str(work / "inductor-cache" / f"aa-{config}")}
+
+        def once(i: int, left: float) -> None:
+            run_dir = work / "runs" / tag / f"{config}-calib-{i:02d}"
+            run = _tune_once(folder / "release-calib.toml", "fast", run_dir, left * 0.8, env,
+                             build_cache_dir(work, config))
+            d = run.get("decision") or {}
+            row: dict[str, Any] = {
+                "rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"),
+                "gain": d.get("gain"), "shipped_route": d.get("shipped_route"),
+                "speedup": d.get("speedup"),
+                "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+                "reason": d.get("reason"),
+                "build_cache_hits": sum(1 for t in run.get("trials", [])
+                                        if t.get("build_cache") == "hit"),
+                "error": None if run.get("ok") else (run.get("timeout") or run.get("stderr_tail",
+                                                                                   "")[-500:]),
+            }
+            if d.get("gain"):
+                try:
+                    f = step_fresh(run_dir)
+                    row["fresh"] = {k: f.get(k) for k in (
+                        "route", "reference", "fresh_speedup", "fresh_speedup_ci",
+                        "fresh_p_value", "tuned_speedup", "tuned_speedup_ci",
+                        "speedup_inside_ci")}
+                except Exception as exc:  # noqa: BLE001 - record and go on
+                    row["fresh"] = _failure(exc)
+            rec["runs"].append(row)
+
+        _repeat(f"{config}-calib", work, tag, reps, timeout, rec, once)
+        done = [r for r in rec["runs"] if r["ok"]]
+        shipped = [r for r in done if r["gain"]]
+        checked = [r for r in shipped if (r.get("fresh") or {}).get("fresh_speedup") is not None]
+        rec.update(reps_done=len(done), shipped=len(shipped), remeasured=len(checked),
+                   inside=sum(1 for r in checked if r["fresh"]["speedup_inside_ci"]),
+                   remeasure_excludes_one=sum(1 for r in checked
+                                              if r["fresh"]["fresh_speedup_ci"][0] > 1.0),
+                   ok=bool(done))
     except Exception as exc:  # noqa: BLE001 - record and go on
         rec.update(_failure(exc))
     rec["wall_s"] = round(time.perf_counter() - t0, 2)
@@ -584,11 +671,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     default_work = REPO_ROOT / "bench" / "work" / "h200"
-    for name in ("env", "eager", "tune", "aa", "fresh", "procvar", "bundle", "merge"):
+    for name in ("env", "eager", "tune", "aa", "calib", "fresh", "procvar", "bundle", "merge"):
         p = sub.add_parser(name)
         if name != "merge":
             p.add_argument("--json", type=Path, required=True)
-        if name in ("eager", "tune", "aa"):
+        if name in ("eager", "tune", "aa", "calib"):
             p.add_argument("--work", type=Path, default=default_work)
             p.add_argument("--timeout", type=float, default=540.0)
             p.add_argument("--tag", default="manual")
@@ -596,13 +683,13 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--configs", required=True)
             p.add_argument("--device", default=os.environ.get("BENCH_DEVICE", "cuda"))
             p.add_argument("--no-compile", action="store_true")
-        if name in ("tune", "aa"):
+        if name in ("tune", "aa", "calib"):
             p.add_argument("--config", required=True)
         if name == "tune":
             p.add_argument("--strategy", required=True, choices=("fast", "mixed", "full"))
             p.add_argument("--aa", action="store_true")
             p.add_argument("--no-fresh", action="store_true")
-        if name == "aa":
+        if name in ("aa", "calib"):
             p.add_argument("--reps", type=int, default=10)
         if name in ("fresh", "procvar", "bundle"):
             p.add_argument("--run", type=Path, required=True)
@@ -629,6 +716,8 @@ def main(argv: list[str] | None = None) -> int:
                             not args.no_fresh, args.tag)
         elif args.cmd == "aa":
             rec = step_aa(args.work, args.config, args.reps, args.timeout, args.tag)
+        elif args.cmd == "calib":
+            rec = step_calib(args.work, args.config, args.reps, args.timeout, args.tag)
         elif args.cmd == "fresh":
             try:
                 rec = step_fresh(args.run)

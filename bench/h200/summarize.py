@@ -181,10 +181,19 @@ def summarize(results: list[dict]) -> dict:
                            "screened_slower": sum(1 for r in runs if r["screened_slower"]),
                            "median_screened_speedup": statistics.median(speedups) if speedups
                            else None,
+                           "from_build_cache": sum(1 for r in runs
+                                                   if r.get("build_cache_hits")),
                            "stopped": step.get("stopped"), "error": step.get("error")}
+            elif kind == "calib":
+                c = configs.setdefault(step["config"], {})
+                runs = c.setdefault("_calib_runs", [])
+                runs.extend([{**r, "tag": doc.get("tag")} for r in step.get("runs", [])
+                             if r.get("ok")])
+                c["calib"] = _calib(runs)
     for c in configs.values():
         c.pop("_aa_runs", None)
         c.pop("_aa_planned", None)
+        c.pop("_calib_runs", None)
         full = c.pop("_full", None)
         raw = c.pop("_raw", {})
         if not full:
@@ -210,6 +219,24 @@ def summarize(results: list[dict]) -> dict:
         c["reach_full_best"] = reach
     return {"format": "dossier-bench-h200-summary/1", "sources": sources, "env": env,
             "configs": configs}
+
+
+def _calib(runs: list[dict]) -> dict:
+    """Coverage of the calibration searches: of the shipped gains re-measured independently,
+    how many readings fall inside the recorded 95% interval, and how many exclude 1.0."""
+    shipped = [r for r in runs if r.get("gain")]
+    fresh = [r["fresh"] for r in shipped
+             if (r.get("fresh") or {}).get("fresh_speedup") is not None]
+    return {"searches": len(runs), "shipped": len(shipped), "remeasured": len(fresh),
+            "inside": sum(1 for f in fresh if f["speedup_inside_ci"]),
+            "remeasure_excludes_one": sum(1 for f in fresh if f["fresh_speedup_ci"][0] > 1.0),
+            "from_build_cache": sum(1 for r in runs if r.get("build_cache_hits")),
+            "rows": [{"tag": r["tag"], "rep": r["rep"], "gain": r.get("gain"),
+                      "speedup": r.get("speedup"), "speedup_ci": r.get("speedup_ci"),
+                      "fresh_speedup": (r.get("fresh") or {}).get("fresh_speedup"),
+                      "fresh_speedup_ci": (r.get("fresh") or {}).get("fresh_speedup_ci"),
+                      "inside": (r.get("fresh") or {}).get("speedup_inside_ci")}
+                     for r in runs]}
 
 
 def _config_of(run_dir: str) -> tuple[str, str]:
@@ -330,12 +357,32 @@ def markdown(summary: dict) -> str:
     if aa_rows:
         lines += ["", "## A/A (two values that build the same kernels)", "",
                   "| config | runs | no significant gain | screened faster | screened slower | "
-                  "median screened speedup |", "|---|---|---|---|---|---|"]
+                  "median screened speedup | engines from the build cache |",
+                  "|---|---|---|---|---|---|---|"]
         for name, a in aa_rows:
             med = a.get("median_screened_speedup")
             lines.append(f"| {name} | {a['reps']} of {a.get('planned')} | "
                          f"{a['no_significant_gain']} of {a['reps']} | {a['screened_faster']} | "
-                         f"{a['screened_slower']} | {f'{med:.4f}' if med else '-'} |")
+                         f"{a['screened_slower']} | {f'{med:.4f}' if med else '-'} | "
+                         f"{a.get('from_build_cache', 0)} of {a['reps']} runs |")
+    calib = [(n, c["calib"]) for n, c in sorted(cfgs.items()) if c.get("calib")]
+    if calib:
+        lines += ["", "## Coverage (repeated searches of the calibration spec, each shipped gain "
+                  "re-measured independently)", "",
+                  "| config | searches | shipped a gain | re-measured | inside the recorded 95% "
+                  "interval | re-measure excludes 1.0 |", "|---|---|---|---|---|---|"]
+        for name, a in calib:
+            lines.append(f"| {name} | {a['searches']} | {a['shipped']} | {a['remeasured']} | "
+                         f"{a['inside']} of {a['remeasured']} | "
+                         f"{a['remeasure_excludes_one']} of {a['remeasured']} |")
+        lines += ["", "| config | run | shipped speedup (confirmation) | independent "
+                  "re-measurement | inside? |", "|---|---|---|---|---|"]
+        for name, a in calib:
+            for r in a["rows"]:
+                lines.append(f"| {name} | {r['tag']}-{r['rep']:02d} | "
+                             f"{_sp(r['speedup'], r['speedup_ci']) if r['gain'] else 'no gain'} | "
+                             f"{_sp(r['fresh_speedup'], r['fresh_speedup_ci'])} | "
+                             f"{_yn(r['inside']) if r['inside'] is not None else '-'} |")
     rows = [(n, r) for n, c in sorted(cfgs.items()) for r in c.get("independent", [])]
     if rows:
         lines += ["", "## Independent re-measurements (a fresh process per engine, production "
