@@ -113,7 +113,8 @@ def host_identity(fp: Any) -> dict[str, Any]:
     return {
         "cpu": {"model": fp.cpu.model, "vendor": fp.cpu.vendor, "isa_flags": fp.cpu.isa_flags},
         "machine": fp.os.machine, "glibc": fp.os.glibc,
-        "gpus": sorted({(g.name or "", g.compute_capability or "") for g in fp.gpus}),
+        "gpus": [list(g) for g in sorted({(g.name or "", g.compute_capability or "")
+                                          for g in fp.gpus})],
         "cuda_runtime": fp.cuda_runtime, "cudnn": fp.cudnn,
         "compiler": fp.compiler, "compiler_path": fp.compiler_path,
         "compiler_libstdcxx": fp.compiler_libstdcxx,
@@ -153,7 +154,8 @@ class BuildCache:
         entry; None (and no ``dest``) when there is none or it fails a check."""
         key = identity.key()
         entry = self._entry(key)
-        if entry is None or entry.identity != identity:
+        if entry is None or entry.identity.model_dump(mode="json") \
+                != identity.model_dump(mode="json"):
             return None
         src = self.folder / key / (ENGINE + identity.engine_suffix)
         try:

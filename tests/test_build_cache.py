@@ -94,6 +94,22 @@ def test_a_tampered_engine_is_rebuilt_and_its_entry_replaced(sample, tmp_path: P
     assert digest_file(engine)[0] == entry["engine_digest"]  # stored again, whole
 
 
+def test_an_identity_with_gpus_reads_back_equal(tmp_path: Path) -> None:
+    """The host facts go through JSON in the entry: tuples come back as lists, which must not
+    turn every GPU host's lookup into a miss."""
+    from dossier.build_cache import host_identity
+    from dossier.fingerprint import GpuInfo, collect
+
+    fp = collect(include_gpu=False).model_copy(update={"gpus": [
+        GpuInfo(index=1, name="NVIDIA H200", compute_capability="9.0"),
+        GpuInfo(index=0, name="NVIDIA H200", compute_capability="9.0"),
+        GpuInfo(index=2, name="NVIDIA L4", compute_capability="8.9")]})
+    ident = _identity().model_copy(update={"host": host_identity(fp)})
+    cache = BuildCache(tmp_path / "c")
+    assert cache.put(ident, _engine(tmp_path), 3.0, {})
+    assert cache.get(ident, tmp_path / "out.ort") is not None
+
+
 def test_get_returns_what_put_stored_and_nothing_else(tmp_path: Path) -> None:
     cache = BuildCache(tmp_path / "c")
     ident = _identity()
