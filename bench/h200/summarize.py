@@ -190,6 +190,9 @@ def summarize(results: list[dict]) -> dict:
                 runs.extend([{**r, "tag": doc.get("tag")} for r in step.get("runs", [])
                              if r.get("ok")])
                 c["calib"] = _calib(runs)
+                c.setdefault("errors", []).extend(
+                    f"calib ({doc.get('tag')}) run {r['rep']}: {r['error'].strip()[-200:]}"
+                    for r in step.get("runs", []) if not r.get("ok") and r.get("error"))
     for c in configs.values():
         c.pop("_aa_runs", None)
         c.pop("_aa_planned", None)
@@ -356,16 +359,18 @@ def markdown(summary: dict) -> str:
     aa_rows = [(n, c["aa"]) for n, c in sorted(cfgs.items()) if c.get("aa")]
     if aa_rows:
         lines += ["", "## A/A (two values that build the same kernels)", "",
-                  "| config | runs | no significant gain | screened faster | screened slower | "
+                  "| config | runs that finished | no significant gain | screened faster | "
+                  "screened slower | "
                   "median screened speedup | engines from the build cache |",
                   "|---|---|---|---|---|---|---|"]
         for name, a in aa_rows:
             med = a.get("median_screened_speedup")
-            lines.append(f"| {name} | {a['reps']} of {a.get('planned')} | "
+            lines.append(f"| {name} | {a['reps']} | "
                          f"{a['no_significant_gain']} of {a['reps']} | {a['screened_faster']} | "
                          f"{a['screened_slower']} | {f'{med:.4f}' if med else '-'} | "
                          f"{a.get('from_build_cache', 0)} of {a['reps']} runs |")
-    calib = [(n, c["calib"]) for n, c in sorted(cfgs.items()) if c.get("calib")]
+    calib = [(n, c["calib"]) for n, c in sorted(cfgs.items())
+             if c.get("calib") and c["calib"]["searches"]]
     if calib:
         lines += ["", "## Coverage (repeated searches of the calibration spec, each shipped gain "
                   "re-measured independently)", "",
