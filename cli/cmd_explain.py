@@ -16,6 +16,12 @@ _OUTCOME_STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "c
                   "timeout": "magenta", "runtime_error": "red"}
 
 
+def _cached(n: int) -> str:
+    """The build-cache note beside the build time."""
+    return (f" ({n} engine(s) from the build cache: built by an earlier search, whose build "
+            "time this counts)") if n else ""
+
+
 def _r(route: str | None) -> str:
     return escape(route or "(default route)")
 
@@ -235,7 +241,8 @@ def render_explanation(e: Any) -> None:
                   f"{c.trials} trials", soft_wrap=True)
     else:
         out.print(f"  search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s); "
-                  f"builds {c.build_s:.1f} s; measurement {c.measure_s:.1f} s (confirmation round "
+                  f"builds {c.build_s:.1f} s{_cached(c.cached_builds)}; "
+                  f"measurement {c.measure_s:.1f} s (confirmation round "
                   f"{c.confirm_s:.1f} s); {c.trials} trials + {c.confirm_trials} confirmation",
                   soft_wrap=True)
 

@@ -57,6 +57,13 @@ def test_a_second_search_takes_every_build_from_the_cache(sample, tmp_path: Path
         assert b.engine_digest == a.engine_digest  # the very engine stored by the first
         assert b.admissible and b.worst_loss == a.worst_loss
     assert not any(p.name.startswith(".") for p in store.iterdir())
+    from dossier.audit.explain import explain_search
+
+    c = second.cache
+    cost = explain_search(c.header, c.trials, c.sessions, c.decision).cost
+    assert cost.cached_builds == 2 and cost.build_s == pytest.approx(sum(t.build_s for t in one))
+    assert explain_search(first.cache.header, first.cache.trials, first.cache.sessions,
+                          first.cache.decision).cost.cached_builds == 0
 
 
 def test_a_changed_build_input_misses(sample, tmp_path: Path) -> None:

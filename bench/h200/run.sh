@@ -21,6 +21,10 @@
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
 #   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
 #   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
+#   gpu4               what the 2026-12-01 runs left: the batch-32 fast searches, a ResNet-50
+#                      bundle verified there (with its HTML report when plotly was carried),
+#                      3 more A/A searches and more calibration searches (two commands:
+#                      gpu4a, gpu4b)
 #   plan1|plan2|plan3  an older split into three commands
 #   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
 #
@@ -55,6 +59,11 @@ if ! "$PY" -c "import pydantic" 2>/dev/null && ls "$WHEELS"/*.whl >/dev/null 2>&
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site "$WHEELS"/*.whl >>"$LOG" 2>&1
     export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+# backends are found through the package's entry points: an uninstalled checkout registers
+# none ("unknown backend"), so install it in place (no dependencies, no index) when needed
+if ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.entry_points(group='dossier.backends') else 1)" 2>/dev/null; then
+    "$PY" -m pip install -q --no-deps --no-index --no-build-isolation -e "$REPO" >>"$LOG" 2>&1
 fi
 
 N=0
@@ -128,6 +137,9 @@ for step in "$@"; do
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
         gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
         gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;
+        gpu4a) specs resnet50_b32,bert_b32,resnet50_b1; tune resnet50_b32 fast; tune bert_b32 fast ;;
+        gpu4b) specs resnet50_b1; aa resnet50_b1 4; tune resnet50_b1 fast; bundle resnet50_b1-fast
+               calib resnet50_b1 6 ;;
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;

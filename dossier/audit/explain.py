@@ -346,6 +346,9 @@ class SearchCost(_Model):
     """Wall time of the search: every tune session added up."""
     build_s: float
     """Engine build time, every trial added up."""
+    cached_builds: int = 0
+    """Trials whose engine came from the build cache (``tune --build-cache``): their build time,
+    in ``build_s``, was spent by the earlier search that built the engine."""
     measure_s: float
     """Timing (warm-up and samples) of every trial, plus the confirmation round."""
     confirm_s: float
@@ -880,6 +883,8 @@ def _cost(trials: Sequence[TrialRecord], sessions: Sequence[SessionRecord]) -> S
     return SearchCost(
         search_wall_s=sum(s.wall_s for s in sessions),
         build_s=sum(t.build_s or 0.0 for t in trials if t.role != "confirm"),
+        cached_builds=sum(1 for t in main
+                          if t.build_s is not None and t.extra.get("build_cache") == "hit"),
         measure_s=sum(t.phases_s.get("time", 0.0) for t in main) + confirm_s,
         confirm_s=confirm_s, trials=len(main), confirm_trials=len(trials) - len(main),
         sessions=len(sessions))
