@@ -69,9 +69,14 @@ def test_integrity_comes_before_anything_else(bundle: Path) -> None:
 
 def test_another_architecture_and_another_cpu(bundle: Path) -> None:
     here = collect()
+    flags = here.cpu.isa_flags
+    # a target without the widest instructions this host has (AVX-512 where there is any)
+    dropped = [f for f in flags if f.startswith("avx512")] or flags[-1:]
+    if not dropped:
+        pytest.skip("this CPU reports no instruction-set flag to take away")
     with open_bundle(bundle) as b:
         other_isa = here.model_copy(update={"cpu": here.cpu.model_copy(
-            update={"isa_flags": [f for f in here.cpu.isa_flags if not f.startswith("avx512")]})})
+            update={"isa_flags": [f for f in flags if f not in dropped]})})
         r = verify_bundle(b, host=other_isa)
         assert r.verdict is Verdict.INVALID  # the shipped route is optimized at level all (NCHWc)
         assert any(f.field == "cpu.isa_flags" and f.verdict is Verdict.INVALID for f in r.findings)
