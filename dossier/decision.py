@@ -33,10 +33,16 @@ def rule_text(settings: TimingSettings) -> str:
             f"(signed-rank test over rounds, alpha={settings.alpha:g}); admissible routes "
             f"faster than the baseline (p < alpha) by at least {settings.min_effect:.0%}, with "
             f"their interval's lower end above the A/A interval's upper end, were re-measured "
-            f"independently (top {settings.confirm_top}, one fresh process per engine, "
-            f"production load options, {settings.confirm_rounds} rounds, with its own A/A) at "
+            f"independently (top {settings.confirm_top}, one fresh process per engine"
+            f"{_generations(settings)}, production load options, {settings.confirm_rounds} "
+            f"rounds, with its own A/A) at "
             f"alpha/k (Bonferroni); a confirmed interval must exclude 1.0 and lie above the "
             f"confirmation A/A's; the largest confirmed speedup ships, else the baseline")
+
+
+def _generations(settings: TimingSettings) -> str:
+    n = settings.confirm_processes
+    return f" in each of {n} process generations" if n > 1 else ""
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:

@@ -7,6 +7,9 @@ dossier.replicate), loaded in the production load configuration
 rounds: in each round every process times one **steady-state block** (``confirm_warmup``
 untimed lead-in runs, then up to ``confirm_runs`` timed runs or ``confirm_block_s`` seconds)
 while the others wait idle, and the order rotates from round to round (A B, B A, ... for two).
+With ``confirm_processes`` > 1 the rounds are split into that many consecutive spans, and each
+span starts new processes (a process generation): a host state that holds for a process's life
+is sampled once per generation.
 The statistic is the same as the screening's: per round the ratio of the baseline's block
 median to the candidate's, summarised over rounds (:func:`dossier.timing.compare`).
 
@@ -123,36 +126,56 @@ def measure(backend: str, engines: Sequence[tuple[Path, str]], validation: Path,
             shapes: Sequence[ShapeEntry] = (), timeout_s: float | None = None,
             work: Path | None = None, env: Mapping[str, str] | None = None) -> Measured:
     """Time ``engines`` ((path, route) each) one fresh process each, over
-    ``settings.confirm_rounds`` rounds of steady-state blocks in rotating order. The processes'
-    requests and logs go to ``work`` (created; default: a temporary folder).
+    ``settings.confirm_rounds`` rounds of steady-state blocks in rotating order, in
+    ``settings.confirm_processes`` process generations (each engine's warm-up runs are the most
+    any of its processes needed). The processes' requests and logs go to ``work`` (created;
+    default: a temporary folder).
 
     Raises TuneError when a process fails to load its engine, dies, or the whole measurement
     runs past ``timeout_s`` (default: twice the trial timeout). ``env`` is added to the
     processes' environment (what the backend needs to load the engines)."""
     deadline = time.monotonic() + (timeout_s or 2 * settings.trial_timeout_s)
     t0 = time.perf_counter()
-    procs: list[_Process] = []
     if work is not None:
         work.mkdir(parents=True, exist_ok=True)
+    k = len(engines)
+    out: list[list[list[float]]] = [[] for _ in engines]
+    warm = [0] * k
     with (contextlib.nullcontext(str(work)) if work is not None
           else tempfile.TemporaryDirectory(prefix="dossier-replicate-")) as tmp:
-        try:
-            for i, (path, route) in enumerate(engines):
-                req = EngineRequest(backend=backend, builder=dict(builder or {}),
-                                    shapes=list(shapes), validation=str(validation),
-                                    engine=str(path), route=route, timing=settings)
-                procs.append(_Process(req, Path(tmp), f"engine-{i}", env))
-            warm = [int(_read_line(p.proc.stdout, deadline, p)["warmup_runs"])  # type: ignore[arg-type]
-                    for p in procs]
-            k = len(procs)
-            out: list[list[list[float]]] = [[] for _ in procs]
-            for r in range(settings.confirm_rounds):
-                for idx in [(r + j) % k for j in range(k)]:
-                    out[idx].append(procs[idx].ask("block", deadline)["samples_ms"])
-        finally:
-            for p in procs:
-                p.close()
+        for g, span in enumerate(generations(settings.confirm_rounds,
+                                             settings.confirm_processes)):
+            procs: list[_Process] = []
+            try:
+                for i, (path, route) in enumerate(engines):
+                    req = EngineRequest(backend=backend, builder=dict(builder or {}),
+                                        shapes=list(shapes), validation=str(validation),
+                                        engine=str(path), route=route, timing=settings)
+                    name = f"engine-{i}" if g == 0 else f"engine-{i}-gen{g}"
+                    procs.append(_Process(req, Path(tmp), name, env))
+                for i, p in enumerate(procs):
+                    warm[i] = max(warm[i], int(_read_line(p.proc.stdout, deadline,  # type: ignore[arg-type]
+                                                          p)["warmup_runs"]))
+                for r in span:
+                    for idx in [(r + j) % k for j in range(k)]:
+                        out[idx].append(procs[idx].ask("block", deadline)["samples_ms"])
+            finally:
+                for p in procs:
+                    p.close()
     return Measured(rounds=out, warmup_runs=warm, wall_s=time.perf_counter() - t0)
+
+
+def generations(rounds: int, processes: int) -> list[range]:
+    """The rounds each process generation times: ``processes`` consecutive spans (at most
+    ``rounds``), as even as can be, the longer ones first."""
+    n = max(1, min(processes, rounds))
+    size, extra = divmod(rounds, n)
+    spans, start = [], 0
+    for g in range(n):
+        end = start + size + (1 if g < extra else 0)
+        spans.append(range(start, end))
+        start = end
+    return spans
 
 
 # ------------------------------------------------------------------------------ the child

@@ -76,6 +76,13 @@ class TimingSettings(BaseModel):
     """Timed runs per engine per confirmation block (at most; see confirm_block_s)."""
     confirm_block_s: float = Field(0.5, gt=0)
     """A confirmation block stops after this many seconds of timed runs (with at least 10)."""
+    confirm_processes: int = Field(1, ge=1)
+    """Process generations of the confirmation (and of ``verify --rebench``): its rounds are
+    split into this many consecutive spans, each timed by new processes, one per engine. A
+    host state that lasts a process's life (on the H200 the launch-bound baseline stayed at one
+    of two speeds for a whole process) is then sampled this many times instead of once, so the
+    interval can cover it. Each generation costs every engine a process start, a load and a
+    warm-up. At most ``confirm_rounds``."""
 
     def smallest_p(self, rounds: int) -> float:
         """The smallest two-sided p-value an exact signed-rank test over ``rounds`` can give."""
@@ -92,6 +99,10 @@ class TimingSettings(BaseModel):
             out.append(f"timing.confirm_rounds={self.confirm_rounds} cannot reach p < alpha/k="
                        f"{self.alpha / k:.2g} (smallest p "
                        f"{self.smallest_p(self.confirm_rounds):.2g})")
+        if self.confirm_processes > self.confirm_rounds:
+            out.append(f"timing.confirm_processes={self.confirm_processes} is more than "
+                       f"timing.confirm_rounds={self.confirm_rounds} (each process generation "
+                       "times at least one round)")
         return out
 
 

@@ -52,6 +52,29 @@ def test_fresh_processes_per_engine_find_a_known_slowdown(engines: dict[str, Pat
     assert aa.rounds == 6 and aa.procedure == "independent"  # recorded; its level: test_timing
 
 
+def test_process_generations_split_the_rounds_and_start_new_processes(
+        engines: dict[str, Path], samples_dir: Path, tmp_path: Path) -> None:
+    settings = SETTINGS.model_copy(update={"confirm_processes": 3, "confirm_rounds": 7})
+    m = replicate.measure("onnxruntime", [(engines[FAST], FAST), (engines[SLOW], SLOW)],
+                          samples_dir / "convnet" / "validation", settings, work=tmp_path / "w")
+    assert [len(r) for r in m.rounds] == [7, 7]
+    assert compare(m.rounds[0], m.rounds[1], settings, procedure="independent").slower
+    # one request per process: two engines in each of three generations
+    requests = sorted(p.name for p in (tmp_path / "w").glob("engine-*.json"))
+    assert requests == ["engine-0-gen1.json", "engine-0-gen2.json", "engine-0.json",
+                        "engine-1-gen1.json", "engine-1-gen2.json", "engine-1.json"]
+
+
+def test_generations_are_even_consecutive_spans() -> None:
+    assert replicate.generations(12, 1) == [range(0, 12)]
+    assert replicate.generations(12, 3) == [range(0, 4), range(4, 8), range(8, 12)]
+    assert replicate.generations(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
+    assert replicate.generations(2, 5) == [range(0, 1), range(1, 2)]
+    problems = TimingSettings(confirm_rounds=4, confirm_processes=5).problems()
+    assert any("confirm_processes=5 is more than" in p for p in problems)
+    assert not TimingSettings(confirm_processes=12).problems()
+
+
 def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
                                                                 samples_dir: Path) -> None:
     bad = tmp_path / "bad.ort"
