@@ -22,7 +22,8 @@ For each configuration (model x batch) it writes ``WORK/specs/<config>/``:
     the calibration spec: the production timing of ``release.toml`` over one knob that makes a
     real difference (``-cuda_graph=[off|on]`` on a GPU, ``-inductor:freezing=[false|true]`` on a
     CPU), so that repeated searches ship gains whose independent re-measurement can be checked
-    against the interval recorded (coverage); its two routes share one build.
+    against the interval recorded (coverage); its two routes share one build. Its confirmation
+    (and so the re-measurement) runs in ``CALIB_GENERATIONS`` process generations.
 ``meta.json``
     what was written and how long it took.
 
@@ -72,6 +73,10 @@ FULL_KNOBS = ("-inductor:freezing=[false|true] -inductor:epilogue_fusion=[true|f
 the engine), so that with 8 build jobs it fits one command of the device tool."""
 AA_KNOB = "-inductor:cpp.simdlen=[default|512]"
 CALIB_KNOB = {"cuda": "-cuda_graph=[off|on]", "cpu": "-inductor:freezing=[false|true]"}
+CALIB_GENERATIONS = 3
+"""Process generations of the calibration spec's confirmation and re-measurement
+(``timing.confirm_processes``): the runs of tag d3 used 1, and a re-measurement whose processes
+stayed at one of the baseline's two speeds fell outside the recorded interval."""
 SEEDS = {"resnet50": 3101, "bert_base": 3102, "tiny_mlp": 3103, "tiny_convnet": 3104}
 
 TIMING = {"samples": 100, "rounds": 10, "warmup_max_s": 2.0, "confirm_top": 2,
@@ -137,7 +142,8 @@ def write_config(work: Path, config: str, factory_name: str, batch: int, *, devi
     (folder / "release-calib.toml").write_text(spec_text(
         f"bench-{config}-calib", f"calibration: {factory_name} batch {batch} {dtype} on {device}",
         f"{pinned} {CALIB_KNOB['cuda' if device.startswith('cuda') else 'cpu']}",
-        {**timing, "confirm_top": 1}, threshold), encoding="utf-8")
+        {**timing, "confirm_top": 1, "confirm_processes": CALIB_GENERATIONS}, threshold),
+        encoding="utf-8")
     meta = {"config": config, "factory": factory_name, "batch": batch, "device": device,
             "dtype": dtype, "ref_device": ref_device, "pairs": pairs, "selection": selection,
             "aa_selection": aa_selection, "metric": "cos", "threshold": threshold,
