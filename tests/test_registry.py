@@ -102,8 +102,14 @@ class Registry:
         return self.data / "docker/registry/v2/blobs/sha256" / hexdigest[:2] / hexdigest / "data"
 
     def upload_sizes(self) -> list[int]:
-        found = self.data.glob("docker/registry/v2/repositories/**/_uploads/*/data")
-        return [p.stat().st_size for p in found if p.is_file()]
+        """Sizes of the uploads in progress (one that completes meanwhile is gone: skipped)."""
+        sizes = []
+        for p in self.data.glob("docker/registry/v2/repositories/**/_uploads/*/data"):
+            try:
+                sizes.append(p.stat().st_size)
+            except FileNotFoundError:
+                continue
+        return sizes
 
 
 @pytest.fixture(scope="module")
