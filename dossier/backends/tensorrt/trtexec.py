@@ -59,8 +59,7 @@ class TrtexecCacheError(InputError):
 
 class _Read(BaseModel):
     # strict: a JSON string is not silently taken for a number or a bool
-    model_config = ConfigDict(frozen=True, extra="allow", strict=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True)
 
 
 class TrtexecAccuracyParameter(_Read):
