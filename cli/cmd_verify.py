@@ -81,13 +81,13 @@ def verify(
     # are used after the check (engines loaded, the environment read) is extracted whole first,
     # so what the signature covered is what is used
     signed_here = require_signature or signature is not None or os.path.lexists(signature_path(path))
+    # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is checked
+    # (an archive extracted whole: as it is written)
+    digests = [BLAKE3] if signed_here or (fetched is not None and fetched.signatures) else []
     try:
         with _signature_first(path, trusted_keys, require_signature, signature), \
-                open_bundle(path, lazy=integrity_only or not signed_here) as b:
-            # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is
-            # checked
-            blake3 = signed_here or (fetched is not None and bool(fetched.signatures))
-            scan = scan_bundle(b, [BLAKE3] if blake3 else [])
+                open_bundle(path, lazy=integrity_only or not signed_here, digests=digests) as b:
+            scan = scan_bundle(b, digests)
             if fetched is not None and not signature:
                 from dossier.registry import check_referrer_signatures
 

@@ -157,10 +157,11 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
         raise BundleFormatError(f"{target}: push to a tag, not a digest (the digest is what the "
                                 "push computes)")
     client = RegistryClient(ref, insecure=insecure)  # refuses --insecure before any I/O
-    with open_bundle(Path(path)) as bundle:
-        # every file read once for all its digests: xxh3-128 (integrity), SHA-256 (the
-        # layers), BLAKE3 (the signature's subjects)
-        scan = scan_bundle(bundle, [SHA256, BLAKE3] if signature is not None else [SHA256])
+    # every file read once for all its digests: xxh3-128 (integrity), SHA-256 (the layers),
+    # BLAKE3 (the signature's subjects); an archive's as it is extracted
+    algorithms = [SHA256, BLAKE3] if signature is not None else [SHA256]
+    with open_bundle(Path(path), digests=algorithms) as bundle:
+        scan = scan_bundle(bundle, algorithms)
         report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
