@@ -58,9 +58,9 @@ def pull(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Pull a bundle from an OCI registry into OUT/NAME-VERSION.dossier. Every layer's sha256
-    is checked while it streams, then the bundle's integrity check runs; only then is the
-    folder renamed into place (nothing half-pulled is left). Existing bundles are never
-    overwritten."""
+    is checked while it streams, then the bundle's integrity check runs (its xxh3-128 taken
+    from the same stream); only then is the folder renamed into place (nothing half-pulled is
+    left). Existing bundles are never overwritten."""
     from dossier.registry import pull_bundle
 
     done = pull_bundle(source, out_dir, insecure=insecure)

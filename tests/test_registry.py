@@ -221,6 +221,29 @@ def test_pull_by_tag_and_by_digest_gives_the_same_bundle(registry: Registry, bun
     assert again.exit_code == ExitCode.OUTPUT and "exists already" in _one_error_line(again)
 
 
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_a_pull_reads_back_nothing_it_downloaded(registry: Registry, bundle: Path,
+                                                 tmp_path: Path) -> None:
+    """Each layer's xxh3-128 is computed from the bytes as they are written: the integrity check
+    of a pull reads none of them back (rchar, bytes read from files, grows by far less than the
+    8 MiB engine; the download itself arrives through a socket, not counted)."""
+    _rewrite_engine(bundle, mib=8)
+    ref = _ref(registry)
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    assert h.cli("pull", ref, "--out", tmp_path / "warm", "--insecure").exit_code == 0
+    before = _rchar()
+    res = h.cli("pull", ref, "--out", tmp_path / "out", "--insecure")
+    grown = _rchar() - before
+    assert res.exit_code == 0, h.said(res)
+    assert check_integrity(read_bundle(tmp_path / "out" / bundle.name))
+    assert grown < (2 << 20), grown
+
+
+def _rchar() -> int:
+    text = Path("/proc/self/io").read_text()
+    return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("rchar:")))
+
+
 def test_a_corrupt_bundle_is_never_pushed(registry: Registry, bundle: Path) -> None:
     with open(bundle / "engine" / "convnet.ort", "r+b") as f:
         f.seek(100)
