@@ -1,13 +1,14 @@
 """How fast the ``dossier`` command starts: wall time of whole commands, and what they import.
 
 Times, interleaved round by round so that load on the machine spreads over all of them:
-``python -c pass`` (the interpreter alone), ``dossier --help`` (and, for comparison, with
-typer's plain help instead of its rich one: ``TYPER_USE_RICH=0``), ``dossier verify --help`` and
+``python -c pass`` (the interpreter alone), ``dossier --help``, ``dossier verify --help`` and
 ``dossier verify GOLDEN --integrity-only`` on the small golden bundle of the tests. Each is a
-fresh process of the installed console script. Reports the median with its 95% interval from
-order statistics, the minimum and the sample count; then, from ``python -X importtime``, the
-modules that take longest to import for ``dossier --help``, and which heavy libraries each
-command imported at all.
+fresh process of the installed console script. The package's sources are compiled first (as
+installing a wheel does; an editable install with ``PYTHONDONTWRITEBYTECODE`` set would
+otherwise compile them on every run). Reports the median with its 95% interval from order
+statistics, the minimum and the sample count; then, from ``python -X importtime``, the modules
+that take longest to import for ``dossier --help``, and which heavy libraries each command
+imported at all.
 
 Writes bench/results/cli-start.json.
 
@@ -17,6 +18,7 @@ Writes bench/results/cli-start.json.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import platform
@@ -32,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 from dossier.timing import median_ci  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "assets" / "golden" / "convnet-1.dossier"
-HEAVY = ("numpy", "pyarrow", "onnxruntime", "onnx", "torch", "scipy", "pydantic", "dossier.tuner",
-         "dossier.backends")
+HEAVY = ("numpy", "pyarrow", "onnxruntime", "onnx", "torch", "scipy", "pydantic", "rich",
+         "dossier.tuner", "dossier.backends", "dossier.signing")
 """Libraries a command should import only when it uses them."""
 PROBE = ("import runpy, sys; sys.argv = ['dossier', *sys.argv[1:]]\n"
          "try:\n    runpy.run_module('dossier_cli.main', run_name='__main__')\n"
@@ -53,10 +55,15 @@ def commands(compare: Path | None) -> dict[str, list[str]]:
                                                      "--integrity-only"]}
     return {**other, "python -c pass": [str(exe), "-c", "pass"],
             "dossier --help": [dossier, "--help"],
-            "TYPER_USE_RICH=0 dossier --help": ["TYPER_USE_RICH=0", dossier, "--help"],
             "dossier verify --help": [dossier, "verify", "--help"],
             "dossier verify GOLDEN --integrity-only": [dossier, "verify", str(GOLDEN),
                                                        "--integrity-only"]}
+
+
+def compile_sources() -> None:
+    """Byte-compile dossier/ and cli/ (the .pyc files a wheel's installation writes)."""
+    for folder in ("dossier", "cli"):
+        compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 def time_once(argv: list[str]) -> float:
@@ -106,6 +113,7 @@ def main() -> None:
                     "alongside (e.g. the previous version's)")
     a = ap.parse_args()
     cmds = commands(a.compare)
+    compile_sources()
     for argv in cmds.values():
         time_once(argv)  # warm the page cache and the .pyc files
     samples: dict[str, list[float]] = {name: [] for name in cmds}
@@ -129,8 +137,8 @@ def main() -> None:
     report = {
         "test": "cli start", "host": platform.node(), "cpus": os.cpu_count(),
         "load_average": list(os.getloadavg()), "python": platform.python_version(),
-        "note": "wall time of a fresh process per run, rounds interleaved; median with its 95% "
-                "interval from order statistics",
+        "note": "wall time of a fresh process per run, rounds interleaved, sources compiled "
+                "first; median with its 95% interval from order statistics",
         "compared_with": str(a.compare) if a.compare else None,
         "commands": results, "heavy_modules_checked": list(HEAVY), "heavy_imported": imports,
         "slowest_imports_help": import_times(["--help"]),

@@ -5,13 +5,15 @@ how many bytes it reads.
    engine for a file of random bytes (default 1 GiB), recording the new size and xxh3-128 in the
    manifest and re-sealing its dossier id: a valid bundle whose engine dominates its size.
 2. Runs ``dossier verify BUNDLE --integrity-only`` (the installed entry point, a fresh process
-   each time) once to warm the page cache, then ``--repeats`` times, and reports the median
-   wall time with a 95% interval from order statistics, the range and the sample count.
-   Alongside: the same command's ``/proc/self/io`` ``rchar`` (bytes read through read(2) and
-   friends, page cache included) against the bundle's size; the time of the imports alone
-   (``python -c 'import dossier_cli.main'``); the time of the in-process check alone
-   (``open_bundle`` + ``check_integrity``); and the same command on the bundle signed with a
-   fresh key (xxh3-128 and BLAKE3 from one read of each file).
+   each time, the package's sources compiled first) once to warm the page cache, then
+   ``--repeats`` times, and reports the median wall time with a 95% interval from order
+   statistics, the range and the sample count. Interleaved with it, round by round: the imports
+   alone (``python -c 'import dossier_cli.main'``) and the interpreter alone (``python -c
+   pass``, which says how loaded the host was). Alongside: the same command's
+   ``/proc/self/io`` ``rchar`` (bytes read through read(2) and friends, page cache included)
+   against the bundle's size; the time of the in-process check alone (``open_bundle`` +
+   ``check_integrity``); and the same command on the bundle signed with a fresh key (xxh3-128
+   and BLAKE3 from one read of each file).
 
 Writes bench/results/verify-speed.json; the temporary folder is removed.
 
@@ -85,16 +87,19 @@ def _stats(samples: list[float]) -> dict[str, object]:
             "samples_s": [round(x, 4) for x in samples]}
 
 
-def _time(cmd: list[str], repeats: int) -> dict[str, object]:
-    samples = []
-    for _ in range(repeats + 1):  # the first run warms the page cache and is dropped
-        start = time.perf_counter()
-        res = subprocess.run(cmd, capture_output=True, check=False, cwd=ROOT)
-        took = time.perf_counter() - start
-        if res.returncode != 0:
-            raise SystemExit(f"{cmd} exited {res.returncode}: {res.stderr.decode()[-400:]}")
-        samples.append(took)
-    return _stats(samples[1:])
+def _time(*cmds: list[str], repeats: int) -> list[dict[str, object]]:
+    """Each of ``cmds`` ``repeats`` times, interleaved round by round (so that the host's load
+    spreads over all of them), after one dropped round that warms the page cache."""
+    samples: list[list[float]] = [[] for _ in cmds]
+    for _ in range(repeats + 1):
+        for cmd, xs in zip(cmds, samples, strict=True):
+            start = time.perf_counter()
+            res = subprocess.run(cmd, capture_output=True, check=False, cwd=ROOT)
+            took = time.perf_counter() - start
+            if res.returncode != 0:
+                raise SystemExit(f"{cmd} exited {res.returncode}: {res.stderr.decode()[-400:]}")
+            xs.append(took)
+    return [_stats(xs[1:]) for xs in samples]
 
 
 def _rchar(bundle: Path, *extra: str) -> int:
@@ -125,21 +130,27 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from cli_start import compile_sources
+
     from dossier.signing import generate_key_pair, sign_bundle
 
+    compile_sources()  # as a wheel's installation does (see bench/cli_start.py)
     dossier = str(Path(sys.executable).with_name("dossier"))
     work = Path(tempfile.mkdtemp(prefix="verify-speed-", dir=args.work))
     try:
         bundle = make_bundle(work / "convnet-1.dossier", int(args.gib * (1 << 30)))
+        os.sync()  # the engine just written is flushed before timing starts, not during it
         size = bundle_size(bundle)
         cmd = [dossier, "verify", str(bundle), "--integrity-only"]
-        whole = _time(cmd, args.repeats)
-        imports = _time([sys.executable, "-c", "import dossier_cli.main"], args.repeats)
+        whole, imports, interpreter = _time(
+            cmd, [sys.executable, "-c", "import dossier_cli.main"], [sys.executable, "-c", "pass"],
+            repeats=args.repeats)
         check = _in_process(bundle, args.repeats)
         rchar = _rchar(bundle)
         keys = generate_key_pair(work / "keys")
         sign_bundle(bundle, keys.private)
-        signed = _time([*cmd, "--trusted-key", str(keys.public)], max(3, args.repeats // 2))
+        signed, = _time([*cmd, "--trusted-key", str(keys.public)],
+                        repeats=max(3, args.repeats // 2))
         rchar_signed = _rchar(bundle, "--trusted-key", str(keys.public))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -151,6 +162,7 @@ def main() -> None:
         "engine_bytes": int(args.gib * (1 << 30)),
         "whole_command": whole,
         "imports_only": {"command": "python -c 'import dossier_cli.main'", **imports},
+        "interpreter_only": {"command": "python -c pass", **interpreter},
         "check_in_process": {"what": "open_bundle + check_integrity (one scan)", **check},
         "rchar": {"bytes": rchar, "ratio_to_bundle": round(rchar / size, 4)},
         "signed": {"what": "the same bundle signed; xxh3-128 and BLAKE3 from one read",

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.markup import escape
+from typer.core import TyperGroup
 
 from dossier import __version__
 from dossier.errors import DossierError, ExitCode
-from dossier_cli.render import err, out
+from dossier_cli.render import err, escape, out
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,8 +34,31 @@ def _exit_codes() -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(codes.items()))
 
 
-app = typer.Typer(
-    name="dossier", no_args_is_help=True, add_completion=False, rich_markup_mode="rich",
+class _Group(TyperGroup):
+    """A command group whose list shows each command's whole first paragraph (click would cut
+    it to one line, ending in "...")."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                text = cmd.short_help or inspect.cleandoc(cmd.help or "").split("\n\n", 1)[0]
+                rows.append((name, " ".join(text.replace("\b", "").split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def group(**kwargs: Any) -> typer.Typer:
+    """A typer app (the root or a command group) with plain help: click's formatting, which
+    needs no rich (typer's rich help imports rich's Markdown and traceback renderers, about
+    0.1 s on every --help); help texts are therefore plain text, not rich markup."""
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=_Group, **kwargs)
+
+
+app = group(
+    name="dossier", add_completion=False,
     help="Tune compiled inference engines, bundle them with their evidence, verify them on "
          f"target hosts, and explain why a build route was chosen.\n\nExit codes: "
          f"{_exit_codes()}.")

@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from dossier_cli.app import app, handled
 from dossier_cli.cmd_tune import address_option, build_cache_option, executor_option, print_notes
-from dossier_cli.render import err, out, print_json
+from dossier_cli.render import err, escape, out, print_json
 
 
 def _report_written(written: Any, as_json: bool) -> None:
@@ -41,7 +40,7 @@ def bundle(
                                   "identity is still recorded)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
-    """Bundle a finished search as [bold]OUT/NAME-VERSION.dossier/[/]: engines, model identity,
+    """Bundle a finished search as OUT/NAME-VERSION.dossier/: engines, model identity,
     knob database, every trial, raw timings, shapes, validation set, tuning cache, host
     fingerprint, and a manifest with every file's size and xxh3-128."""
     from dossier.bundle import write_bundle
@@ -195,7 +194,7 @@ def pack(
     out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write "
                                  "NAME-VERSION.dossier.tar into."),
 ) -> None:
-    """Write a bundle as one file for transport: [bold]OUT/NAME-VERSION.dossier.tar[/].
+    """Write a bundle as one file for transport: OUT/NAME-VERSION.dossier.tar.
 
     The archive is deterministic (the same bundle gives the same bytes). Every command that
     takes a bundle folder takes the .tar too, and extracts it safely."""

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from dossier_cli.app import app, handled
-from dossier_cli.render import err, out
+from dossier_cli.render import err, escape, out
 
 _OUTCOME_STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
                   "timeout": "magenta", "runtime_error": "red"}
@@ -45,7 +44,7 @@ def explain(
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON on stdout "
                                  "(the Explanation model) instead of text."),
     per_day: float = typer.Option(None, "--per-day", min=0, help="Expected inferences per day "
-                                  "on one host (overrides the spec's \\[deployment] inferences_per_day)."),
+                                  "on one host (overrides the spec's [deployment] inferences_per_day)."),
     horizon_days: float = typer.Option(None, "--horizon-days", min=0.001, help="How many days "
                                        "the release is expected to serve (overrides horizon_days)."),
     hosts: int = typer.Option(None, "--hosts", min=1, help="Hosts it serves on; savings accrue on "

@@ -24,13 +24,13 @@ def push(
     insecure: bool = typer.Option(False, "--insecure", help=INSECURE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Push a bundle to an OCI registry as an artifact ([bold]application/vnd.dossier.bundle.v1[/]):
+    """Push a bundle to an OCI registry as an artifact (application/vnd.dossier.bundle.v1):
     manifest.json as the config, every file as a layer with its sha256. The same bundle always
     gives the same manifest digest; blobs already in the repository are not uploaded again. A
     signature beside the bundle is attached as an OCI 1.1 referrer of the manifest.
     Prints the pinned reference REGISTRY/REPO@sha256:... on stdout."""
     from dossier.registry import push_bundle
-    from dossier.signing import signature_path
+    from dossier.sigfile import signature_path
 
     if signature is None and not no_signature and signature_path(path).is_file():
         signature = signature_path(path)
@@ -58,9 +58,9 @@ def pull(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Pull a bundle from an OCI registry into OUT/NAME-VERSION.dossier. Every layer's sha256
-    is checked while it streams, then the bundle's integrity check runs; only then is the
-    folder renamed into place (nothing half-pulled is left). Existing bundles are never
-    overwritten."""
+    is checked while it streams, then the bundle's integrity check runs (its xxh3-128 taken
+    from the same stream); only then is the folder renamed into place (nothing half-pulled is
+    left). Existing bundles are never overwritten."""
     from dossier.registry import pull_bundle
 
     done = pull_bundle(source, out_dir, insecure=insecure)

@@ -18,8 +18,8 @@ def keygen(
     name: str = typer.Option("dossier", "--name", help="File name stem of the two keys."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Write a new Ed25519 key pair (PEM) for [bold]dossier sign[/]. Give the .pub file to
-    the hosts that verify ([bold]dossier verify --trusted-key[/]); keep the .key secret.
+    """Write a new Ed25519 key pair (PEM) for dossier sign. Give the .pub file to
+    the hosts that verify (dossier verify --trusted-key); keep the .key secret.
     Existing key files are never overwritten."""
     from dossier.signing import generate_key_pair
 

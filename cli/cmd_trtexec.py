@@ -5,15 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from dossier_cli.app import app, handled
-from dossier_cli.render import err, out
+from dossier_cli.app import app, group, handled
+from dossier_cli.render import err, escape, out
 
-import_app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich",
-                         help="Turn another tool's tuning run into a dossier bundle.")
-export_app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich",
-                         help="Write a dossier search in another tool's format.")
+import_app = group(help="Turn another tool's tuning run into a dossier bundle.")
+export_app = group(help="Write a dossier search in another tool's format.")
 app.add_typer(import_app, name="import")
 app.add_typer(export_app, name="export")
 
@@ -42,13 +39,13 @@ def import_trtexec(
                                   "identity is still recorded)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
-    """Bundle an existing trtexec tuning run as [bold]OUT/NAME-VERSION.dossier/[/].
+    """Bundle an existing trtexec tuning run as OUT/NAME-VERSION.dossier/.
 
     trtexec's cache records no pass/fail, no statistics, no hashes and no host, so: pass/fail
     is derived from the losses and the header's epsilon; the winner is the one trtexec picks
-    (lowest mean gpu_time among passing rows, warm-up included) and is marked [bold]not
-    statistically checked[/]; the files the header names are hashed where they still exist;
-    the tuning host is [bold]unknown[/] (verify cannot compare it, so it never says VALID).
+    (lowest mean gpu_time among passing rows, warm-up included) and is marked not
+    statistically checked; the files the header names are hashed where they still exist;
+    the tuning host is unknown (verify cannot compare it, so it never says VALID).
     The original cache is kept verbatim under trtexec/. A file that is not a TensorRT plan is
     refused (exit 3), and nothing is written."""
     from dossier.importer import import_trtexec as run_import
@@ -71,7 +68,7 @@ def export_trtexec_cache(
     """Write a dossier search as a trtexec tuning cache (--tuningCacheFile format): one header
     line, one line per baseline and search trial. What the format cannot hold is said on
     stderr. The file is for reading and auditing with trtexec-aware tools, not for
-    [bold]trtexec --continue[/] (its argv is empty unless the bundle was imported from trtexec)."""
+    trtexec --continue (its argv is empty unless the bundle was imported from trtexec)."""
     from dossier.importer import export_trtexec_cache as run_export
 
     done = run_export(source, out_file)

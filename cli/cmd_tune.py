@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from dossier_cli.app import app, handled
-from dossier_cli.render import err, fmt_speedup, out, print_json
+from dossier_cli.render import err, escape, fmt_speedup, out, print_json
 
 
 # --------------------------------------------------------------------------------------- knobs
@@ -24,8 +23,8 @@ def knobs(
 ) -> None:
     """List the knob database of a backend: every knob, its allowed values, default and help.
 
-    Knobs go into a selection in trtexec syntax: [bold]-knob=\\[a|b][/] varies a knob,
-    [bold]-knob=v[/] pins it.
+    Knobs go into a selection in trtexec syntax: -knob=[a|b] varies a knob,
+    -knob=v pins it.
     """
     from rich.table import Table
 
@@ -103,7 +102,7 @@ def default_out(name: str, version: int) -> Path:
 def tune(
     spec: Path = typer.Argument(None, help="Release spec (release.toml). Optional with --continue."),
     selection: str = typer.Option(None, help="Override the spec's selection, trtexec syntax: "
-                                  "'-a=\\[x|y] -b=z'."),
+                                  "'-a=[x|y] -b=z'."),
     strategy: str = typer.Option(None, help="Override the strategy: fast, mixed or full."),
     threshold: float = typer.Option(None, help="Override the accuracy threshold (> 0)."),
     metric: str = typer.Option(None, help="Override the metric: l0, l1, l2, linf or cos."),
@@ -127,7 +126,7 @@ def tune(
     one if it beats the baseline significantly.
 
     Each trial runs in its own process with a timeout; every finished trial is appended to
-    [bold]RUN/tuning-cache.jsonl[/] at once, so a killed search resumes with [bold]--continue[/].
+    RUN/tuning-cache.jsonl at once, so a killed search resumes with --continue.
     """
     from dossier.spec import load_spec
     from dossier.tuner import continue_tune, plan

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import typer
 
-from dossier_cli.app import app, handled
+from dossier_cli.app import app, group, handled
 from dossier_cli.render import err, out, print_json
 
-validation_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                             help="Make and read validation sets (pairs of inputs and "
-                                  "reference outputs).")
+validation_app = group(help="Make and read validation sets (pairs of inputs and reference "
+                                "outputs).")
 app.add_typer(validation_app, name="validation")
 
 

@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from dossier.errors import BundleError, ExitCode, SignatureError
 from dossier_cli.app import app, handled
-from dossier_cli.render import err, fmt_speedup, out, print_json
+from dossier_cli.render import escape, fmt_speedup, line, out, print_json
 
 _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
 
@@ -50,14 +49,15 @@ def verify(
 ) -> None:
     """Check a bundle on this host before loading its engine.
 
-    0. signature: when the bundle has one beside it, or [bold]--require-signature[/]: the DSSE
-       envelope must be signed by a [bold]--trusted-key[/] and every file must match the
+    \b
+    0. signature: when the bundle has one beside it, or --require-signature: the DSSE
+       envelope must be signed by a --trusted-key and every file must match the
        signed statement's BLAKE3 (exit 13 otherwise);
     1. integrity: every file against the manifest's size and xxh3-128 (each missing, extra or
        altered file is named); no engine is loaded before this passes;
     2. environment: this host's fingerprint against the tuning host's, a verdict per field
        (VALID / SUBOPTIMAL / INVALID) with the reason, by the backend's policy;
-    3. optionally [bold]--recheck[/] accuracy and [bold]--rebench[/] latency here.
+    3. optionally --recheck accuracy and --rebench latency here.
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
     13 signature missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for
@@ -68,11 +68,11 @@ def verify(
     from dossier.bundle import check_integrity, open_bundle
     from dossier.bundle.integrity import scan_bundle
     from dossier.hashing import BLAKE3
-    from dossier.signing import check_signature, signature_path
+    from dossier.sigfile import signature_path
 
     if require_signature and not trusted_keys:
-        err.print("error: --require-signature needs at least one --trusted-key (the signer's "
-                  "public key)", markup=False, soft_wrap=True)
+        line("error: --require-signature needs at least one --trusted-key (the signer's public "
+             "key)")
         raise typer.Exit(int(ExitCode.USAGE))
     fetched = _fetch(path, insecure)  # a registry reference: pulled into the cache, verified
     if fetched is not None:
@@ -81,32 +81,35 @@ def verify(
     # are used after the check (engines loaded, the environment read) is extracted whole first,
     # so what the signature covered is what is used
     signed_here = require_signature or signature is not None or os.path.lexists(signature_path(path))
+    # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is checked
+    # (an archive extracted whole: as it is written)
+    digests = [BLAKE3] if signed_here or (fetched is not None and fetched.signatures) else []
     try:
         with _signature_first(path, trusted_keys, require_signature, signature), \
-                open_bundle(path, lazy=integrity_only or not signed_here) as b:
-            # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is
-            # checked
-            blake3 = signed_here or (fetched is not None and bool(fetched.signatures))
-            scan = scan_bundle(b, [BLAKE3] if blake3 else [])
-            if fetched is None or signature:
-                signed = check_signature(b, trusted_keys, require=require_signature,
-                                         signature=signature, scan=scan)
-            else:
+                open_bundle(path, lazy=integrity_only or not signed_here, digests=digests) as b:
+            scan = scan_bundle(b, digests)
+            if fetched is not None and not signature:
                 from dossier.registry import check_referrer_signatures
 
                 signed = check_referrer_signatures(b, fetched.signatures, trusted_keys,
                                                    require=require_signature,
                                                    source=fetched.reference, scan=scan)
+            elif signed_here or trusted_keys:
+                from dossier.signing import check_signature
+
+                signed = check_signature(b, trusted_keys, require=require_signature,
+                                         signature=signature, scan=scan)
+            else:  # no signature and no key to check one with: dossier.signing is not imported
+                signed = None
             if signed is not None:
-                err.print(f"OK: signature {signed.path}: {signed}", markup=False, soft_wrap=True)
+                line(f"OK: signature {signed.path}: {signed}")
             report = check_integrity(b, scan)
             if not report:
                 for problem in [str(p) for p in report.problems] or [str(report)]:
-                    err.print(f"FAIL: {problem}", markup=False, soft_wrap=True)
-                err.print(f"{path}: integrity check failed ({len(report.problems)} problem(s))",
-                          markup=False, soft_wrap=True)
+                    line(f"FAIL: {problem}")
+                line(f"{path}: integrity check failed ({len(report.problems)} problem(s))")
                 raise typer.Exit(int(ExitCode.BUNDLE))
-            err.print(f"OK: {b.manifest.name} ({path}): {report}", markup=False, soft_wrap=True)
+            line(f"OK: {b.manifest.name} ({path}): {report}")
             if integrity_only:
                 return
             from dossier.fingerprint import load_fingerprint
@@ -117,7 +120,7 @@ def verify(
                                    host=load_fingerprint(host) if host else None,
                                    signature_check=signed, integrity=report)
     except (BundleError, SignatureError) as exc:  # unreadable, unsafe, unsigned...: one line
-        err.print(f"FAIL: {exc.diagnostics()}", markup=False, soft_wrap=True)
+        line(f"FAIL: {exc.diagnostics()}")
         raise typer.Exit(int(exc.exit_code)) from None
     if as_json:
         print_json(result.model_dump(mode="json"))
@@ -135,9 +138,8 @@ def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
     if not looks_like_reference(str(path)):
         return None
     fetched = fetch_bundle(str(path), insecure=insecure)
-    err.print(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'}"
-              f" {fetched.path}, {len(fetched.signatures)} signature referrer(s)", markup=False,
-              soft_wrap=True)
+    line(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'} "
+         f"{fetched.path}, {len(fetched.signatures)} signature referrer(s)")
     return fetched
 
 
@@ -146,12 +148,12 @@ def _signature_first(path: Path, trusted_keys: list[Path], require: bool,
                      signature: Path | None) -> Iterator[None]:
     """A bundle that cannot even be opened (a corrupt manifest.json) while a signature is
     required: what its signature says about it (exit 13) comes before the format error."""
-    from dossier.signing import check_signature_at
-
     try:
         yield
     except BundleError:
         if require:
+            from dossier.signing import check_signature_at
+
             check_signature_at(path, trusted_keys, require=True, signature=signature)
         raise
 
@@ -219,7 +221,7 @@ def retune(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
 ) -> None:
     """Re-run a bundle's search on this host, starting from its best routes, and write the next
-    release version whose [bold]parent[/] is the old bundle's dossier id."""
+    release version whose parent is the old bundle's dossier id."""
     from dossier.retune import retune as run_retune
     from dossier_cli.progress import ProgressObserver
 

@@ -17,14 +17,15 @@ from rich.progress import (
 
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver
-from dossier_cli.render import err, fmt_speedup, verdict_label
+from dossier_cli.render import console as make_console
+from dossier_cli.render import fmt_speedup, verdict_label
 
 
 class ProgressObserver(TuneObserver):
     """A rich progress bar on stderr: trials done / total, current route, ETA."""
 
-    def __init__(self, console: Console = err, verbose: bool = True) -> None:
-        self.console = console
+    def __init__(self, console: Console | None = None, verbose: bool = True) -> None:
+        self.console = console if console is not None else make_console(stderr=True)
         self.verbose = verbose
         self.progress = Progress(
             TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(),

@@ -1,32 +1,65 @@
 """Rendering for the CLI: status and progress go to stderr, reports to stdout.
 
-Imported by every command module when the CLI starts: it imports nothing of the library (the
-search's progress display is :mod:`dossier_cli.progress`, imported by the commands that search).
+Imported by every command module when the CLI starts, so it imports neither the library nor rich:
+the consoles :data:`err` and :data:`out` are made (and rich imported) the first time a command
+prints through them; :func:`line` writes a plain line without rich. The search's progress display
+is :mod:`dossier_cli.progress`, imported by the commands that search.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-
-def _console(stderr: bool) -> Console:
-    """Lines are never hard-wrapped: in a terminal they wrap as the terminal wraps them;
-    elsewhere (a pipe, a file, CI) a line is one line and tables are not truncated."""
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
-    return console
-
+if TYPE_CHECKING:
+    from rich.console import Console
 
 UNWRAPPED = 10_000
 """Console width outside a terminal: wide enough that nothing is wrapped or cut."""
-err = _console(stderr=True)
-out = _console(stderr=False)
+
+
+@functools.cache
+def console(stderr: bool) -> Console:
+    """The rich console for stderr or stdout, made on first use. Lines are never hard-wrapped:
+    in a terminal they wrap as the terminal wraps them; elsewhere (a pipe, a file, CI) a line is
+    one line and tables are not truncated."""
+    from rich.console import Console
+
+    made = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not made.is_terminal and "COLUMNS" not in os.environ:
+        made = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
+    return made
+
+
+class _Deferred:
+    """Stands for :func:`console` until a command first prints (rich is imported then)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(console(self._stderr), name)
+
+
+err: Any = _Deferred(stderr=True)
+out: Any = _Deferred(stderr=False)
+
+
+def escape(text: str) -> str:
+    """``text`` with rich markup escaped (for an f-string printed through :data:`err`/:data:`out`)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def line(text: str, stderr: bool = True) -> None:
+    """One plain line (no markup, never wrapped) on stderr or stdout, without importing rich."""
+    stream = sys.stderr if stderr else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def print_json(data: Any) -> None:

@@ -31,7 +31,7 @@ READ_FORMATS = (1, 2)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class FileIdentity(_Model):

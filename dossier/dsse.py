@@ -70,7 +70,7 @@ def _base64(text: str, size: int | None = None) -> str:
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True,
-                              use_attribute_docstrings=True, strict=True)
+                              strict=True)
 
 
 class Signature(_Wire):

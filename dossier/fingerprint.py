@@ -49,7 +49,7 @@ _T = TypeVar("_T")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class CpuInfo(_Model):

@@ -28,7 +28,7 @@ class KnobPhase(str, enum.Enum):
 class Knob(BaseModel):
     """One compiler option."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     """Name without the leading '-', e.g. ``graph_optimization_level`` or ``optimizer:NchwcTransformer``."""
@@ -60,7 +60,7 @@ class Knob(BaseModel):
 class KnobDatabase(BaseModel):
     """All knobs a backend exposes on this host."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     backend: str
     """Backend name, e.g. ``onnxruntime``."""

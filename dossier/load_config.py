@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class LoadConfig(BaseModel):
     """How production should load a shipped engine: the configuration dossier timed it in."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     call: str
     """The loader call, in the backend's Python API, with ``ENGINE`` for the engine's path."""

@@ -75,7 +75,7 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def _upper(value: object) -> object:

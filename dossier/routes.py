@@ -23,7 +23,7 @@ _LIST = re.compile(r"^\[(?P<body>.*)\]$")
 class Route(BaseModel):
     """Values for a set of knobs. Knobs not named take their default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     values: tuple[tuple[str, str], ...]
     """(knob, value) pairs sorted by knob name."""
@@ -79,7 +79,7 @@ class Route(BaseModel):
 class SelectionItem(BaseModel):
     """One knob of a selection: the values it takes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     knob: str
     """Knob name without the leading '-'."""
@@ -92,7 +92,7 @@ class SelectionItem(BaseModel):
 class Selection(BaseModel):
     """Which knobs vary and which are pinned, in the user's order."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     items: tuple[SelectionItem, ...]
     """The knobs in the order the user wrote them."""

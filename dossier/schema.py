@@ -3,19 +3,27 @@
 The files under ``schemas/`` (committed once; a wheel installs them as the package
 ``dossier.schemas``) are never edited by hand: ``dossier schema`` writes them,
 ``dossier schema --check`` (and ``tests/test_schemas.py``) fails when they drift from the
-models. Field descriptions come from
-the models' attribute docstrings. The JSON is deterministic: sorted keys, two-space indent,
-trailing newline.
+models. Field descriptions come from the models' attribute docstrings, read here from their
+source (not by pydantic's ``use_attribute_docstrings`` when each model class is made, which
+costs every command that imports the models the parsing of their source). The JSON is
+deterministic: sorted keys, two-space indent, trailing newline.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import inspect
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
 from dossier.audit import BundleDiff, Explanation
 from dossier.bundle.manifest import FORMAT_VERSION, Manifest, ModelIdentity, ValidationInfo
@@ -50,9 +58,67 @@ _INTERNAL_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {ReleaseSpec: ("base_
 """Fields that never appear in the file (set by the loader, excluded when dumping)."""
 
 
+@functools.cache
+def _own_field_docs(cls: type[BaseModel]) -> dict[str, str]:
+    """The docstrings written under the annotated attributes of ``cls`` itself (the string
+    right after ``name: type [= default]``), cleaned like any docstring."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):  # pragma: no cover - a class made without source
+        return {}
+    node = ast.parse(source).body[0]
+    docs: dict[str, str] = {}
+    if isinstance(node, ast.ClassDef):
+        for stmt, after in zip(node.body, node.body[1:], strict=False):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[stmt.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def field_docs(cls: type[BaseModel]) -> dict[str, str]:
+    """Field name -> attribute docstring for every field of ``cls``: a field takes the docstring
+    of the class (in the MRO) that declares it last; a field with ``Field(description=...)``
+    keeps that."""
+    docs: dict[str, str] = {}
+    for name, info in cls.model_fields.items():
+        owner = next((k for k in cls.__mro__ if name in k.__dict__.get("__annotations__", {})),
+                     None)
+        if info.description is None and owner is not None and issubclass(owner, BaseModel):
+            doc = _own_field_docs(owner).get(name)
+            if doc is not None:
+                docs[name] = doc
+    return docs
+
+
+class _Described(GenerateJsonSchema):
+    """pydantic's JSON Schema, with each model field's attribute docstring as its description
+    (placed as pydantic places a ``Field(description=...)``: beside the field's type, and left
+    out beside a ``$ref`` whose model already says the same)."""
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        json_schema = super().model_schema(schema)
+        cls = schema["cls"]
+        properties = json_schema.get("properties", {})
+        for name, doc in field_docs(cls).items():
+            key = self._key(cls.model_fields[name], name)
+            if key in properties and "description" not in properties[key]:
+                properties[key] = self.handle_ref_overrides({**properties[key],
+                                                             "description": doc})
+        return json_schema
+
+    def _key(self, info: FieldInfo, name: str) -> str:
+        """The field's property name in this schema (its alias, where it has one)."""
+        if not self.by_alias:
+            return name
+        alias = info.validation_alias if self.mode == "validation" else info.serialization_alias
+        return alias if isinstance(alias, str) else info.alias or name
+
+
 def schema_of(model: type[BaseModel], mode: str = "serialization") -> dict[str, Any]:
-    """The JSON Schema of ``model`` (with the dialect)."""
-    schema = model.model_json_schema(mode=mode)  # type: ignore[arg-type]
+    """The JSON Schema of ``model`` (with the dialect and the fields' descriptions)."""
+    schema = model.model_json_schema(mode=mode, schema_generator=_Described)  # type: ignore[arg-type]
     for name in _INTERNAL_FIELDS.get(model, ()):
         schema.get("properties", {}).pop(name, None)
         if name in schema.get("required", []):

@@ -106,6 +106,7 @@ from dossier.errors import (
     SignatureError,
 )
 from dossier.hashing import BLAKE3, canonical_json, feed, new_hasher
+from dossier.sigfile import SIGNATURE_SUFFIX, signature_path
 
 BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
 """Our SLSA buildType: a search by ``dossier tune`` (externalParameters: release, backend,
@@ -113,8 +114,6 @@ selection, strategy, metric, threshold, tolerances, timing, shapes, builder opti
 internalParameters: the tuning host summary and tool versions), then ``dossier bundle``."""
 BUILDER_ID = "urn:dossier:builder:dossier-cli"
 """SLSA builder.id: the dossier command line run by whoever holds the signing key."""
-SIGNATURE_SUFFIX = ".dossier.sig.json"
-"""A bundle ``NAME-VERSION.dossier`` (or ``.dossier.tar``) is signed by ``NAME-VERSION.dossier.sig.json``."""
 ENVELOPE_MAX_BYTES = 16 << 20
 """A signature file larger than this is refused before it is parsed."""
 PRIVATE_KEY_SUFFIX = ".key"
@@ -283,16 +282,6 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------------------- the statement
-def signature_path(bundle: Path) -> Path:
-    """Where the signature of the bundle folder or archive ``bundle`` lives by default."""
-    bundle = Path(bundle)
-    name = bundle.name
-    for suffix in (".dossier.tar", ".dossier"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return bundle.with_name(name[: -len(suffix)] + SIGNATURE_SUFFIX)
-    return bundle.with_name(name + ".sig.json")
-
-
 def bundle_digests(bundle: Bundle, scan: BundleScan | None = None) -> tuple[dict[str, str],
                                                                           list[str]]:
     """BLAKE3 of every regular file actually in the bundle folder (links are never followed),

@@ -29,7 +29,7 @@ else:  # pragma: no cover
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ReleaseSection(_Section):

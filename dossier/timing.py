@@ -34,7 +34,7 @@ TEST_NAME = "wilcoxon-signed-rank-rounds"
 class TimingSettings(BaseModel):
     """How trials are timed and compared. The same settings apply to baseline and candidates."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     samples: int = Field(320, ge=5)
     """Timed runs per engine per trial, split evenly into one block per round."""

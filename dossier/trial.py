@@ -30,7 +30,7 @@ class Outcome(str, enum.Enum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class TimingSummary(_Model):

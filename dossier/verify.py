@@ -38,7 +38,7 @@ from dossier.worker import WorkerRequest
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Recheck(_Model):

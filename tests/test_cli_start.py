@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,37 @@ def test_help_loads_none_of_the_heavy_modules(probe: dict[str, object]) -> None:
 def test_the_probe_sees_a_heavy_import() -> None:
     """The probe can fail: numpy imported before the app is built shows up."""
     assert _probe("import numpy\n")["loaded"] == ["numpy"]
+
+
+_RUN = """
+import runpy, sys
+sys.argv = ["dossier", *sys.argv[1:]]
+try:
+    runpy.run_module("dossier_cli.main", run_name="__main__")
+except SystemExit:
+    pass
+sys.stderr.write("\\nLOADED " + " ".join(m for m in %r if m in sys.modules))
+"""
+
+
+def _loaded(*args: str, watch: tuple[str, ...]) -> tuple[str, list[str]]:
+    """What the command printed on stdout, and which of ``watch`` it imported."""
+    res = subprocess.run([sys.executable, "-c", _RUN % (watch,), *args], capture_output=True,
+                         text=True, timeout=120, check=False)
+    return res.stdout, res.stderr.rsplit("LOADED", 1)[-1].split()
+
+
+def test_root_help_imports_neither_rich_nor_pydantic() -> None:
+    """Plain help (typer's rich help imports rich's Markdown and traceback renderers): the root
+    help lists every command with its whole first paragraph."""
+    text, loaded = _loaded("--help", watch=("rich", "pydantic", "dossier.bundle"))
+    assert loaded == []
+    assert "Commands:" in text and "verify" in text and "[bold]" not in text
+    assert "trial counts, warnings and the tuning host." in " ".join(text.split())  # not cut
+
+
+def test_integrity_check_imports_neither_rich_nor_signing() -> None:
+    golden = Path(__file__).parent / "assets" / "golden" / "convnet-1.dossier"
+    _, loaded = _loaded("verify", str(golden), "--integrity-only",
+                        watch=("rich", "dossier.signing", "dossier.bundle", "pydantic"))
+    assert loaded == ["dossier.bundle", "pydantic"]  # the manifest is read: the probe sees it

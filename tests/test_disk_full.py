@@ -242,8 +242,9 @@ def _fill(folder: Path) -> Path:
 
 def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path],  # type: ignore[no-untyped-def]
                                             tmp_path: Path) -> None:
-    """pack, sign (a new envelope and a co-signature), keygen and import into a full file
-    system: each stops with one line naming it (exit 74, not 7) and leaves no file behind."""
+    """pack, sign (a new envelope and a co-signature), keygen, import and export into a full
+    file system: each stops with one line naming it (exit 74, not 7) and leaves no file
+    behind."""
     from tests.test_trtexec_import import plan_bytes, tiny_onnx, write_cache
 
     bundle = finished[1].parent / "convnet-1.dossier"
@@ -265,14 +266,15 @@ def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path], 
                  ("sign", bundle, "--key", keys / "second.key", "--out", signed),
                  ("keygen", "--out", fs.path / "keys"),
                  ("import", "trtexec", "--tuning-cache", trt / "tuning-cache.jsonl", "--engine",
-                  trt / "best.plan", "--out", fs.path / "imported")):
+                  trt / "best.plan", "--out", fs.path / "imported"),
+                 ("export", "trtexec-cache", bundle, "--out", fs.path / "exported.jsonl")):
         code, said = _dossier(*args)
         assert code == ExitCode.DISK_FULL, (args[0], code, said)
         assert said.count("error:") == 1 and str(fs.path) in said, said
         left = sorted(p for p in fs.path.rglob("*") if not p.is_dir())
         assert left == sorted([filler, signed]), (args[0], left)
         assert signed.read_bytes() == kept[signed]  # the envelope co-signed is unchanged
-    figures("writers into a full file system", commands=5, exit_74=5)
+    figures("writers into a full file system", commands=6, exit_74=6)
 
 
 def test_archives_with_a_small_tmpdir(tmpfs, finished: tuple[Path, Path]) -> None:  # type: ignore[no-untyped-def]

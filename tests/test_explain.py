@@ -25,6 +25,7 @@ from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
 from dossier.cache import CacheHeader, FileIdentity, SessionRecord
 from dossier.decision import decide
+from dossier.schema import schema_of
 from dossier.spec import (
     DeploymentSection,
     ModelSection,
@@ -169,7 +170,7 @@ def test_explain_json_validates_against_the_model(faulty: Path) -> None:
         Explanation.model_validate({**data, "surprise": 1})
     with pytest.raises(ValidationError):
         facts.decision.gain = True  # type: ignore[misc]
-    schema = Explanation.model_json_schema()
+    schema = schema_of(Explanation)  # the published schema, fields described
     assert schema["properties"]["payback"] and "description" in \
         schema["$defs"]["HeadToHead"]["properties"]["p_value"]
 

@@ -103,13 +103,8 @@ class Registry:
 
     def upload_sizes(self) -> list[int]:
         """Sizes of the uploads in progress (one that completes meanwhile is gone: skipped)."""
-        sizes = []
-        for p in self.data.glob("docker/registry/v2/repositories/**/_uploads/*/data"):
-            try:
-                sizes.append(p.stat().st_size)
-            except FileNotFoundError:
-                continue
-        return sizes
+        found = self.data.glob("docker/registry/v2/repositories/**/_uploads/*/data")
+        return [s for s in map(_size, found) if s is not None]
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +220,29 @@ def test_pull_by_tag_and_by_digest_gives_the_same_bundle(registry: Registry, bun
         assert _leftovers(out) == [bundle.name]  # no staging left behind
     again = h.cli("pull", pinned, "--out", tmp_path / "by-digest", "--insecure")
     assert again.exit_code == ExitCode.OUTPUT and "exists already" in _one_error_line(again)
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_a_pull_reads_back_nothing_it_downloaded(registry: Registry, bundle: Path,
+                                                 tmp_path: Path) -> None:
+    """Each layer's xxh3-128 is computed from the bytes as they are written: the integrity check
+    of a pull reads none of them back (rchar, bytes read from files, grows by far less than the
+    8 MiB engine; the download itself arrives through a socket, not counted)."""
+    _rewrite_engine(bundle, mib=8)
+    ref = _ref(registry)
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    assert h.cli("pull", ref, "--out", tmp_path / "warm", "--insecure").exit_code == 0
+    before = _rchar()
+    res = h.cli("pull", ref, "--out", tmp_path / "out", "--insecure")
+    grown = _rchar() - before
+    assert res.exit_code == 0, h.said(res)
+    assert check_integrity(read_bundle(tmp_path / "out" / bundle.name))
+    assert grown < (2 << 20), grown
+
+
+def _rchar() -> int:
+    text = Path("/proc/self/io").read_text()
+    return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("rchar:")))
 
 
 def test_a_corrupt_bundle_is_never_pushed(registry: Registry, bundle: Path) -> None:
@@ -508,6 +526,13 @@ def _rewrite_engine(bundle: Path, data: bytes | None = None, mib: int = 0) -> No
     new = seal(m.model_copy(update={"files": files, "engines": engines}))
     (bundle / "manifest.json").write_bytes(manifest_bytes(new))
     assert check_integrity(read_bundle(bundle))
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
 
 
 def _dossier(*args: object) -> subprocess.Popen[bytes]:

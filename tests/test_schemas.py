@@ -100,3 +100,32 @@ def test_spec_schema_lists_the_metrics_and_strategies_that_exist() -> None:
     for metric in tune["metric"]["enum"]:
         assert loss(metric, a, a + 0.5) is not None
     assert {"onnxruntime", "tensorrt"} <= set(tune["backend"]["examples"])
+
+
+def test_descriptions_come_from_attribute_docstrings_read_by_the_generator() -> None:
+    """Models are made without parsing their source (pydantic's use_attribute_docstrings did, for
+    every model class of every command); the generator reads a field's docstring, the
+    nearest declaring class's, and leaves an explicit Field(description=...) alone."""
+    from pydantic import BaseModel, Field
+
+    from dossier.schema import field_docs, schema_of
+
+    class Base(BaseModel):
+        a: int = 0
+        """Doc of a."""
+        b: int = 0
+        """Doc of b in the base."""
+
+    class Child(Base):
+        b: int = 1
+        """Doc of b in the child."""
+        c: int = Field(0, description="explicit")
+        """Not used: the explicit description wins."""
+        d: int = 0
+
+    assert field_docs(Child) == {"a": "Doc of a.", "b": "Doc of b in the child."}
+    props = schema_of(Child)["properties"]
+    assert [props[k].get("description") for k in "abcd"] == [
+        "Doc of a.", "Doc of b in the child.", "explicit", None]
+    for model, _ in SCHEMAS.values():
+        assert not model.model_config.get("use_attribute_docstrings"), model

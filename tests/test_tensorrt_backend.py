@@ -44,6 +44,7 @@ from dossier.errors import (
     SelectionError,
 )
 from dossier.routes import Route, Selection
+from dossier.schema import field_docs
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 needs_trt = pytest.mark.skipif(not HAVE_TRT, reason="TensorRT not installed")
@@ -301,7 +302,7 @@ def test_builder_option_defaults_follow_trtexec():
     assert opts.builder_optimization_level == 3
     assert opts.tiling_optimization_level == "none"
     assert opts.avg_timing_iterations == 8
-    doc = " ".join(BuilderOptions.model_fields["avg_timing_iterations"].description.split())
+    doc = " ".join(field_docs(BuilderOptions)["avg_timing_iterations"].split())
     assert "API's default is 1; we follow trtexec's 8" in doc
     assert opts.to_trtexec_args() == [
         "--builderOptimizationLevel=3", "--tilingOptimizationLevel=0", "--avgTiming=8",

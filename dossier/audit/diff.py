@@ -28,7 +28,7 @@ Section = Literal["release", "winner", "speedup", "accuracy", "environment", "fi
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Change(_Model):

@@ -49,7 +49,7 @@ EXPLANATION_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Latency(_Model):

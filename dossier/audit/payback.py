@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class PaybackCase(_Model):

@@ -12,10 +12,11 @@ import secrets
 import shutil
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from dossier.hashing import CHUNK, digest_stream
+from dossier.hashing import ALGORITHM, CHUNK, feed, new_hasher
 
 STAGING_MARK = ".staging-"
 """Staging entries are named ``.<final name>.staging-<pid>-<random>`` next to their target."""
@@ -46,14 +47,24 @@ def _read_into(src: BinaryIO, view: memoryview) -> int:
     return len(data)
 
 
+def copy_digests(src: BinaryIO, dst_path: Path, algorithms: Sequence[str],
+                 limit: int | None = None) -> tuple[dict[str, str], int]:
+    """Copy ``src`` (at most ``limit`` bytes) into the new file ``dst_path``, fsynced; return
+    the digest by algorithm (each of ``algorithms``, see :func:`dossier.hashing.new_hasher`) of
+    what was written, and its size. One read; memory use is one fixed buffer."""
+    hashers = {a: new_hasher(a) for a in algorithms}
+    with open(dst_path, "xb") as dst:
+        size = feed(_Tee(src, dst, limit), list(hashers.values()))  # type: ignore[arg-type]
+        dst.flush()
+        os.fsync(dst.fileno())
+    return {a: h.hexdigest() for a, h in hashers.items()}, size
+
+
 def copy_hashed(src: BinaryIO, dst_path: Path, limit: int | None = None) -> tuple[str, int]:
     """Copy ``src`` (at most ``limit`` bytes) into the new file ``dst_path``, fsynced;
     return its xxh3-128 and size. Memory use is one fixed buffer."""
-    with open(dst_path, "xb") as dst:
-        digest, size = digest_stream(_Tee(src, dst, limit))  # type: ignore[arg-type]
-        dst.flush()
-        os.fsync(dst.fileno())
-    return digest, size
+    digests, size = copy_digests(src, dst_path, [ALGORITHM], limit)
+    return digests[ALGORITHM], size
 
 
 def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
@@ -188,5 +199,5 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["CHUNK", "copy_file_hashed", "copy_hashed", "fsync_path", "fsync_tree",
+__all__ = ["CHUNK", "copy_digests", "copy_file_hashed", "copy_hashed", "fsync_path", "fsync_tree",
            "new_staging", "remove_stale", "remove_stale_staging", "rename_noreplace", "write_durable"]

@@ -10,7 +10,9 @@ with :class:`~dossier.errors.UnsafeArchiveError`. Members are then read in place
 contiguous in an uncompressed tar) in fixed-size chunks, each verified against the manifest's
 xxh3-128 as it streams: :func:`scan_archive` hashes without writing (``verify
 --integrity-only``, signatures), :func:`extract_member` writes one file (what a command needs),
-:func:`extract_archive` all of them, after checking the file system has room. ``tarfile``'s own
+:func:`extract_archive` all of them, after checking the file system has room
+(:func:`extract_index` also returns the digests of what it wrote, so that nothing extracted
+is read again to be checked). ``tarfile``'s own
 extraction is never used.
 """
 
@@ -20,15 +22,16 @@ import io
 import os
 import shutil
 import tarfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from dossier.bundle._files import copy_hashed, write_durable
+from dossier.bundle._files import copy_digests, write_durable
 from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
 from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
+from dossier.hashing import ALGORITHM, new_hasher
 
 _T = TypeVar("_T")
 
@@ -107,24 +110,28 @@ class _Slice(io.RawIOBase):
         super().close()
 
 
-def extract_member(index: ArchiveIndex, rel: str, dest: Path) -> None:
+def extract_member(index: ArchiveIndex, rel: str, dest: Path,
+                   algorithms: Sequence[str] = ()) -> dict[str, str]:
     """Copy the member ``rel`` into the new file ``dest``, verifying it against the manifest's
     size and xxh3-128 as it streams; on a mismatch ``dest`` is removed and IntegrityError names
-    the member. A full disk is DiskFullError, with ``dest`` removed."""
+    the member. A full disk is DiskFullError, with ``dest`` removed. Returns the digests of what
+    was written: xxh3-128 and each of ``algorithms``, from the same read."""
     entry = index.table[rel]
     try:
         with open_member(index, rel) as src, host_io(dest.parent, f"extracting {rel} from "
                                                      f"{index.archive}"):
-            digest, size = copy_hashed(src, dest, limit=entry.size)
+            digests, size = copy_digests(src, dest, _with_xxh3(algorithms), limit=entry.size)
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
-    if size != entry.size or digest != entry.digest:
+    if size != entry.size or digests[ALGORITHM] != entry.digest:
         dest.unlink(missing_ok=True)
         raise IntegrityError(f"{index.archive}: member {rel} is altered "
                              + (f"({size} bytes, the manifest says {entry.size})"
                                 if size != entry.size else
-                                f"(xxh3-128 {digest}, the manifest says {entry.digest})"))
+                                f"(xxh3-128 {digests[ALGORITHM]}, the manifest says "
+                                f"{entry.digest})"))
+    return digests
 
 
 def extract_archive(archive: Path, target: Path, files: Iterable[str] | None = None) -> Path:
@@ -139,28 +146,49 @@ def extract_archive(archive: Path, target: Path, files: Iterable[str] | None = N
     not a bundle of a readable format, DiskFullError a full disk. On any failure ``target`` is
     removed.
     """
-    archive, target = Path(archive), Path(target)
+    extract_index(index_archive(Path(archive)), Path(target), files)
+    return Path(target)
+
+
+def extract_index(index: ArchiveIndex, target: Path, files: Iterable[str] | None = None,
+                  algorithms: Sequence[str] = ()) -> dict[str, tuple[int, dict[str, str]]]:
+    """:func:`extract_archive` of an archive already indexed (its headers checked): returns,
+    for manifest.json and every file extracted, its size and digests (xxh3-128 and each of
+    ``algorithms``) of the bytes written, computed as they were written: what a check of the
+    extracted folder would read again."""
+    target = Path(target)
     if os.path.lexists(target):
         raise OutputError(f"extraction target {target} exists already")
-    index = index_archive(archive)
     wanted = list(index.members) if files is None else [r for r in index.members if r in set(files)]
     check_room(target.parent, index.size(wanted) + len(index.manifest),
-               f"extracting {archive.name}")
-    with host_io(target.parent, f"extracting {archive}"):
+               f"extracting {index.archive.name}")
+    with host_io(target.parent, f"extracting {index.archive}"):
         target.mkdir()
+    written = {MANIFEST_NAME: (len(index.manifest), _digests(index.manifest, algorithms))}
     try:
-        with host_io(target, f"extracting {archive}"):
+        with host_io(target, f"extracting {index.archive}"):
             write_durable(target / MANIFEST_NAME, index.manifest)
             for rel in index.folders if files is None else []:
                 (target / rel).mkdir(parents=True, exist_ok=True)
         for rel in wanted:
             dest = target.joinpath(*rel.split("/"))
             dest.parent.mkdir(parents=True, exist_ok=True)
-            extract_member(index, rel, dest)
+            written[rel] = (index.members[rel][1], extract_member(index, rel, dest, algorithms))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    return target
+    return dict(sorted(written.items()))
+
+
+def _with_xxh3(algorithms: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys([ALGORITHM, *algorithms]))
+
+
+def _digests(data: bytes, algorithms: Sequence[str]) -> dict[str, str]:
+    hashers = {a: new_hasher(a) for a in _with_xxh3(algorithms)}
+    for h in hashers.values():
+        h.update(memoryview(data))
+    return {a: h.hexdigest() for a, h in hashers.items()}
 
 
 def scan_archive(index: ArchiveIndex, hasher: Callable[[BinaryIO], _T]) -> dict[str, _T]:

@@ -118,9 +118,15 @@ def scan_bundle(bundle: Bundle, algorithms: Sequence[str] = ()) -> BundleScan:
     """Read every regular file actually in ``bundle`` once, feeding xxh3-128 and each of
     ``algorithms`` (see :func:`dossier.hashing.new_hasher`) from the same chunks. Links are
     never followed (they are listed as odd). An archive opened lazily is read member by member
-    in place, manifest.json included, writing nothing."""
+    in place, manifest.json included, writing nothing; an archive extracted whole with these
+    digests is not read again: its files' digests were computed as they were written (what
+    was written is what the extracted folder holds, in a temporary folder of this process)."""
+    names = _names(algorithms)
+    if bundle.written is not None and all(set(names) <= set(d) for _, d in
+                                          bundle.written.values()):
+        return BundleScan(names, {rel: Scanned(size, {a: d[a] for a in names})
+                                  for rel, (size, d) in bundle.written.items()}, [])
     if bundle.archive is not None:
-        names = _names(algorithms)
         return BundleScan(names, scan_archive(bundle.archive, lambda f: _read(f, names)), [])
     return scan_folder(bundle.path, algorithms)
 

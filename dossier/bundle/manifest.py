@@ -52,7 +52,7 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)$")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def check_relative_path(path: str) -> str:

@@ -19,7 +19,7 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from dossier.bundle import archive as _archive
 from dossier.bundle._files import remove_stale
-from dossier.bundle.archive import ArchiveIndex, extract_archive, index_archive
+from dossier.bundle.archive import ArchiveIndex, extract_index, index_archive
 from dossier.bundle.manifest import (
     CACHE_NAME,
     FINGERPRINT_NAME,
@@ -72,6 +72,9 @@ class Bundle:
         """At most this many bytes are extracted from the archive (None: no cap)."""
         self.extracted = 0
         """Bytes extracted so far."""
+        self.written: dict[str, tuple[int, dict[str, str]]] | None = None
+        """For an archive extracted whole: manifest.json's and every file's size and digests,
+        of the bytes written, computed as they were written (see :func:`open_bundle`)."""
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.source)!r}, id={self.manifest.dossier_id})"
@@ -303,14 +306,16 @@ def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:
 
 @contextlib.contextmanager
 def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
-                max_extract: int | None = None) -> Iterator[Bundle]:
+                max_extract: int | None = None, digests: Sequence[str] = ()) -> Iterator[Bundle]:
     """Open a bundle folder or ``.dossier.tar`` for the duration of the ``with`` block.
 
     An archive has its member headers checked against its manifest, then is extracted (every
     file verified against its digest as it streams) into a temporary folder under ``workdir``
-    (default: the system's), which is removed afterwards. With ``lazy`` nothing is extracted up
-    front: :meth:`Bundle.file` and :meth:`Bundle.folder` extract what is read, at most
-    ``max_extract`` bytes. Raises BundleFormatError when ``path`` is not a readable bundle,
+    (default: the system's), which is removed afterwards; xxh3-128 and each of ``digests``
+    (e.g. BLAKE3 for a signature) of every file are computed as it is written and kept in
+    :attr:`Bundle.written`, so that :func:`~dossier.bundle.integrity.scan_bundle` reads nothing
+    again. With ``lazy`` nothing is extracted up front: :meth:`Bundle.file` and
+    :meth:`Bundle.folder` extract what is read, at most ``max_extract`` bytes. Raises BundleFormatError when ``path`` is not a readable bundle,
     UnsafeArchiveError for an archive whose members disagree with its manifest or would write
     outside its target, IntegrityError for a member that does not match its digest, and
     DiskFullError when the temporary folder's file system has no room.
@@ -333,8 +338,10 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
         else:
             with host_io(base, f"opening {path}"):
                 tmp.mkdir()
-            folder = extract_archive(path, tmp / "bundle")
-            yield read_bundle(folder, source=path)
+            written = extract_index(index, tmp / "bundle", algorithms=digests)
+            bundle = read_bundle(tmp / "bundle", source=path)
+            bundle.written = written
+            yield bundle
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

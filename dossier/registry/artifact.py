@@ -41,7 +41,7 @@ from dossier.bundle._files import (
     rename_noreplace,
     write_durable,
 )
-from dossier.bundle.integrity import check_integrity, scan_bundle
+from dossier.bundle.integrity import BundleScan, Scanned, check_integrity, scan_bundle
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
     MANIFEST_MAX_BYTES,
@@ -57,7 +57,7 @@ from dossier.errors import (
     IntegrityError,
     OutputError,
 )
-from dossier.hashing import BLAKE3, SHA256, canonical_json
+from dossier.hashing import ALGORITHM, BLAKE3, SHA256, canonical_json, digest_bytes
 from dossier.registry.client import (
     OCI_MANIFEST,
     RegistryClient,
@@ -157,10 +157,11 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
         raise BundleFormatError(f"{target}: push to a tag, not a digest (the digest is what the "
                                 "push computes)")
     client = RegistryClient(ref, insecure=insecure)  # refuses --insecure before any I/O
-    with open_bundle(Path(path)) as bundle:
-        # every file read once for all its digests: xxh3-128 (integrity), SHA-256 (the
-        # layers), BLAKE3 (the signature's subjects)
-        scan = scan_bundle(bundle, [SHA256, BLAKE3] if signature is not None else [SHA256])
+    # every file read once for all its digests: xxh3-128 (integrity), SHA-256 (the layers),
+    # BLAKE3 (the signature's subjects); an archive's as it is extracted
+    algorithms = [SHA256, BLAKE3] if signature is not None else [SHA256]
+    with open_bundle(Path(path), digests=algorithms) as bundle:
+        scan = scan_bundle(bundle, algorithms)
         report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
@@ -290,6 +291,9 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
     staging = begin_staging(out_dir, target.name, directory=True)
     try:
         write_durable(staging / MANIFEST_NAME, config)
+        # each layer's xxh3-128 from the bytes as they are written (the staging folder is this
+        # process's): the integrity check reads nothing again
+        written = {MANIFEST_NAME: Scanned(len(config), {ALGORITHM: digest_bytes(config)})}
         for path in sorted(artifact.layers):
             layer = artifact.layers[path]
             dest = staging.joinpath(*path.split("/"))
@@ -298,10 +302,12 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
             except OSError as exc:
                 raise BundleFormatError(f"{pinned}: {path!r} cannot be placed ({exc.strerror})"
                                         ) from exc
-            client.download_blob(layer["digest"], layer["size"], dest, f"layer {path!r}")
+            written[path] = Scanned(layer["size"], client.download_blob(
+                layer["digest"], layer["size"], dest, f"layer {path!r}", [ALGORITHM]))
         fsync_tree(staging)
         bundle = read_bundle(staging, source=Path(pinned))
-        report = check_integrity(bundle)
+        report = check_integrity(bundle, BundleScan((ALGORITHM,), dict(sorted(written.items())),
+                                                    []))
         if not report:
             raise IntegrityError(f"{pinned} fails its integrity check "
                                  f"({report.problems[0] if report.problems else report})")

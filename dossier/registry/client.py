@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, urljoin, urlsplit
@@ -339,14 +339,18 @@ class RegistryClient:
         _match(self.ref, what, digest, size, sha256_bytes(data), len(data))
         return data
 
-    def download_blob(self, digest: str, size: int, dest: Path, what: str) -> None:
+    def download_blob(self, digest: str, size: int, dest: Path, what: str,
+                      algorithms: Sequence[str] = ()) -> dict[str, str]:
         """Stream a blob into the new file ``dest`` through sha256 (no byte past ``size`` is
-        written; fsynced); DigestMismatchError when its size or digest differ. The caller
-        removes ``dest`` on failure."""
+        written; fsynced); DigestMismatchError when its size or digest differ. Returns the
+        digest by algorithm (each of ``algorithms``, see :func:`dossier.hashing.new_hasher`) of
+        the bytes written, from the same stream: the file is not read again to be checked.
+        The caller removes ``dest`` on failure."""
         import requests
         import urllib3
 
         h = hashlib.sha256()
+        more = {a: new_hasher(a) for a in algorithms}
         n = 0
         with self._blob(digest, what) as r, open(dest, "xb") as f:
             try:
@@ -355,6 +359,8 @@ class RegistryClient:
                     if n > size:
                         break
                     h.update(chunk)
+                    for m in more.values():
+                        m.update(chunk)
                     f.write(chunk)
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
                 raise RegistryError(f"{self.ref.registry} failed while sending {what} "
@@ -365,6 +371,7 @@ class RegistryClient:
             f.flush()
             os.fsync(f.fileno())
         _match(self.ref, what, digest, size, "sha256:" + h.hexdigest(), n)
+        return {a: m.hexdigest() for a, m in more.items()}
 
     def read_capped(self, r: Any, cap: int, what: str) -> bytes:
         import requests

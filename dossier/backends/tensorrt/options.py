@@ -28,7 +28,7 @@ class BuilderOptions(BaseModel):
     """TensorRT builder settings that are not build-route knobs. They are fixed for a whole
     search (the same for the baseline and every candidate) and recorded with the engine."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     builder_optimization_level: int = Field(default=3, ge=0, le=5)
     """``IBuilderConfig.builder_optimization_level``; 0-5, TensorRT's default 3."""

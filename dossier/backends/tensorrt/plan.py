@@ -28,7 +28,7 @@ _HEADER_SIZE = 28
 class PlanHeader(BaseModel):
     """The fields of a TensorRT plan's header that can be read without deserializing it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tag: int
     """u32 at byte 0; always 0x74727466."""

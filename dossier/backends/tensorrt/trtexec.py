@@ -29,7 +29,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dossier.bundle._files import (
+    new_staging,
+    remove_stale_staging,
+    rename_noreplace,
+    write_durable,
+)
 from dossier.cache import FileIdentity
+from dossier.diskfull import output_error
 from dossier.errors import InputError, OutputError, SelectionError
 from dossier.hashing import digest_file
 from dossier.routes import Route
@@ -59,8 +66,7 @@ class TrtexecCacheError(InputError):
 
 class _Read(BaseModel):
     # strict: a JSON string is not silently taken for a number or a bool
-    model_config = ConfigDict(frozen=True, extra="allow", strict=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="allow", strict=True)
 
 
 class TrtexecAccuracyParameter(_Read):
@@ -414,7 +420,9 @@ def write_trtexec_cache(path: Path, header: TrtexecHeader, records: Sequence[Tri
     warm-up-including mean. trtexec ``--continue`` replays the header's ``argv``: an exported
     file is for reading and auditing, not for resuming with trtexec unless ``argv`` is real.
 
-    Raises OutputError when ``path`` exists (unless ``overwrite``) or cannot be written.
+    Raises OutputError when ``path`` exists (unless ``overwrite``) or cannot be written,
+    DiskFullError (exit 74) when its file system is full; either way nothing is left at ``path``
+    but what was there.
     """
     path = Path(path)
     try:
@@ -423,15 +431,21 @@ def write_trtexec_cache(path: Path, header: TrtexecHeader, records: Sequence[Tri
         raise InputError("the trtexec header holds a NaN or infinite number; trtexec's JSON "
                          "reader cannot read it") from None
     lines += [_dumps(it.model_dump(mode="json")) for it in to_trtexec_iterations(records)]
+    if not overwrite and os.path.lexists(path):
+        raise OutputError(f"{path} exists already", hint="choose another path")
+    # a staging file beside it, renamed into place: an interrupted or failed write (a full
+    # disk: exit 74) leaves the earlier file or none, never half a cache
+    remove_stale_staging(path.parent)
+    staging = new_staging(path.parent, path.name, directory=False)
     try:
-        with open(path, "w" if overwrite else "x", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        write_durable(staging, ("\n".join(lines) + "\n").encode("utf-8"))
+        (os.replace if overwrite else rename_noreplace)(staging, path)
     except FileExistsError:
         raise OutputError(f"{path} exists already", hint="choose another path") from None
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise output_error(exc, path.parent, f"writing {path.name}", f"write {path}") from exc
+    finally:
+        staging.unlink(missing_ok=True)  # gone already once renamed
 
 
 def _dumps(obj: Any) -> str:
