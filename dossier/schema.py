@@ -16,6 +16,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from pydantic_core import core_schema
 from dossier.audit import BundleDiff, Explanation
 from dossier.bundle.manifest import FORMAT_VERSION, Manifest, ModelIdentity, ValidationInfo
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
-from dossier.errors import OutputError
 from dossier.fingerprint import Fingerprint
 from dossier.spec import ReleaseSpec
 from dossier.trial import TrialRecord
@@ -138,23 +138,37 @@ def generate() -> dict[str, str]:
 
 def write_schemas(folder: Path) -> list[Path]:
     """Write every schema file into ``folder`` (created if needed) and remove schema files
-    there that are no longer generated; return the written paths."""
+    there that are no longer generated; return the written paths.
+
+    The changed files are written beside their targets first and renamed into place only once
+    all of them are written, so a full disk leaves the folder as it was (DiskFullError, exit 74;
+    other failures OutputError, exit 7)."""
+    from dossier.diskfull import output_error
+
     folder = Path(folder)
     files = generate()
+    staged: list[tuple[Path, Path]] = []
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("*.schema.json"):
-            if stale.name not in files:
-                stale.unlink()
-        written = []
         for name, text in files.items():
             path = folder / name
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                path.write_text(text, encoding="utf-8")
-            written.append(path)
+                tmp = folder / f".{name}.tmp-{os.getpid()}"
+                staged.append((tmp, path))
+                tmp.write_text(text, encoding="utf-8")
+        for tmp, path in staged:
+            os.replace(tmp, path)
+        staged = []
+        for stale in folder.glob("*.schema.json"):
+            if stale.name not in files:
+                stale.unlink()
     except OSError as exc:
-        raise OutputError(f"cannot write schemas into {folder}: {exc.strerror}") from exc
-    return written
+        raise output_error(exc, folder, f"writing schemas into {folder}",
+                           f"write schemas into {folder}") from exc
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    return [folder / name for name in files]
 
 
 def check_schemas(folder: Path) -> list[str]:

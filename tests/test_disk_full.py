@@ -242,8 +242,8 @@ def _fill(folder: Path) -> Path:
 
 def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path],  # type: ignore[no-untyped-def]
                                             tmp_path: Path) -> None:
-    """pack, sign (a new envelope and a co-signature), keygen, import and export into a full
-    file system: each stops with one line naming it (exit 74, not 7) and leaves no file
+    """pack, sign (a new envelope and a co-signature), keygen, import, export and schema into
+    a full file system: each stops with one line naming it (exit 74, not 7) and leaves no file
     behind."""
     from tests.test_trtexec_import import plan_bytes, tiny_onnx, write_cache
 
@@ -267,14 +267,15 @@ def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path], 
                  ("keygen", "--out", fs.path / "keys"),
                  ("import", "trtexec", "--tuning-cache", trt / "tuning-cache.jsonl", "--engine",
                   trt / "best.plan", "--out", fs.path / "imported"),
-                 ("export", "trtexec-cache", bundle, "--out", fs.path / "exported.jsonl")):
+                 ("export", "trtexec-cache", bundle, "--out", fs.path / "exported.jsonl"),
+                 ("schema", "--out", fs.path / "schemas")):
         code, said = _dossier(*args)
         assert code == ExitCode.DISK_FULL, (args[0], code, said)
         assert said.count("error:") == 1 and str(fs.path) in said, said
         left = sorted(p for p in fs.path.rglob("*") if not p.is_dir())
         assert left == sorted([filler, signed]), (args[0], left)
         assert signed.read_bytes() == kept[signed]  # the envelope co-signed is unchanged
-    figures("writers into a full file system", commands=6, exit_74=6)
+    figures("writers into a full file system", commands=7, exit_74=7)
 
 
 def test_archives_with_a_small_tmpdir(tmpfs, finished: tuple[Path, Path]) -> None:  # type: ignore[no-untyped-def]
