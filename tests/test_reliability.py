@@ -486,7 +486,11 @@ def _hazards(sample, stress_env, monkeypatch, tmp_path: Path, hazards: tuple[str
     monkeypatch.setenv("PYTHONPATH", stress_env["PYTHONPATH"])
     _, spec = sample("convnet", backend=_stress_backend.NAME, strategy="fast",
                      selection=f"-pace=[slow|fast] -hazard=[none|{'|'.join(hazards)}]")
-    timing = TINY_TIMING.model_copy(update={"trial_timeout_s": 4.0, "trial_memory_limit_mb": 2048})
+    # 4 s where a hang must hit the timeout; otherwise room for a slow phase of a shared host
+    # (a healthy baseline trial took over 4 s there once)
+    limit = 4.0 if "hang_run" in hazards else 20.0
+    timing = TINY_TIMING.model_copy(update={"trial_timeout_s": limit,
+                                            "trial_memory_limit_mb": 2048})
     t0 = time.monotonic()
     res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
     by_route = {t.route: t for t in res.cache.trials if t.role != "confirm"}
