@@ -29,10 +29,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import re
 import shutil
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -45,7 +43,7 @@ from dossier.bundle._files import (
     copy_hashed,
     fsync_path,
     new_staging,
-    remove_stale,
+    remove_stale_staging,
     rename_noreplace,
     write_durable,
 )
@@ -58,8 +56,6 @@ ENTRY = "entry.json"
 ENGINE = "engine"
 MAX_ENTRY_BYTES = 1 << 20
 """An entry larger than this is not read (a crafted file must not exhaust memory)."""
-_KEY = re.compile(r"^[0-9a-f]{32}$")
-_STAGED = re.compile(r"^\..+\.staging-(?P<pid>\d+)-[0-9a-f]+$")
 
 
 class BuildIdentity(BaseModel):
@@ -127,7 +123,7 @@ class BuildCache:
 
     def __init__(self, folder: Path) -> None:
         """Create ``folder`` if needed and check that only this user may write it; InputError
-        (exit 2) otherwise, before any search starts."""
+        (exit 3) otherwise, before any search starts."""
         self.folder = Path(folder)
         self.notes: list[str] = []
         """What went wrong while storing (the search goes on without it)."""
@@ -147,15 +143,14 @@ class BuildCache:
                 f"--build-cache {self.folder} may be written by others (owner uid {st.st_uid}, "
                 f"mode {stat.filemode(st.st_mode)}): an engine taken from it is code this host "
                 "runs", hint=f"use a folder of your own, or chmod go-w {self.folder}")
-        remove_stale(self.folder, _STAGED, dirs_only=True)
+        remove_stale_staging(self.folder)  # what killed writers left
 
     def get(self, identity: BuildIdentity, dest: Path) -> BuildCacheEntry | None:
         """Copy the engine stored for ``identity`` to the new file ``dest`` and return its
         entry; None (and no ``dest``) when there is none or it fails a check."""
         key = identity.key()
-        entry = self._entry(key)
-        if entry is None or entry.identity.model_dump(mode="json") \
-                != identity.model_dump(mode="json"):
+        entry = self._entry(key)  # checked: it names this key, and its identity hashes to it
+        if entry is None:
             return None
         src = self.folder / key / (ENGINE + identity.engine_suffix)
         try:
@@ -174,6 +169,8 @@ class BuildCache:
         return entry
 
     def _entry(self, key: str) -> BuildCacheEntry | None:
+        """The entry stored under ``key``, if it parses, names ``key`` and its identity hashes
+        to ``key``."""
         try:
             with _open_regular(self.folder / key / ENTRY) as f:
                 if f is None:
@@ -253,8 +250,9 @@ def _open_regular(path: Path) -> Iterator[BinaryIO | None]:
 def _remove(path: Path) -> None:
     """Remove a bad entry (a folder, or whatever was planted under its name)."""
     if os.path.isdir(path) and not os.path.islink(path):
-        # renamed aside first: a reader never sees a half-removed entry
-        aside = path.with_name(f".{path.name}.staging-{os.getpid()}-{int(time.time() * 1e6):x}")
+        # renamed aside first (a staging name: a kill leaves it to the next clean-up), so a
+        # reader never sees a half-removed entry
+        aside = new_staging(path.parent, path.name, directory=False)
         os.rename(path, aside)
         shutil.rmtree(aside, ignore_errors=True)
     else:

@@ -143,6 +143,7 @@ def write_schemas(folder: Path) -> list[Path]:
     The changed files are written beside their targets first and renamed into place only once
     all of them are written, so a full disk leaves the folder as it was (DiskFullError, exit 74;
     other failures OutputError, exit 7)."""
+    from dossier.bundle._files import new_staging, remove_stale_staging
     from dossier.diskfull import output_error
 
     folder = Path(folder)
@@ -150,10 +151,11 @@ def write_schemas(folder: Path) -> list[Path]:
     staged: list[tuple[Path, Path]] = []
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(folder)  # what a killed earlier run left
         for name, text in files.items():
             path = folder / name
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                tmp = folder / f".{name}.tmp-{os.getpid()}"
+                tmp = new_staging(folder, name, directory=False)
                 staged.append((tmp, path))
                 tmp.write_text(text, encoding="utf-8")
         for tmp, path in staged:

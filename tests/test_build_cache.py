@@ -223,6 +223,32 @@ def test_a_full_disk_costs_the_cache_entry_only(tmp_path: Path, monkeypatch) -> 
     assert list(cache.folder.iterdir()) == []  # nothing half-written
 
 
+def _put_under_fsize_limit(folder: str, engine: str, limit: int) -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    cache = BuildCache(Path(folder))
+    ok = cache.put(_identity(), Path(engine), 1.0, {})
+    os._exit(0 if not ok and "File too large" in cache.notes[0] else 1)
+
+
+def test_a_file_size_limit_costs_the_entry_only(tmp_path: Path) -> None:
+    """A real failing write (RLIMIT_FSIZE), not a mocked one: put says no, in its notes, and
+    leaves nothing in the folder."""
+    folder = tmp_path / "c"
+    BuildCache(folder)
+    engine = _engine(tmp_path, os.urandom(1 << 20))
+    proc = multiprocessing.get_context("fork").Process(
+        target=_put_under_fsize_limit, args=(str(folder), str(engine), 64 << 10))
+    proc.start()
+    proc.join()
+    assert proc.exitcode == 0
+    assert list(folder.iterdir()) == []
+    assert BuildCache(folder).get(_identity(), tmp_path / "out.ort") is None
+
+
 def test_staging_left_by_a_dead_writer_is_removed(tmp_path: Path) -> None:
     folder = tmp_path / "c"
     BuildCache(folder)

@@ -437,6 +437,18 @@ def _repeat(prefix: str, work: Path, tag: str, reps: int, timeout: float, rec: d
             per_rep = max(per_rep, time.perf_counter() - r0)
 
 
+def _rep_row(i: int, run: dict) -> dict[str, Any]:
+    """What every repeated search records: its outcome, decision, error and build-cache hits."""
+    d = run.get("decision") or {}
+    return {"rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"), "gain": d.get("gain"),
+            "speedup": d.get("speedup"),
+            "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+            "error": None if run.get("ok") else (run.get("timeout")
+                                                 or run.get("stderr_tail", "")[-500:]),
+            "build_cache_hits": sum(1 for t in run.get("trials", [])
+                                    if t.get("build_cache") == "hit")}
+
+
 def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dict:
     """Repeat the A/A spec ``reps`` times (fast strategy, shared warm inductor cache, and the
     dossier build cache: the first repetition builds, the others take its engines and measure)."""
@@ -453,20 +465,13 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
             run = _tune_once(folder / "release-aa.toml", "fast",
                              work / "runs" / tag / f"{config}-aa-{i:02d}", left, env,
                              build_cache_dir(work, config))
-            d = run.get("decision") or {}
             search = [t for t in run.get("trials", []) if t["role"] == "search"]
             rec["runs"].append({
-                "rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"),
-                "gain": d.get("gain"), "speedup": d.get("speedup"),
-                "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+                **_rep_row(i, run),
                 "screened_faster": bool(search and search[0]["faster"]),
                 "screened_slower": bool(search and search[0]["slower"]),
                 "screened_speedup": search[0]["speedup"] if search else None,
                 "screened_p": search[0]["p_value"] if search else None,
-                "error": None if run.get("ok") else (run.get("timeout") or run.get("stderr_tail",
-                                                                                   "")[-500:]),
-                "build_cache_hits": sum(1 for t in run.get("trials", [])
-                                        if t.get("build_cache") == "hit"),
             })
 
         _repeat(f"{config}-aa", work, tag, reps, timeout, rec, once)
@@ -500,17 +505,8 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
             run = _tune_once(folder / "release-calib.toml", "fast", run_dir, left * 0.8, env,
                              build_cache_dir(work, config))
             d = run.get("decision") or {}
-            row: dict[str, Any] = {
-                "rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"),
-                "gain": d.get("gain"), "shipped_route": d.get("shipped_route"),
-                "speedup": d.get("speedup"),
-                "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
-                "reason": d.get("reason"),
-                "build_cache_hits": sum(1 for t in run.get("trials", [])
-                                        if t.get("build_cache") == "hit"),
-                "error": None if run.get("ok") else (run.get("timeout") or run.get("stderr_tail",
-                                                                                   "")[-500:]),
-            }
+            row: dict[str, Any] = {**_rep_row(i, run), "shipped_route": d.get("shipped_route"),
+                                   "reason": d.get("reason")}
             if d.get("gain"):
                 try:
                     f = step_fresh(run_dir)
