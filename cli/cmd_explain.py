@@ -130,7 +130,11 @@ def render_explanation(e: Any) -> None:
             + (", includes 1.0)" if h.interval_includes_one else ")"),
         ] + ([f"rounds     each round's ratio between {h.round_ratio_low:.3f}x and "
               f"{h.round_ratio_high:.3f}x"]
-             if h.round_ratio_low is not None and h.round_ratio_high is not None else []) + [
+             if h.round_ratio_low is not None and h.round_ratio_high is not None else []) + (
+            [f"processes  {len(h.generation_speedups)} process generations read "
+             + ", ".join(f"{g:.3f}x" for g in h.generation_speedups)
+             + "; the interval also covers a new generation's reading"]
+            if h.generation_speedups else []) + [
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
             f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
         ] + ([f"verdict    {h.verdict}"] if h.verdict else [])

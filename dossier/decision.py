@@ -1,8 +1,10 @@
 """The decision rule: which route ships, and why.
 
 0. **Calibration.** Trial 0 times the baseline against a second load of itself. It is judged
-   like any candidate: when it reads a significant difference (p < alpha), the procedure is
-   biased on this host by about that much and nothing ships.
+   like any candidate: when it reads a significant difference (p < alpha) of at least the
+   minimum effect, the procedure is biased on this host by about that much and nothing ships.
+   A smaller significant difference is below what the rule would ship; a gain must still clear
+   the A/A interval's upper end.
 1. **Screening.** Candidates are admissible search trials significantly faster than the
    baseline (signed-rank test over rounds, p < alpha) by at least 1 + min_effect, whose
    interval lies above 1.0 and its lower end above the upper end of the A/A interval (a gain must exceed what
@@ -30,7 +32,8 @@ from dossier.verdict import speed_verdict
 def rule_text(settings: TimingSettings) -> str:
     """The decision rule in words, with the numbers in force."""
     return (f"the A/A trial (baseline against a second load of itself) must not differ "
-            f"(signed-rank test over rounds, alpha={settings.alpha:g}); admissible routes "
+            f"(signed-rank test over rounds, alpha={settings.alpha:g}) by "
+            f"{settings.min_effect:.0%} or more; admissible routes "
             f"faster than the baseline (p < alpha) by at least {settings.min_effect:.0%}, with "
             f"their interval's lower end above the A/A interval's upper end, were re-measured "
             f"independently (top {settings.confirm_top}, one fresh process per engine"
@@ -42,20 +45,22 @@ def rule_text(settings: TimingSettings) -> str:
 
 def _generations(settings: TimingSettings) -> str:
     n = settings.confirm_processes
-    return f" in each of {n} process generations" if n > 1 else ""
+    return (f" in each of {n} process generations, the interval also covering a new "
+            f"generation's reading" if n > 1 else "")
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
-    """The run's A/A reading (trial 0's comparison), judged at alpha."""
+    """The run's A/A reading (trial 0's comparison), judged at alpha like a candidate."""
     base = next((t for t in trials if t.role == "baseline"), None)
-    return base.reading(settings.alpha) if base else None
+    return base.reading(settings.alpha, settings.min_effect) if base else None
 
 
 def confirm_calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
-    """The independent confirmation's A/A reading (its last round), judged at alpha."""
+    """The independent confirmation's A/A reading (its last round), judged as
+    :func:`calibration`."""
     base = next((t for t in trials if t.role == "baseline"), None)
     found = [t for t in trials if t.role == "confirm" and base and t.route == base.route]
-    return found[-1].reading(settings.alpha) if found else None
+    return found[-1].reading(settings.alpha, settings.min_effect) if found else None
 
 
 def _clears(t: TrialRecord, aa: Reading | None) -> bool:
@@ -93,8 +98,9 @@ def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float, aa: Reading
 def _aa_reason(aa: Reading, where: str) -> str:
     return (f"no significant gain: the {where}A/A check (the baseline against a second load of "
             f"itself) read {aa.text()}, a significant difference between two loads of the same "
-            f"engine: the timing procedure is biased on this host by about that much, so no "
-            f"gain of that size can be trusted; the baseline ships")
+            f"engine of at least the minimum effect: the timing procedure is biased on this "
+            f"host by about that much, so no gain of that size can be trusted; the baseline "
+            f"ships")
 
 
 def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionRecord:

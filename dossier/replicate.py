@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dossier.errors import TuneError
 from dossier.spec import ShapeEntry
-from dossier.timing import TimingSettings, warm_up
+from dossier.timing import TimingSettings, generations, warm_up
 from dossier.worker import _timers, die_with_parent
 
 
@@ -163,19 +163,6 @@ def measure(backend: str, engines: Sequence[tuple[Path, str]], validation: Path,
                 for p in procs:
                     p.close()
     return Measured(rounds=out, warmup_runs=warm, wall_s=time.perf_counter() - t0)
-
-
-def generations(rounds: int, processes: int) -> list[range]:
-    """The rounds each process generation times: ``processes`` consecutive spans (at most
-    ``rounds``), as even as can be, the longer ones first."""
-    n = max(1, min(processes, rounds))
-    size, extra = divmod(rounds, n)
-    spans, start = [], 0
-    for g in range(n):
-        end = start + size + (1 if g < extra else 0)
-        spans.append(range(start, end))
-        start = end
-    return spans
 
 
 # ------------------------------------------------------------------------------ the child

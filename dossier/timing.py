@@ -9,6 +9,13 @@ The speedup is the Hodges-Lehmann estimate of those ratios (on the log scale: th
 pairwise means of the log ratios), its interval the exact distribution-free interval that goes
 with the Wilcoxon signed-rank test, and the test that signed-rank test on the log ratios. Raw
 samples are kept with their round index.
+
+An independent measurement in several **process generations** (``confirm_processes``) also has
+a unit above the round: rounds timed by the same processes share those processes' state, and on
+the H200 that state moved a speedup between 2.7x and 4.2x from one process to the next. Its
+interval is then the wider of the round-level interval and a prediction interval for the
+estimate of a new generation (Student's t over the generations' estimates, on the log scale):
+what a re-measurement in fresh processes can be expected to read.
 """
 
 from __future__ import annotations
@@ -80,9 +87,10 @@ class TimingSettings(BaseModel):
     """Process generations of the confirmation (and of ``verify --rebench``): its rounds are
     split into this many consecutive spans, each timed by new processes, one per engine. A
     host state that lasts a process's life (on the H200 the launch-bound baseline stayed at one
-    of two speeds for a whole process) is then sampled this many times instead of once, so the
-    interval can cover it. Each generation costs every engine a process start, a load and a
-    warm-up. At most ``confirm_rounds``."""
+    of two speeds for a whole process) is then sampled this many times instead of once, and
+    with 2 or more the interval also spans the spread between generations (a prediction
+    interval for a new generation). Each generation costs every engine a process start, a load
+    and a warm-up. At most ``confirm_rounds``; 3 or more on a GPU."""
 
     def smallest_p(self, rounds: int) -> float:
         """The smallest two-sided p-value an exact signed-rank test over ``rounds`` can give."""
@@ -227,15 +235,58 @@ def signed_rank_p(x: Sequence[float]) -> float:
     return float(stats.wilcoxon(v, alternative="two-sided").pvalue)
 
 
+def generations(rounds: int, processes: int) -> list[range]:
+    """The rounds each process generation times: ``processes`` consecutive spans (at most
+    ``rounds``), as even as can be, the longer ones first."""
+    n = max(1, min(processes, rounds))
+    size, extra = divmod(rounds, n)
+    spans, start = [], 0
+    for g in range(n):
+        end = start + size + (1 if g < extra else 0)
+        spans.append(range(start, end))
+        start = end
+    return spans
+
+
+def generation_interval(baseline: Sequence[Sequence[float]],
+                        candidate: Sequence[Sequence[float]], processes: int,
+                        confidence: float) -> tuple[list[float], float, float] | None:
+    """The process generations' own estimates (log speedups: the Hodges-Lehmann estimate of
+    each generation's rounds) and the prediction interval for a new generation's estimate:
+    mean +- t(G-1) * sd * sqrt(1 + 1/G) over the G generations. None with fewer than two
+    generations that timed a round."""
+    from scipy import stats  # imported here: trial processes time engines without scipy
+
+    estimates = []
+    for span in generations(len(baseline), processes):
+        logs = np.log(round_ratios([baseline[r] for r in span], [candidate[r] for r in span]))
+        if len(logs):
+            estimates.append(shift_interval(logs, confidence)[0])
+    g = len(estimates)
+    if g < 2:
+        return None
+    m = np.asarray(estimates)
+    half = float(stats.t.ppf(0.5 + confidence / 2, g - 1) * m.std(ddof=1) * np.sqrt(1 + 1 / g))
+    return [float(x) for x in m], float(m.mean()) - half, float(m.mean()) + half
+
+
 def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
             settings: TimingSettings, *, alpha: float | None = None, baseline_warmup: int = 0,
             procedure: str = "screening") -> Comparison:
     """Compare a candidate with the baseline timed alongside it, round by round (samples per
-    round of each; the same number of rounds)."""
+    round of each; the same number of rounds). An ``independent`` measurement in two or more
+    process generations (``settings.confirm_processes``) gets the wider of the round-level
+    interval and the generations' prediction interval (:func:`generation_interval`)."""
     alpha = settings.alpha if alpha is None else alpha
     ratios = round_ratios(baseline, candidate)
     logs = np.log(ratios)
     est, lo, hi = shift_interval(logs, settings.confidence)
+    gens = None
+    if procedure == "independent" and settings.confirm_processes > 1:
+        gens = generation_interval(baseline, candidate, settings.confirm_processes,
+                                   settings.confidence)
+        if gens is not None:
+            lo, hi = min(lo, gens[1]), max(hi, gens[2])
     p = signed_rank_p(logs)
     speedup = float(np.exp(est))
     significant = p < alpha
@@ -246,4 +297,5 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         faster=significant and speedup >= 1 + settings.min_effect and float(np.exp(lo)) > 1.0,
         slower=significant and speedup <= 1 / (1 + settings.min_effect)
         and float(np.exp(hi)) < 1.0,
-        rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure)
+        rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure,
+        generation_speedups=[float(np.exp(x)) for x in gens[0]] if gens else None)

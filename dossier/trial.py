@@ -86,6 +86,10 @@ class Comparison(_Model):
     procedure: str | None = None
     """``screening`` (one process, engines alternating in blocks) or ``independent`` (one fresh
     process per engine, :mod:`dossier.replicate`)."""
+    generation_speedups: list[float] | None = None
+    """An independent measurement in two or more process generations: each generation's own
+    speedup (Hodges-Lehmann over its rounds). The interval then also covers a new generation's
+    (prediction interval, Student's t over these on the log scale). None otherwise."""
 
     def round_range(self) -> tuple[float, float] | None:
         """The smallest and largest per-round ratio (None in records without them)."""
@@ -110,7 +114,8 @@ class Reading(_Model):
     rounds: int | None
     """Rounds it was computed over."""
     significant: bool
-    """p below the level it was judged at."""
+    """A difference the rule acts on: p below the level it was judged at, and the reading at
+    least the minimum effect away from 1.0 (as a candidate must be to ship)."""
 
     def text(self) -> str:
         """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)``."""
@@ -176,12 +181,15 @@ class TrialRecord(_Model):
         """Admissible and significantly faster than the baseline."""
         return self.admissible and self.comparison is not None and self.comparison.faster
 
-    def reading(self, alpha: float) -> Reading | None:
-        """Its comparison as a :class:`Reading` judged at ``alpha`` (None when untimed)."""
+    def reading(self, alpha: float, min_effect: float = 0.0) -> Reading | None:
+        """Its comparison as a :class:`Reading` judged like a candidate: significant when p is
+        below ``alpha`` and the speedup at least ``min_effect`` away from 1.0 in either
+        direction (None when untimed)."""
         c = self.comparison
         if c is None:
             return None
         return Reading(trial_index=self.index, procedure=c.procedure or "screening",
                        speedup=c.speedup, speedup_ci_low=c.speedup_ci_low,
                        speedup_ci_high=c.speedup_ci_high, p_value=c.p_value, rounds=c.rounds,
-                       significant=c.p_value < alpha)
+                       significant=c.p_value < alpha and not (
+                           1 / (1 + min_effect) < c.speedup < 1 + min_effect))

@@ -82,3 +82,27 @@ def test_the_rule_text_states_the_aa_condition() -> None:
     text = rule_text(S)
     assert "lower end above the A/A interval's upper end" in text
     assert f"{S.confirm_rounds} rounds" in text and "fresh process per engine" in text
+
+
+def test_an_aa_below_the_minimum_effect_does_not_stop_a_gain_that_clears_it() -> None:
+    """Judged like a candidate: on the H200 a screening A/A read 1.008x (p=0.0098), a
+    difference no candidate could ship with, and the rule threw away a 3.6x gain. Such a reading
+    no longer stops the release, but the gain must still clear its interval."""
+    small = _trial(0, BASE, 1.008, 1.003, 1.020, 0.0098, role="baseline")
+    win = [_trial(1, "-a=y", 3.6, 3.5, 3.7, 0.0001), _confirm(2, BASE, 1.0, 0.97, 1.03, 0.8),
+           _confirm(3, "-a=y", 3.1, 2.7, 3.5, 0.001)]
+    d = decide([small, *win], S)
+    assert d.gain and d.shipped_route == "-a=y"
+    assert d.aa is not None and not d.aa.significant and d.aa.p_value < S.alpha
+    close = decide([small, _trial(1, "-a=y", 1.03, 1.015, 1.05, 0.001)],
+                   S.model_copy(update={"confirm_top": 0}))
+    assert not close.gain and "A/A reading's upper end 1.020" in close.reason
+    slow = decide([_trial(0, BASE, 0.975, 0.96, 0.99, 0.004, role="baseline"), *win], S)
+    assert not slow.gain and "A/A check" in slow.reason  # 2.5% apart: at least the effect
+
+
+def test_the_rule_text_names_the_generations_interval() -> None:
+    assert "generation" not in rule_text(S)
+    text = rule_text(S.model_copy(update={"confirm_processes": 3}))
+    assert "3 process generations" in text and "new generation's reading" in text
+    assert f"by {S.min_effect:.0%} or more" in text

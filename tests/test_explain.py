@@ -362,20 +362,25 @@ def test_the_spread_of_the_round_ratios_is_shown(capsys: pytest.CaptureFixture) 
     ratios = [2.42, 2.45, 3.84, 3.9, 2.5, 3.8, 3.85, 2.44, 3.83, 3.86]
     assert trials[1].comparison is not None
     trials[1] = trials[1].model_copy(update={"comparison": trials[1].comparison.model_copy(
-        update={"round_ratios": ratios, "rounds": len(ratios)})})
+        update={"round_ratios": ratios, "rounds": len(ratios),
+                "generation_speedups": [2.45, 3.84, 2.5]})})
     e = explain_search(_header(), trials, SESSION, decide(trials, TimingSettings()))
     h = e.head_to_head
     assert h is not None and (h.round_ratio_low, h.round_ratio_high) == (2.42, 3.9)
     render_explanation(e)
-    assert "each round's ratio between 2.420x and 3.900x" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "each round's ratio between 2.420x and 3.900x" in out
+    assert "3 process generations read 2.450x, 3.840x, 2.500x" in out
     page = render_report(e, {})
     assert "each round&#39;s ratio between 2.420x and 3.900x" in page \
         or "each round's ratio between 2.420x and 3.900x" in page
+    assert "3 process generations read 2.450x, 3.840x, 2.500x" in page
     plain = explain_search(_header(), trials[:1] + [_trial(1, "-a=y -b=p", 3.0, 2.6, 3.5, 1e-4)],
                            SESSION, decide(trials, TimingSettings()))
     assert plain.head_to_head is not None and plain.head_to_head.round_ratio_low is None
     render_explanation(plain)
-    assert "each round's ratio" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "each round's ratio" not in out and "process generations" not in out
 
 
 def test_a_confirmed_gain_is_explained_from_the_confirmation() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import test_bundle_helpers as h
 
-from dossier import replicate
+from dossier import replicate, timing
 from dossier.backends import get_backend
 from dossier.decision import decide
 from dossier.errors import TuneError
@@ -66,10 +66,10 @@ def test_process_generations_split_the_rounds_and_start_new_processes(
 
 
 def test_generations_are_even_consecutive_spans() -> None:
-    assert replicate.generations(12, 1) == [range(0, 12)]
-    assert replicate.generations(12, 3) == [range(0, 4), range(4, 8), range(8, 12)]
-    assert replicate.generations(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
-    assert replicate.generations(2, 5) == [range(0, 1), range(1, 2)]
+    assert timing.generations(12, 1) == [range(0, 12)]
+    assert timing.generations(12, 3) == [range(0, 4), range(4, 8), range(8, 12)]
+    assert timing.generations(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
+    assert timing.generations(2, 5) == [range(0, 1), range(1, 2)]
     problems = TimingSettings(confirm_rounds=4, confirm_processes=5).problems()
     assert any("confirm_processes=5 is more than" in p for p in problems)
     assert not TimingSettings(confirm_processes=12).problems()

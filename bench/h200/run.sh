@@ -14,8 +14,9 @@
 #                      cache: the first builds, the others measure)
 #   calib=C:N          N searches of config C's calibration spec (-cuda_graph=[off|on]), each
 #                      shipped gain re-measured independently (coverage); build cache as aa
-#   bundle=RUN         bundle run RUN of this tag, verify it (--recheck --rebench), explain it
-#                      as HTML into $OUT
+#   bundle=RUN         bundle run RUN of this tag (or, for a repeated step such as
+#                      resnet50_b1-calib, its last run that shipped a gain), verify it
+#                      (--recheck --rebench), explain it as HTML into $OUT
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
@@ -25,6 +26,11 @@
 #                      bundle verified there (with its HTML report when plotly was carried),
 #                      3 more A/A searches and more calibration searches (two commands:
 #                      gpu4a, gpu4b)
+#   gpu5               what was left after gpu4 (three commands of <= 9.5 minutes, in this
+#                      order on one warm machine, so that the build cache carries over):
+#                      gpu5a calibration searches of ResNet-50 b1 in 3 process generations;
+#                      gpu5b 3 A/A searches, a ResNet-50 fast search bundled, verified and
+#                      explained as HTML, more calibration; gpu5c the batch-32 fast searches
 #   plan1|plan2|plan3  an older split into three commands
 #   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
 #
@@ -140,6 +146,10 @@ for step in "$@"; do
         gpu4a) specs resnet50_b32,bert_b32,resnet50_b1; tune resnet50_b32 fast; tune bert_b32 fast ;;
         gpu4b) specs resnet50_b1; aa resnet50_b1 4; tune resnet50_b1 fast; bundle resnet50_b1-fast
                calib resnet50_b1 6 ;;
+        gpu5a) specs resnet50_b1; calib resnet50_b1 8 ;;
+        gpu5b) specs resnet50_b1; aa resnet50_b1 3; tune resnet50_b1 fast; bundle resnet50_b1-fast
+               calib resnet50_b1 6 ;;
+        gpu5c) specs resnet50_b32,bert_b32; tune resnet50_b32 fast; tune bert_b32 fast ;;
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;

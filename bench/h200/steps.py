@@ -492,12 +492,16 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
     times with the build cache; after each search that ships a gain, re-measure the shipped
     route against the baseline with the independent procedure (:func:`step_fresh`) and say
     whether that reading falls inside the 95% interval the search recorded."""
+    import tomllib
+
     from dossier.backends.torch_inductor import CACHE_ENV
 
     rec: dict[str, Any] = {"step": "calib", "config": config, "reps_planned": reps, "runs": []}
     t0 = time.perf_counter()
     try:
         folder = _spec_folder(work, config)
+        timing = tomllib.loads((folder / "release-calib.toml").read_text()).get("timing", {})
+        rec["confirm_processes"] = timing.get("confirm_processes", 1)
         env = {CACHE_ENV: str(work / "inductor-cache" / f"aa-{config}")}
 
         def once(i: int, left: float) -> None:
@@ -513,7 +517,7 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
                     row["fresh"] = {k: f.get(k) for k in (
                         "route", "reference", "fresh_speedup", "fresh_speedup_ci",
                         "fresh_p_value", "tuned_speedup", "tuned_speedup_ci",
-                        "speedup_inside_ci")}
+                        "speedup_inside_ci", "fresh_round_ratios", "fresh_block_medians_ms")}
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     row["fresh"] = _failure(exc)
             rec["runs"].append(row)
@@ -608,12 +612,34 @@ def _cli(args: list[str], timeout: float, keep: int = 6000) -> dict:
             "stderr": proc.stderr[-2000:], "wall_s": round(time.perf_counter() - t0, 2)}
 
 
+def _shipped_run(run_dir: Path) -> Path:
+    """``run_dir`` itself when it exists; else, of the repeated searches ``<run_dir>-NN`` of this
+    tag (e.g. ``resnet50_b1-calib``), the last that shipped a gain, or the last that finished."""
+    if run_dir.exists():
+        return run_dir
+    from dossier.cache import TuningCache
+
+    finished = []
+    for folder in sorted(run_dir.parent.glob(f"{run_dir.name}-[0-9][0-9]")):
+        try:
+            d = TuningCache.open(folder / CACHE_FILE, repair=True).decision
+        except Exception:  # noqa: BLE001 - an unfinished or broken run is not a candidate
+            continue
+        if d is not None:
+            finished.append((bool(d.gain), folder))
+    if not finished:
+        raise FileNotFoundError(f"no finished search at {run_dir} or {run_dir.name}-NN")
+    shipped = [f for gain, f in finished if gain]
+    return (shipped or [f for _, f in finished])[-1]
+
+
 def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
-    """Bundle a finished search, verify the bundle here (integrity, environment, the shipped
-    engine's accuracy re-checked, and ``--rebench``: the independent re-measurement), explain it
-    as HTML into ``out``."""
-    rec: dict[str, Any] = {"step": "bundle", "run_dir": str(run_dir)}
+    """Bundle a finished search (:func:`_shipped_run` picks one of a repeated step's runs),
+    verify the bundle here (integrity, environment, the shipped engine's accuracy re-checked,
+    and ``--rebench``: the independent re-measurement), explain it as HTML into ``out``."""
     t0 = time.perf_counter()
+    run_dir = _shipped_run(run_dir)
+    rec: dict[str, Any] = {"step": "bundle", "run_dir": str(run_dir)}
     folder = run_dir.parent / f"{run_dir.name}-bundle"
     if folder.exists():
         shutil.rmtree(folder)

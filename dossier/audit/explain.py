@@ -106,6 +106,9 @@ class HeadToHead(_Model):
     the gain depends on the state of the host (e.g. a launch-bound baseline)."""
     round_ratio_high: float | None = None
     """The largest of the per-round ratios."""
+    generation_speedups: list[float] | None = None
+    """An independent measurement in process generations: each generation's own speedup. The
+    interval then also covers a new generation's reading (a prediction interval over these)."""
     significant: bool
     """p_value < alpha."""
     min_effect: float
@@ -324,7 +327,8 @@ class AACheck(_Model):
     rounds: int | None = None
     """Rounds it was computed over."""
     significant: bool = False
-    """p below alpha: the decision rule ships nothing."""
+    """p below alpha and the reading at least the minimum effect away from 1.0: the decision
+    rule ships nothing."""
     speedup: float
     """Load 2 / load 1 latency (the same statistic as a candidate's speedup)."""
     speedup_ci_low: float
@@ -624,8 +628,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
         knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
-        aa_check=_aa(baseline, settings.alpha) if baseline else None,
-        confirm_aa_check=next((_aa(t, settings.alpha) for t in reversed(trials) if baseline
+        aa_check=_aa(baseline, settings) if baseline else None,
+        confirm_aa_check=next((_aa(t, settings) for t in reversed(trials) if baseline
                                and t.role == "confirm" and t.route == baseline.route), None),
         # an imported record's fingerprint is the "unknown host" placeholder, not a host
         environment=_environment(fingerprint) if fingerprint is not None and not imported
@@ -692,6 +696,7 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         rounds=c.rounds,
         round_ratio_low=spread[0], round_ratio_high=spread[1],
+        generation_speedups=c.generation_speedups,
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
         interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
@@ -859,17 +864,22 @@ def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str
                      effects=effects)
 
 
-def _aa(baseline: TrialRecord, alpha: float) -> AACheck | None:
+def _aa(baseline: TrialRecord, settings: TimingSettings) -> AACheck | None:
     c = baseline.comparison
-    if c is None:
+    reading = baseline.reading(settings.alpha, settings.min_effect)
+    if c is None or reading is None:
         return None
     inside = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
-    significant = c.p_value < alpha
-    verdict = ("significant: two loads of the same engine timed differently, so the procedure "
-               "is biased on this host by about that much and nothing ships" if significant else
+    significant = reading.significant
+    small = (" (p < alpha, but below the minimum effect of "
+             f"{settings.min_effect:.0%}: a gain must clear its upper end)"
+             if c.p_value < settings.alpha else
+             " (the interval excludes 1.0 narrowly; a gain must clear its upper end)")
+    verdict = ("significant: two loads of the same engine timed differently, by at least the "
+               "minimum effect, so the procedure is biased on this host by about that much and "
+               "nothing ships" if significant else
                "as expected: no significant difference between two loads of the same engine"
-               + ("" if inside else " (the interval excludes 1.0 narrowly; a gain must clear "
-                  "its upper end)"))
+               + ("" if inside and c.p_value >= settings.alpha else small))
     return AACheck(trial_index=baseline.index, procedure=c.procedure or "screening",
                    rounds=c.rounds, significant=significant, speedup=c.speedup,
                    speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
