@@ -13,7 +13,12 @@ Three parts, each run repeatedly with the default timing settings:
   candidate of the confirmation is re-measured too when nothing ships (``candidate_coverage``:
   the confirmation interval's coverage whether or not the rule shipped it).
 
-Writes bench/results/calibration-<sample>.json with the counts, the figures (medians with
+``--selection`` replaces the release spec's selection (e.g. one knob with a real difference,
+so that gains ship and their coverage can be counted) and ``--confirm-processes N`` runs the
+confirmation and the re-measurement in N process generations (``timing.confirm_processes``),
+whose interval also covers a new generation's reading.
+
+Writes bench/results/calibration-<sample>.json (``--out`` to change) with the counts, the figures (medians with
 intervals), every run's details and the machine load (os.getloadavg before and after, CPU
 count). Full counts (20 A/A, 10 releases) by one command:
 
@@ -133,6 +138,7 @@ def _result(args: argparse.Namespace, aa_runs: list[dict], rel_runs: list[dict],
     return {
         "benchmark": "calibration of the decision rule", "backend": "onnxruntime",
         "sample": args.sample, "aa_selection": AA_SELECTION, "timing": "default TimingSettings",
+        "selection": args.selection, "confirm_processes": args.confirm_processes or 1,
         "complete": done, "errors": sum("error" in r for r in aa_runs + rel_runs),
         "counts": {"aa_searches": len(aa_runs), "release_searches": len(rel_runs),
                    "asked": {"aa": args.aa, "releases": args.releases}},
@@ -164,6 +170,9 @@ def main() -> None:
     ap.add_argument("--aa", type=int, default=20, help="A/A searches on convnet (0: none)")
     ap.add_argument("--releases", type=int, default=10, help="release searches of --sample")
     ap.add_argument("--sample", default="tblock")
+    ap.add_argument("--selection", help="replaces the release spec's selection")
+    ap.add_argument("--confirm-processes", type=int, default=None,
+                    help="timing.confirm_processes of the release searches")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     out = args.out or ROOT / "bench" / "results" / f"calibration-{args.sample}.json"
@@ -174,7 +183,11 @@ def main() -> None:
         _build_samples(Path(tmp) / "samples")
         aa_spec = load_spec(Path(tmp) / "samples" / "convnet" / "release.toml",
                             {"strategy": "full", "selection": AA_SELECTION})
-        rel_spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml")
+        rel_spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
+                             {"selection": args.selection} if args.selection else None)
+        if args.confirm_processes:
+            rel_spec = rel_spec.model_copy(update={"timing": rel_spec.timing.model_copy(
+                update={"confirm_processes": args.confirm_processes})})
         # interleaved, so a change of the machine's load touches both parts alike
         for i in range(max(args.aa, args.releases)):
             if i < args.aa:

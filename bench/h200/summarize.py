@@ -187,8 +187,10 @@ def summarize(results: list[dict]) -> dict:
             elif kind == "calib":
                 c = configs.setdefault(step["config"], {})
                 runs = c.setdefault("_calib_runs", [])
-                runs.extend([{**r, "tag": doc.get("tag")} for r in step.get("runs", [])
-                             if r.get("ok")])
+                gens = step.get("confirm_processes", 1)
+                runs.extend([{**r, "tag": doc.get("tag"), "generations": gens,
+                              "reanalysed": _reanalyse(doc, step["config"], r, gens)}
+                             for r in step.get("runs", []) if r.get("ok")])
                 c["calib"] = _calib(runs)
                 c.setdefault("errors", []).extend(
                     f"calib ({doc.get('tag')}) run {r['rep']}: {r['error'].strip()[-200:]}"
@@ -224,17 +226,67 @@ def summarize(results: list[dict]) -> dict:
             "configs": configs}
 
 
-def _calib(runs: list[dict]) -> dict:
+def _reanalyse(doc: dict, config: str, run: dict, processes: int) -> dict | None:
+    """A calibration search that ran with the round-level interval only, its confirmation
+    re-analysed with today's rule (:func:`dossier.timing.compare`: with two or more process
+    generations the interval also covers a new generation's reading), from the round ratios in
+    the tuning cache kept in ``caches-<tag>.tar.gz`` beside the result file. None when the
+    search shipped nothing, ran in one generation, or its cache is not there."""
+    import tarfile
+
+    from dossier.timing import generation_interval, shift_interval
+
+    fresh = (run.get("fresh") or {}).get("fresh_speedup")
+    if not run.get("gain") or processes < 2 or fresh is None or not doc.get("_file"):
+        return None
+    tag = doc.get("tag")
+    archive = Path(doc["_file"]).with_name(f"caches-{tag}.tar.gz")
+    member = f"{tag}/{config}-calib-{run['rep']:02d}/tuning-cache.jsonl"
+    try:
+        with tarfile.open(archive) as tar:
+            f = tar.extractfile(member)
+            lines = f.read().decode().splitlines() if f else []
+    except (OSError, KeyError, tarfile.TarError):
+        return None
+    records = [json.loads(x) for x in lines if x.strip()]
+    confirm = [r for r in records if r.get("role") == "confirm"
+               and r.get("route") == run.get("shipped_route") and r.get("comparison")]
+    if not confirm:
+        return None
+    ratios = confirm[-1]["comparison"]["round_ratios"]
+    import numpy as np
+
+    est, lo, hi = shift_interval(np.log(ratios), 0.95)
+    gens = generation_interval([[r] for r in ratios], [[1.0]] * len(ratios), processes, 0.95)
+    if gens is not None:
+        lo, hi = min(lo, gens[1]), max(hi, gens[2])
+    ci = [float(np.exp(lo)), float(np.exp(hi))]
+    return {"speedup": float(np.exp(est)), "speedup_ci": ci,
+            "generation_speedups": [float(np.exp(g)) for g in gens[0]] if gens else None,
+            "fresh_inside": ci[0] <= fresh <= ci[1], "excludes_one": ci[0] > 1.0}
+
+
+def _calib(runs: list[dict], split: bool = True) -> dict:
     """Coverage of the calibration searches: of the shipped gains re-measured independently,
-    how many readings fall inside the recorded 95% interval, and how many exclude 1.0."""
+    how many readings fall inside the recorded 95% interval, and how many exclude 1.0 (also
+    by the number of process generations the searches confirmed in)."""
+    by_gens = ({str(g): _calib([r for r in runs if r.get("generations", 1) == g], False)
+                for g in sorted({r.get("generations", 1) for r in runs})} if split else {})
     shipped = [r for r in runs if r.get("gain")]
     fresh = [r["fresh"] for r in shipped
              if (r.get("fresh") or {}).get("fresh_speedup") is not None]
     return {"searches": len(runs), "shipped": len(shipped), "remeasured": len(fresh),
+            "by_generations": by_gens,
             "inside": sum(1 for f in fresh if f["speedup_inside_ci"]),
             "remeasure_excludes_one": sum(1 for f in fresh if f["fresh_speedup_ci"][0] > 1.0),
             "from_build_cache": sum(1 for r in runs if r.get("build_cache_hits")),
+            "reanalysed": sum(1 for r in shipped if r.get("reanalysed")),
+            "reanalysed_inside": sum(1 for r in shipped
+                                     if (r.get("reanalysed") or {}).get("fresh_inside")),
+            "reanalysed_excludes_one": sum(1 for r in shipped
+                                           if (r.get("reanalysed") or {}).get("excludes_one")),
             "rows": [{"tag": r["tag"], "rep": r["rep"], "gain": r.get("gain"),
+                      "generations": r.get("generations", 1), "reanalysed": r.get("reanalysed"),
                       "speedup": r.get("speedup"), "speedup_ci": r.get("speedup_ci"),
                       "fresh_speedup": (r.get("fresh") or {}).get("fresh_speedup"),
                       "fresh_speedup_ci": (r.get("fresh") or {}).get("fresh_speedup_ci"),
@@ -259,7 +311,13 @@ def _remeasures(configs: dict[str, dict], tag: str | None, step: dict) -> None:
     recorded = (c.get("searches") or {}).get(strategy) or {}
     ci = recorded.get("speedup_ci")
     if step.get("step") == "bundle":
-        rb = ((step.get("verify_report") or {}).get("rebench") or {}).get("comparison")
+        report = step.get("verify_report") or {}
+        c.setdefault("bundles", []).append({
+            "tag": tag, "strategy": strategy, "bundle": step.get("bundle_path"),
+            "bundle_mb": step.get("bundle_mb"), "verdict": report.get("verdict"),
+            "reasons": report.get("reasons") or [], "html": step.get("html"),
+            "accuracy_rechecked": (report.get("recheck") or {}).get("passed")})
+        rb = (report.get("rebench") or {}).get("comparison")
         if rb:
             out.append({"tag": tag, "strategy": strategy, "source": "verify --rebench",
                         "plan": "target", "speedup": rb["speedup"],
@@ -377,17 +435,44 @@ def markdown(summary: dict) -> str:
                   "| config | searches | shipped a gain | re-measured | inside the recorded 95% "
                   "interval | re-measure excludes 1.0 |", "|---|---|---|---|---|---|"]
         for name, a in calib:
-            lines.append(f"| {name} | {a['searches']} | {a['shipped']} | {a['remeasured']} | "
-                         f"{a['inside']} of {a['remeasured']} | "
-                         f"{a['remeasure_excludes_one']} of {a['remeasured']} |")
-        lines += ["", "| config | run | shipped speedup (confirmation) | independent "
-                  "re-measurement | inside? |", "|---|---|---|---|---|"]
+            for g, part in sorted(a["by_generations"].items()):
+                lines.append(f"| {name} ({g} generation{'s' if int(g) > 1 else ''}, as "
+                             f"recorded) | {part['searches']} | {part['shipped']} | "
+                             f"{part['remeasured']} | {part['inside']} of {part['remeasured']} | "
+                             f"{part['remeasure_excludes_one']} of {part['remeasured']} |")
+        for name, a in calib:
+            if a["reanalysed"]:
+                lines.append(
+                    f"\nRe-analysed ({name}): the {a['reanalysed']} gains shipped from searches "
+                    "in process generations, their recorded confirmation rounds analysed with "
+                    "today's rule (the interval also covers a new generation's reading): the "
+                    f"re-measurement falls inside in {a['reanalysed_inside']} of "
+                    f"{a['reanalysed']}, and the interval excludes 1.0 in "
+                    f"{a['reanalysed_excludes_one']} of {a['reanalysed']}. These searches ran "
+                    "before the rule changed, and the rule was changed after seeing them: a "
+                    "prospective check is still to be run.")
+        lines += ["", "| config | run | generations | shipped speedup (confirmation, as "
+                  "recorded) | independent re-measurement | inside? | re-analysed interval "
+                  "(generations) | inside? |", "|---|---|---|---|---|---|---|---|"]
         for name, a in calib:
             for r in a["rows"]:
-                lines.append(f"| {name} | {r['tag']}-{r['rep']:02d} | "
+                ra = r.get("reanalysed") or {}
+                lines.append(f"| {name} | {r['tag']}-{r['rep']:02d} | {r['generations']} | "
                              f"{_sp(r['speedup'], r['speedup_ci']) if r['gain'] else 'no gain'} | "
                              f"{_sp(r['fresh_speedup'], r['fresh_speedup_ci'])} | "
-                             f"{_yn(r['inside']) if r['inside'] is not None else '-'} |")
+                             f"{_yn(r['inside']) if r['inside'] is not None else '-'} | "
+                             f"{_sp(ra.get('speedup'), ra.get('speedup_ci')) if ra else '-'} | "
+                             f"{_yn(ra['fresh_inside']) if ra else '-'} |")
+    bundles = [(n, b) for n, c in sorted(cfgs.items()) for b in c.get("bundles", [])]
+    if bundles:
+        lines += ["", "## Bundles verified on the H200 (`verify --recheck --rebench`)", "",
+                  "| config | search | bundle | MiB | accuracy re-checked | verdict | why | "
+                  "HTML report |", "|---|---|---|---|---|---|---|---|"]
+        for name, b in bundles:
+            why = "; ".join(b["reasons"]) or "-"
+            lines.append(f"| {name} | {b['strategy']} ({b['tag']}) | {b['bundle']} | "
+                         f"{b['bundle_mb']} | {_yn(b['accuracy_rechecked'])} | "
+                         f"{b['verdict'] or '-'} | {why} | {b['html'] or '-'} |")
     rows = [(n, r) for n, c in sorted(cfgs.items()) for r in c.get("independent", [])]
     if rows:
         lines += ["", "## Independent re-measurements (a fresh process per engine, production "
