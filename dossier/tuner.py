@@ -35,7 +35,7 @@ from dossier.decision import calibration, candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.executors import Executor, open_executor
-from dossier.fingerprint import collect
+from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.lock import RUN_LOCK, new_or_locked_run_folder
@@ -206,12 +206,15 @@ class Tuner:
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
                  observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
                  build_jobs: int | None = None, executor: Executor | None = None,
-                 build_cache: BuildCache | None = None) -> None:
+                 build_cache: BuildCache | None = None,
+                 host: Fingerprint | None = None) -> None:
         """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
         their own processes, ahead of measurement, when there are several jobs, the backend
         builds separately or there is a ``build_cache``; otherwise one process builds and
         measures each trial. ``executor``: where build and measure jobs run (None: here, as
-        described; see :mod:`dossier.executors`)."""
+        described; see :mod:`dossier.executors`). ``host``: this host's fingerprint when the
+        caller has collected it (the build cache's key needs it; None: collected when
+        needed)."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -229,7 +232,7 @@ class Tuner:
             self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
                                  self._build_key, build_cache,
                                  self._build_identity if build_cache is not None else None)
-        self._host: dict[str, object] | None = None
+        self._host: dict[str, object] | None = host_identity(host) if host is not None else None
 
     def _request(self, **kw: object) -> WorkerRequest:
         s = self.p.spec
@@ -554,17 +557,19 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         # database matches the header's digest; the fingerprint is of the host tuning now)
         if not (out / KNOBS_NAME).is_file():
             _write_json(out / KNOBS_NAME, p.db.model_dump_json(indent=2))
+        here: Fingerprint | None = None  # this host's, when collected now
         if not (out / FINGERPRINT_NAME).is_file():  # of the host that measures
-            _write_json(out / FINGERPRINT_NAME,
-                        (ex.fingerprint() if ex is not None else
-                         collect(include_compiler=p.backend.fingerprint_compiler))
-                        .model_dump_json(indent=2))
+            if ex is None:
+                here = fp = collect(include_compiler=p.backend.fingerprint_compiler)
+            else:
+                fp = ex.fingerprint()
+            _write_json(out / FINGERPRINT_NAME, fp.model_dump_json(indent=2))
     except OSError as exc:
         _close(ex)
         if is_disk_full(exc):
             raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex, store)
+    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex, store, here)
     started, t0 = _now(), time.perf_counter()
     try:
         decision = tuner.search()

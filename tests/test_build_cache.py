@@ -260,3 +260,23 @@ def test_staging_left_by_a_dead_writer_is_removed(tmp_path: Path) -> None:
     (stale / "engine.ort").write_bytes(b"half")
     BuildCache(folder)
     assert not stale.exists()
+
+
+def test_a_search_with_a_build_cache_collects_the_host_once(sample, tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """The key needs the host's facts, and so does the run folder's fingerprint.json: one
+    collection serves both (for the torch backend it costs an import of torch)."""
+    import dossier.tuner as tuner_module
+
+    calls = []
+    real = tuner_module.collect
+
+    def counting(**kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(tuner_module, "collect", counting)
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    res = tune(spec, tmp_path / "one", build_cache=tmp_path / "builds")
+    assert res.notes[-1].endswith("0 engine(s) taken, 2 stored")
+    assert len(calls) == 1
