@@ -129,6 +129,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
     baseline = selection.baseline(db)
+    spec = _with_timing_defaults(spec, backend.timing_defaults(baseline, db))
     probe = dict(baseline.as_dict())
     for item in selection.items:
         for value in item.values:
@@ -136,6 +137,16 @@ def prepare(spec: ReleaseSpec) -> Prepared:
                 probe[item.knob] = "off"
     backend.check_route(model, Route.of(probe), db)
     return Prepared(spec, backend, db, selection, strategy, model, vset, baseline)
+
+
+def _with_timing_defaults(spec: ReleaseSpec, defaults: dict[str, object]) -> ReleaseSpec:
+    """``spec`` with the backend's timing defaults for its engines (:meth:`Backend.
+    timing_defaults`) where ``[timing]`` leaves them unset (3 generations fit: a
+    ``confirm_rounds`` that can reach alpha is at least 6)."""
+    unset = {k: v for k, v in defaults.items() if k not in spec.timing.model_fields_set}
+    if not unset:
+        return spec
+    return spec.model_copy(update={"timing": spec.timing.model_copy(update=unset)})
 
 
 def plan(spec: ReleaseSpec) -> tuple[Route, list[Route]]:

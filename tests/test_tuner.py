@@ -17,7 +17,7 @@ from dossier.errors import CacheMismatchError, OutputError, TuneError
 from dossier.spec import load_spec
 from dossier.timing import TimingSettings
 from dossier.trial import Outcome
-from dossier.tuner import CACHE_NAME, continue_tune, plan, tune
+from dossier.tuner import CACHE_NAME, continue_tune, plan, prepare, tune
 from tests.conftest import TINY_TIMING, write_tiny_timing
 
 
@@ -237,3 +237,20 @@ def test_a_format_1_cache_resumes_and_a_changed_setting_is_named(sample, tmp_pat
     with pytest.raises(CacheMismatchError, match=r"is a dossier tuning cache of format 3; "
                                                  r"this dossier \S+ reads formats 1, 2"):
         continue_tune(cache_path)
+
+
+def test_gpu_engines_confirm_in_process_generations_unless_the_spec_says(
+        sample, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A backend's timing defaults (3 process generations for GPU engines) fill what the
+    spec's [timing] leaves unset, never what it sets."""
+    from dossier.backends import get_backend
+
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    assert prepare(spec).spec.timing.confirm_processes == 1  # a CPU backend: no default
+    backend = type(get_backend("onnxruntime"))
+    monkeypatch.setattr(backend, "timing_defaults",
+                        lambda self, route, db: dict(self.GPU_TIMING))
+    assert "confirm_processes" not in spec.timing.model_fields_set
+    assert prepare(spec).spec.timing.confirm_processes == 3
+    said = spec.timing.model_copy(update={"confirm_processes": 1})
+    assert prepare(spec.model_copy(update={"timing": said})).spec.timing.confirm_processes == 1

@@ -431,6 +431,17 @@ class Backend(abc.ABC):
         None by default."""
         return []
 
+    GPU_TIMING: dict[str, object] = {"confirm_processes": 3}
+    """The timing defaults of engines that run on a GPU: a confirmation in 3 process
+    generations. On the H200 a launch-bound baseline kept one of two speeds for a process's
+    life, so a confirmation in one generation recorded intervals that the next process's
+    reading missed (see :func:`dossier.timing.generation_interval`)."""
+
+    def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
+        """``[timing]`` settings engines built with ``route`` need unless the spec sets them
+        (applied by the tuner and recorded in the tuning cache). None by default."""
+        return {}
+
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         """The load configuration a deployment should use for an engine built with ``route``:
         the one :meth:`load` times it in. The default: the backend's own ``load``."""

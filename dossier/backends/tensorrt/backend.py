@@ -311,6 +311,9 @@ class TensorRTBackend(Backend):
             profile.set_shape(name, p.min, p.opt, p.max)
         return profile
 
+    def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
+        return dict(self.GPU_TIMING)
+
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         opts = {"engine_host_code_allowed": "True"} if self.options.version_compatible else {}
         return LoadConfig(call="tensorrt.Runtime(logger).deserialize_cuda_engine(ENGINE bytes)",

@@ -334,6 +334,10 @@ class TorchInductorBackend(Backend):
                                "process that serves requests",
                           snippet="import torch\n\nmodel = torch._inductor.aoti_load_package(ENGINE)")
 
+    def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
+        on_gpu = str(route.effective(db).get("device", "cpu")).startswith("cuda")
+        return dict(self.GPU_TIMING) if on_gpu else {}
+
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         device = route.effective(db).get("device", "cpu")
         return {"cpu_package": device == "cpu", "march_native": device == "cpu"}
