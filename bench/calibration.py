@@ -14,9 +14,9 @@ Three parts, each run repeatedly with the default timing settings:
   the confirmation interval's coverage whether or not the rule shipped it).
 
 ``--selection`` replaces the release spec's selection (e.g. one knob with a real difference,
-so that gains ship and their coverage can be counted) and ``--confirm-processes N`` runs the
-confirmation and the re-measurement in N process generations (``timing.confirm_processes``),
-whose interval also covers a new generation's reading.
+so that gains ship and their coverage can be counted) and ``--confirm-processes N`` runs every
+confirmation and re-measurement in N process generations (``timing.confirm_processes``), whose
+interval also covers a new generation's reading.
 
 Writes bench/results/calibration-<sample>.json (``--out`` to change) with the counts, the figures (medians with
 intervals), every run's details and the machine load (os.getloadavg before and after, CPU
@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--sample", default="tblock")
     ap.add_argument("--selection", help="replaces the release spec's selection")
     ap.add_argument("--confirm-processes", type=int, default=None,
-                    help="timing.confirm_processes of the release searches")
+                    help="timing.confirm_processes of every search")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     out = args.out or ROOT / "bench" / "results" / f"calibration-{args.sample}.json"
@@ -186,8 +186,9 @@ def main() -> None:
         rel_spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
                              {"selection": args.selection} if args.selection else None)
         if args.confirm_processes:
-            rel_spec = rel_spec.model_copy(update={"timing": rel_spec.timing.model_copy(
+            aa_spec, rel_spec = (s.model_copy(update={"timing": s.timing.model_copy(
                 update={"confirm_processes": args.confirm_processes})})
+                for s in (aa_spec, rel_spec))
         # interleaved, so a change of the machine's load touches both parts alike
         for i in range(max(args.aa, args.releases)):
             if i < args.aa:
