@@ -58,7 +58,11 @@ def test_process_generations_split_the_rounds_and_start_new_processes(
     m = replicate.measure("onnxruntime", [(engines[FAST], FAST), (engines[SLOW], SLOW)],
                           samples_dir / "convnet" / "validation", settings, work=tmp_path / "w")
     assert [len(r) for r in m.rounds] == [7, 7]
-    assert compare(m.rounds[0], m.rounds[1], settings, procedure="independent").slower
+    c = compare(m.rounds[0], m.rounds[1], settings, procedure="independent")
+    # each generation reads the slow engine slower on its own; the interval, which also covers
+    # a new generation's reading (t with 2 degrees of freedom), may be too wide to call it
+    assert c.generation_speedups is not None and len(c.generation_speedups) == 3
+    assert all(g < 0.9 for g in c.generation_speedups) and c.speedup < 0.9
     # one request per process: two engines in each of three generations
     requests = sorted(p.name for p in (tmp_path / "w").glob("engine-*.json"))
     assert requests == ["engine-0-gen1.json", "engine-0-gen2.json", "engine-0.json",
