@@ -31,6 +31,10 @@
 #                      gpu5a calibration searches of ResNet-50 b1 in 3 process generations;
 #                      gpu5b 3 A/A searches, a ResNet-50 fast search bundled, verified and
 #                      explained as HTML, more calibration; gpu5c the batch-32 fast searches
+#   gpu6               what the e-runs left, with the process-generation interval (the specs
+#                      confirm in 3 generations): gpu6a a prospective calibration of ResNet-50
+#                      b1; gpu6b a ResNet-50 b1 fast search bundled and verified, then mixed;
+#                      gpu6c eager and torch.compile at batch 32
 #   plan1|plan2|plan3  an older split into three commands
 #   smoke              a CPU smoke test: BENCH_TINY=1 BENCH_DEVICE=cpu
 #
@@ -150,6 +154,10 @@ for step in "$@"; do
         gpu5b) specs resnet50_b1; aa resnet50_b1 3; tune resnet50_b1 fast; bundle resnet50_b1-fast
                calib resnet50_b1 6 ;;
         gpu5c) specs resnet50_b32,bert_b32; tune resnet50_b32 fast; tune bert_b32 fast ;;
+        gpu6a) specs resnet50_b1; calib resnet50_b1 8 ;;
+        gpu6b) specs resnet50_b1; tune resnet50_b1 fast; bundle resnet50_b1-fast
+               tune resnet50_b1 mixed ;;
+        gpu6c) specs resnet50_b32,bert_b32; eager resnet50_b32,bert_b32 ;;
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;
