@@ -210,7 +210,7 @@ def _signed_rank_cdf(n: int) -> np.ndarray:
     return np.cumsum(counts) / 2.0 ** n
 
 
-def shift_interval(x: Sequence[float], confidence: float) -> tuple[float, float, float]:
+def shift_interval(x: Sequence[float] | np.ndarray, confidence: float) -> tuple[float, float, float]:
     """Hodges-Lehmann estimate of the centre of ``x`` and its exact distribution-free interval
     (the one that goes with the signed-rank test: order statistics of the Walsh averages).
     With too few values for the level, the interval is the widest there is (min to max)."""
@@ -248,26 +248,36 @@ def generations(rounds: int, processes: int) -> list[range]:
     return spans
 
 
-def generation_interval(baseline: Sequence[Sequence[float]],
-                        candidate: Sequence[Sequence[float]], processes: int,
+def generation_interval(logs: Sequence[float], processes: int,
                         confidence: float) -> tuple[list[float], float, float] | None:
-    """The process generations' own estimates (log speedups: the Hodges-Lehmann estimate of
-    each generation's rounds) and the prediction interval for a new generation's estimate:
-    mean +- t(G-1) * sd * sqrt(1 + 1/G) over the G generations. None with fewer than two
-    generations that timed a round."""
+    """From the log round ratios of a measurement in ``processes`` generations (consecutive
+    spans, :func:`generations`): the generations' own estimates (the Hodges-Lehmann estimate
+    of each span) and the prediction interval for a new generation's estimate,
+    mean +- t(G-1) * sd * sqrt(1 + 1/G) over the G generations. None with fewer than two."""
     from scipy import stats  # imported here: trial processes time engines without scipy
 
-    estimates = []
-    for span in generations(len(baseline), processes):
-        logs = np.log(round_ratios([baseline[r] for r in span], [candidate[r] for r in span]))
-        if len(logs):
-            estimates.append(shift_interval(logs, confidence)[0])
-    g = len(estimates)
+    v = np.asarray(logs, dtype=float)
+    spans = generations(len(v), processes)
+    g = len(spans)
     if g < 2:
         return None
-    m = np.asarray(estimates)
+    m = np.array([shift_interval(v[span.start:span.stop], confidence)[0] for span in spans])
     half = float(stats.t.ppf(0.5 + confidence / 2, g - 1) * m.std(ddof=1) * np.sqrt(1 + 1 / g))
     return [float(x) for x in m], float(m.mean()) - half, float(m.mean()) + half
+
+
+def log_interval(logs: Sequence[float], settings: TimingSettings, procedure: str = "screening"
+                 ) -> tuple[float, float, float, list[float] | None]:
+    """The log speedup, its interval and the generations' own estimates (None unless an
+    ``independent`` measurement in two or more process generations, whose interval is the
+    wider of the round-level one and :func:`generation_interval`) of log round ratios."""
+    est, lo, hi = shift_interval(logs, settings.confidence)
+    if procedure != "independent" or settings.confirm_processes < 2:
+        return est, lo, hi, None
+    gens = generation_interval(logs, settings.confirm_processes, settings.confidence)
+    if gens is None:
+        return est, lo, hi, None
+    return est, min(lo, gens[1]), max(hi, gens[2]), gens[0]
 
 
 def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
@@ -280,13 +290,7 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
     alpha = settings.alpha if alpha is None else alpha
     ratios = round_ratios(baseline, candidate)
     logs = np.log(ratios)
-    est, lo, hi = shift_interval(logs, settings.confidence)
-    gens = None
-    if procedure == "independent" and settings.confirm_processes > 1:
-        gens = generation_interval(baseline, candidate, settings.confirm_processes,
-                                   settings.confidence)
-        if gens is not None:
-            lo, hi = min(lo, gens[1]), max(hi, gens[2])
+    est, lo, hi, gens = log_interval(logs, settings, procedure)
     p = signed_rank_p(logs)
     speedup = float(np.exp(est))
     significant = p < alpha
@@ -298,4 +302,4 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         slower=significant and speedup <= 1 / (1 + settings.min_effect)
         and float(np.exp(hi)) < 1.0,
         rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure,
-        generation_speedups=[float(np.exp(x)) for x in gens[0]] if gens else None)
+        generation_speedups=[float(np.exp(x)) for x in gens] if gens else None)

@@ -14,6 +14,7 @@ from dossier.timing import (
     generation_interval,
     generations,
     median_ci,
+    round_ratios,
     sample_rounds,
     shift_interval,
     signed_rank_p,
@@ -187,13 +188,13 @@ def test_generations_widen_the_interval_so_a_fresh_re_measurement_falls_inside()
 def test_generation_interval_is_the_t_prediction_interval_and_screening_has_none() -> None:
     rng = np.random.default_rng(3)
     base, cand = _generation_rounds(rng, 2.0, process_sd=0.1)
-    found = generation_interval(base, cand, 3, 0.95)
+    found = generation_interval(np.log(round_ratios(base, cand)), 3, 0.95)
     assert found is not None
     estimates, lo, hi = found
     m = np.asarray(estimates)
     half = stats.t.ppf(0.975, 2) * m.std(ddof=1) * np.sqrt(1 + 1 / 3)
     assert lo == pytest.approx(m.mean() - half) and hi == pytest.approx(m.mean() + half)
-    assert generation_interval(base, cand, 1, 0.95) is None
+    assert generation_interval(np.log(round_ratios(base, cand)), 1, 0.95) is None
     screening = compare(base, cand, TimingSettings(confirm_processes=3))
     assert screening.generation_speedups is None  # one process: no generations to span
 

@@ -443,6 +443,7 @@ def _rep_row(i: int, run: dict) -> dict[str, Any]:
     return {"rep": i, "ok": run.get("ok"), "wall_s": run.get("wall_s"), "gain": d.get("gain"),
             "speedup": d.get("speedup"),
             "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+            "confirm_processes": (run.get("timing_settings") or {}).get("confirm_processes"),
             "error": None if run.get("ok") else (run.get("timeout")
                                                  or run.get("stderr_tail", "")[-500:]),
             "build_cache_hits": sum(1 for t in run.get("trials", [])
@@ -492,16 +493,12 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
     times with the build cache; after each search that ships a gain, re-measure the shipped
     route against the baseline with the independent procedure (:func:`step_fresh`) and say
     whether that reading falls inside the 95% interval the search recorded."""
-    import tomllib
-
     from dossier.backends.torch_inductor import CACHE_ENV
 
     rec: dict[str, Any] = {"step": "calib", "config": config, "reps_planned": reps, "runs": []}
     t0 = time.perf_counter()
     try:
         folder = _spec_folder(work, config)
-        timing = tomllib.loads((folder / "release-calib.toml").read_text()).get("timing", {})
-        rec["confirm_processes"] = timing.get("confirm_processes", 1)
         env = {CACHE_ENV: str(work / "inductor-cache" / f"aa-{config}")}
 
         def once(i: int, left: float) -> None:

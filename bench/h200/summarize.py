@@ -187,10 +187,11 @@ def summarize(results: list[dict]) -> dict:
             elif kind == "calib":
                 c = configs.setdefault(step["config"], {})
                 runs = c.setdefault("_calib_runs", [])
-                gens = step.get("confirm_processes", 1)
-                runs.extend([{**r, "tag": doc.get("tag"), "generations": gens,
-                              "reanalysed": _reanalyse(doc, step["config"], r, gens)}
-                             for r in step.get("runs", []) if r.get("ok")])
+                for r in step.get("runs", []):
+                    if r.get("ok"):  # per run as recorded; older files: per step
+                        gens = r.get("confirm_processes") or step.get("confirm_processes", 1)
+                        runs.append({**r, "tag": doc.get("tag"), "generations": gens,
+                                     "reanalysed": _reanalyse(doc, step["config"], r, gens)})
                 c["calib"] = _calib(runs)
                 c.setdefault("errors", []).extend(
                     f"calib ({doc.get('tag')}) run {r['rep']}: {r['error'].strip()[-200:]}"
@@ -234,7 +235,9 @@ def _reanalyse(doc: dict, config: str, run: dict, processes: int) -> dict | None
     search shipped nothing, ran in one generation, or its cache is not there."""
     import tarfile
 
-    from dossier.timing import generation_interval, shift_interval
+    import numpy as np
+
+    from dossier.timing import TimingSettings, log_interval
 
     fresh = (run.get("fresh") or {}).get("fresh_speedup")
     if not run.get("gain") or processes < 2 or fresh is None or not doc.get("_file"):
@@ -254,15 +257,11 @@ def _reanalyse(doc: dict, config: str, run: dict, processes: int) -> dict | None
     if not confirm:
         return None
     ratios = confirm[-1]["comparison"]["round_ratios"]
-    import numpy as np
-
-    est, lo, hi = shift_interval(np.log(ratios), 0.95)
-    gens = generation_interval([[r] for r in ratios], [[1.0]] * len(ratios), processes, 0.95)
-    if gens is not None:
-        lo, hi = min(lo, gens[1]), max(hi, gens[2])
+    est, lo, hi, gens = log_interval(np.log(ratios), TimingSettings(confirm_processes=processes),
+                                     "independent")
     ci = [float(np.exp(lo)), float(np.exp(hi))]
     return {"speedup": float(np.exp(est)), "speedup_ci": ci,
-            "generation_speedups": [float(np.exp(g)) for g in gens[0]] if gens else None,
+            "generation_speedups": [float(np.exp(g)) for g in gens] if gens else None,
             "fresh_inside": ci[0] <= fresh <= ci[1], "excludes_one": ci[0] > 1.0}
 
 
