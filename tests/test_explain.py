@@ -600,3 +600,75 @@ def test_trial_line_shows_the_paired_baseline() -> None:
     line = trial_line(t)
     assert f"{0.41 / 0.70:8.3f} ms" in line and "vs 0.410 ms baseline alongside" in line
     assert "0.700x [0.660, 0.740]" in line and "slower" in line
+
+
+def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFixture) -> None:
+    """An older bundle: its A/A read 1.015x (p=0.001), significant but below today's minimum
+    effect of 2%, and the rule it was decided by stopped the release at that. explain reports
+    the reading the decision recorded (the A/A stopped it), in the text and on the HTML page,
+    not a re-judgment by today's rule ("as expected"); a decision that recorded no A/A reading
+    is judged by today's rule."""
+    from dossier.audit.report import render_report
+    from dossier_cli.cmd_explain import render_explanation
+
+    s = TimingSettings()
+    base = _trial(0, "-a=x -b=p", 1.015, 1.008, 1.022, 0.001, role="baseline")
+    assert base.comparison is not None
+    base = base.model_copy(update={"comparison": base.comparison.model_copy(
+        update={"rounds": 16})})
+    trials = [base, _trial(1, "-a=y -b=p", 1.05, 1.03, 1.07, 1e-4),
+              _trial(2, "-a=x -b=q", 0.99, 0.96, 1.03, 0.7)]
+    today = decide(trials, s)
+    assert today.aa is not None and not today.aa.significant  # today's rule: below 2%
+    then = base.reading(s.alpha)  # the older rule: any significant A/A difference
+    assert then is not None and then.significant
+    reason = (f"no significant gain: the A/A check (the baseline against a second load of "
+              f"itself) read {then.text()}, a significant difference between two loads of the "
+              f"same engine: the timing procedure is biased on this host by about that much, "
+              f"so no gain of that size can be trusted; the baseline ships")
+    old = today.model_copy(update={
+        "aa": then, "reason": reason, "gain": False, "shipped_route": base.route,
+        "shipped_index": 0, "speedup": None, "speedup_ci_low": None, "speedup_ci_high": None,
+        "p_value": None, "candidates": []})
+    e = explain_search(_header(), trials, SESSION, old)
+    a = e.aa_check
+    assert a is not None and a.significant and a.trial_index == 0 and a.rounds == 16
+    assert (a.speedup, a.speedup_ci_low, a.speedup_ci_high, a.p_value) == (
+        1.015, 1.008, 1.022, 0.001)
+    assert a.verdict.startswith("significant") and "nothing ships" in a.verdict
+    assert "as expected" not in a.verdict and "minimum effect of 2%" in a.verdict
+    render_explanation(e)
+    text = capsys.readouterr().out
+    assert "A/A check" in text and "1.015x [1.008, 1.022] p=0.001, 16 rounds: significant" in text
+    assert "as expected: no significant difference" not in text
+    page = render_report(e, {})
+    assert "1.015x [1.008, 1.022], p=0.001, 16 rounds: significant" in page
+    assert "as expected: no significant difference" not in page
+    # the same A/A under today's decision, which recorded it as not significant
+    now = explain_search(_header(), trials, SESSION, today).aa_check
+    assert now is not None and not now.significant
+    assert now.verdict.startswith("as expected") and "below the minimum effect of 2%" in now.verdict
+    # a reading recorded for another trial or round set is not this check's; nor is none
+    for other in (then.model_copy(update={"rounds": 8}), None):
+        check = explain_search(_header(), trials, SESSION,
+                               old.model_copy(update={"aa": other})).aa_check
+        assert check is not None and not check.significant and "as expected" in check.verdict
+
+
+def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
+    """The same for the confirmation's A/A: 0.985x (p=0.002) stopped an older release."""
+    s = TimingSettings()
+    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
+              _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),
+              _trial(2, "-a=y -b=p", 1.25, 1.20, 1.31, 1e-7, role="confirm"),
+              _trial(3, "-a=x -b=p", 0.985, 0.978, 0.992, 0.002, role="confirm")]
+    today = decide(trials, s)
+    assert today.gain and today.confirm_aa is not None and not today.confirm_aa.significant
+    then = trials[3].reading(s.alpha)
+    assert then is not None and then.significant
+    old = today.model_copy(update={"confirm_aa": then, "gain": False})
+    c = explain_search(_header(), trials, SESSION, old).confirm_aa_check
+    assert c is not None and c.trial_index == 3 and c.significant
+    assert c.verdict.startswith("significant") and "nothing ships" in c.verdict
+    now = explain_search(_header(), trials, SESSION, today).confirm_aa_check
+    assert now is not None and not now.significant and now.verdict.startswith("as expected")

@@ -35,7 +35,7 @@ from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
 from dossier.timing import TimingSettings
-from dossier.trial import Comparison, Outcome, TrialRecord
+from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
 from dossier.verdict import speed_verdict
 
@@ -628,9 +628,10 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
         knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
-        aa_check=_aa(baseline, settings) if baseline else None,
-        confirm_aa_check=next((_aa(t, settings) for t in reversed(trials) if baseline
-                               and t.role == "confirm" and t.route == baseline.route), None),
+        aa_check=_aa(baseline, settings, decision.aa) if baseline else None,
+        confirm_aa_check=next((_aa(t, settings, decision.confirm_aa) for t in reversed(trials)
+                               if baseline and t.role == "confirm"
+                               and t.route == baseline.route), None),
         # an imported record's fingerprint is the "unknown host" placeholder, not a host
         environment=_environment(fingerprint) if fingerprint is not None and not imported
         else None,
@@ -864,26 +865,46 @@ def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str
                      effects=effects)
 
 
-def _aa(baseline: TrialRecord, settings: TimingSettings) -> AACheck | None:
+def _aa(baseline: TrialRecord, settings: TimingSettings,
+        recorded: Reading | None = None) -> AACheck | None:
+    """The A/A check of ``baseline`` (trial 0, or the confirmation's A/A record). Whether it
+    was significant is what the decision recorded for this record (``recorded``, the decision
+    record's ``aa`` or ``confirm_aa``: the reading the release was decided on, under the rule in
+    force then); only a decision that recorded no reading of it is judged by today's rule."""
     c = baseline.comparison
     reading = baseline.reading(settings.alpha, settings.min_effect)
     if c is None or reading is None:
         return None
-    inside = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
+    if recorded is not None and recorded.trial_index == baseline.index \
+            and recorded.rounds == c.rounds:
+        reading = recorded
+    m = settings.min_effect
+    inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
     significant = reading.significant
-    small = (" (p < alpha, but below the minimum effect of "
-             f"{settings.min_effect:.0%}: a gain must clear its upper end)"
-             if c.p_value < settings.alpha else
-             " (the interval excludes 1.0 narrowly; a gain must clear its upper end)")
-    verdict = ("significant: two loads of the same engine timed differently, by at least the "
-               "minimum effect, so the procedure is biased on this host by about that much and "
-               "nothing ships" if significant else
-               "as expected: no significant difference between two loads of the same engine"
-               + ("" if inside and c.p_value >= settings.alpha else small))
-    return AACheck(trial_index=baseline.index, procedure=c.procedure or "screening",
-                   rounds=c.rounds, significant=significant, speedup=c.speedup,
-                   speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
-                   p_value=c.p_value, includes_one=inside, verdict=verdict)
+    below = 1 / (1 + m) < reading.speedup < 1 + m
+    low_p = reading.p_value < settings.alpha
+    if significant and below:  # decided by a rule that stopped at any significant A/A
+        verdict = ("significant: two loads of the same engine timed differently (p < alpha), "
+                   "and the rule this search was decided by stopped the release at that, so "
+                   f"nothing ships (today's rule stops it only at the minimum effect of {m:.0%} "
+                   "or more)")
+    elif significant:
+        verdict = ("significant: two loads of the same engine timed differently, by at least "
+                   "the minimum effect, so the procedure is biased on this host by about that "
+                   "much and nothing ships")
+    else:
+        small = (f" (p < alpha, but below the minimum effect of {m:.0%}: a gain must clear its "
+                 "upper end)" if low_p and below else
+                 " (p < alpha, but not significant as decided: a gain must clear its upper end)"
+                 if low_p else
+                 " (the interval excludes 1.0 narrowly; a gain must clear its upper end)")
+        verdict = ("as expected: no significant difference between two loads of the same engine"
+                   + ("" if inside and not low_p else small))
+    return AACheck(trial_index=baseline.index, procedure=reading.procedure,
+                   rounds=reading.rounds, significant=significant, speedup=reading.speedup,
+                   speedup_ci_low=reading.speedup_ci_low,
+                   speedup_ci_high=reading.speedup_ci_high, p_value=reading.p_value,
+                   includes_one=inside, verdict=verdict)
 
 
 def _cost(trials: Sequence[TrialRecord], sessions: Sequence[SessionRecord]) -> SearchCost:
