@@ -15,6 +15,10 @@
    confirmation A/A stops the release. A candidate is confirmed when its signed-rank p is below
    alpha / k (Bonferroni over the k candidates), its interval excludes 1.0, its speedup reaches
    1 + min_effect, and its interval's lower end lies above the confirmation A/A's upper end.
+   In two or more process generations a candidate's interval also covers a new generation's
+   reading (a re-measurement is one), while the A/A's covers the generations' mean: the A/A
+   estimates the procedure's bias, and a gain must clear that bias with its own spread, not
+   the spread of a second A/A reading on top (:func:`dossier.timing.log_interval`).
 3. The confirmed candidate with the largest confirmed speedup ships; if none is, the baseline
    ships and the result is "no significant gain", with the reason.
 """
@@ -45,8 +49,8 @@ def rule_text(settings: TimingSettings) -> str:
 
 def _generations(settings: TimingSettings) -> str:
     n = settings.confirm_processes
-    return (f" in each of {n} process generations, the interval also covering a new "
-            f"generation's reading" if n > 1 else "")
+    return (f" in each of {n} process generations, a candidate's interval also covering a new "
+            f"generation's reading, the A/A's the generations' mean" if n > 1 else "")
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:

@@ -248,12 +248,13 @@ def generations(rounds: int, processes: int) -> list[range]:
     return spans
 
 
-def generation_interval(logs: Sequence[float], processes: int,
-                        confidence: float) -> tuple[list[float], float, float] | None:
+def generation_interval(logs: Sequence[float], processes: int, confidence: float,
+                        prediction: bool = True) -> tuple[list[float], float, float] | None:
     """From the log round ratios of a measurement in ``processes`` generations (consecutive
     spans, :func:`generations`): the generations' own estimates (the Hodges-Lehmann estimate
-    of each span) and the prediction interval for a new generation's estimate,
-    mean +- t(G-1) * sd * sqrt(1 + 1/G) over the G generations. None with fewer than two."""
+    of each span) and, over the G generations, the prediction interval for a new generation's
+    estimate, mean +- t(G-1) * sd * sqrt(1 + 1/G), or with ``prediction`` false the confidence
+    interval for their mean, mean +- t(G-1) * sd / sqrt(G). None with fewer than two."""
     from scipy import stats  # imported here: trial processes time engines without scipy
 
     v = np.asarray(logs, dtype=float)
@@ -262,19 +263,26 @@ def generation_interval(logs: Sequence[float], processes: int,
     if g < 2:
         return None
     m = np.array([shift_interval(v[span.start:span.stop], confidence)[0] for span in spans])
-    half = float(stats.t.ppf(0.5 + confidence / 2, g - 1) * m.std(ddof=1) * np.sqrt(1 + 1 / g))
+    scale = np.sqrt(1 + 1 / g) if prediction else np.sqrt(1 / g)
+    half = float(stats.t.ppf(0.5 + confidence / 2, g - 1) * m.std(ddof=1) * scale)
     return [float(x) for x in m], float(m.mean()) - half, float(m.mean()) + half
 
 
-def log_interval(logs: Sequence[float], settings: TimingSettings, procedure: str = "screening"
-                 ) -> tuple[float, float, float, list[float] | None]:
+def log_interval(logs: Sequence[float], settings: TimingSettings, procedure: str = "screening",
+                 bias: bool = False) -> tuple[float, float, float, list[float] | None]:
     """The log speedup, its interval and the generations' own estimates (None unless an
     ``independent`` measurement in two or more process generations, whose interval is the
-    wider of the round-level one and :func:`generation_interval`) of log round ratios."""
+    wider of the round-level one and :func:`generation_interval`) of log round ratios.
+
+    A candidate's generation interval is the prediction interval: a re-measurement is a new
+    generation, and its reading is what the interval must cover. An A/A's (``bias``) is the
+    confidence interval for the generations' mean: the A/A estimates the procedure's bias, a
+    fixed property of the procedure on the host, which a gain's interval must clear."""
     est, lo, hi = shift_interval(logs, settings.confidence)
     if procedure != "independent" or settings.confirm_processes < 2:
         return est, lo, hi, None
-    gens = generation_interval(logs, settings.confirm_processes, settings.confidence)
+    gens = generation_interval(logs, settings.confirm_processes, settings.confidence,
+                               prediction=not bias)
     if gens is None:
         return est, lo, hi, None
     return est, min(lo, gens[1]), max(hi, gens[2]), gens[0]
@@ -282,15 +290,16 @@ def log_interval(logs: Sequence[float], settings: TimingSettings, procedure: str
 
 def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
             settings: TimingSettings, *, alpha: float | None = None, baseline_warmup: int = 0,
-            procedure: str = "screening") -> Comparison:
+            procedure: str = "screening", bias: bool = False) -> Comparison:
     """Compare a candidate with the baseline timed alongside it, round by round (samples per
     round of each; the same number of rounds). An ``independent`` measurement in two or more
     process generations (``settings.confirm_processes``) gets the wider of the round-level
-    interval and the generations' prediction interval (:func:`generation_interval`)."""
+    interval and the generations' prediction interval (:func:`generation_interval`); an A/A's
+    (``bias``) the wider of the round-level interval and that of the generations' mean."""
     alpha = settings.alpha if alpha is None else alpha
     ratios = round_ratios(baseline, candidate)
     logs = np.log(ratios)
-    est, lo, hi, gens = log_interval(logs, settings, procedure)
+    est, lo, hi, gens = log_interval(logs, settings, procedure, bias)
     p = signed_rank_p(logs)
     speedup = float(np.exp(est))
     significant = p < alpha
@@ -302,4 +311,5 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         slower=significant and speedup <= 1 / (1 + settings.min_effect)
         and float(np.exp(hi)) < 1.0,
         rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure,
-        generation_speedups=[float(np.exp(x)) for x in gens] if gens else None)
+        generation_speedups=[float(np.exp(x)) for x in gens] if gens else None,
+        generation_interval=("mean" if bias else "prediction") if gens else None)

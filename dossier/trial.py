@@ -88,8 +88,13 @@ class Comparison(_Model):
     process per engine, :mod:`dossier.replicate`)."""
     generation_speedups: list[float] | None = None
     """An independent measurement in two or more process generations: each generation's own
-    speedup (Hodges-Lehmann over its rounds). The interval then also covers a new generation's
-    (prediction interval, Student's t over these on the log scale). None otherwise."""
+    speedup (Hodges-Lehmann over its rounds). The interval then also covers what
+    ``generation_interval`` says. None otherwise."""
+    generation_interval: Literal["prediction", "mean"] | None = None
+    """With ``generation_speedups``, what the interval also covers (Student's t over them on the
+    log scale): ``prediction``, a new generation's reading (a candidate: a re-measurement is a
+    new generation); ``mean``, the generations' mean (an A/A: the procedure's bias). None in
+    records made before it was kept, which used the prediction interval."""
 
     def round_range(self) -> tuple[float, float] | None:
         """The smallest and largest per-round ratio (None in records without them)."""

@@ -429,7 +429,8 @@ class Tuner:
                 index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=m.wall_s,
                 started_at=started, timing=summarize(samples, timing.confidence, m.warmup_runs[j]),
                 comparison=compare(m.rounds[0], m.rounds[j], timing, alpha=alpha,
-                                   baseline_warmup=m.warmup_runs[0], procedure="independent"),
+                                   baseline_warmup=m.warmup_runs[0], procedure="independent",
+                                   bias=t is base),
                 samples_ms=samples, baseline_samples_ms=base_samples, sample_rounds=rounds,
                 baseline_sample_rounds=base_rounds, engine=t.engine,
                 engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses)

@@ -667,8 +667,31 @@ def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
     then = trials[3].reading(s.alpha)
     assert then is not None and then.significant
     old = today.model_copy(update={"confirm_aa": then, "gain": False})
-    c = explain_search(_header(), trials, SESSION, old).confirm_aa_check
+    e = explain_search(_header(), trials, SESSION, old)
+    c = e.confirm_aa_check
     assert c is not None and c.trial_index == 3 and c.significant
     assert c.verdict.startswith("significant") and "nothing ships" in c.verdict
+    # the route read faster and did not ship: the why-not names what stopped it
+    assert e.decision.why_not == [f"the confirmation's A/A read {then.text()}, which stops the "
+                                  "release"]
     now = explain_search(_header(), trials, SESSION, today).confirm_aa_check
     assert now is not None and not now.significant and now.verdict.startswith("as expected")
+
+
+def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear() -> None:
+    """A route confirmed 1.25x [1.10, 1.40] faster, but the confirmation's A/A reached 1.15 at
+    its upper end: the decision ships nothing, and explain's why-not says that, not merely
+    "not confirmed"."""
+    s = TimingSettings()
+    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
+              _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),
+              _trial(2, "-a=y -b=p", 1.25, 1.10, 1.40, 1e-4, role="confirm"),
+              _trial(3, "-a=x -b=p", 1.02, 0.90, 1.15, 0.6, role="confirm")]
+    d = decide(trials, s)
+    assert not d.gain and "does not clear the confirmation A/A reading's upper end 1.150" in d.reason
+    e = explain_search(_header(), trials, SESSION, d)
+    assert e.decision.why_not == ["its interval's lower end 1.100 does not clear the "
+                                  "confirmation A/A reading's upper end 1.150"]
+    # with a confirmation A/A it clears, the same route ships
+    ok = [*trials[:3], _trial(3, "-a=x -b=p", 1.0, 0.95, 1.05, 0.9, role="confirm")]
+    assert decide(ok, s).gain

@@ -91,7 +91,8 @@ def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
 def test_tuner_confirmation_records_the_independent_readings(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", strategy="full", selection="-graph_optimization_level=[all|disable_all]")
     spec = spec.model_copy(update={"timing": spec.timing.model_copy(update={
-        "confirm_rounds": 6, "confirm_runs": 10, "confirm_block_s": 0.05})})
+        "confirm_rounds": 6, "confirm_runs": 10, "confirm_block_s": 0.05,
+        "confirm_processes": 2})})
     from dossier.cache import TuningCache
     from dossier.tuner import CACHE_NAME, _header
 
@@ -110,7 +111,11 @@ def test_tuner_confirmation_records_the_independent_readings(sample, tmp_path: P
         assert c is not None and c.procedure == "independent" and c.rounds == 6
         assert t.sample_rounds is not None and len(t.sample_rounds) == len(t.samples_ms or [])
         assert max(t.sample_rounds) == 5
-    assert confirms[1].comparison.slower  # type: ignore[union-attr]
+    # two generations: the A/A's interval is its generations' mean (the bias a gain must
+    # clear), the candidate's also covers a new generation's reading
+    assert [t.comparison.generation_interval for t in confirms] == ["mean", "prediction"]  # type: ignore[union-attr]
+    assert all(len(t.comparison.generation_speedups or []) == 2 for t in confirms)  # type: ignore[union-attr]
+    assert confirms[1].comparison.speedup < 0.9  # type: ignore[union-attr]
     d = decide(cache.trials, p.spec.timing)
     assert not d.gain and d.confirm_aa is not None and d.confirm_aa.procedure == "independent"
 

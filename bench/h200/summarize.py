@@ -109,6 +109,18 @@ def full_best(full: dict) -> str | None:
     return d.get("shipped_route")
 
 
+def _knobs(route: str) -> dict[str, str]:
+    return dict(tok.lstrip("-").split("=", 1) for tok in route.split() if "=" in tok)
+
+
+def reaches(route: str, best: str) -> bool:
+    """``route`` sets every knob of full's answer ``best`` to its value: a search over more
+    knobs (``fast`` below with ``coordinate_descent_tuning``) reaches full's answer when it
+    agrees on the knobs full searched."""
+    mine = _knobs(route)
+    return all(mine.get(k) == v for k, v in _knobs(best).items())
+
+
 def replay(full: dict, strategy: str) -> dict:
     """Walk ``strategy`` over full's measurements: the routes it would build, in order."""
     from dossier.knobs import KnobDatabase
@@ -161,7 +173,10 @@ def summarize(results: list[dict]) -> dict:
             elif kind == "tune":
                 c = configs.setdefault(step["config"], {})
                 key = "aa_single" if step.get("aa") else step["strategy"]
-                c.setdefault("searches", {})[key] = search_row(step)
+                row = c.setdefault("searches", {})[key] = search_row(step)
+                fresh = step.get("fresh") or {}
+                row["redecided"] = _reanalyse(doc, Path(step.get("run_dir", "")).name, {
+                    "route": fresh.get("route"), "speedup": fresh.get("fresh_speedup")})
                 if step.get("strategy") == "full" and step.get("ok") and not step.get("aa"):
                     c["_full"] = step
                 c.setdefault("_raw", {})[key] = step
@@ -191,7 +206,11 @@ def summarize(results: list[dict]) -> dict:
                     if r.get("ok"):  # per run as recorded; older files: per step
                         gens = r.get("confirm_processes") or step.get("confirm_processes", 1)
                         runs.append({**r, "tag": doc.get("tag"), "generations": gens,
-                                     "reanalysed": _reanalyse(doc, step["config"], r, gens)})
+                                     "reanalysed": _reanalyse(
+                                         doc, f"{step['config']}-calib-{r['rep']:02d}",
+                                         {"route": r.get("shipped_route"), "speedup": (
+                                             r.get("fresh") or {}).get("fresh_speedup")}
+                                         if r.get("gain") else None, gens)})
                 c["calib"] = _calib(runs)
                 c.setdefault("errors", []).extend(
                     f"calib ({doc.get('tag')}) run {r['rep']}: {r['error'].strip()[-200:]}"
@@ -212,9 +231,10 @@ def summarize(results: list[dict]) -> dict:
             measured = raw.get(s)
             if measured and measured.get("trials"):
                 order = [t["route"] for t in measured["trials"] if t["role"] != "confirm"]
-                entry["measured_builds_to_reach"] = order.index(best) + 1 if best in order else None
-                entry["measured_ships_same"] = (measured.get("decision") or {}).get(
-                    "shipped_route") == best
+                hit = [i for i, r in enumerate(order) if best and reaches(r, best)]
+                entry["measured_builds_to_reach"] = hit[0] + 1 if hit else None
+                entry["measured_ships_same"] = bool(best) and reaches(
+                    (measured.get("decision") or {}).get("shipped_route") or "", best)
             try:
                 rp = replay(full, s)
                 entry["replayed_builds_to_reach"] = rp["builds_to_reach_full_best"]
@@ -227,42 +247,66 @@ def summarize(results: list[dict]) -> dict:
             "configs": configs}
 
 
-def _reanalyse(doc: dict, config: str, run: dict, processes: int) -> dict | None:
-    """A calibration search that ran with the round-level interval only, its confirmation
-    re-analysed with today's rule (:func:`dossier.timing.compare`: with two or more process
-    generations the interval also covers a new generation's reading), from the round ratios in
-    the tuning cache kept in ``caches-<tag>.tar.gz`` beside the result file. None when the
-    search shipped nothing, ran in one generation, or its cache is not there."""
+def _reanalyse(doc: dict, search: str, fresh: dict | None,
+               processes: int | None = None) -> dict | None:
+    """A search (``search``: its folder under the tag, e.g. ``resnet50_b1-calib-03``) confirmed
+    in process generations, re-decided with today's rule:
+    every confirmation reading recomputed from the rounds kept in its tuning cache
+    (``caches-<tag>.tar.gz`` beside the result file) by :func:`dossier.timing.compare` (a
+    candidate's interval also covers a new generation's reading, the A/A's the generations'
+    mean), then :func:`dossier.decision.decide`. None when the search ran in one generation
+    (``processes``, or its cache header's when None) or its cache is not there. ``fresh``: an
+    independent re-measurement, ``{"route": ..., "speedup": ...}``; ``fresh_inside`` is None
+    unless it re-measured the route shipped under today's rule."""
     import tarfile
+    import tempfile
 
-    import numpy as np
+    from dossier.cache import TuningCache
+    from dossier.decision import decide
+    from dossier.timing import compare, unflatten
 
-    from dossier.timing import TimingSettings, log_interval
-
-    fresh = (run.get("fresh") or {}).get("fresh_speedup")
-    if not run.get("gain") or processes < 2 or fresh is None or not doc.get("_file"):
+    if (processes is not None and processes < 2) or not doc.get("_file"):
         return None
     tag = doc.get("tag")
     archive = Path(doc["_file"]).with_name(f"caches-{tag}.tar.gz")
-    member = f"{tag}/{config}-calib-{run['rep']:02d}/tuning-cache.jsonl"
+    member = f"{tag}/{search}/tuning-cache.jsonl"
     try:
-        with tarfile.open(archive) as tar:
+        with tarfile.open(archive) as tar, tempfile.TemporaryDirectory() as tmp:
             f = tar.extractfile(member)
-            lines = f.read().decode().splitlines() if f else []
+            if f is None:
+                return None
+            path = Path(tmp) / "tuning-cache.jsonl"
+            path.write_bytes(f.read())
+            cache = TuningCache.open(path)
     except (OSError, KeyError, tarfile.TarError):
         return None
-    records = [json.loads(x) for x in lines if x.strip()]
-    confirm = [r for r in records if r.get("role") == "confirm"
-               and r.get("route") == run.get("shipped_route") and r.get("comparison")]
-    if not confirm:
+    settings = cache.header.timing
+    if settings.confirm_processes < 2:
         return None
-    ratios = confirm[-1]["comparison"]["round_ratios"]
-    est, lo, hi, gens = log_interval(np.log(ratios), TimingSettings(confirm_processes=processes),
-                                     "independent")
-    ci = [float(np.exp(lo)), float(np.exp(hi))]
-    return {"speedup": float(np.exp(est)), "speedup_ci": ci,
-            "generation_speedups": [float(np.exp(g)) for g in gens] if gens else None,
-            "fresh_inside": ci[0] <= fresh <= ci[1], "excludes_one": ci[0] > 1.0}
+    trials = cache.trials
+    base = next(t for t in trials if t.role == "baseline")
+    confirms = [t for t in trials if t.role == "confirm"]
+    k = max(1, len({t.route for t in confirms if t.route != base.route}))
+    redone = []
+    for t in trials:
+        if t.role == "confirm" and t.samples_ms and t.baseline_samples_ms:
+            aa = t.route == base.route
+            c = compare(unflatten(t.baseline_samples_ms, t.baseline_sample_rounds or []),
+                        unflatten(t.samples_ms, t.sample_rounds or []), settings,
+                        alpha=settings.alpha if aa else settings.alpha / k,
+                        procedure="independent", bias=aa)
+            t = t.model_copy(update={"comparison": c})
+        redone.append(t)
+    d = decide(redone, settings)
+    if not d.gain or d.speedup is None:
+        return {"gain": False, "reason": d.reason, "fresh_inside": None, "excludes_one": None}
+    ci = [d.speedup_ci_low, d.speedup_ci_high]
+    win = [t for t in redone if t.role == "confirm" and t.route == d.shipped_route]
+    gens = win[-1].comparison.generation_speedups if win and win[-1].comparison else None
+    again = (fresh or {}).get("speedup") if (fresh or {}).get("route") == d.shipped_route else None
+    return {"gain": True, "speedup": d.speedup, "speedup_ci": ci, "generation_speedups": gens,
+            "fresh_inside": (ci[0] <= again <= ci[1]) if again is not None else None,
+            "excludes_one": ci[0] is not None and ci[0] > 1.0}
 
 
 def _calib(runs: list[dict], split: bool = True) -> dict:
@@ -279,10 +323,13 @@ def _calib(runs: list[dict], split: bool = True) -> dict:
             "inside": sum(1 for f in fresh if f["speedup_inside_ci"]),
             "remeasure_excludes_one": sum(1 for f in fresh if f["fresh_speedup_ci"][0] > 1.0),
             "from_build_cache": sum(1 for r in runs if r.get("build_cache_hits")),
-            "reanalysed": sum(1 for r in shipped if r.get("reanalysed")),
-            "reanalysed_inside": sum(1 for r in shipped
+            "reanalysed": sum(1 for r in runs if r.get("reanalysed")),
+            "reanalysed_shipped": sum(1 for r in runs if (r.get("reanalysed") or {}).get("gain")),
+            "reanalysed_remeasured": sum(1 for r in runs if (r.get("reanalysed") or {}).get(
+                "fresh_inside") is not None),
+            "reanalysed_inside": sum(1 for r in runs
                                      if (r.get("reanalysed") or {}).get("fresh_inside")),
-            "reanalysed_excludes_one": sum(1 for r in shipped
+            "reanalysed_excludes_one": sum(1 for r in runs
                                            if (r.get("reanalysed") or {}).get("excludes_one")),
             "rows": [{"tag": r["tag"], "rep": r["rep"], "gain": r.get("gain"),
                       "generations": r.get("generations", 1), "reanalysed": r.get("reanalysed"),
@@ -347,6 +394,16 @@ def _sp(v: float | None, ci: list | None) -> str:
     return f"{v:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else f"{v:.3f}x"
 
 
+def _redecided(r: dict | None) -> str:
+    if not r:
+        return "-"
+    if not r.get("gain"):
+        return "no gain"
+    inside = r.get("fresh_inside")
+    return (_sp(r.get("speedup"), r.get("speedup_ci"))
+            + ("" if inside is None else f", re-measurement {'inside' if inside else 'outside'}"))
+
+
 def _yn(v: object) -> str:
     return "-" if v is None else ("yes" if v else "no")
 
@@ -381,8 +438,8 @@ def markdown(summary: dict) -> str:
     lines += ["", "## Searches", "",
               "| config | strategy | routes | builds | search s | builds' s (sum) | search / builds "
               "| baseline | shipped route | winner | speedup | fresh re-measurement | inside tuned "
-              "interval? | builds to full's best |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "interval? | builds to full's best | re-decided with today's rule |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, c in sorted(cfgs.items()):
         reach = c.get("reach_full_best", {})
         for strat in (*STRATEGIES, "aa_single"):
@@ -412,7 +469,7 @@ def markdown(summary: dict) -> str:
                          f"{f'{ratio:.0%}' if ratio is not None else '-'} | "
                          f"{_ms(s.get('baseline'))} | `{shipped}` | {_ms(s.get('winner'))} | "
                          f"{_sp(s.get('speedup'), s.get('speedup_ci'))} | {fresh} | {inside} | "
-                         f"{to_best} |")
+                         f"{to_best} | {_redecided(s.get('redecided'))} |")
     aa_rows = [(n, c["aa"]) for n, c in sorted(cfgs.items()) if c.get("aa")]
     if aa_rows:
         lines += ["", "## A/A (two values that build the same kernels)", "",
@@ -442,26 +499,30 @@ def markdown(summary: dict) -> str:
         for name, a in calib:
             if a["reanalysed"]:
                 lines.append(
-                    f"\nRe-analysed ({name}): the {a['reanalysed']} gains shipped from searches "
-                    "in process generations, their recorded confirmation rounds analysed with "
-                    "today's rule (the interval also covers a new generation's reading): the "
-                    f"re-measurement falls inside in {a['reanalysed_inside']} of "
-                    f"{a['reanalysed']}, and the interval excludes 1.0 in "
-                    f"{a['reanalysed_excludes_one']} of {a['reanalysed']}. These searches ran "
-                    "before the rule changed, and the rule was changed after seeing them: a "
-                    "prospective check is still to be run.")
+                    f"\nRe-decided with today's rule ({name}): the {a['reanalysed']} searches "
+                    "confirmed in process generations, every confirmation reading recomputed "
+                    "from its recorded rounds (a candidate's interval also covers a new "
+                    "generation's reading, the A/A's the generations' mean) and the decision "
+                    f"taken again: {a['reanalysed_shipped']} ship a gain; of the "
+                    f"{a['reanalysed_remeasured']} of those re-measured (the ones that shipped "
+                    f"as recorded), {a['reanalysed_inside']} fall inside; "
+                    f"{a['reanalysed_excludes_one']} of {a['reanalysed_shipped']} intervals "
+                    "exclude 1.0. The rule was changed after seeing these searches; the "
+                    "searches that ship only under today's rule were not re-measured.")
         lines += ["", "| config | run | generations | shipped speedup (confirmation, as "
-                  "recorded) | independent re-measurement | inside? | re-analysed interval "
-                  "(generations) | inside? |", "|---|---|---|---|---|---|---|---|"]
+                  "recorded) | independent re-measurement | inside? | re-decided with today's rule "
+                  "| inside? |", "|---|---|---|---|---|---|---|---|"]
         for name, a in calib:
             for r in a["rows"]:
                 ra = r.get("reanalysed") or {}
+                again = ("-" if not ra else _sp(ra.get("speedup"), ra.get("speedup_ci"))
+                         if ra.get("gain") else "no gain")
                 lines.append(f"| {name} | {r['tag']}-{r['rep']:02d} | {r['generations']} | "
                              f"{_sp(r['speedup'], r['speedup_ci']) if r['gain'] else 'no gain'} | "
                              f"{_sp(r['fresh_speedup'], r['fresh_speedup_ci'])} | "
                              f"{_yn(r['inside']) if r['inside'] is not None else '-'} | "
-                             f"{_sp(ra.get('speedup'), ra.get('speedup_ci')) if ra else '-'} | "
-                             f"{_yn(ra['fresh_inside']) if ra else '-'} |")
+                             f"{again} | "
+                             f"{_yn(ra['fresh_inside']) if ra.get('fresh_inside') is not None else '-'} |")
     bundles = [(n, b) for n, c in sorted(cfgs.items()) for b in c.get("bundles", [])]
     if bundles:
         lines += ["", "## Bundles verified on the H200 (`verify --recheck --rebench`)", "",

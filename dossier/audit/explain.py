@@ -619,7 +619,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                                result="not statistically checked" if imported
                                else _result(decision), reason=decision.reason,
                                why_not=[] if decision.gain or imported
-                               else _why_not(h2h, main, trials, settings),
+                               else _why_not(h2h, main, trials, settings, decision),
                                statistically_checked=not imported),
         head_to_head=h2h,
         runner_up=_runner_up(trials, decision, h2h),
@@ -717,7 +717,8 @@ def _result(d: DecisionRecord) -> str:
 
 
 def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
-             trials: Sequence[TrialRecord], settings: TimingSettings) -> list[str]:
+             trials: Sequence[TrialRecord], settings: TimingSettings,
+             decision: DecisionRecord) -> list[str]:
     if h2h is None:
         if not any(t.role == "search" for t in main):
             return ["only the baseline was measured"]
@@ -726,9 +727,23 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
     v = speed_verdict(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
     if v.label == "slower":
         return [f"it was slower than the baseline ({v.figures} < alpha={h2h.alpha:.2g})"]
-    if v.label == "faster":  # faster, yet not shipped: a screening result never confirmed
-        return ["it was not confirmed"]
+    if v.label == "faster":  # faster, yet not shipped: say which part of the rule stopped it
+        return [_stopped_by(record, decision)]
     return list(v.reasons)
+
+
+def _stopped_by(record: TrialRecord, decision: DecisionRecord) -> str:
+    """Why a route that read faster did not ship, from the readings the decision recorded."""
+    c = _cmp(record)
+    for aa, where in ((decision.aa, "A/A check"), (decision.confirm_aa, "confirmation's A/A")):
+        if aa is not None and aa.significant:
+            return f"the {where} read {aa.text()}, which stops the release"
+    aa = decision.confirm_aa if record.role == "confirm" else decision.aa
+    if aa is not None and c.speedup_ci_low <= aa.speedup_ci_high:
+        return (f"its interval's lower end {c.speedup_ci_low:.3f} does not clear the "
+                f"{'confirmation ' if record.role == 'confirm' else ''}A/A reading's upper end "
+                f"{aa.speedup_ci_high:.3f}")
+    return "it was not confirmed"
 
 
 def test_name(test: str) -> str:
