@@ -146,7 +146,8 @@ def render_explanation(e: Any) -> None:
         same = h is not None and r.route == h.route
         out.print(f"  {'the best candidate above' if same else _r(r.route)} (trial {r.trial_index}): "
                   f"{_ci(r.speedup, r.speedup_ci_low, r.speedup_ci_high)} ({r.source}); the "
-                  f"shipped route is {r.margin:+.1%} against it ({r.winner_speedup:.3f}x vs "
+                  f"{'shipped route' if e.decision.gain else 'baseline, which ships,'} is "
+                  f"{r.margin:+.1%} against it ({r.winner_speedup:.3f}x vs "
                   f"{r.speedup:.3f}x)", soft_wrap=True)
 
     _heading("Trials")

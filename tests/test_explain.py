@@ -678,7 +678,8 @@ def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
     assert now is not None and not now.significant and now.verdict.startswith("as expected")
 
 
-def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear() -> None:
+def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear(
+        capsys: pytest.CaptureFixture) -> None:
     """A route confirmed 1.25x [1.10, 1.40] faster, but the confirmation's A/A reached 1.15 at
     its upper end: the decision ships nothing, and explain's why-not says that, not merely
     "not confirmed"."""
@@ -692,6 +693,14 @@ def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear() -> None:
     e = explain_search(_header(), trials, SESSION, d)
     assert e.decision.why_not == ["its interval's lower end 1.100 does not clear the "
                                   "confirmation A/A reading's upper end 1.150"]
+    from dossier.audit.report import render_report
+    from dossier_cli.cmd_explain import render_explanation
+
+    render_explanation(e)  # the runner-up's margin is the baseline's, which ships
+    text = capsys.readouterr().out
+    assert "does not clear the confirmation A/A reading's upper end 1.150" in text
+    assert "the baseline, which ships, is -23.1% against it (1.000x vs 1.300x)" in text
+    assert "the baseline, which ships, is -23.1%" in render_report(e, {})
     # with a confirmation A/A it clears, the same route ships
     ok = [*trials[:3], _trial(3, "-a=x -b=p", 1.0, 0.95, 1.05, 0.9, role="confirm")]
     assert decide(ok, s).gain
