@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dossier.cache import DecisionRecord
-from dossier.timing import TimingSettings
-from dossier.trial import Reading, TrialRecord
+from dossier.timing import TimingSettings, compare
+from dossier.trial import Comparison, Reading, TrialRecord
 from dossier.verdict import speed_verdict
 
 
@@ -51,6 +51,17 @@ def _generations(settings: TimingSettings) -> str:
     n = settings.confirm_processes
     return (f" in each of {n} process generations, a candidate's interval also covering a new "
             f"generation's reading, the A/A's the generations' mean" if n > 1 else "")
+
+
+def confirmation_comparison(baseline: Sequence[Sequence[float]],
+                            candidate: Sequence[Sequence[float]], settings: TimingSettings, *,
+                            aa: bool, candidates: int, baseline_warmup: int = 0) -> Comparison:
+    """One reading of the independent confirmation (step 2), from its rounds: the
+    confirmation's A/A (``aa``) at alpha with the interval of the procedure's bias, a candidate
+    at alpha / ``candidates`` (Bonferroni) with the interval that covers a new generation."""
+    return compare(baseline, candidate, settings,
+                   alpha=settings.alpha if aa else settings.alpha / max(candidates, 1),
+                   baseline_warmup=baseline_warmup, procedure="independent", bias=aa)
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:

@@ -31,7 +31,7 @@ from dossier.builds import (
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
 from dossier.child import Child, run_child
-from dossier.decision import calibration, candidates, decide
+from dossier.decision import calibration, candidates, confirmation_comparison, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.executors import Executor, open_executor
@@ -424,13 +424,12 @@ class Tuner:
         for j, t in enumerate([base, *chosen], start=1):
             samples, rounds = flatten(m.rounds[j])
             index = len(self.cache.trials)
-            alpha = timing.alpha if t is base else timing.alpha / len(chosen)
             rec = TrialRecord(
                 index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=m.wall_s,
                 started_at=started, timing=summarize(samples, timing.confidence, m.warmup_runs[j]),
-                comparison=compare(m.rounds[0], m.rounds[j], timing, alpha=alpha,
-                                   baseline_warmup=m.warmup_runs[0], procedure="independent",
-                                   bias=t is base),
+                comparison=confirmation_comparison(m.rounds[0], m.rounds[j], timing,
+                                                   aa=t is base, candidates=len(chosen),
+                                                   baseline_warmup=m.warmup_runs[0]),
                 samples_ms=samples, baseline_samples_ms=base_samples, sample_rounds=rounds,
                 baseline_sample_rounds=base_rounds, engine=t.engine,
                 engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses)

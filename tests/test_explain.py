@@ -655,13 +655,20 @@ def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFix
         assert check is not None and not check.significant and "as expected" in check.verdict
 
 
+def _confirmed(route: tuple[float, float, float, float],
+               aa: tuple[float, float, float, float]) -> list[TrialRecord]:
+    """A baseline, a route that screened 1.30x faster, then the confirmation's readings of the
+    route and of the A/A (speedup, interval, p)."""
+    return [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
+            _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),
+            _trial(2, "-a=y -b=p", *route, role="confirm"),
+            _trial(3, "-a=x -b=p", *aa, role="confirm")]
+
+
 def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
     """The same for the confirmation's A/A: 0.985x (p=0.002) stopped an older release."""
     s = TimingSettings()
-    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
-              _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),
-              _trial(2, "-a=y -b=p", 1.25, 1.20, 1.31, 1e-7, role="confirm"),
-              _trial(3, "-a=x -b=p", 0.985, 0.978, 0.992, 0.002, role="confirm")]
+    trials = _confirmed((1.25, 1.20, 1.31, 1e-7), (0.985, 0.978, 0.992, 0.002))
     today = decide(trials, s)
     assert today.gain and today.confirm_aa is not None and not today.confirm_aa.significant
     then = trials[3].reading(s.alpha)
@@ -684,10 +691,7 @@ def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear(
     its upper end: the decision ships nothing, and explain's why-not says that, not merely
     "not confirmed"."""
     s = TimingSettings()
-    trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
-              _trial(1, "-a=y -b=p", 1.30, 1.22, 1.38, 1e-6),
-              _trial(2, "-a=y -b=p", 1.25, 1.10, 1.40, 1e-4, role="confirm"),
-              _trial(3, "-a=x -b=p", 1.02, 0.90, 1.15, 0.6, role="confirm")]
+    trials = _confirmed((1.25, 1.10, 1.40, 1e-4), (1.02, 0.90, 1.15, 0.6))
     d = decide(trials, s)
     assert not d.gain and "does not clear the confirmation A/A reading's upper end 1.150" in d.reason
     e = explain_search(_header(), trials, SESSION, d)

@@ -109,16 +109,14 @@ def full_best(full: dict) -> str | None:
     return d.get("shipped_route")
 
 
-def _knobs(route: str) -> dict[str, str]:
-    return dict(tok.lstrip("-").split("=", 1) for tok in route.split() if "=" in tok)
-
-
 def reaches(route: str, best: str) -> bool:
     """``route`` sets every knob of full's answer ``best`` to its value: a search over more
     knobs (``fast`` below with ``coordinate_descent_tuning``) reaches full's answer when it
     agrees on the knobs full searched."""
-    mine = _knobs(route)
-    return all(mine.get(k) == v for k, v in _knobs(best).items())
+    from dossier.routes import Route
+
+    mine = Route.parse(route).as_dict()
+    return all(mine.get(k) == v for k, v in Route.parse(best).as_dict().items())
 
 
 def replay(full: dict, strategy: str) -> dict:
@@ -262,8 +260,8 @@ def _reanalyse(doc: dict, search: str, fresh: dict | None,
     import tempfile
 
     from dossier.cache import TuningCache
-    from dossier.decision import decide
-    from dossier.timing import compare, unflatten
+    from dossier.decision import confirmation_comparison, decide
+    from dossier.timing import unflatten
 
     if (processes is not None and processes < 2) or not doc.get("_file"):
         return None
@@ -286,15 +284,14 @@ def _reanalyse(doc: dict, search: str, fresh: dict | None,
     trials = cache.trials
     base = next(t for t in trials if t.role == "baseline")
     confirms = [t for t in trials if t.role == "confirm"]
-    k = max(1, len({t.route for t in confirms if t.route != base.route}))
+    k = len({t.route for t in confirms if t.route != base.route})
     redone = []
     for t in trials:
         if t.role == "confirm" and t.samples_ms and t.baseline_samples_ms:
-            aa = t.route == base.route
-            c = compare(unflatten(t.baseline_samples_ms, t.baseline_sample_rounds or []),
-                        unflatten(t.samples_ms, t.sample_rounds or []), settings,
-                        alpha=settings.alpha if aa else settings.alpha / k,
-                        procedure="independent", bias=aa)
+            c = confirmation_comparison(
+                unflatten(t.baseline_samples_ms, t.baseline_sample_rounds or []),
+                unflatten(t.samples_ms, t.sample_rounds or []), settings,
+                aa=t.route == base.route, candidates=k)
             t = t.model_copy(update={"comparison": c})
         redone.append(t)
     d = decide(redone, settings)

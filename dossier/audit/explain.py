@@ -908,13 +908,15 @@ def _aa(baseline: TrialRecord, settings: TimingSettings,
                    "the minimum effect, so the procedure is biased on this host by about that "
                    "much and nothing ships")
     else:
-        small = (f" (p < alpha, but below the minimum effect of {m:.0%}: a gain must clear its "
-                 "upper end)" if low_p and below else
-                 " (p < alpha, but not significant as decided: a gain must clear its upper end)"
-                 if low_p else
-                 " (the interval excludes 1.0 narrowly; a gain must clear its upper end)")
-        verdict = ("as expected: no significant difference between two loads of the same engine"
-                   + ("" if inside and not low_p else small))
+        verdict = "as expected: no significant difference between two loads of the same engine"
+        if low_p and below:
+            verdict += f" (p < alpha, but below the minimum effect of {m:.0%}"
+        elif low_p:
+            verdict += " (p < alpha, but not significant as decided"
+        elif not inside:
+            verdict += " (the interval excludes 1.0 narrowly"
+        if low_p or not inside:
+            verdict += ": a gain must clear its upper end)"
     return AACheck(trial_index=baseline.index, procedure=reading.procedure,
                    rounds=reading.rounds, significant=significant, speedup=reading.speedup,
                    speedup_ci_low=reading.speedup_ci_low,
