@@ -17,9 +17,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def main(argv: list[str]) -> int:
     from dossier.audit.explain import explain_search
     from dossier.cache import TuningCache
+    from dossier.errors import DossierError
     from dossier_cli.cmd_explain import render_explanation
 
-    cache = TuningCache.open(Path(argv[1]), repair=True)
+    try:  # read only: a torn last line is ignored, not cut off
+        cache = TuningCache.open(Path(argv[1]))
+    except DossierError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
     if cache.decision is None:
         print(f"{argv[1]}: the search did not finish (no decision)", file=sys.stderr)
         return 1
