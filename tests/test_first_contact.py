@@ -1,6 +1,6 @@
-"""First contact: what a new user runs first behaves as the README says (relative paths, a file
-where a folder is expected, help text, knob names with their dash, output outside a terminal,
-the Makefile, the README's own snippets and exit codes)."""
+"""First contact: what a new user runs first behaves as the README and the documentation say
+(relative paths, a file where a folder is expected, help text, knob names with their dash, output
+outside a terminal, the Makefile, the snippets of the README and of docs/, and exit codes)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.conftest import ROOT
 from tests.test_explain import make_bundle
 
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 
 
 def _cli(*args: object, **kw):  # noqa: ANN202
@@ -124,17 +125,61 @@ def test_make_sample_installs_no_torch_and_removes_a_stale_signature() -> None:
     assert re.search(r"rm -rf .*out/convnet-1\.dossier\.sig\.json", dry("sample"))
 
 
-def test_readme_spec_snippet_is_the_file_it_names() -> None:
-    m = re.search(r"A release spec \(`(samples/[\w/]+\.toml)`\).*?```toml\n(.*?)```", README,
+def test_quick_tour_spec_snippet_is_the_file_it_names() -> None:
+    page = (DOCS / "quickstart.md").read_text()
+    m = re.search(r"A release spec \(`(samples/[\w/]+\.toml)`\).*?```toml\n(.*?)```", page,
                   re.S)
     assert m is not None
     assert m.group(2) == (ROOT / m.group(1)).read_text()
 
 
-def test_readme_exit_code_table_is_complete() -> None:
-    table = README.split("### Exit codes", 1)[1].split("\n\n", 1)[0]
+def test_readme_spec_snippet_runs_beside_the_sample(samples_dir: Path, tmp_path: Path) -> None:
+    """The README's short spec, saved in the sample's folder as it says, is a spec `tune`
+    takes: its dry run lists the routes of its selection, baseline first."""
+    snippets = re.findall(r"```toml\n(.*?)```", README, re.S)
+    assert len(snippets) == 1 and len(snippets[0].splitlines()) <= 10
+    folder = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", folder)
+    (folder / "mine.toml").write_text(snippets[0])
+    r = _cli("tune", folder / "mine.toml", "--dry-run", "--json")
+    assert r.exit_code == 0, r.output
+    routes = json.loads(r.stdout)["routes"]
+    assert len(routes) >= 2 and all("-optimizer:ConvBNFusion=" in x for x in routes)
+
+
+def test_readme_is_short_and_its_links_resolve() -> None:
+    assert len(README.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        assert (ROOT / link).exists(), link
+    assert ". .venv/bin/activate" in README
+
+
+def test_readme_first_release_commands_exist() -> None:
+    block = README.split("## A first release", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [ln.split()[1] for ln in block.splitlines() if ln.startswith("dossier ")]
+    assert commands == ["release", "verify", "explain"]
+    for command in commands:
+        assert _cli(command, "--help").exit_code == 0
+
+
+def test_exit_code_page_is_complete() -> None:
+    table = (DOCS / "exit-codes.md").read_text().split("# Exit codes", 1)[1].split("\n\n", 1)[0]
     codes = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
     assert codes == {int(c) for c in ExitCode} | {1}
     app_help = " ".join(_cli("--help", env={"COLUMNS": "400"}).output.split())  # as one line
     for code in codes:
         assert re.search(rf"\b{code} [A-Za-z]", app_help), code
+
+
+def test_cli_reference_page_is_current() -> None:
+    """docs/cli.md is what docs/gen_cli.py writes from today's --help (the docs build checks it
+    too, where mkdocs is installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_cli", DOCS / "gen_cli.py")
+    assert spec and spec.loader
+    gen_cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_cli)
+    assert (DOCS / "cli.md").read_text() == gen_cli.render(), "run python docs/gen_cli.py"
