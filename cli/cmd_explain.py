@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def _heading(text: str) -> None:
 @handled
 def explain(
     bundle: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
-    html: Path = typer.Option(None, "--html", help="Also write the explanation with plots as one "
+    html: Path = typer.Option(None, "--html", metavar="FILE", help="Also write the explanation with plots as one "
                               "self-contained HTML page to this file (replaced if it exists; "
                               "needs the report extra: plotly)."),
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON on stdout "
@@ -75,7 +76,9 @@ def explain(
     if as_json:
         _print_model(facts)
         return
-    render_explanation(facts)
+    render_explanation(facts, [flag for flag, value in (("--per-day", per_day),
+                                                        ("--horizon-days", horizon_days),
+                                                        ("--hosts", hosts)) if value is not None])
 
 
 def _print_model(model: Any) -> None:
@@ -83,8 +86,23 @@ def _print_model(model: Any) -> None:
     sys.stdout.write(model.model_dump_json(indent=2) + "\n")
 
 
-def render_explanation(e: Any) -> None:
-    """The explanation as text on stdout."""
+def volume_origin(source: str, given: Sequence[str] = ()) -> str:
+    """Where the payback's volume came from: inferences/day from --per-day or the spec, and
+    horizon and hosts each from its flag or else the spec's [deployment] (or its default)."""
+    parts = [f"inferences/day from {'--per-day' if source == 'flags' else 'the spec'}"]
+    flagged = [(flag, what) for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+               if flag in given]
+    parts += [f"{what} from {flag}" for flag, what in flagged]
+    rest = [what for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+            if flag not in given]
+    if rest:
+        parts.append(f"{' and '.join(rest)} from the spec's [deployment] or "
+                     f"{'their defaults' if len(rest) > 1 else 'its default'}")
+    return "; ".join(parts)
+
+
+def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
+    """The explanation as text on stdout; ``given``: the volume flags on the command line."""
     from dossier.audit.explain import test_name
 
     d, s, lin = e.decision, e.search, e.lineage
@@ -254,7 +272,8 @@ def render_explanation(e: Any) -> None:
     _heading("Payback (search cost against benefit)")
     if p.source != "none":
         out.print(f"  volume: {p.inferences_per_day:,.0f} inferences/day on {p.hosts} host(s), "
-                  f"horizon {p.horizon_days:g} days (from the {p.source})", soft_wrap=True)
+                  f"horizon {p.horizon_days:g} days ({escape(volume_origin(p.source, given))})",
+                  soft_wrap=True)
     out.print(f"  {escape(p.verdict)}", soft_wrap=True)
     if p.cases:
         out.print(f"  [dim]{escape(p.unit)}[/]", soft_wrap=True)

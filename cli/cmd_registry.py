@@ -15,9 +15,9 @@ INSECURE_HELP = "Plain HTTP instead of HTTPS; allowed only for a loopback regist
 @app.command()
 @handled
 def push(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar."),
     target: str = typer.Argument(..., metavar="REGISTRY/REPO:TAG", help="Where to push it."),
-    signature: Path = typer.Option(None, "--signature", help="The bundle's dossier sign "
+    signature: Path = typer.Option(None, "--signature", metavar="FILE", help="The bundle's dossier sign "
                                    "envelope, attached as a referrer (default: "
                                    "NAME-VERSION.dossier.sig.json beside the bundle, if there)."),
     no_signature: bool = typer.Option(False, "--no-signature", help="Attach no signature."),
@@ -53,7 +53,7 @@ def push(
 def pull(
     source: str = typer.Argument(..., metavar="REGISTRY/REPO[:TAG|@DIGEST]",
                                  help="The bundle to pull."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder for NAME-VERSION.dossier."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for NAME-VERSION.dossier."),
     insecure: bool = typer.Option(False, "--insecure", help=INSECURE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:

@@ -30,7 +30,9 @@ class ProgressObserver(TuneObserver):
         self.progress = Progress(
             TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            TextColumn("{task.description}"), console=console, transient=True)
+            TextColumn("{task.description}"), console=self.console, transient=True,
+            # outside a terminal a bar is only noise (rich would print an empty line on stop)
+            disable=not self.console.is_terminal)
         self.task: Any = None
 
     def __enter__(self) -> ProgressObserver:

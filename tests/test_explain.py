@@ -145,7 +145,9 @@ def test_explain_names_the_winner_or_no_gain_and_why(convnet: Path) -> None:
     assert "CPU" in text and "onnxruntime" in text and f"{os.cpu_count()} logical" in text
     assert "parent: none: first release" in text
     assert "search wall time" in text and "builds" in text and "measurement" in text
-    assert "volume: 2,000,000 inferences/day on 3 host(s), horizon 30 days (from the spec)" in text
+    assert ("volume: 2,000,000 inferences/day on 3 host(s), horizon 30 days (inferences/day "
+            "from the spec; horizon and hosts from the spec's [deployment] or their defaults)"
+            in text)
 
 
 def test_explain_json_validates_against_the_model(faulty: Path) -> None:
