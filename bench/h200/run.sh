@@ -20,7 +20,7 @@
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
-#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
+#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see docs/results.md);
 #   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
 #   gpu4               what the 2026-12-01 runs left: the batch-32 fast searches, a ResNet-50
 #                      bundle verified there (with its HTML report when plotly was carried),
