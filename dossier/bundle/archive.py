@@ -225,7 +225,7 @@ def scan_members(archive: Path, hasher: Callable[[BinaryIO], _T]) -> dict[str, _
         rel = m.name[len(root) + 1:]
         if m.isreg() and m.name.startswith(root + "/") and rel != MANIFEST_NAME:
             with contextlib.suppress(ValueError):  # a path the member checks refuse below
-                table[rel] = FileEntry(path=rel, size=m.size, digest="0" * 32)
+                table.setdefault(rel, FileEntry(path=rel, size=m.size, digest="0" * 32))
     out = {}
     for m, rel in _check_members(members, root, table, archive):
         if m.isreg():
