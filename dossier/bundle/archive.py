@@ -220,13 +220,13 @@ def scan_members(archive: Path, hasher: Callable[[BinaryIO], _T]) -> dict[str, _
     manifests = [m.name for m in members
                  if m.name.count("/") == 1 and m.name.split("/")[1] == MANIFEST_NAME]
     root = (manifests[0] if manifests else members[0].name).split("/")[0]
-    table = {}
+    table: dict[str, FileEntry] = {}
     for m in members:
         rel = m.name[len(root) + 1:]
         if m.isreg() and m.name.startswith(root + "/") and rel != MANIFEST_NAME:
             with contextlib.suppress(ValueError):  # a path the member checks refuse below
                 table.setdefault(rel, FileEntry(path=rel, size=m.size, digest="0" * 32))
-    out = {}
+    out: dict[str, _T] = {}
     for m, rel in _check_members(members, root, table, archive):
         if m.isreg():
             with open(archive, "rb", buffering=0) as f:
