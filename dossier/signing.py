@@ -493,6 +493,25 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
 
 
+def cosigned(envelopes: Sequence[Path]) -> bytes:
+    """One envelope holding every signature of ``envelopes`` (which must all sign the same
+    payload: ValueError otherwise), one per key id, sorted by key id: how co-signatures found
+    as separate files (registry referrers) are kept as one file, as ``dossier sign`` keeps
+    them. SignatureError for a file that is not an envelope."""
+    read = [_read_envelope(Path(e), SignatureError) for e in envelopes]
+    if not read or any(e.body != read[0].body for e in read):
+        raise ValueError("co-signed envelopes must sign one payload")
+    by_key: dict[str, Signature] = {}
+    for e in read:
+        for sig in e.signatures:
+            by_key.setdefault(sig.keyid, sig)
+    if len(by_key) > MAX_SIGNATURES:
+        raise SignatureError(f"{len(by_key)} signatures over one statement, more than one "
+                             f"envelope holds ({MAX_SIGNATURES})")
+    return Envelope(payload_type=PAYLOAD_TYPE, payload=read[0].payload,
+                    signatures=sorted(by_key.values(), key=lambda s: s.keyid)).to_bytes()
+
+
 def write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
     """Write a signature envelope durably (staging file, fsync, rename); OutputError."""
     folder = target.parent
@@ -737,5 +756,5 @@ __all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "MAX_SIGNATURES", "PAYLOAD_TYPE
            "SUBJECT_DIGESTS", "KeyPair", "SignatureCheck", "SignedBundle",
            "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
            "check_signature_at",
-           "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
+           "cosigned", "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
            "provenance", "sign_bundle", "signature_path", "statement"]
