@@ -161,8 +161,9 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
     """Write the signature referrers of ``subject`` that pass against the bundle folder just
     pulled to ``bundle_path`` beside it, where ``verify`` looks for its signature
     (:func:`~dossier.sigfile.signature_path`); that file, or None when the registry holds no
-    signature referrer. Each envelope is checked as ``verify`` checks one (every signature
-    against the public key it carries, the subjects against the files, read once for all);
+    signature referrer. Each envelope is checked as ``verify REF`` checks one (every signature
+    against the public key it carries, the subjects' BLAKE3, which every statement format
+    carries, against the files, read once for all);
     those over one statement are kept as one co-signed envelope (the statement most signed,
     when they sign several). SignatureError (the first envelope's) when none passes;
     OutputError when another file is in the way."""
@@ -171,8 +172,9 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
     from dossier.bundle.integrity import scan_bundle
     from dossier.bundle.reader import open_bundle
     from dossier.dsse import parse_envelope
+    from dossier.hashing import BLAKE3
     from dossier.sigfile import signature_path
-    from dossier.signing import SUBJECT_DIGESTS, cosigned, read_envelope_bytes
+    from dossier.signing import cosigned, read_envelope_bytes
 
     with tempfile.TemporaryDirectory(prefix="dossier-referrers-") as tmp:
         found = fetch_signatures(client, subject, Path(tmp))
@@ -181,7 +183,7 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
         passed: dict[bytes, list[Path]] = {}
         errors: list[SignatureError] = []
         with open_bundle(bundle_path) as bundle:
-            scan = scan_bundle(bundle, SUBJECT_DIGESTS)
+            scan = scan_bundle(bundle, [BLAKE3])
             for envelope in found:
                 try:
                     check_signature(bundle, (), signature=envelope, scan=scan)
