@@ -112,11 +112,13 @@ from dossier.dsse import (
 )
 from dossier.errors import (
     BackendUnavailableError,
+    BundleFormatError,
     DossierError,
     InputError,
     IntegrityError,
     OutputError,
     SignatureError,
+    UnsafeArchiveError,
 )
 from dossier.hashing import BLAKE3, SHA256, canonical_json, feed, new_hasher
 from dossier.sigfile import SIGNATURE_SUFFIX, signature_path
@@ -711,13 +713,18 @@ def _compare(source: Path, subjects: dict[str, dict[str, str]],
 def _raw_digests(source: Path, algorithms: Sequence[str]) -> tuple[dict[str, dict[str, str]],
                                                                     list[str]]:
     """``algorithms``' digests by bundle path of a folder, or of the members of an archive
-    (streamed, nothing written; its member headers checked by the archive reader's rules, an
-    unsafe one refused: UnsafeArchiveError), and the entries that are not regular files."""
+    (streamed, nothing written), and the entries that are not regular files. The member
+    headers of an archive are checked by the archive reader's rules
+    (:func:`~dossier.bundle.archive.scan_members`): one it refuses, or an archive it cannot
+    read, does not match its statement (SignatureError, naming why)."""
     if source.is_dir():
         scan = scan_folder(source, algorithms)
         return _digest_sets(scan, algorithms), _odd(scan)
     try:
         return scan_members(source, lambda src: _hash(src, algorithms)), []
+    except (UnsafeArchiveError, BundleFormatError) as exc:
+        raise SignatureError(f"{exc}; it does not match its signed statement",
+                             hint=_HINT_ALTERED) from exc
     except OSError as exc:
         raise SignatureError(f"{source} cannot be read to check its signature ({exc})",
                              hint=_HINT_ALTERED) from exc

@@ -366,13 +366,18 @@ UNSAFE: dict[str, tuple[Callable[[tarfile.TarFile], None], str]] = {
 def test_the_signature_check_walks_an_archive_by_the_archive_readers_rules(
         case: str, signed: Path, keys: dict[str, KeyPair], tmp_path: Path) -> None:
     """A signature check reads an archive whose manifest.json does not parse member by member:
-    it refuses what opening the archive refuses, with the same words."""
+    it refuses what opening the archive refuses, with the same words, as a signature failure
+    (exit 13: under --require-signature the signature speaks first)."""
     add, said = UNSAFE[case]
     crafted = _tar_with(signed, tmp_path, add)
     with pytest.raises(UnsafeArchiveError, match=said):
         index_archive(crafted)
-    with pytest.raises(UnsafeArchiveError, match=said):
+    with pytest.raises(SignatureError, match=said):
         check_signature_at(crafted, [keys["release"].public], require=True)
+    res = h.cli("verify", crafted, "--require-signature", "--trusted-key",
+                keys["release"].public)
+    assert res.exit_code == ExitCode.SIGNATURE and said in res.stderr, h.said(res)
+    assert res.stderr.count("\n") == 1
 
 
 def test_the_archive_walk_of_a_signature_check_hashes_every_member(
