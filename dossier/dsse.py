@@ -15,8 +15,9 @@ changed without the key):
 - format 1 (no such field; dossier before subjects carried SHA-256): each subject's digest set
   is ``{"blake3": HEX}``;
 - format 2: ``{"sha256": HEX, "blake3": HEX}``, both required: ``sha256`` is in-toto's
-  predefined name, so in-toto, securesystemslib, cosign-style and SLSA verifiers match a
-  subject to a file (``sha256sum``); ``blake3`` keeps format-1 readers' digest beside it.
+  predefined name, so verifiers that know only the standard names match a subject to a file
+  (securesystemslib with in-toto's attestation model and ``sha256sum`` are tested:
+  docs/signing.md); ``blake3`` keeps format-1 readers' digest beside it.
 
 Both are read; a format this module does not know (a newer dossier's) is refused by name.
 

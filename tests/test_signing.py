@@ -1,5 +1,5 @@
 """Signed provenance: ``dossier keygen``, ``dossier sign`` (in-toto Statement v1 + SLSA provenance
-v1 in a DSSE envelope, Ed25519, BLAKE3 subjects) and ``dossier verify --require-signature
+v1 in a DSSE envelope, Ed25519, SHA-256 and BLAKE3 subjects) and ``dossier verify --require-signature
 --trusted-key``, which refuses unsigned, wrongly signed and altered bundles (exit 13, one line)
 before the integrity check, the environment diff and any engine load."""
 

@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "signing.md"
 FORMAT_1 = ROOT / "tests" / "assets" / "signature-format-1"
 """``convnet-1.dossier.sig.json``: the golden convnet bundle signed by dossier before subjects
-carried SHA-256 (main at 775f37f, ``sign_bundle``), and the public key it was signed with."""
+carried SHA-256 (``sign_bundle`` of commit 775f37f), and the public key it was signed
+with."""
 
 
 @pytest.fixture(scope="module")
