@@ -144,7 +144,9 @@ def _blocks(lang: str) -> list[str]:
 def _page_run(folder: Path) -> subprocess.CompletedProcess[str]:
     """docs/signing.md's commands (less ``pip install``) in ``folder``, which holds the page's
     script as verify_dossier.py; dossier cannot be imported there."""
-    commands = [c for c in _blocks("bash")[-1].splitlines() if not c.startswith("pip install")]
+    [block] = [b for b in _blocks("bash") if "verify_dossier.py" in b]
+    commands = [c for c in block.splitlines() if not c.startswith("pip install")]
+    assert any("sha256sum --check" in c for c in commands)
     shadow = folder / "shadow" / "dossier"
     shadow.mkdir(parents=True, exist_ok=True)
     (shadow / "__init__.py").write_text("raise ImportError('the page must not need dossier')\n")
