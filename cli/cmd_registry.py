@@ -60,14 +60,19 @@ def pull(
     """Pull a bundle from an OCI registry into OUT/NAME-VERSION.dossier. Every layer's sha256
     is checked while it streams, then the bundle's integrity check runs (its xxh3-128 taken
     from the same stream); only then is the folder renamed into place (nothing half-pulled is
-    left). Existing bundles are never overwritten."""
+    left). The signature referrers the registry holds are checked against the pulled files and
+    written beside the bundle (NAME-VERSION.dossier.sig.json, where verify looks): exit 13 when
+    there are some and none passes. Existing bundles and signatures are never overwritten."""
     from dossier.registry import pull_bundle
 
     done = pull_bundle(source, out_dir, insecure=insecure)
     if as_json:
         print_json({"bundle": str(done.path), "reference": done.reference,
-                    "digest": done.digest, "dossier_id": done.dossier_id, "files": done.files})
+                    "digest": done.digest, "dossier_id": done.dossier_id, "files": done.files,
+                    "signature": str(done.signatures[0]) if done.signatures else None})
         return
     err.print(f"pulled {done.reference} (id {done.dossier_id}): {done.files} files, digests "
-              "and integrity checked", markup=False, soft_wrap=True)
+              "and integrity checked"
+              + (f"; its signature beside it: {done.signatures[0]}" if done.signatures else ""),
+              markup=False, soft_wrap=True)
     out.print(str(done.path), markup=False, soft_wrap=True)
