@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from dossier.errors import TuneError
 from dossier.spec import ShapeEntry
-from dossier.timing import TimingSettings, process_compare, process_log
-from dossier.trial import Comparison
+from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
+from dossier.trial import Comparison, Outcome, TrialRecord
 
 Status = Literal["confirmed", "futile", "undecided"]
 
@@ -164,6 +164,27 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     aa.comparison = judge(aa, settings, settings.alpha, aa=True)
     return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
                         stopped=stopped, wall_s=time.perf_counter() - t0)
+
+
+def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
+            settings: TimingSettings, first_index: int, started: str) -> list[TrialRecord]:
+    """The confirmation trials a search records: the A/A's, then one per candidate judged
+    (in the order of ``chosen``), numbered from ``first_index``."""
+    out = []
+    for t, track in [(baseline, result.aa), *zip(chosen, result.candidates)]:
+        if track.comparison is None:  # never judged
+            continue
+        samples, rounds = flatten(track.samples)
+        base_samples, base_rounds = flatten(track.baseline)
+        out.append(TrialRecord(
+            index=first_index + len(out), route=t.route, role="confirm", outcome=Outcome.OK,
+            trial_s=result.wall_s, started_at=started,
+            timing=summarize(samples, settings.confidence, track.warmup_runs),
+            comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
+            sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
+            engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
+            extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
+    return out
 
 
 def local_processes(backend: str, validation: Path, settings: TimingSettings, *,

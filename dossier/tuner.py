@@ -42,7 +42,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
-from dossier.timing import compare, flatten, summarize, unflatten
+from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 from dossier.worker import (
@@ -428,19 +428,8 @@ class Tuner:
                 shapes=self.p.spec.shapes, work=self.work / "confirm", env=env)
         result = confirmation.confirm(engines[0], engines[1:], timing, measure,
                                       on_process=self.observer.measured_process)
-        for t, track in [(base, result.aa), *zip(chosen, result.candidates)]:
-            if track.comparison is None:  # never judged: decided out before its first look
-                continue
-            samples, rounds = flatten(track.samples)
-            base_samples, base_rounds = flatten(track.baseline)
-            rec = TrialRecord(
-                index=len(self.cache.trials), route=t.route, role="confirm", outcome=Outcome.OK,
-                trial_s=result.wall_s, started_at=started,
-                timing=summarize(samples, timing.confidence, track.warmup_runs),
-                comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
-                sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
-                engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
-                extra={"confirmation": track.status, "decided_at": str(track.look or "")})
+        for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),
+                                        started):
             self.cache.append(rec)
             self.observer.trial_finished(rec)
         return result.stopped
