@@ -218,7 +218,8 @@ def render_explanation(e: Any) -> None:
         _heading("A/A check (the baseline against a second load of itself)")
     for a in checks:
         out.print(f"  {a.procedure}: {_ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} "
-                  f"p={a.p_value:.3g}" + (f", {a.rounds} rounds" if a.rounds else "")
+                  f"p={a.p_value:.3g}" + (f", {a.processes} processes" if a.processes
+                                           else f", {a.rounds} rounds" if a.rounds else "")
                   + f": {escape(a.verdict)}", soft_wrap=True)
 
     _heading("Environment the numbers were measured in (tuning host)")

@@ -153,9 +153,10 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
             assert c is not None
             reason = (f"no significant gain: the best admissible route, {best.route}, screened "
                       f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                      + (f"({_why_not(best, settings, settings.alpha)})" if settings.confirm_top == 0 else
-                         f"(below the {settings.min_effect:.0%} minimum effect, so it was not "
-                         f"confirmed)")
+                      + f"({_why_not(best, settings, settings.alpha)}"
+                      + ("" if settings.confirm_top == 0 else
+                         f"; below the {settings.min_effect:.0%} minimum effect, so it was not "
+                         f"confirmed") + ")"
                       + "; the baseline ships")
     return DecisionRecord(**common, **no_gain, reason=reason,
                           runner_up_route=best.route if best else None,

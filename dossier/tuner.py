@@ -145,8 +145,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
 
 def _with_timing_defaults(spec: ReleaseSpec, defaults: dict[str, object]) -> ReleaseSpec:
     """``spec`` with the backend's timing defaults for its engines (:meth:`Backend.
-    timing_defaults`) where ``[timing]`` leaves them unset (3 generations fit: a
-    ``confirm_rounds`` that can reach alpha is at least 6)."""
+    timing_defaults`) where ``[timing]`` leaves them unset."""
     unset = {k: v for k, v in defaults.items() if k not in spec.timing.model_fields_set}
     if not unset:
         return spec

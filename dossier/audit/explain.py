@@ -339,6 +339,8 @@ class AACheck(_Model):
     """``screening`` (trial 0) or ``independent`` (the confirmation's A/A)."""
     rounds: int | None = None
     """Rounds it was computed over."""
+    processes: int | None = None
+    """Measuring processes it was computed over (the confirmation's A/A)."""
     significant: bool = False
     """p below alpha and the reading at least the minimum effect away from 1.0: the decision
     rule ships nothing."""
@@ -939,7 +941,8 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
                    f"as expected: no significant difference between two loads of the same "
                    f"engine ({where})")
         return AACheck(trial_index=baseline.index, procedure=reading.procedure,
-                       rounds=reading.rounds, significant=reading.significant,
+                       rounds=reading.rounds, processes=reading.processes,
+                       significant=reading.significant,
                        speedup=reading.speedup, speedup_ci_low=reading.speedup_ci_low,
                        speedup_ci_high=reading.speedup_ci_high, p_value=reading.p_value,
                        includes_one=inside, verdict=verdict)
