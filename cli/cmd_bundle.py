@@ -161,8 +161,9 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
         if a:
             lines.append(f"  {label} {a['speedup']:.3f}x [{a['speedup_ci_low']:.3f}, "
                          f"{a['speedup_ci_high']:.3f}] (p={a['p_value']:.2g}, "
-                         f"{a['rounds'] or '?'} rounds, {a['procedure']}): "
-                         + ("SIGNIFICANT, nothing can ship" if a["significant"]
+                         + (f"{a['processes']} processes" if a.get("processes")
+                            else f"{a['rounds'] or '?'} rounds") + f", {a['procedure']}): "
+                         + ("two loads of one engine read apart" if a["significant"]
                             else "no difference, as it should"))
     if o.get("load"):
         ld = o["load"]

@@ -134,8 +134,12 @@ def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
     if h is not None:
         _heading("Winner against the baseline" if h.shipped
                  else "Best candidate against the baseline (did not win)")
-        src = ("independent confirmation: one fresh process per engine"
+        src = (("confirmation: measuring processes of their own, each with the baseline and "
+                "its A/A load" if h.processes else
+                "independent confirmation: one fresh process per engine")
                if h.source == "confirmation" else "screening: its search trial")
+        unit = f"{h.processes} measuring processes" if h.processes else f"{h.rounds or '?'} rounds"
+        over = "the A/A load" if h.against == "aa" else "the baseline"
         test = test_name(h.test)
         lines = [
             f"candidate  {_r(h.route)} (trial {h.trial_index})",
@@ -143,8 +147,8 @@ def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
             f"candidate  median {_ci(h.candidate.median_ms, h.candidate.ci_low_ms, h.candidate.ci_high_ms, ' ms', 4)} (n={h.candidate.n})",
             f"baseline   median {_ci(h.baseline.median_ms, h.baseline.ci_low_ms, h.baseline.ci_high_ms, ' ms', 4)} (n={h.baseline.n}), "
             f"timed alongside it in record {h.measured_in}",
-            f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} "
-            f"({h.confidence:.0%} interval over {h.rounds or '?'} rounds"
+            f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} over {over} "
+            f"({h.confidence:.0%} interval over {unit}"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
         ] + ([f"rounds     each round's ratio between {h.round_ratio_low:.3f}x and "
               f"{h.round_ratio_high:.3f}x"]
@@ -152,7 +156,13 @@ def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
             [f"processes  {len(h.generation_speedups)} process generations read "
              + ", ".join(f"{g:.3f}x" for g in h.generation_speedups)
              + "; the interval also covers a new generation's reading"]
-            if h.generation_speedups else []) + [
+            if h.generation_speedups else []) + (
+            ["processes  each process read "
+             + ", ".join(f"{g:.3f}x" for g in h.process_speedups)
+             + (f"; a new process is expected to read {h.prediction_low:.3f}x to "
+                f"{h.prediction_high:.3f}x ({h.confidence:.0%} prediction interval)"
+                if h.prediction_low is not None and h.prediction_high is not None else "")]
+            if h.process_speedups else []) + [
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
             f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
         ] + ([f"verdict    {h.verdict}"] if h.verdict else [])
@@ -226,7 +236,8 @@ def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
         _heading("A/A check (the baseline against a second load of itself)")
     for a in checks:
         out.print(f"  {a.procedure}: {_ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} "
-                  f"p={a.p_value:.3g}" + (f", {a.rounds} rounds" if a.rounds else "")
+                  f"p={a.p_value:.3g}" + (f", {a.processes} processes" if a.processes
+                                           else f", {a.rounds} rounds" if a.rounds else "")
                   + f": {escape(a.verdict)}", soft_wrap=True)
 
     _heading("Environment the numbers were measured in (tuning host)")
