@@ -509,6 +509,8 @@ def _confirm_reading(run_dir: Path) -> dict | None:
     prediction interval, processes, p and level, the A/A's reading, the wall time."""
     from dossier.cache import TuningCache
 
+    if not (run_dir / CACHE_FILE).is_file():  # the search failed before it wrote one
+        return None
     cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
     d = cache.decision
     rows = [t for t in cache.trials if t.role == "confirm" and t.comparison is not None]
