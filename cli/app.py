@@ -38,6 +38,8 @@ def _exit_codes() -> str:
 _METAVARS = {"path": "PATH", "str": "TEXT", "int": "N", "float": "NUMBER"}
 """An option's value in help, by its type, where the option names no metavar of its own
 (typer would print ``<path>``, ``<int range>``, ``<list[Path]>``)."""
+_CLICK_TYPES = {"integer": "int", "integer range": "int", "float range": "float", "text": "str"}
+"""click's type names, for typer versions that have no ``display_type`` (older than 0.16)."""
 
 
 class _Argument(TyperArgument):
@@ -60,7 +62,9 @@ def _plain_metavars(cmd: Any, ctx: Any) -> Any:
             p.metavar = p.metavar or p.name.upper()
             p.__class__ = _Argument
         elif isinstance(p, TyperOption) and p.metavar is None and not p.is_flag:
-            label = p.display_type(ctx).strip("<>").removesuffix(" range")
+            shown = getattr(p, "display_type", None)  # typer's own words, where it has them
+            label = shown(ctx) if shown is not None else _CLICK_TYPES.get(p.type.name, p.type.name)
+            label = label.strip("<>").removesuffix(" range")
             label = label.removeprefix("list[").removesuffix("]").lower()
             p.metavar = _METAVARS.get(label, label.upper())
     return cmd
