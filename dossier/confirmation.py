@@ -170,7 +170,7 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
             settings: TimingSettings, first_index: int, started: str) -> list[TrialRecord]:
     """The confirmation trials a search records: the A/A's, then one per candidate judged
     (in the order of ``chosen``), numbered from ``first_index``."""
-    out = []
+    out: list[TrialRecord] = []
     for t, track in [(baseline, result.aa), *zip(chosen, result.candidates)]:
         if track.comparison is None:  # never judged
             continue

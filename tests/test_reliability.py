@@ -235,7 +235,7 @@ def _phase(run: Path, since: float) -> str:
     work = run / ".work"
     fresh = [p for p in work.glob("*.request.json") if p.stat().st_mtime >= since] \
         if work.is_dir() else []
-    confirming = [p for p in (work / "confirm").glob("engine-*.json")
+    confirming = [p for p in (work / "confirm").glob("measure-*.request.json")
                   if p.stat().st_mtime >= since] if (work / "confirm").is_dir() else []
     if confirming:
         return "confirmation round"
@@ -370,7 +370,7 @@ def _kill_confirm(confirm_setup, stress_env, tmp_path: Path, kills: int, seed: i
         assert attempts <= 4 * kills, "the kills kept missing the confirmation round"
         run = tmp_path / f"run-{attempts}"
         proc = _dossier(["tune", spec, "--out", run, "--quiet"], stress_env, log)
-        request = run / ".work" / "confirm" / "engine-0.json"
+        request = run / ".work" / "confirm" / "measure-0.request.json"
         started = time.time()
         _wait(request.exists, proc)
         time.sleep(rng.uniform(0, max(ref.confirm_s, 0.2)))

@@ -14,7 +14,6 @@ from dossier.timing import (
     median_ci,
     process_compare,
     process_stats,
-    round_ratios,
     sample_rounds,
     shift_interval,
     signed_rank_p,
