@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dossier.errors import SpecError
+from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX
 from dossier.timing import TimingSettings
 from dossier.validation import Metric
 
@@ -35,7 +36,7 @@ class _Section(BaseModel):
 class ReleaseSection(_Section):
     """Which release this is."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100)
+    name: str = Field(pattern=RELEASE_NAME, max_length=RELEASE_NAME_MAX)
     """Release name: letters, digits, '.', '_' and '-'."""
     version: int = Field(1, ge=1)
     """Release version; a new bundle of the same name needs a higher one."""
