@@ -24,6 +24,8 @@ RELEASE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 """A release name: letters, digits, '.', '_' and '-', starting with a letter or digit."""
 RELEASE_NAME_MAX = 100
 """The longest release name."""
+RELEASE_VERSION_MAX = 2**31 - 1
+"""The highest release version."""
 FILE_NAME_MAX = 255
 """The longest file name, in UTF-8 bytes (the usual file system limit)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -71,5 +73,6 @@ def folder_problem(path: Path) -> str | None:
     return None
 
 
-__all__ = ["FILE_NAME_MAX", "RELEASE_NAME", "RELEASE_NAME_MAX", "check_file_name",
+__all__ = ["FILE_NAME_MAX", "RELEASE_NAME", "RELEASE_NAME_MAX", "RELEASE_VERSION_MAX",
+           "check_file_name",
            "folder_problem", "has_control", "inside"]

@@ -21,7 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
 from dossier.load_config import LoadConfig
-from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, check_file_name, has_control
+from dossier.names import (
+    RELEASE_NAME,
+    RELEASE_NAME_MAX,
+    RELEASE_VERSION_MAX,
+    check_file_name,
+    has_control,
+)
 from dossier.trial import Reading, TimingSummary
 
 FORMAT: Literal["dossier-bundle"] = "dossier-bundle"
@@ -248,7 +254,7 @@ class Manifest(_Model):
     """xxh3-128 of this manifest's canonical JSON without this field."""
     release: str = Field(pattern=RELEASE_NAME, max_length=RELEASE_NAME_MAX)
     """Release name: letters, digits, '.', '_' and '-' (the spec's rule)."""
-    release_version: int = Field(ge=1)
+    release_version: int = Field(ge=1, le=RELEASE_VERSION_MAX)
     """Release version; a later bundle of the same name has a higher one."""
     description: str = ""
     """Release description."""
