@@ -59,6 +59,7 @@ from dossier.errors import (
     InputError,
     IntegrityError,
     OutputError,
+    SignatureError,
 )
 from dossier.hashing import ALGORITHM, BLAKE3, SHA256, canonical_json, digest_bytes
 from dossier.names import folder_problem, inside
@@ -122,6 +123,8 @@ class Pulled:
     """True when an intact copy was in the cache and nothing was downloaded."""
     signatures: list[Path] = field(default_factory=list)
     """Signature envelopes found as referrers (:func:`fetch_bundle` only)."""
+    warnings: list[str] = field(default_factory=list)
+    """Malformed signature referrers that were ignored (:func:`fetch_bundle` only)."""
 
 
 # ------------------------------------------------------------------------------------- push
@@ -339,9 +342,16 @@ def cache_dir() -> Path:
     return Path(base) / "dossier" / "registry"
 
 
-def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = None) -> Pulled:
+def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = None,
+                 require_signature: bool = False) -> Pulled:
     """Pull ``source`` into the cache (``CACHE/sha256-HEX/NAME-VERSION.dossier``, by manifest
     digest), or reuse an intact copy there, and fetch its signature referrers.
+
+    A malformed signature referrer (not a dossier signature of this artifact, or one whose
+    manifest or envelope does not match its digest) is named in :attr:`Pulled.warnings` and
+    ignored: anyone who may push to the repository could otherwise break verification for
+    everyone. With ``require_signature`` it is refused (SignatureError, exit 13): a verifier
+    that requires signatures accepts nothing odd in them.
 
     A cached copy is reused only when the sha256 of its ``manifest.json`` is the artifact's
     config digest (the copy is the artifact's bundle, not another intact one) and it passes its
@@ -366,9 +376,14 @@ def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = No
             pulled = _cached(folder, ref, digest, config)
             if pulled is None:
                 raise
-    sigs = fetch_signatures(client, digest, folder / "signatures")
+    malformed: list[str] = []
+    sigs = fetch_signatures(client, digest, folder / "signatures", malformed)
+    if malformed and require_signature:
+        raise SignatureError(f"{malformed[0]}; refused (--require-signature)",
+                             hint="remove the malformed referrer from the registry, or verify "
+                             "without --require-signature")
     return Pulled(pulled.path, pulled.reference, digest, pulled.dossier_id, pulled.files,
-                  pulled.cached, sigs)
+                  pulled.cached, sigs, [f"{w}; ignored" for w in malformed])
 
 
 def private_cache(root: Path) -> Path:
