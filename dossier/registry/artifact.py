@@ -364,7 +364,7 @@ def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = No
     client = connect(ref, insecure=insecure)
     body, digest, _ = _get_manifest(client, ref)
     root = private_cache(cache or cache_dir())
-    folder = inside(root, root / digest.replace(":", "-"), str(ref.with_digest(digest)))
+    folder = root / digest.replace(":", "-")  # a digest computed here: one plain name
     config = parse_artifact(body, str(ref.with_digest(digest))).config["digest"]
     pulled = _cached(folder, ref, digest, config)
     if pulled is None:
