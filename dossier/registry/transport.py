@@ -178,9 +178,12 @@ class Transport(HTTPAdapter):
         if not stream:  # read whole here, capped (requests would read it whole, unbounded)
             try:
                 body = read_body(r, BODY_MAX_BYTES, what or "a response")
-            finally:
+            except BaseException:
                 r.close()
+                raise
+            deadline.cancel()  # before the connection may serve another request
             r._content, r._content_consumed = body, True
+            r.raw.release_conn()  # read to its end: kept alive for the next request
         return r
 
 
