@@ -13,6 +13,7 @@ folder, gigabytes of memory); the docstrings say what happened.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import http.server
 import io
@@ -400,7 +401,11 @@ class Hostile:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Quiet(http.server.ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hung up on purpose
+
+        self.server = Quiet(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -516,6 +521,27 @@ def _rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _peak_growth(fn: Callable[[], Any]) -> tuple[int, Any]:
+    """How far this process's resident memory rose above its start while ``fn`` ran (sampled
+    every 5 ms), and what ``fn`` returned."""
+    done = threading.Event()
+    base = _rss()
+    peak = [base]
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], _rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        got = fn()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], _rss()) - base, got
+
+
 def _huge(status: int, content_type: str = "application/json") -> Callable[[Any], None]:
     def send(handler: Any) -> None:
         handler.send_response(status)
@@ -547,24 +573,71 @@ def test_a_huge_body_is_refused_without_reading_it(hostile: Any, tmp_path: Path,
             _huge(500)(handler)
 
     server = hostile(behave)
-    done = threading.Event()
-    base = _rss()
-    peak = [base]
-
-    def sample() -> None:
-        while not done.wait(0.005):
-            peak[0] = max(peak[0], _rss())
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        exc = _within(60, lambda: pull_bundle(f"127.0.0.1:{server.port}/ml/x:1",
-                                              tmp_path / "out", insecure=True))
-    finally:
-        done.set()
-        sampler.join()
+    grown, exc = _peak_growth(lambda: _within(60, lambda: pull_bundle(
+        f"127.0.0.1:{server.port}/ml/x:1", tmp_path / "out", insecure=True)))
     assert isinstance(exc, RegistryError), exc
-    assert peak[0] - base < 100 << 20, f"memory grew by {(peak[0] - base) >> 20} MiB"
+    assert grown < 100 << 20, f"memory grew by {grown >> 20} MiB"
+
+
+def _bearer_registry(token_body: bytes) -> Callable[[Any], None]:
+    """A registry that asks for a bearer token from its own /token, which answers
+    ``token_body`` gzip-encoded; with the token, the version check passes and the manifest is
+    not there."""
+    def behave(handler: Any) -> None:
+        port = handler.server.server_address[1]
+        if handler.path.startswith("/token"):
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Encoding", "gzip")
+            handler.send_header("Content-Length", str(len(token_body)))
+            handler.end_headers()
+            handler.wfile.write(token_body)
+        elif handler.headers.get("Authorization") != "Bearer t0ken":
+            handler.send_response(401)
+            handler.send_header("Www-Authenticate", f'Bearer realm="http://127.0.0.1:{port}'
+                                f'/token",service="hostile",scope="repository:ml/x:pull"')
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+        elif not _ok_version(handler):
+            handler.send_response(404)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+    return behave
+
+
+def _gzip_zeros(mib: int) -> bytes:
+    import zlib
+
+    z = zlib.compressobj(1, zlib.DEFLATED, 31)  # gzip framing
+    zeros = bytes(1 << 20)
+    return b"".join([*(z.compress(zeros) for _ in range(mib)), z.flush()])
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+def test_a_gzip_bomb_from_the_token_service_is_refused(hostile: Any, tmp_path: Path) -> None:
+    """A token service's answer is read whole: capped after its gzip is undone (before: 256 MiB
+    of zeros from 250 KiB of gzip went whole into memory)."""
+    pytest.importorskip("oras")
+    from dossier.errors import RegistryAuthError
+    from dossier.registry import pull_bundle
+
+    server = hostile(_bearer_registry(_gzip_zeros(256)))
+    grown, exc = _peak_growth(lambda: _within(60, lambda: pull_bundle(
+        f"127.0.0.1:{server.port}/ml/x:1", tmp_path / "out", insecure=True)))
+    assert isinstance(exc, RegistryAuthError) and "token service" in str(exc), exc
+    assert grown < 100 << 20, f"memory grew by {grown >> 20} MiB"
+
+
+def test_a_gzipped_token_is_still_read(hostile: Any, tmp_path: Path) -> None:
+    """Guard: the cap undoes the Content-Encoding, as requests did (the token is used)."""
+    pytest.importorskip("oras")
+    from dossier.errors import NotFoundError
+    from dossier.registry import pull_bundle
+
+    server = hostile(_bearer_registry(gzip.compress(b'{"token": "t0ken"}')))
+    with pytest.raises(NotFoundError):
+        pull_bundle(f"127.0.0.1:{server.port}/ml/x:1", tmp_path / "out", insecure=True)
+    assert any(p.startswith("/token") for p in server.paths)
 
 
 def test_a_redirect_to_another_host_is_not_followed(hostile: Any, tmp_path: Path) -> None:

@@ -438,7 +438,8 @@ def _oci_error(r: Any) -> str:
     :data:`ERROR_BODY_MAX_BYTES` of it are read."""
     try:
         body = (r.content if getattr(r, "_content_consumed", False)
-                else read_body(r, ERROR_BODY_MAX_BYTES, "an error body", refuse=False))
+                else read_body(r, ERROR_BODY_MAX_BYTES, "an error body", refuse=False,
+                               decode=True))
         if len(body) >= ERROR_BODY_MAX_BYTES:
             return ""
         first = json.loads(body)["errors"][0]

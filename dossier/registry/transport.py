@@ -177,7 +177,7 @@ class Transport(HTTPAdapter):
         r.close = closing
         if not stream:  # read whole here, capped (requests would read it whole, unbounded)
             try:
-                body = read_body(r, BODY_MAX_BYTES, what or "a response")
+                body = read_body(r, BODY_MAX_BYTES, what or "a response", decode=True)
             except BaseException:
                 r.close()
                 raise
@@ -187,12 +187,13 @@ class Transport(HTTPAdapter):
         return r
 
 
-def stream_body(r: Any, what: str, chunk: int) -> Iterator[bytes]:
-    """The body of the streamed response ``r``, chunk by chunk, raw (no content decoding);
-    RegistryError when the connection fails or its deadline passes."""
+def stream_body(r: Any, what: str, chunk: int, *, decode: bool = False) -> Iterator[bytes]:
+    """The body of the streamed response ``r``, chunk by chunk: raw, or with ``decode`` its
+    Content-Encoding (gzip...) undone, chunk by chunk too; RegistryError when the connection
+    fails or its deadline passes."""
     deadline = deadline_of(r)
     try:
-        for data in r.raw.stream(chunk, decode_content=False):
+        for data in r.raw.stream(chunk, decode_content=decode):
             if deadline is not None and deadline.expired:
                 raise deadline.error()
             yield data
@@ -206,11 +207,13 @@ def stream_body(r: Any, what: str, chunk: int) -> Iterator[bytes]:
         raise deadline.error()
 
 
-def read_body(r: Any, cap: int, what: str, *, refuse: bool = True) -> bytes:
-    """At most ``cap`` bytes of the body of ``r``; a larger body is RegistryError (or, with
-    ``refuse=False``, cut at ``cap``). Never more than ``cap + 64 KiB`` is held."""
+def read_body(r: Any, cap: int, what: str, *, refuse: bool = True,
+              decode: bool = False) -> bytes:
+    """At most ``cap`` bytes of the body of ``r`` (decoded with ``decode``); a larger body is
+    RegistryError (or, with ``refuse=False``, cut at ``cap``). Never much more than ``cap`` is
+    held, decoded or not."""
     out = bytearray()
-    for data in stream_body(r, what, 64 << 10):
+    for data in stream_body(r, what, 64 << 10, decode=decode):
         out += data
         if len(out) > cap:
             if refuse:
