@@ -85,7 +85,7 @@ def verify(
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
         raise typer.Exit(int(ExitCode.USAGE))
-    fetched = _fetch(path, insecure)  # a registry reference: pulled into the cache, verified
+    fetched = _fetch(path, insecure, require_signature)  # a registry reference: into the cache
     if fetched is not None:
         path = fetched.path
     # an archive is extracted only as far as the checks read it; but a signed one whose files
@@ -163,7 +163,7 @@ def _stricter_than_bundle(threshold: float | None, recorded: float) -> None:
                          hint="a re-check takes the bundle's threshold or a stricter (lower) one")
 
 
-def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
+def _fetch(path: Path, insecure: bool, require: bool):  # type: ignore[no-untyped-def]
     """A registry reference (not a local path) pulled into the cache; None for a local path."""
     if path.exists():  # a local bundle: the registry client is not even imported
         return None
@@ -171,7 +171,9 @@ def _fetch(path: Path, insecure: bool):  # type: ignore[no-untyped-def]
 
     if not looks_like_reference(str(path)):
         return None
-    fetched = fetch_bundle(str(path), insecure=insecure)
+    fetched = fetch_bundle(str(path), insecure=insecure, require_signature=require)
+    for warning in fetched.warnings:  # malformed signature referrers, ignored
+        line(f"warning: {warning}")
     line(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'} "
          f"{fetched.path}, {len(fetched.signatures)} signature referrer(s)")
     return fetched

@@ -19,6 +19,16 @@ if TYPE_CHECKING:
 
 UNWRAPPED = 10_000
 """Console width outside a terminal: wide enough that nothing is wrapped or cut."""
+_CONTROLS = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+             for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029) if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab and newline written as ``\\xHH``: a name
+    or message from a bundle or a registry cannot move the cursor, clear the screen, set the
+    terminal's title or colour what follows. Every line the CLI prints passes through it
+    (:func:`line`, :func:`escape`, and the consoles :data:`err` and :data:`out`)."""
+    return text.translate(_CONTROLS)
 
 
 @functools.cache
@@ -28,9 +38,15 @@ def console(stderr: bool) -> Console:
     one line and tables are not truncated."""
     from rich.console import Console
 
-    made = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    class Escaping(Console):
+        """A console whose text arguments pass through :func:`printable`."""
+
+        def print(self, *objects: Any, **kw: Any) -> None:
+            super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kw)
+
+    made = Escaping(stderr=stderr, highlight=False, soft_wrap=True)
     if not made.is_terminal and "COLUMNS" not in os.environ:
-        made = Console(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
+        made = Escaping(stderr=stderr, highlight=False, soft_wrap=True, width=UNWRAPPED)
     return made
 
 
@@ -49,16 +65,17 @@ out: Any = _Deferred(stderr=False)
 
 
 def escape(text: str) -> str:
-    """``text`` with rich markup escaped (for an f-string printed through :data:`err`/:data:`out`)."""
+    """``text`` with rich markup and control characters escaped (for an f-string or a table
+    cell printed through :data:`err`/:data:`out`)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(printable(text))
 
 
 def line(text: str, stderr: bool = True) -> None:
     """One plain line (no markup, never wrapped) on stderr or stdout, without importing rich."""
     stream = sys.stderr if stderr else sys.stdout
-    stream.write(text + "\n")
+    stream.write(printable(text) + "\n")
     stream.flush()
 
 

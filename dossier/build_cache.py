@@ -14,9 +14,11 @@ Layout: ``DIR/<key>/entry.json`` (:class:`BuildCacheEntry`) and ``DIR/<key>/engi
 written in a staging folder and renamed into place whole, so a reader sees a complete entry or
 none, and two searches storing the same key at once keep one.
 
-Everything read back is checked before use: the folder must belong to this user and be writable
-by no one else (as ssh asks of its keys: an engine is code the process will run), entries and
-engines must be regular files (never links), the entry must parse, name its own key and the
+Everything read back is checked before use: the folder, and every entry folder in it, must
+belong to this user and be writable by no one else (as ssh asks of its keys: an engine is code
+the process will run; an entry folder that is a link is refused too), entries and engines must
+be regular files (never links; a FIFO or a device is a miss, opened without blocking), the
+entry must parse, name its own key and the
 identity asked for, and the copied engine must have the recorded size and digest. An entry that
 fails any check is a miss, and is replaced by the next build of its key. The digest detects
 corruption, not forgery: whoever may write the folder may plant engines, hence the ownership
@@ -49,6 +51,7 @@ from dossier.bundle._files import (
 )
 from dossier.errors import InputError
 from dossier.hashing import digest_json, digest_stream
+from dossier.names import folder_problem
 
 ENV = "DOSSIER_BUILD_CACHE"
 """Environment variable naming the build cache folder when ``--build-cache`` is not given."""
@@ -131,25 +134,24 @@ class BuildCache:
         self.stored = 0
         try:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            st = os.stat(self.folder, follow_symlinks=False)
         except OSError as exc:
             raise InputError(f"--build-cache {self.folder}: cannot create it: "
                              f"{exc.strerror or exc}") from exc
-        if not stat.S_ISDIR(st.st_mode):
-            raise InputError(f"--build-cache {self.folder} is not a folder (a link or a file)",
+        problem = folder_problem(self.folder)
+        if problem is not None and "not a folder" in problem:
+            raise InputError(f"--build-cache {self.folder} {problem}",
                              hint="give a folder of your own for the build cache")
-        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if problem is not None:
             raise InputError(
-                f"--build-cache {self.folder} may be written by others (owner uid {st.st_uid}, "
-                f"mode {stat.filemode(st.st_mode)}): an engine taken from it is code this host "
-                "runs", hint=f"use a folder of your own, or chmod go-w {self.folder}")
+                f"--build-cache {self.folder} {problem}: an engine taken from it is code this "
+                "host runs", hint=f"use a folder of your own, or chmod go-w {self.folder}")
         remove_stale_staging(self.folder)  # what killed writers left
 
     def get(self, identity: BuildIdentity, dest: Path) -> BuildCacheEntry | None:
         """Copy the engine stored for ``identity`` to the new file ``dest`` and return its
         entry; None (and no ``dest``) when there is none or it fails a check."""
         key = identity.key()
-        entry = self._entry(key)  # checked: it names this key, and its identity hashes to it
+        entry = self._entry(key)  # checked: its folder, it names this key, its identity
         if entry is None:
             return None
         src = self.folder / key / (ENGINE + identity.engine_suffix)
@@ -169,8 +171,10 @@ class BuildCache:
         return entry
 
     def _entry(self, key: str) -> BuildCacheEntry | None:
-        """The entry stored under ``key``, if it parses, names ``key`` and its identity hashes
-        to ``key``."""
+        """The entry stored under ``key``, if its folder is this user's alone (the top folder's
+        rule), it parses, names ``key`` and its identity hashes to ``key``."""
+        if folder_problem(self.folder / key) is not None:
+            return None
         try:
             with _open_regular(self.folder / key / ENTRY) as f:
                 if f is None:
@@ -239,7 +243,9 @@ def _open_regular(path: Path) -> Iterator[BinaryIO | None]:
     """``path`` opened for reading, never through a link; None when it is missing, a link or
     not a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO planted under the name must not block the open (it is then no
+        # regular file: a miss); it changes nothing for a regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         yield None
         return

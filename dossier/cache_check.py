@@ -11,7 +11,8 @@ with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
 - an engine path is absolute, has ``..``, or resolves outside the run folder (through a
   symbolic link), an admissible trial has no engine digest, or an engine file no longer has
   the digest its record gives (recomputed here, streamed);
-- a trial's losses name validation pairs or outputs the header's validation set does not have;
+- a trial's losses name validation pairs or outputs the header's validation set does not have,
+  or a trial recorded ``ok`` lacks the loss of one of its pairs' outputs;
 - a confirmation re-measures a route that was not an admissible trial before it, or another
   engine;
 - a decision line comes before the trials it decides, or names a shipped trial or baseline
@@ -97,7 +98,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
         why = _engine_problem(t, run_root, digests and t.role != "confirm")
         if why:
             raise refuse(line, why)
-        if vset is not None and t.losses:
+        if vset is not None and (t.losses or t.admissible):
             why = _losses_problem(t, vset)
             if why:
                 raise refuse(line, why)
@@ -157,6 +158,12 @@ def _losses_problem(t: TrialRecord, vset: ValidationSet) -> str:
         if odd:
             return (f"losses of trial {t.index} name output {odd[0]!r}, which pair {pair!r} of "
                     "the validation set does not have (trials of another model?)")
+    if t.admissible and t.role != "confirm":  # ok means every pair's every output was judged
+        for pair, names in outputs.items():
+            lacking = sorted(names - set((t.losses or {}).get(pair, {})))
+            if lacking:
+                return (f"trial {t.index} is recorded ok without the loss of output "
+                        f"{lacking[0]!r} on pair {pair!r} (an edited record)")
     return ""
 
 

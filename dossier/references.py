@@ -25,9 +25,11 @@ import os
 import re
 import shutil
 import sys
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -40,6 +42,9 @@ from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
 from dossier.validation import ValidationSet, load_validation_set
 
+MAX_FILE_BYTES = 2 << 30
+"""The arrays of one inputs or references file (all of an ``.npz``'s members together), at
+most: a larger file is refused before anything is allocated."""
 ORT_REFERENCE = "onnxruntime-cpu"
 """The named reference computation: ONNX Runtime, CPU provider, optimizations disabled."""
 PROVENANCE = "provenance.json"
@@ -116,6 +121,7 @@ def _decode_feed(path: Path, where: str, feed: Mapping[str, object]) -> Arrays:
             raise ValidationSetError(f"{path}: {where}, {name!r} is not an encoded array")
         try:
             raw = base64.b64decode(enc["array"].encode(), validate=True)
+            check_npy_header(io.BytesIO(raw), len(raw), f"{path}: {where}, {name!r}")
             arr = np.load(io.BytesIO(raw), allow_pickle=False)
         except (binascii.Error, ValueError, OSError, EOFError) as exc:
             raise ValidationSetError(f"{path}: {where}, {name!r}: not a NumPy array "
@@ -183,12 +189,15 @@ def read_arrays(path: Path, single_name: str | None = None) -> Arrays:
         raise ValidationSetError(f"{path}: not a .npy, .npz or Polygraphy inputs .json file",
                                  hint="save arrays with numpy.save or numpy.savez")
     try:
+        _check_sizes(path, suffix)
         ctx = np.load(path, allow_pickle=False) if suffix == ".npz" else _Single(path)
         with ctx as data:
             arrays = {str(k): np.array(data[k]) for k in data.files}
     except FileNotFoundError:
         raise ValidationSetError(f"{path} does not exist") from None
-    except (OSError, ValueError, EOFError) as exc:  # pickled objects, a torn file...
+    except ValidationSetError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:  # pickles, torn files
         raise ValidationSetError(f"{path}: not a readable NumPy file ({exc})") from exc
     if suffix == ".npy":
         if single_name is None:
@@ -199,10 +208,61 @@ def read_arrays(path: Path, single_name: str | None = None) -> Arrays:
     if not arrays:
         raise ValidationSetError(f"{path}: holds no arrays")
     for name, arr in arrays.items():
+        if arr.size == 0:
+            raise ValidationSetError(f"{path}: array {name!r} has shape {tuple(arr.shape)}: "
+                                     "it holds no element (an empty batch)")
         if arr.dtype.kind not in "biuf" or arr.dtype.hasobject:
             raise ValidationSetError(f"{path}: array {name!r} has dtype {arr.dtype}, not a "
                                      "numeric tensor")
     return arrays
+
+
+def check_npy_header(f: IO[bytes], available: int, where: str) -> None:
+    """Read the ``.npy`` header at the start of ``f`` and check, before anything is allocated,
+    that its shape and dtype need exactly the ``available`` bytes left after the header (and
+    at most :data:`MAX_FILE_BYTES`); ValidationSetError otherwise."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    except (ValueError, EOFError, OSError) as exc:
+        raise ValidationSetError(f"{where}: not a readable NumPy file ({exc})") from exc
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise ValidationSetError(f"{where}: not a readable NumPy file (dtype {dtype} is not a "
+                                 "numeric tensor)")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    need = count * dtype.itemsize  # Python integers: no overflow
+    left = available - f.tell()
+    if need > MAX_FILE_BYTES:
+        raise ValidationSetError(f"{where}: shape {tuple(shape)} of {dtype} needs {need} bytes, "
+                                 f"more than the {MAX_FILE_BYTES >> 20} MiB a file may hold")
+    if need != left:
+        raise ValidationSetError(f"{where}: the header says shape {tuple(shape)} of {dtype} "
+                                 f"({need} bytes), the data is {left} bytes; a torn or crafted "
+                                 "file")
+
+
+def _check_sizes(path: Path, suffix: str) -> None:
+    """Every array of a ``.npy`` or ``.npz`` checked against its header before it is loaded;
+    an ``.npz``'s members bounded (their declared sizes together at most
+    :data:`MAX_FILE_BYTES`, each holding one array of exactly its header's size)."""
+    if suffix == ".npy":
+        with open(path, "rb") as f:
+            check_npy_header(f, os.fstat(f.fileno()).st_size, str(path))
+        return
+    with zipfile.ZipFile(path) as zf:
+        members = zf.infolist()
+        total = sum(m.file_size for m in members)
+        if total > MAX_FILE_BYTES:
+            raise ValidationSetError(f"{path}: its members would unpack to {total} bytes, more "
+                                     f"than the {MAX_FILE_BYTES >> 20} MiB a file may hold")
+        for m in members:
+            with zf.open(m) as f:
+                check_npy_header(f, m.file_size, f"{path}: {m.filename!r}")
 
 
 class _Single:
@@ -394,6 +454,9 @@ def _identity(path: Path) -> dict[str, object] | list[dict[str, object]]:
 
 def _check(where: str, inputs: Arrays, refs: Arrays, sig: ModelSignature | None) -> None:
     for name, arr in refs.items():
+        if arr.size == 0:
+            raise ValidationSetError(f"{where}: reference {name!r} has shape "
+                                     f"{tuple(arr.shape)}: it holds no element")
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise ValidationSetError(f"{where}: reference {name!r} holds NaN or Inf")
     if sig is not None:

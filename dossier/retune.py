@@ -24,6 +24,7 @@ from dossier.bundle import (
 from dossier.cache import CacheHeader
 from dossier.errors import InputError, IntegrityError
 from dossier.hashing import digest_file
+from dossier.names import inside
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver, TuneResult, tune
 
@@ -73,7 +74,8 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
                              hint="tune the model with a release spec and a validation set")
         header = b.tuning_cache().header
         trials = b.tuning_cache().trials
-        run = Path(work) if work else out_dir / ".runs" / f"{m.release}-{m.release_version + 1}"
+        run = Path(work) if work else inside(
+            out_dir, out_dir / ".runs" / f"{m.release}-{m.release_version + 1}", str(b.source))
         if run.exists() and any(run.iterdir()):
             from dossier.errors import OutputError
 
@@ -118,7 +120,8 @@ def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list[TrialRecor
     elif m.model_included:
         src = b.path / "model"
         shutil.copytree(src, inputs / "model")
-        model_path = inputs / "model" / m.model.file_name
+        model_path = inside(inputs / "model", inputs / "model" / m.model.file_name,
+                            str(b.source))
     else:
         raise InputError(f"{b.source} does not include its model",
                          hint="give the model with --model; its hash must match the bundle's")

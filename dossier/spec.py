@@ -2,19 +2,26 @@
 
 Paths inside a spec are relative to the spec's folder. Every section but ``[release]``,
 ``[model]``, ``[validation]`` and ``[tune]`` is optional.
+
+Every number of a spec is bounded: finite (no ``inf`` or ``nan``), and at most a maximum far
+beyond any real use but below what would overflow, exhaust memory or switch a check off (the
+maxima are the fields' ``le`` constraints here, and :data:`TIMING_MAXIMA` for ``[timing]``).
+A spec outside them is refused with SpecError (exit 3) before anything runs.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dossier.errors import SpecError
+from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
 from dossier.timing import TimingSettings
 from dossier.validation import Metric
 
@@ -23,6 +30,21 @@ StrategyName = Literal["fast", "mixed", "full"]
 BUILTIN_BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
 """Backends that ship with dossier; others register through the backend registry, which
 checks the name when a search starts (so the spec keeps ``backend`` a string)."""
+
+DIM_MAX = 2**31 - 1
+"""The largest dimension of a shape (what every backend's int32 shape fields hold)."""
+TIMING_MAXIMA: dict[str, float] = {
+    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "warmup_min_runs": 100_000,
+    "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
+    "min_effect": 10.0, "bootstrap_resamples": 1_000_000, "trial_timeout_s": 7 * 86400.0,
+    "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_rounds": 1000,
+    "confirm_warmup": 1_000_000, "confirm_runs": 1_000_000, "confirm_block_s": 3600.0,
+    "confirm_processes": 1000,
+}
+"""The largest value of each ``[timing]`` setting (rounds: 2**rounds must stay a float;
+the memory limit: 16 TiB, within what setrlimit takes; the timeout: a week)."""
+TIMING_INT_MAX = 10**9
+"""Any other integer ``[timing]`` setting (one this table does not name) at most."""
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,9 +59,9 @@ class _Section(BaseModel):
 class ReleaseSection(_Section):
     """Which release this is."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100)
+    name: str = Field(pattern=RELEASE_NAME, max_length=RELEASE_NAME_MAX)
     """Release name: letters, digits, '.', '_' and '-'."""
-    version: int = Field(1, ge=1)
+    version: int = Field(1, ge=1, le=RELEASE_VERSION_MAX)
     """Release version; a new bundle of the same name needs a higher one."""
     description: str = ""
     """One line for people."""
@@ -71,10 +93,10 @@ class AccuracyRule(_Section):
     threshold: float = Field(gt=0, allow_inf_nan=False)
     """Admissible when every loss of every pair is below this (finite: infinity would switch
     the accuracy check off)."""
-    atol: float = Field(1e-5, ge=0)
-    """Absolute tolerance for l0."""
-    rtol: float = Field(1e-5, ge=0)
-    """Relative tolerance for l0."""
+    atol: float = Field(1e-5, ge=0, le=1e6, allow_inf_nan=False)
+    """Absolute tolerance for l0 (at most 1e6: a larger one switches the check off)."""
+    rtol: float = Field(1e-5, ge=0, le=1e3, allow_inf_nan=False)
+    """Relative tolerance for l0 (at most 1e3)."""
 
 
 class TuneSection(AccuracyRule):
@@ -92,20 +114,20 @@ class TuneSection(AccuracyRule):
 class ShapeEntry(_Section):
     """One input shape combination of the traffic the release is tuned for."""
 
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, le=1e12, allow_inf_nan=False)
     """Share of the traffic (weights need not sum to 1)."""
-    inputs: dict[str, list[int]]
-    """Shape of every input."""
+    inputs: dict[str, list[Annotated[int, Field(ge=1, le=DIM_MAX)]]]
+    """Shape of every input (every dimension from 1 to 2**31 - 1)."""
 
 
 class DeploymentSection(_Section):
     """Expected use, to weigh the search's cost against its benefit."""
 
-    inferences_per_day: float = Field(0, ge=0)
+    inferences_per_day: float = Field(0, ge=0, le=1e15, allow_inf_nan=False)
     """Expected inferences per day on one host."""
-    horizon_days: float = Field(90, gt=0)
-    """How long the release is expected to serve."""
-    hosts: int = Field(1, ge=1)
+    horizon_days: float = Field(90, gt=0, le=36500, allow_inf_nan=False)
+    """How long the release is expected to serve (at most a century)."""
+    hosts: int = Field(1, ge=1, le=10**9)
     """Hosts it serves on."""
 
 
@@ -131,6 +153,22 @@ class ReleaseSpec(_Section):
     """Expected use."""
     base_dir: str = Field("", exclude=True)
     """Folder the spec's relative paths are resolved against."""
+
+    @field_validator("timing")
+    @classmethod
+    def _bounded(cls, timing: TimingSettings) -> TimingSettings:
+        """Every ``[timing]`` number finite and at most its maximum (:data:`TIMING_MAXIMA`)."""
+        for name, value in timing.model_dump().items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if not math.isfinite(value):
+                raise ValueError(f"timing.{name} = {value} is not a finite number")
+            limit = TIMING_MAXIMA.get(name, TIMING_INT_MAX if isinstance(value, int)
+                                      else math.inf)
+            if value > limit:
+                raise ValueError(f"timing.{name} = {value:.10g} is more than its maximum "
+                                 f"{limit:.10g}")
+        return timing
 
     def resolve(self, path: str) -> Path:
         """A path of the spec, resolved against the spec's folder."""

@@ -43,6 +43,14 @@ def _set(which: int, **fields: Any) -> Callable[[Records, Path, dict], None]:
     return edit
 
 
+def _drop_pair_losses(which: int) -> Callable[[Records, Path, dict], None]:
+    def edit(records: Records, run: Path, rel: dict) -> None:
+        trial = _trial(records, which)
+        assert trial["outcome"] == "ok" and trial["losses"]
+        del trial["losses"][sorted(trial["losses"])[0]]
+    return edit
+
+
 def _outside_engine(path: str) -> Callable[[Records, Path, dict], None]:
     def edit(records: Records, run: Path, rel: dict) -> None:
         _trial(records, 0).update(engine=path, engine_digest=digest_file(PASSWD)[0])
@@ -122,6 +130,8 @@ CASES: dict[str, tuple[Callable[[Records, Path, dict], None], str]] = {
     "losses of outputs the model does not have": (
         _set(1, losses={"pair-000": {"not_an_output": 0.0}}),
         "line 3: losses of trial 1 name output 'not_an_output'"),
+    "an ok trial with one pair's losses deleted": (
+        _drop_pair_losses(1), "line 3: trial 1 is recorded ok without the loss of output"),
     "header of another model (tblock) over these trials": (_other_header, "line 2: losses of "
                                                            "trial 0 name output"),
     "header's model digest not the model's": (_header(**{"model.digest": "0" * 32}),

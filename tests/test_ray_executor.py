@@ -52,7 +52,10 @@ def test_ray_gives_the_routes_outcomes_and_bundle_of_the_local_executor(local_ra
     _, spec = sample("convnet", strategy="fast",
                      selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
     here = tune(spec, tmp_path / "local")
+    measure = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("dossier-measure-*"))
     there = tune(spec, tmp_path / "ray", executor="ray")
+    # the measure workers removed their folders (the baseline engine was left there)
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("dossier-measure-*")) <= measure
     assert _found(here) == _found(there)
     assert len(_found(there)) == 3 and all(t.admissible for t in there.cache.trials)
     # the third route differs only in a load-time knob: the baseline's engine is reused

@@ -21,6 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dossier.errors import BundleFormatError
 from dossier.hashing import canonical_json, digest_json
 from dossier.load_config import LoadConfig
+from dossier.names import (
+    RELEASE_NAME,
+    RELEASE_NAME_MAX,
+    RELEASE_VERSION_MAX,
+    check_file_name,
+    has_control,
+)
 from dossier.trial import Reading, TimingSummary
 
 FORMAT: Literal["dossier-bundle"] = "dossier-bundle"
@@ -58,7 +65,7 @@ class _Model(BaseModel):
 def check_relative_path(path: str) -> str:
     """``path`` when it is a plain relative POSIX path inside a bundle; ValueError otherwise."""
     parts = path.split("/")
-    if (not path or path.startswith("/") or "\\" in path or "\x00" in path
+    if (not path or path.startswith("/") or "\\" in path or has_control(path)
             or any(p in ("", ".", "..") for p in parts)):
         raise ValueError(f"{path!r} is not a relative path inside the bundle")
     return path
@@ -96,6 +103,11 @@ class ModelIdentity(_Model):
 
     file_name: str
     """The model file's name (no folder)."""
+
+    @field_validator("file_name")
+    @classmethod
+    def _plain(cls, name: str) -> str:
+        return check_file_name(name)
     size: int = Field(ge=0)
     """Size in bytes."""
     digest: str = Field(pattern=_DIGEST)
@@ -240,9 +252,9 @@ class Manifest(_Model):
     """MAJOR.MINOR. Readers refuse an unknown major; a newer minor only adds optional fields."""
     dossier_id: str = Field(pattern=_DIGEST)
     """xxh3-128 of this manifest's canonical JSON without this field."""
-    release: str
-    """Release name."""
-    release_version: int = Field(ge=1)
+    release: str = Field(pattern=RELEASE_NAME, max_length=RELEASE_NAME_MAX)
+    """Release name: letters, digits, '.', '_' and '-' (the spec's rule)."""
+    release_version: int = Field(ge=1, le=RELEASE_VERSION_MAX)
     """Release version; a later bundle of the same name has a higher one."""
     description: str = ""
     """Release description."""

@@ -21,6 +21,7 @@ from dossier.diskfull import output_error
 from dossier.errors import IntegrityError, OutputError
 from dossier.hashing import CHUNK
 from dossier.lock import bundle_lock
+from dossier.names import inside
 
 
 def archive_name(bundle: Bundle) -> str:
@@ -41,7 +42,7 @@ def pack_bundle(path: Path, out_dir: Path) -> Path:
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
                                  f"({report.problems[0]}); not packed")
-        target = out_dir / archive_name(bundle)
+        target = inside(out_dir, out_dir / archive_name(bundle), str(bundle.source))
         if os.path.lexists(target):
             raise OutputError(f"{target} exists already", hint="archives are never overwritten")
         with bundle_lock(out_dir, target.name):  # one writer of this archive at a time

@@ -27,17 +27,21 @@ Each trial records the node, host and GPU that measured it in its extra facts (`
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
 from dossier.builds import COMPILE_THREADS_ENV, Build, build_request, with_build_phases
+from dossier.bundle._files import remove_stale
 from dossier.child import run_child
 from dossier.errors import BackendUnavailableError, InputError, TuneError
 from dossier.fingerprint import Fingerprint, collect
@@ -55,6 +59,10 @@ CONNECT_S = 10.0
 """Seconds to wait for the cluster's address to answer before giving up."""
 START_S = 300.0
 """Seconds a new measure worker may take to start (placement, imports, inputs)."""
+CLOSE_S = 30.0
+"""Seconds a measure worker may take to remove its folder when the search ends."""
+MEASURE_PREFIX = "dossier-measure-"
+_MEASURE_STALE = re.compile(rf"^{MEASURE_PREFIX}(?P<pid>\d+)-")
 
 
 def _ray() -> Any:
@@ -150,11 +158,17 @@ class MeasureWorker:
         ray = _ray()
         self.model, self.vset = _materialize(inputs)
         self.backend = get_backend(backend)
-        self.root = Path(tempfile.mkdtemp(prefix="dossier-measure-"))
+        # named by pid: what a killed worker left is removed by the next one on the node
+        remove_stale(Path(tempfile.gettempdir()), _MEASURE_STALE, dirs_only=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{MEASURE_PREFIX}{os.getpid()}-"))
         self.fp = collect(include_compiler=include_compiler)
         gpus = ray.get_gpu_ids()
         self.gpu = int(gpus[0]) if gpus else None
         self.where = _where(self.fp, self.gpu)
+
+    def close(self) -> None:
+        """Remove this worker's folder (the engines it kept); called before it is killed."""
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def hello(self) -> dict[str, Any]:
         """Who this worker is: its pid, where it runs, its facts and fingerprint."""
@@ -302,8 +316,9 @@ class RayExecutor:
         if not ray.is_initialized():
             _check_reachable(address)
             try:
-                ray.init(address=address, include_dashboard=False, logging_level="ERROR",
-                         log_to_driver=False)
+                with _neutral_cwd():
+                    ray.init(address=address, include_dashboard=False, logging_level="ERROR",
+                             log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = address or "a new local instance"
                 raise TuneError(f"cannot connect to the Ray cluster at {where}: "
@@ -354,7 +369,7 @@ class RayExecutor:
         if why is not None:
             self.notes.append(f"refused measure worker {where['worker_host']} GPU "
                               f"{where['worker_gpu']}: its {why}")
-            ray.kill(handle)
+            _close(ray, handle)
             return
         if self._fp is None:
             self._fp = Fingerprint.model_validate_json(hello["fingerprint"])
@@ -603,10 +618,33 @@ class RayExecutor:
 
     def close(self) -> None:
         for w in self._workers:
-            self.ray.kill(w.handle)
+            _close(self.ray, w.handle)
         self._workers.clear()
         if self.started:
             self.ray.shutdown()
+
+
+@contextlib.contextmanager
+def _neutral_cwd() -> Iterator[None]:
+    """Ray puts the driver's working directory first on its workers' ``sys.path``: a folder
+    named ``dossier`` there (a checkout, a run folder) would shadow the installed package and
+    every worker would fail to import it. ``ray.init`` runs from the folder that holds the
+    package this process imported, so that is the folder the workers get."""
+    import dossier
+
+    here = os.getcwd()
+    os.chdir(Path(dossier.__file__).resolve().parent.parent)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def _close(ray: Any, handle: Any) -> None:
+    """Let a measure worker remove its folder, then kill it."""
+    with contextlib.suppress(Exception):  # a dead or stuck worker: killed all the same
+        ray.get(handle.close.remote(), timeout=CLOSE_S)
+    ray.kill(handle)
 
 
 def _check_reachable(address: str | None) -> None:

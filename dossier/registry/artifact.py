@@ -27,10 +27,12 @@ killed never leaves anything that looks like a bundle.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,10 +57,13 @@ from dossier.diskfull import output_error
 from dossier.errors import (
     BundleFormatError,
     DossierError,
+    InputError,
     IntegrityError,
     OutputError,
+    SignatureError,
 )
 from dossier.hashing import ALGORITHM, BLAKE3, SHA256, canonical_json, digest_bytes
+from dossier.names import folder_problem, inside
 from dossier.registry.client import (
     OCI_MANIFEST,
     RegistryClient,
@@ -120,6 +125,8 @@ class Pulled:
     signatures: list[Path] = field(default_factory=list)
     """Signature envelopes found as referrers (:func:`fetch_bundle`: each one as found;
     :func:`pull_bundle`: the one written beside the bundle, if any)."""
+    warnings: list[str] = field(default_factory=list)
+    """Malformed signature referrers that were ignored (:func:`fetch_bundle` only)."""
 
 
 # ------------------------------------------------------------------------------------- push
@@ -301,7 +308,7 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
         if layer["size"] != table[path].size:
             raise BundleFormatError(f"{pinned}: layer {path!r} is {layer['size']} bytes, the "
                                     f"manifest says {table[path].size}")
-    target = out_dir / (manifest.name + BUNDLE_SUFFIX)
+    target = inside(out_dir, out_dir / (manifest.name + BUNDLE_SUFFIX), pinned)
     if os.path.lexists(target):
         raise OutputError(f"{target} exists already", hint="bundles are never overwritten; "
                           "pull into another --out")
@@ -352,43 +359,113 @@ def cache_dir() -> Path:
     return Path(base) / "dossier" / "registry"
 
 
-def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = None) -> Pulled:
+def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = None,
+                 require_signature: bool = False) -> Pulled:
     """Pull ``source`` into the cache (``CACHE/sha256-HEX/NAME-VERSION.dossier``, by manifest
-    digest), or reuse an intact copy there, and fetch its signature referrers. A cached copy
-    that fails its integrity check is removed and pulled again."""
+    digest), or reuse an intact copy there, and fetch its signature referrers.
+
+    A malformed signature referrer (not a dossier signature of this artifact, or one whose
+    manifest or envelope does not match its digest) is named in :attr:`Pulled.warnings` and
+    ignored: anyone who may push to the repository could otherwise break verification for
+    everyone. With ``require_signature`` it is refused (SignatureError, exit 13): a verifier
+    that requires signatures accepts nothing odd in them.
+
+    A cached copy is reused only when the sha256 of its ``manifest.json`` is the artifact's
+    config digest (the copy is the artifact's bundle, not another intact one) and it passes its
+    integrity check; otherwise it is removed and pulled again. The cache folder must be this
+    user's and writable by no one else (InputError, exit 3); an entry folder that is not is
+    removed and pulled again."""
     from dossier.registry.referrers import fetch_signatures
 
     ref = parse_reference(source)
     client = connect(ref, insecure=insecure)
     body, digest, _ = _get_manifest(client, ref)
-    folder = (cache or cache_dir()) / digest.replace(":", "-")
-    pulled = _cached(folder, ref, digest)
+    root = private_cache(cache or cache_dir())
+    folder = root / digest.replace(":", "-")  # a digest computed here: one plain name
+    config = parse_artifact(body, str(ref.with_digest(digest))).config["digest"]
+    pulled = _cached(folder, ref, digest, config)
     if pulled is None:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
         try:
             pulled = _pull(client, ref, body, digest, folder)
         except OutputError:  # another process pulled the same digest meanwhile
-            pulled = _cached(folder, ref, digest)
+            pulled = _cached(folder, ref, digest, config)
             if pulled is None:
                 raise
-    sigs = fetch_signatures(client, digest, folder / "signatures")
+    malformed: list[str] = []
+    sigs = fetch_signatures(client, digest, folder / "signatures", malformed)
+    if malformed and require_signature:
+        raise SignatureError(f"{malformed[0]}; refused (--require-signature)",
+                             hint="remove the malformed referrer from the registry, or verify "
+                             "without --require-signature")
     return Pulled(pulled.path, pulled.reference, digest, pulled.dossier_id, pulled.files,
-                  pulled.cached, sigs)
+                  pulled.cached, sigs, [f"{w}; ignored" for w in malformed])
 
 
-def _cached(folder: Path, ref: Reference, digest: str) -> Pulled | None:
-    found = sorted(folder.glob("*" + BUNDLE_SUFFIX)) if folder.is_dir() else []
-    for path in found:
+def private_cache(root: Path) -> Path:
+    """The registry cache folder ``root``, created (mode 0700) if needed; InputError (exit 3)
+    when it is not a folder of this user's that no one else may write: a bundle taken from it
+    is verified, and its engines are what this host then runs."""
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise InputError(f"the registry cache {root} cannot be created "
+                         f"({exc.strerror or exc})", hint=f"set {CACHE_ENV}") from exc
+    problem = folder_problem(root)
+    if problem is not None:
+        raise InputError(f"the registry cache {root} {problem}: a bundle taken from it is "
+                         "what this host verifies and runs",
+                         hint=f"use a folder of your own ({CACHE_ENV}), or chmod go-w {root}")
+    return root
+
+
+def _cached(folder: Path, ref: Reference, digest: str, config: str) -> Pulled | None:
+    """The intact copy of the artifact in ``folder``, whose manifest.json has the sha256
+    ``config``; anything else found there is removed."""
+    if not os.path.lexists(folder):
+        return None
+    if folder_problem(folder) is not None:
+        _remove(folder)
+        return None
+    for path in sorted(folder.glob("*" + BUNDLE_SUFFIX)):
         try:
-            bundle = read_bundle(path)
-            if check_integrity(bundle):
-                return Pulled(path, str(ref.with_digest(digest)), digest,
-                              bundle.manifest.dossier_id, len(bundle.manifest.files), cached=True)
+            data = _read_regular(path / MANIFEST_NAME, MANIFEST_MAX_BYTES)
+            if data is not None and sha256_bytes(data) == config:
+                bundle = read_bundle(path)
+                if (path.name == bundle.manifest.name + BUNDLE_SUFFIX
+                        and not path.is_symlink() and check_integrity(bundle)):
+                    return Pulled(path, str(ref.with_digest(digest)), digest,
+                                  bundle.manifest.dossier_id, len(bundle.manifest.files),
+                                  cached=True)
         except DossierError:
             pass
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
     return None
+
+
+def _read_regular(path: Path, cap: int) -> bytes | None:
+    """At most ``cap`` bytes of the regular file ``path`` (never through a link, never blocking
+    on a FIFO); None when it is anything else or larger."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        data = f.read(cap + 1)
+    return data if len(data) <= cap else None
+
+
+def _remove(path: Path) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 __all__ = ["ARTIFACT_TYPE", "CACHE_ENV", "CONFIG_TYPE", "LAYER_TYPE", "Pulled", "Pushed",
            "artifact_manifest", "cache_dir", "fetch_bundle", "parse_artifact",
-           "pull_bundle", "push_bundle"]
+           "private_cache", "pull_bundle", "push_bundle"]

@@ -6,7 +6,10 @@ answer the registry's challenges (HTTP Basic, or bearer tokens from the registry
 service). What oras-py 0.2 does not do is done here, with its session and auth backends:
 
 - every request has a timeout and fails at once with one line (oras-py retries any exception
-  five times with sleeps of 3 to 83 s, so an unreachable registry would take minutes);
+  five times with sleeps of 3 to 83 s, so an unreachable registry would take minutes), and a
+  deadline on the whole response, and every body a cap (:mod:`dossier.registry.transport`);
+- a redirect is followed only to the registry's own scheme, host and port (never to another
+  host, never from HTTPS down to HTTP), at most :data:`MAX_REDIRECTS` times;
 - a blob is streamed to disk through sha256 and refused when its digest or size differs
   (oras-py's download writes whatever arrives, unchecked);
 - a blob is uploaded streamed from its file (oras-py's monolithic upload reads the whole file
@@ -45,12 +48,16 @@ from dossier.errors import (
 )
 from dossier.hashing import CHUNK, SHA256, feed, new_hasher
 from dossier.registry.reference import Reference, is_loopback
+from dossier.registry.transport import TIMEOUT_S, expecting, mount, read_body, stream_body
 
 MANIFEST_MAX_BYTES = 4 << 20
 """A manifest larger than this is refused (the distribution spec's floor for what registries
 accept)."""
-TIMEOUT_S = (10.0, 60.0)
-"""(connect, read) timeouts of every request, in seconds."""
+MAX_REDIRECTS = 5
+"""Redirects followed for one request, at most."""
+ERROR_BODY_MAX_BYTES = 64 << 10
+"""Of an error response's body, at most this much is read (for its OCI error code)."""
+_REDIRECTS = (301, 302, 303, 307, 308)
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 USERNAME_ENV = "DOSSIER_REGISTRY_USERNAME"
@@ -129,6 +136,7 @@ class RegistryClient:
         self.repo_url = f"{self.base}/v2/{ref.repository}"
         self._oras = oras.provider.Registry(hostname=ref.registry, insecure=insecure)
         self.session = self._oras.session
+        mount(self.session)  # a deadline on every response, a cap on every body
         self._auth: Any = None
         self._auth_header: dict[str, str] = {}
         self._credential_source = "nowhere"
@@ -201,12 +209,44 @@ class RegistryClient:
         self._auth_header = {"Authorization": headers["Authorization"]}
 
     # ----------------------------------------------------------------------------- requests
-    def _send(self, method: str, url: str, **kw: Any) -> Any:
+    def _send(self, method: str, url: str, *, expect: int = 0, **kw: Any) -> Any:
+        """One request, its redirects followed only within the registry (see the module
+        docstring); ``expect``: bytes it is expected to move (its deadline grows with them)."""
+        for _ in range(MAX_REDIRECTS + 1):
+            with expecting(expect, f"{self.ref.registry}: {method} {urlsplit(url).path[:120]}"):
+                r = self._send_once(method, url, **kw)
+            if r.status_code not in _REDIRECTS or method not in ("GET", "HEAD"):
+                return r
+            location = r.headers.get("Location", "")
+            r.close()
+            url = self._redirect(url, location)
+        raise RegistryError(f"{self.ref.registry} redirected {method} "
+                            f"{urlsplit(url).path[:120]} more than {MAX_REDIRECTS} times")
+
+    def _redirect(self, url: str, location: str) -> str:
+        """The URL a redirect leads to, when it stays on the registry's scheme, host and port;
+        RegistryError otherwise (never followed to another host, never down to plain HTTP)."""
+        target = urljoin(url, location)
+        to, base = urlsplit(target), urlsplit(self.base)
+        if not location:
+            raise RegistryError(f"{self.ref.registry} answered a redirect without a Location")
+        if base.scheme == "https" and to.scheme != "https":
+            raise RegistryError(f"{self.ref.registry} redirected to {target[:120]!r}: from HTTPS "
+                                "down to plain HTTP; not followed")
+        if (to.scheme, to.netloc.lower()) != (base.scheme, base.netloc.lower()):
+            raise RegistryError(f"{self.ref.registry} redirected to another host "
+                                f"({target[:120]!r}); not followed",
+                                hint="dossier follows redirects only within the registry")
+        return target
+
+    def _send_once(self, method: str, url: str, **kw: Any) -> Any:
         import requests
 
         try:
-            return self.session.request(method, url, timeout=TIMEOUT_S, allow_redirects=True,
+            return self.session.request(method, url, timeout=TIMEOUT_S, allow_redirects=False,
                                         **kw)
+        except RegistryError:
+            raise
         except requests.exceptions.SSLError as exc:
             raise RegistryError(f"{self.ref.registry}: TLS failed ({_reason(exc)})",
                                 hint="a loopback registry over plain HTTP needs --insecure"
@@ -221,12 +261,12 @@ class RegistryClient:
                                 hint="nothing was kept half-done; try again") from None
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
-                data: Any = None, stream: bool = False) -> Any:
+                data: Any = None, stream: bool = False, expect: int = 0) -> Any:
         """One request with the credentials in force. A challenge is answered once: the first
         one (a registry whose version check needed no credentials may still ask for them per
         repository), or a bearer challenge for another scope (pull, then push)."""
         headers = {**(headers or {}), **self._auth_header}
-        r = self._send(method, url, headers=headers, data=data, stream=stream)
+        r = self._send(method, url, headers=headers, data=data, stream=stream, expect=expect)
         challenge = r.headers.get("Www-Authenticate", "").lower()
         if r.status_code == 401 and (self._auth is None or challenge.startswith("bearer")):
             r.close()
@@ -237,7 +277,7 @@ class RegistryClient:
             if hasattr(data, "seek"):
                 data.seek(0)
             r = self._send(method, url, headers={**headers, **self._auth_header}, data=data,
-                           stream=stream)
+                           stream=stream, expect=expect)
         return r
 
     def check(self, r: Any, what: str, *, missing: str | None = None) -> None:
@@ -319,22 +359,23 @@ class RegistryClient:
         with contextlib.ExitStack() as stack:
             body: BinaryIO | bytes = source if isinstance(source, bytes) else stack.enter_context(
                 open(source, "rb"))
-            with self.request("PUT", url, headers=headers, data=body) as r:
+            with self.request("PUT", url, headers=headers, data=body, expect=size) as r:
                 self.check(r, f"the upload of {digest}")
                 said = r.headers.get("Docker-Content-Digest")
         if said and said != digest:
             raise DigestMismatchError(f"{self.ref.registry} stored the blob {digest} as {said}")
 
     @contextlib.contextmanager
-    def _blob(self, digest: str, what: str) -> Iterator[Any]:
-        with self.request("GET", f"{self.repo_url}/blobs/{digest}", stream=True) as r:
+    def _blob(self, digest: str, what: str, size: int) -> Iterator[Any]:
+        with self.request("GET", f"{self.repo_url}/blobs/{digest}", stream=True,
+                          expect=size) as r:
             self.check(r, f"the download of {what}",
                         missing=f"{self.ref.name}: {what} ({digest}) is missing from the registry")
             yield r
 
     def blob_bytes(self, digest: str, size: int, what: str) -> bytes:
         """A small blob, read whole; its size and sha256 checked."""
-        with self._blob(digest, what) as r:
+        with self._blob(digest, what, size) as r:
             data = self.read_capped(r, size, what)
         _match(self.ref, what, digest, size, sha256_bytes(data), len(data))
         return data
@@ -346,26 +387,19 @@ class RegistryClient:
         digest by algorithm (each of ``algorithms``, see :func:`dossier.hashing.new_hasher`) of
         the bytes written, from the same stream: the file is not read again to be checked.
         The caller removes ``dest`` on failure."""
-        import requests
-        import urllib3
-
         h = hashlib.sha256()
         more = {a: new_hasher(a) for a in algorithms}
         n = 0
-        with self._blob(digest, what) as r, open(dest, "xb") as f:
+        with self._blob(digest, what, size) as r, open(dest, "xb") as f:
             try:
-                for chunk in r.raw.stream(CHUNK, decode_content=False):
+                for chunk in stream_body(r, f"{self.ref.registry}: {what}", CHUNK):
                     n += len(chunk)
                     if n > size:
                         break
                     h.update(chunk)
                     for m in more.values():
-                        m.update(chunk)
+                        m.update(memoryview(chunk))
                     f.write(chunk)
-            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-                raise RegistryError(f"{self.ref.registry} failed while sending {what} "
-                                    f"({_reason(exc)})", hint="nothing was kept; try again"
-                                    ) from None
             except OSError as exc:
                 raise output_error(exc, dest.parent, f"pulling {what}", f"write {dest}") from exc
             f.flush()
@@ -374,19 +408,14 @@ class RegistryClient:
         return {a: m.hexdigest() for a, m in more.items()}
 
     def read_capped(self, r: Any, cap: int, what: str) -> bytes:
-        import requests
-        import urllib3
-
+        """The body of the streamed response ``r``, refused (DigestMismatchError) past
+        ``cap`` bytes, within the response's deadline."""
         out = bytearray()
-        try:
-            for chunk in r.raw.stream(CHUNK, decode_content=False):
-                out += chunk
-                if len(out) > cap:
-                    raise DigestMismatchError(f"{self.ref.name}: {what} is larger than "
-                                              f"{cap} bytes; refused")
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise RegistryError(f"{self.ref.registry} failed while sending {what} "
-                                f"({_reason(exc)})") from None
+        for chunk in stream_body(r, f"{self.ref.registry}: {what}", CHUNK):
+            out += chunk
+            if len(out) > cap:
+                raise DigestMismatchError(f"{self.ref.name}: {what} is larger than "
+                                          f"{cap} bytes; refused")
         return bytes(out)
 
 
@@ -405,11 +434,15 @@ def _match(ref: Reference, what: str, digest: str, size: int, got: str, got_size
 
 
 def _oci_error(r: Any) -> str:
-    """``: CODE message`` of an OCI error body, if it has one."""
+    """``: CODE message`` of an OCI error body, if it has one; at most
+    :data:`ERROR_BODY_MAX_BYTES` of it are read."""
     try:
-        if len(r.content) >= 64 << 10:
+        body = (r.content if getattr(r, "_content_consumed", False)
+                else read_body(r, ERROR_BODY_MAX_BYTES, "an error body", refuse=False,
+                               decode=True))
+        if len(body) >= ERROR_BODY_MAX_BYTES:
             return ""
-        first = r.json()["errors"][0]
+        first = json.loads(body)["errors"][0]
         return f": {first.get('code', '')} {first.get('message', '')}".rstrip()[:200]
     except Exception:  # noqa: BLE001 - any body that is not an OCI error body
         return ""

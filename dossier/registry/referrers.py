@@ -28,7 +28,14 @@ from typing import Any
 
 from dossier.bundle.integrity import BundleScan
 from dossier.bundle.reader import Bundle
-from dossier.errors import BundleFormatError, DossierError, OutputError, SignatureError
+from dossier.errors import (
+    BundleFormatError,
+    DossierError,
+    IntegrityError,
+    NotFoundError,
+    OutputError,
+    SignatureError,
+)
 from dossier.hashing import canonical_json
 from dossier.registry.client import (
     MANIFEST_MAX_BYTES,
@@ -128,13 +135,31 @@ def list_signatures(client: RegistryClient, subject: str) -> list[dict[str, Any]
             and type(d.get("size")) is int][:MAX_REFERRERS]
 
 
-def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list[Path]:
+def fetch_signatures(client: RegistryClient, subject: str, folder: Path,
+                     malformed: list[str] | None = None) -> list[Path]:
     """Download every signature envelope referring to ``subject`` into ``folder`` (named by
     their sha256); their paths. Each referrer is checked: its manifest's digest, its subject,
-    its types, its envelope's digest and size."""
-    out = []
-    for desc in list_signatures(client, subject):
-        got = client.get_manifest(desc["digest"])
+    its types, its envelope's digest and size. One that fails is SignatureError, or, with a
+    ``malformed`` list, named there and skipped (see :func:`dossier.registry.fetch_bundle`
+    for the policy)."""
+    import json
+
+    out: list[Path] = []
+    try:
+        found = list_signatures(client, subject)
+    except (BundleFormatError, IntegrityError) as exc:  # a malformed referrers index
+        if malformed is None:
+            raise
+        malformed.append(f"the referrers of {subject}: {exc}")
+        return out
+    for desc in found:
+        try:
+            got = client.get_manifest(desc["digest"])
+        except (BundleFormatError, IntegrityError, NotFoundError) as exc:
+            if malformed is None:
+                raise
+            malformed.append(f"signature referrer {desc['digest']}: {exc}")
+            continue
         assert got is not None
         try:
             m = json.loads(got[0])
@@ -145,9 +170,19 @@ def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list
         except (ValueError, KeyError, IndexError, TypeError):
             ok = False
         if not ok:
-            raise SignatureError(f"{client.ref.name}@{desc['digest']} is not a dossier signature "
-                                 f"referrer of {subject}")
-        data = client.blob_bytes(layer["digest"], layer["size"], "a signature envelope")
+            why = (f"{client.ref.name}@{desc['digest']} is not a dossier signature referrer of "
+                   f"{subject}")
+            if malformed is None:
+                raise SignatureError(why)
+            malformed.append(why)
+            continue
+        try:
+            data = client.blob_bytes(layer["digest"], layer["size"], "a signature envelope")
+        except (IntegrityError, NotFoundError) as exc:
+            if malformed is None:
+                raise
+            malformed.append(f"signature referrer {desc['digest']}: {exc}")
+            continue
         out.append(_keep(folder, layer["digest"].split(":")[1] + ".sig.json", data))
     return sorted(out)
 
