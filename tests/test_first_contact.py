@@ -518,6 +518,23 @@ def test_readme_first_release_as_written_interrupted_and_resumed(samples_dir: Pa
     assert "tuning cache" not in err
 
 
+def test_interrupted_tune_names_the_command_that_resumes_it(convnet: Path,
+                                                            tmp_path: Path) -> None:
+    selection = ('selection = "-graph_optimization_level=[all|basic|disable_all] '
+                 '-optimizer:NchwcTransformer=[on|off] -optimizer:ConvBNFusion=[on|off]"\n'
+                 'strategy = "full"\n')
+    spec = _spec(convnet, tune=selection)
+    run = tmp_path / "run"
+    rc, err = _interrupted("tune", spec, "--out", run, after="[  1] ", cwd=tmp_path)
+    assert rc == ExitCode.INTERRUPTED, err
+    line = err.strip().splitlines()[-1]
+    assert line == (f"interrupted; finished trials are kept in {run}: resume with dossier tune "
+                    f"--continue {run}"), err
+    again = _dossier(*line.split("resume with dossier ", 1)[1].split(), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "restored" in again.stderr and again.stdout.startswith(f"run: {run}\n")
+
+
 def test_make_sample_builds_without_setuptools_warnings(tmp_path: Path) -> None:
     """The install step of `make sample` (an editable install runs the same build backend):
     no deprecation warning, no "package would be ignored"."""
