@@ -233,3 +233,36 @@ def test_the_report_renders_in_a_real_browser(browser: Browser, tmp_path: Path,
                            ".map(r => r.querySelector('td:nth-child(3)').textContent)")
     assert visible == ["build_failed"]
     assert browser.errors() == []
+
+
+def test_routes_wrap_between_knobs_and_the_latency_axis_fits(
+        browser: Browser, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+        samples_dir: Path) -> None:
+    """In a narrow window a route wraps between its knobs, never after a knob's leading dash;
+    the latency plot's axis is fitted to the samples, not drawn from zero to a straggler."""
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    bundle = make_bundle(tmp_path_factory.mktemp("browser"), samples_dir, "faulty")
+    page = tmp_path / "report.html"
+    assert cli("explain", bundle, "--html", page).exit_code == 0
+    browser.open(page)
+    browser.call("Emulation.setDeviceMetricsOverride", {"width": 360, "height": 800,
+                                                        "deviceScaleFactor": 1, "mobile": False})
+    browser.settle(0.5)
+    routes = browser.eval("""Array.from(document.querySelectorAll('code, b, span.route'))
+        .filter(e => e.textContent.trim().startsWith('-'))
+        .map(e => ({text: e.textContent.replace(/\\s+/g, ' ').trim(),
+                    toks: Array.from(e.querySelectorAll('span.tok')).map(s => s.textContent),
+                    lines: e.getClientRects().length,
+                    broken: Array.from(e.querySelectorAll('span.tok'))
+                            .filter(s => s.getClientRects().length > 1).length}))""")
+    assert routes, "no route on the page"
+    for r in routes:  # every knob in one unbreakable piece, and nothing outside them
+        assert r["toks"] and " ".join(r["toks"]) == r["text"] and r["broken"] == 0, r
+    assert max(r["lines"] for r in routes) > 1  # the window is narrow enough to wrap them
+    axis = browser.eval("""(() => { const a = document.getElementById('plot-latency')
+        ._fullLayout.yaxis; return {type: a.type, range: a.range}; })()""")
+    low, high = (10 ** v for v in axis["range"]) if axis["type"] == "log" else axis["range"]
+    with open_bundle(bundle) as b:
+        medians = [t.timing.median_ms for t in b.tuning_cache().trials if t.timing]
+    assert 0 < low < min(medians) and max(medians) < high
+    assert browser.errors() == []
