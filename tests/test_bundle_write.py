@@ -118,7 +118,7 @@ def test_bundle_holds_the_layout_of_format_1(rel: dict[str, h.Released]) -> None
         s = m.summary
         assert (s.strategy, s.selection) == ("full", h.SELECTIONS["convnet"])
         assert s.search_wall_s > 0 and s.build_s_total > 0 and s.sessions == 1
-        assert s.decision_rule.startswith("the top 1 admissible routes screened")
+        assert s.decision_rule.startswith("the 1 admissible routes screened fastest")
         assert s.aa is not None and s.aa.trial_index == 0 and m.engines.shipped.load is not None
         assert m.warnings == []
         assert check_integrity(b)

@@ -26,12 +26,17 @@ def test_a_significant_screening_aa_does_not_veto_what_the_confirmation_shows() 
     assert d.aa is not None and d.aa.significant  # recorded, shown, not a veto
 
 
-def test_screening_ranks_by_the_point_estimate_and_the_top_go_on() -> None:
-    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=s", 1.01, S),
+def test_screening_ranks_and_the_top_go_on_whatever_they_read() -> None:
+    """Screening only ranks: a real gain that screened slower on a loaded host still goes to
+    the confirmation, which decides."""
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=s", 0.98, S),
               screened(2, "-a=m", 1.1, S), screened(3, "-a=b", 1.5, S),
               screened(4, "-a=r", 2.0, S, outcome=Outcome.REJECTED)]
-    found = candidates(trials, S.model_copy(update={"confirm_top": 2}))
-    assert [t.route for t in found] == ["-a=b", "-a=m"]  # not below the minimum effect, admissible
+    found = candidates(trials, S.model_copy(update={"confirm_top": 3}))
+    assert [t.route for t in found] == ["-a=b", "-a=m", "-a=s"]  # admissible, best first
+    slow_but_real, _ = confirmed(trials[:2], S, {"-a=s": 1.25})
+    d = decide(slow_but_real, S)
+    assert d.gain and d.shipped_route == "-a=s"  # screened 0.98x, confirmed 1.25x
 
 
 def test_a_confirmed_gain_ships_with_the_confirmations_numbers() -> None:
@@ -64,10 +69,11 @@ def test_a_candidate_the_confirmation_does_not_confirm_does_not_ship() -> None:
     assert "lies below the minimum effect" in d.reason or "is not below" in d.reason
 
 
-def test_nothing_screened_faster_means_no_confirmation() -> None:
-    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=y", 1.005, S)]
+def test_no_admissible_route_means_no_confirmation() -> None:
+    trials = [screened(0, BASE, 1.0, S, role="baseline"),
+              screened(1, "-a=y", 1.5, S, outcome=Outcome.REJECTED)]
     d = decide(trials, S)
-    assert not d.gain and d.k is None and "so it was not confirmed" in d.reason
+    assert not d.gain and d.k is None and "no other route was admissible" in d.reason
 
 
 def test_screening_alone_decides_with_confirm_top_zero() -> None:
@@ -80,7 +86,8 @@ def test_screening_alone_decides_with_confirm_top_zero() -> None:
 
 def test_the_rule_text_states_the_numbers_in_force() -> None:
     text = rule_text(S)
-    assert f"top {S.confirm_top}" in text and "second load of it (the A/A)" in text
+    assert f"the {S.confirm_top} admissible routes screened fastest" in text
+    assert "second load of it (the A/A)" in text
     assert "looks after 5, 8, 12, 18, 20 processes" in text and "one-sided" in text
     assert f"{S.confirm_rounds} rotating rounds" in text
 

@@ -1,0 +1,111 @@
+"""Summarise calibration searches confirmed in measuring processes (the rule of
+dossier.confirmation) from the H200 bench's result files: per config, how many releases shipped
+the route, their intervals' lower ends, the A/A reading inside every confirmation, the
+confirmation's wall time, and coverage of the recorded prediction interval by (a) the fresh
+re-measurements (``step_fresh``, the procedure of ``verify --rebench``) and (b) the next
+release's confirmation reading (new processes, the same engines: a re-measurement too).
+
+    python bench/h200/calibration_summary.py bench/results/h200-raw/h200-g1.json
+        # -> bench/results/h200-calibration.json and .md
+
+Searches recorded before the rule (no ``confirmation`` in their rows) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _share(hits: int, n: int) -> dict:
+    from scipy import stats
+
+    if n == 0:
+        return {"hits": 0, "n": 0}
+    ci = stats.binomtest(hits, n).proportion_ci(0.95, method="exact")
+    return {"hits": hits, "n": n, "ci": [round(ci.low, 3), round(ci.high, 3)]}
+
+
+def summarise(files: list[Path]) -> dict:
+    configs: dict[str, list[dict]] = {}
+    tags = []
+    for f in files:
+        doc = json.loads(f.read_text())
+        tags.append(doc.get("tag"))
+        for step in doc.get("steps", []):
+            if step.get("step") != "calib":
+                continue
+            for r in step.get("runs", []):
+                if r.get("ok") and r.get("confirmation"):
+                    configs.setdefault(step["config"], []).append({**r, "tag": doc.get("tag")})
+    out: dict = {"files": [str(f) for f in files], "tags": tags, "configs": {}}
+    for name, runs in configs.items():
+        runs.sort(key=lambda r: (r["tag"], r["rep"]))
+        shipped = [r for r in runs if r.get("gain")]
+        conf = [r["confirmation"] for r in runs]
+        fresh = [r["fresh"] for r in runs if (r.get("fresh") or {}).get("fresh_speedup")]
+        nxt = [(a["confirmation"], b["confirmation"]) for a, b in zip(runs, runs[1:])]
+        out["configs"][name] = {
+            "releases": len(runs), "shipped": _share(len(shipped), len(runs)),
+            "speedups": [round(c["speedup"], 3) for c in conf],
+            "lower_ends": [round(c["ci"][0], 3) for c in conf],
+            "lowest_lower_end": round(min(c["ci"][0] for c in conf), 3),
+            "processes": sorted({c["processes"] for c in conf}),
+            "confirmation_s": {"median": round(statistics.median(c["wall_s"] for c in conf), 1),
+                               "max": round(max(c["wall_s"] for c in conf), 1)},
+            "aa_readings": [round(c["aa"]["speedup"], 4) for c in conf if c.get("aa")],
+            "aa_intervals_include_1": _share(
+                sum(c["aa"]["ci"][0] <= 1.0 <= c["aa"]["ci"][1] for c in conf if c.get("aa")),
+                sum(1 for c in conf if c.get("aa"))),
+            "fresh_inside_prediction": _share(sum(1 for f in fresh if f["inside_prediction"]),
+                                              len(fresh)),
+            "fresh": [{"speedup": round(f["fresh_speedup"], 3),
+                       "prediction": [round(x, 3) for x in f["tuned_prediction"]]}
+                      for f in fresh],
+            "next_release_inside_prediction": _share(
+                sum(1 for a, b in nxt if a["prediction"][0] <= b["speedup"] <= a["prediction"][1]),
+                len(nxt)),
+        }
+    return out
+
+
+def markdown(s: dict) -> str:
+    lines = ["# H200: the CUDA-graph route under the confirmation in measuring processes", "",
+             f"Produced by `python bench/h200/calibration_summary.py {' '.join(s['files'])}` "
+             f"(tags {', '.join(map(str, s['tags']))}).", "",
+             "| config | releases | shipped | speedups (confirmation) | lowest lower end | "
+             "A/A in the same processes | confirmation | fresh re-measurement inside the "
+             "prediction interval | next release inside it |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, c in s["configs"].items():
+        aa = c["aa_readings"]
+        lines.append(
+            f"| {name} | {c['releases']} | {c['shipped']['hits']} of {c['shipped']['n']} | "
+            f"{', '.join(f'{x:.2f}x' for x in c['speedups'])} | {c['lowest_lower_end']:.2f}x | "
+            f"{min(aa):.3f}-{max(aa):.3f}x, interval holds 1.0 in "
+            f"{c['aa_intervals_include_1']['hits']} of {c['aa_intervals_include_1']['n']} | "
+            f"median {c['confirmation_s']['median']} s (max {c['confirmation_s']['max']} s), "
+            f"{'/'.join(map(str, c['processes']))} processes | "
+            f"{c['fresh_inside_prediction']['hits']} of {c['fresh_inside_prediction']['n']} | "
+            f"{c['next_release_inside_prediction']['hits']} of "
+            f"{c['next_release_inside_prediction']['n']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "h200-calibration")
+    args = ap.parse_args()
+    s = summarise(args.files)
+    args.out.with_suffix(".json").write_text(json.dumps(s, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(s))
+    print(markdown(s))
+
+
+if __name__ == "__main__":
+    main()
