@@ -63,18 +63,22 @@ class ArchiveIndex:
         return sum(self.members[r][1] for r in (self.members if files is None else files))
 
 
+def _open(archive: Path) -> tarfile.TarFile:
+    """``archive`` opened for reading its member headers (uncompressed tar only)."""
+    try:
+        return tarfile.open(archive, mode="r:", encoding="utf-8")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleFormatError(f"{archive} is neither a bundle folder nor a bundle archive "
+                                f"({exc})") from exc
+
+
 def index_archive(archive: Path) -> ArchiveIndex:
     """Read every member header of ``archive`` and check it against the manifest (read first,
     size-capped), writing nothing: UnsafeArchiveError names the first member that is unsafe,
     not in the file table, of another size than the table says, or missing (the member count
     must be the table's); BundleFormatError for an archive that is not a readable bundle."""
     archive = Path(archive)
-    try:
-        tar = tarfile.open(archive, mode="r:", encoding="utf-8")  # uncompressed only
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleFormatError(f"{archive} is neither a bundle folder nor a bundle archive "
-                                f"({exc})") from exc
-    with tar:
+    with _open(archive) as tar:
         members = _headers(tar, archive)
         root, data, table = _read_manifest(tar, members, archive)
         plan = _check_members(members, root, table, archive)
@@ -210,12 +214,7 @@ def scan_members(archive: Path, hasher: Callable[[BinaryIO], _T]) -> dict[str, _
     more than MAX_MEMBERS, a truncated archive: BundleFormatError), against a file table made
     of the members themselves instead of the manifest's."""
     archive = Path(archive)
-    try:
-        tar = tarfile.open(archive, mode="r:", encoding="utf-8")  # uncompressed only
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleFormatError(f"{archive} is neither a bundle folder nor a bundle archive "
-                                f"({exc})") from exc
-    with tar:
+    with _open(archive) as tar:
         members = _headers(tar, archive)
     manifests = [m.name for m in members
                  if m.name.count("/") == 1 and m.name.split("/")[1] == MANIFEST_NAME]

@@ -112,24 +112,24 @@ def _watch(conn: Any) -> None:
         current.watch(conn)
 
 
-class _Conn(HTTPConnection):
+class _Watched:
+    """A connection whose socket the deadline of the exchange under way may shut."""
+
     def connect(self) -> None:
         _watch(self)
-        super().connect()
+        super().connect()  # type: ignore[misc]
 
     def request(self, *args: Any, **kw: Any) -> None:
         _watch(self)
-        super().request(*args, **kw)
+        super().request(*args, **kw)  # type: ignore[misc]
 
 
-class _SConn(HTTPSConnection):
-    def connect(self) -> None:
-        _watch(self)
-        super().connect()
+class _Conn(_Watched, HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kw: Any) -> None:
-        _watch(self)
-        super().request(*args, **kw)
+
+class _SConn(_Watched, HTTPSConnection):
+    pass
 
 
 class _Pool(HTTPConnectionPool):
