@@ -431,6 +431,13 @@ def refused_report(exc: BaseException) -> VerifyReport | None:
     return report if isinstance(report, VerifyReport) else None
 
 
+def with_report(exc: DossierError, report: VerifyReport) -> DossierError:
+    """``exc`` carrying ``report`` (what :func:`refused_report` returns): for a refusal made
+    on a finished report, e.g. :func:`dossier.load` refusing an INVALID verdict."""
+    setattr(exc, _REPORT_ATTR, report)
+    return exc
+
+
 def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck: bool = False,
                   do_rebench: bool = False, threshold: float | None = None,
                   host: Fingerprint | None = None,
@@ -663,9 +670,8 @@ class _Run:
                 self._skip(name, f"not run: the {failed.value} step failed")
         order = list(StepName)
         self.steps.sort(key=lambda s: order.index(s.name))
-        setattr(exc, _REPORT_ATTR, self._report(exit_code=int(exc.exit_code),
-                                                error=exc.diagnostics()))
-        return exc
+        return with_report(exc, self._report(exit_code=int(exc.exit_code),
+                                             error=exc.diagnostics()))
 
 
 _OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
@@ -674,4 +680,4 @@ _OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
 
 __all__ = ["Outcome", "Rebench", "Recheck", "Step", "StepName", "StepObserver",
            "VerifyOptions", "VerifyReport", "judge_speedup", "rebench", "recheck",
-           "refused_report", "verified", "verify", "verify_bundle"]
+           "refused_report", "verified", "verify", "verify_bundle", "with_report"]
