@@ -98,3 +98,28 @@ def test_missing_credentials_are_exit_21(tmp_path: Path) -> None:
         assert json.loads(report.model_dump_json())["steps"][0]["outcome"] == "failed"
     finally:
         server.kill()
+
+
+def test_a_reference_loads_and_verifies(pushed: tuple[str, Path, object], tmp_path: Path) -> None:
+    import numpy as np
+
+    import dossier
+    from dossier.validation import load_validation_set
+
+    ref, bundle, keys = pushed
+    engine = dossier.load(ref, insecure=True, require_signature=True,
+                          trusted_key=keys.public,  # type: ignore[attr-defined]
+                          host=bundle / "fingerprint.json")
+    assert engine.report.reference and engine.report.steps[0].outcome.value == "passed"
+    assert engine.report.signature and engine.report.signature.startswith("signed by trusted")
+    assert engine.bundle_id == json.loads((bundle / "manifest.json").read_text())["dossier_id"]
+    pair = load_validation_set(bundle / "validation").pairs[0]
+    out = engine(pair.inputs)
+    assert out.keys() == pair.references.keys()
+    assert float(np.max(np.abs(out["logits"] - pair.references["logits"]))) < 1e-4
+    res = h.cli("run", ref, "--insecure", "--check", "--host-fingerprint",
+                bundle / "fingerprint.json")
+    assert res.exit_code == 0 and "in the cache at" not in res.stderr, h.said(res)
+    stranger = generate_key_pair(tmp_path / "keys", "stranger")
+    with pytest.raises(SignatureError):
+        dossier.load(ref, insecure=True, require_signature=True, trusted_key=stranger.public)
