@@ -68,8 +68,14 @@ class Engine:
     def __init__(self, runner: Runner, *, inputs: Sequence[str], outputs: Sequence[str],
                  route: str, bundle_id: str, backend: str, report: VerifyReport) -> None:
         self._runner = runner
+        import numpy as np
+
+        from dossier.backends.interface import EngineRuntimeError
+
         self._inputs = tuple(inputs)
+        self._names = frozenset(self._inputs)
         self._outputs = tuple(outputs)
+        self._ndarray, self._native = np.ndarray, EngineRuntimeError
         self._route, self._bundle_id, self._backend = route, bundle_id, backend
         self._report = report
         self.lock = threading.Lock()
@@ -109,20 +115,18 @@ class Engine:
                  **named: Any) -> dict[str, np.ndarray]:
         """Run once: ``engine({"x": x})`` or ``engine(x=x)``. InputError for a missing or an
         unknown input; EngineFailedError (exit 11) when the engine fails."""
-        from dossier.backends.interface import EngineRuntimeError
-
-        given = {**(feed or {}), **named}
-        missing = [n for n in self._inputs if n not in given]
-        extra = sorted(n for n in given if n not in self._inputs)
-        if missing or extra:
+        given = {**feed, **named} if named and feed else (feed or named)
+        if given.keys() != self._names:
+            missing = [n for n in self._inputs if n not in given]
+            extra = sorted(n for n in given if n not in self._names)
             raise InputError(f"the engine takes inputs {list(self._inputs)}"
                              + (f"; missing {missing}" if missing else "")
                              + (f"; unknown {extra}" if extra else ""))
-        arrays = {n: _host_array(given[n]) for n in self._inputs}
+        arrays = {n: v if type(v) is self._ndarray else _host_array(v) for n, v in given.items()}
         with self.lock:
             try:
                 return self._runner.run(arrays)
-            except EngineRuntimeError as exc:
+            except self._native as exc:
                 raise EngineFailedError(f"the engine of {self._bundle_id} failed: {exc}") from exc
 
     def close(self) -> None:
