@@ -40,13 +40,8 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} - before)))
 
 
 def _size(dist: metadata.Distribution) -> int:
-    total = 0
-    for f in dist.files or []:
-        try:
-            total += os.stat(dist.locate_file(f)).st_size
-        except OSError:
-            pass
-    return total
+    paths = [Path(str(dist.locate_file(f))) for f in dist.files or []]
+    return sum(p.stat().st_size for p in paths if p.is_file())
 
 
 def _key(name: str) -> str:
@@ -91,6 +86,10 @@ def main() -> None:
     everything.discard("dossier")
     full = {d: _size(metadata.distribution(d)) for d in sorted(everything)}
     serving = sum(sizes.values())
+    closure: set[str] = set()  # what pip installs for them: their requirements too
+    for d in dists:
+        _requirements(d, closure)
+    pulled = {d: _size(metadata.distribution(d)) for d in sorted(closure - set(dists))}
     result = {
         "what": "distributions imported by dossier.load of an ONNX Runtime bundle (verify, "
                 "load, one call), with their installed size from each RECORD; dossier itself "
@@ -100,6 +99,9 @@ def main() -> None:
         "serving_distributions": {d: {"version": metadata.version(d), "bytes": s}
                                   for d, s in sizes.items()},
         "serving_total_mib": round(serving / 2**20, 1),
+        "required_by_them_not_imported": pulled,
+        "serving_with_their_requirements_mib": round((serving + sum(pulled.values())) / 2**20,
+                                                     1),
         "core_dependencies_installed_here": dict(full.items()),
         "core_dependencies_total_mib": round(sum(full.values()) / 2**20, 1),
         "not_imported_by_load": sorted(set(full) - set(sizes)),
@@ -109,6 +111,8 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for d, s in sizes.items():
         print(f"{d:24} {metadata.version(d):12} {s / 2**20:8.1f} MiB")
+    print(f"required by them, not imported: {', '.join(pulled)}: with them "
+          f"{result['serving_with_their_requirements_mib']} MiB")
     print(f"serving total {result['serving_total_mib']} MiB; dossier's core dependencies "
           f"installed here {result['core_dependencies_total_mib']} MiB")
     print(f"wrote {args.out}")
