@@ -56,3 +56,21 @@ def test_an_aoti_bundle_loads_and_matches_the_workers_outputs(
         np.testing.assert_array_equal(next(iter(ours_t.values())), next(iter(ours.values())))
     res = dossier.serve.run_bundle(mlp_bundle, check=True)
     assert res.check is not None and res.check.passed, res.check
+
+
+def test_verifying_an_aoti_bundle_imports_neither_the_tuner_nor_scipy(mlp_bundle: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / ".shim")])}
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "dossier_cli.main", "verify",
+                          str(mlp_bundle)], capture_output=True, text=True, timeout=300,
+                         check=False, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    names = {ln.split("|")[-1].strip() for ln in res.stderr.splitlines()
+             if ln.startswith("import time:")}
+    assert {"dossier.verify", "dossier.backends.torch_inductor.backend"} <= names
+    heavy = {"scipy", "dossier.tuner", "dossier.replicate", "pyarrow"} & names
+    assert not heavy, heavy
