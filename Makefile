@@ -1,7 +1,10 @@
 # The two commands of the README:
 #   make sample   set up .venv (no torch) and run a sample release end to end (ONNX Runtime, CPU)
-#   make test     set up .venv with torch and run the test suite (what CI runs)
-#   make typecheck  mypy, strict, on dossier/ (CI runs it before the tests)
+#   make test     set up .venv with torch and run the test suite (slow tests left out; tests
+#                 needing chromium or docker-registry skip without them)
+#   make typecheck  mypy, strict, on dossier/
+# CI runs .ci/run: it installs chromium and docker-registry, then runs make typecheck, make test
+# and mkdocs build --strict (the docs extra).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -27,7 +30,7 @@ $(TORCH_STAMP): $(BIN)/dossier
 
 setup: $(BIN)/dossier $(TORCH_STAMP)
 
-# A signature left beside an earlier bundle (the README's signing example) would not match the
+# A signature left beside an earlier bundle (docs/signing.md's example) would not match the
 # new bundle, and verify checks a signature it finds (exit 13): it is removed with the bundle.
 sample: $(BIN)/dossier
 	$(BIN)/python samples/build.py

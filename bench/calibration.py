@@ -1,38 +1,36 @@
-"""Calibration of the decision rule on the samples: how often a gain ships, whether shipped
-gains hold up when re-measured independently, and how often an A/A search ships anything.
+"""Calibration of the decision rule against a known truth: how often a real gain ships (power),
+how often an A/A ships (false positives), how often a fresh re-measurement of a shipped gain
+falls inside the prediction interval the release recorded (coverage), and what it costs.
 
-Three parts, each run repeatedly with the default timing settings:
+The ground truth is the test-only ``faulty`` backend's load-time ``gain`` knob on the convnet
+sample: with ``-pace=held`` every run is held to 2.0 ms (a busy-wait), and ``gain=x1.25`` /
+``x1.05`` hold it to 2.0/1.25 and 2.0/1.05 ms, so the true speedup is known exactly; ``gain=aa``
+holds it to 2.0 ms under another name (an A/A route). Every release is a fresh ``tune`` with the
+default timing settings (the rule as committed: the commit is recorded), strategy ``full`` over
+``-pace=held -gain=[none|G]``. For each shipped gain, up to ``--rebench`` of them, the engines
+are re-measured with the procedure ``verify --rebench`` uses (``confirm_processes`` new
+measuring processes) and the reading is checked against the recorded prediction interval.
 
-- ``aa``: A/A searches on convnet (a selection whose two values build the same engine and run
-  the same way, as bench/aa_check.py): any shipped gain is a false positive.
-- ``release``: the sample's own release spec (``--sample``, tblock by default), tuned from
-  scratch each time: (a) how often a gain ships; for every shipped gain, the shipped and the
-  baseline engines are re-measured with the independent procedure (dossier.replicate, as
-  ``verify --rebench`` does): (b) coverage, how often the re-measured speedup falls inside the
-  recorded 95% interval, and how often the re-measured interval excludes 1.0. The best
-  candidate of the confirmation is re-measured too when nothing ships (``candidate_coverage``:
-  the confirmation interval's coverage whether or not the rule shipped it).
+    python bench/calibration.py --gain x1.25 --releases 20     # power under the host's load
+    python bench/calibration.py --gain x1.05 --releases 10     # power for a small gain
+    python bench/calibration.py --gain aa --releases 20        # false positives
+    python bench/calibration.py --gain x1.25 --releases 1 --tiny   # smoke run (CI)
 
-``--selection`` replaces the release spec's selection (e.g. one knob with a real difference,
-so that gains ship and their coverage can be counted) and ``--confirm-processes N`` runs every
-confirmation and re-measurement in N process generations (``timing.confirm_processes``), whose
-interval also covers a new generation's reading.
-
-Writes bench/results/calibration-<sample>.json (``--out`` to change) with the counts, the figures (medians with
-intervals), every run's details and the machine load (os.getloadavg before and after, CPU
-count). Full counts (20 A/A, 10 releases) by one command:
-
-    python bench/calibration.py            # --aa 20 --releases 10 --sample tblock
-    python bench/calibration.py --aa 5 --releases 3   # reduced counts
+Writes bench/results/calibration-<gain>.json (``--out`` to change) after every release, so a
+run cut short keeps what it measured: counts with exact (Clopper-Pearson) 95% intervals, each
+release's decision, the load average before and after each release, and the wall times.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib.util
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,13 +41,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dossier import replicate  # noqa: E402
+from dossier import confirmation  # noqa: E402
 from dossier.errors import DossierError  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
-from dossier.timing import compare, median_ci  # noqa: E402
+from dossier.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.tuner import tune  # noqa: E402
 
-AA_SELECTION = "-execution_mode=sequential -inter_op_num_threads=[0|1]"
+TRUTH = {"x1.25": 1.25, "x1.05": 1.05, "aa": 1.0}
+TINY = {"samples": 40, "rounds": 8, "confirm_rounds": 4, "confirm_runs": 10,
+        "confirm_block_s": 0.05, "confirm_processes": 3, "confirm_max_processes": 3,
+        "warmup_max_s": 0.3}
 
 
 def _build_samples(out: Path) -> None:
@@ -60,49 +61,17 @@ def _build_samples(out: Path) -> None:
     module.build_all(out)
 
 
-def _reading(r: object) -> dict | None:
-    return None if r is None else r.model_dump(mode="json")  # type: ignore[attr-defined]
-
-
-def _one_search(spec, run: Path) -> dict:  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
-    try:
-        return _search(spec, run, t0)
-    except DossierError as exc:  # a failed search is counted, not fatal to the benchmark
-        return {"error": str(exc), "gain": False, "aa": None, "reason": f"error: {exc}",
-                "wall_s": time.perf_counter() - t0, "loadavg": os.getloadavg()[0]}
-
-
-def _search(spec, run: Path, t0: float) -> dict:  # type: ignore[no-untyped-def]
-    res = tune(spec, run)
-    d = res.decision
-    rec = {"gain": d.gain, "shipped": d.shipped_route, "reason": d.reason,
-           "speedup": d.speedup, "ci": [d.speedup_ci_low, d.speedup_ci_high],
-           "p_value": d.p_value, "aa": _reading(d.aa), "confirm_aa": _reading(d.confirm_aa),
-           "confirmed_routes": d.candidates, "wall_s": time.perf_counter() - t0,
-           "loadavg": os.getloadavg()[0]}
-    base = next(t for t in res.cache.trials if t.role == "baseline")
-    confirmed = [t for t in res.cache.trials if t.role == "confirm" and t.route != base.route
-                 and t.comparison is not None]
-    # the shipped route, else the best independently measured candidate: its recorded
-    # (confirmation) interval against a second independent re-measurement
-    target = (next(t for t in confirmed if t.route == d.shipped_route) if d.gain and confirmed
-              else max(confirmed, key=lambda t: t.comparison.speedup) if confirmed else None)  # type: ignore[union-attr]
-    if target is not None:
-        rc = target.comparison
-        m = replicate.measure(res.cache.header.backend,
-                              [(run / base.engine, base.route), (run / target.engine, target.route)],  # type: ignore[operator]
-                              Path(res.cache.header.validation_path), spec.timing)
-        c = compare(m.rounds[0], m.rounds[1], spec.timing, procedure="independent")
-        rec["remeasured"] = {"route": target.route, "shipped": d.gain,
-                             "recorded": [rc.speedup, rc.speedup_ci_low, rc.speedup_ci_high],  # type: ignore[union-attr]
-                             "speedup": c.speedup, "ci": [c.speedup_ci_low, c.speedup_ci_high],
-                             "p_value": c.p_value, "rounds": c.rounds}
-        rec["covered"] = rc.speedup_ci_low <= c.speedup <= rc.speedup_ci_high  # type: ignore[union-attr]
-        rec["remeasured_excludes_1"] = c.speedup_ci_low > 1.0
-        rec["intervals_overlap"] = not (c.speedup_ci_high < rc.speedup_ci_low  # type: ignore[union-attr]
-                                        or c.speedup_ci_low > rc.speedup_ci_high)  # type: ignore[union-attr]
-    return rec
+def _spec(folder: Path, gain: str, tiny: bool):  # type: ignore[no-untyped-def]
+    text = (folder / "release.toml").read_text()
+    text = text.replace('backend = "onnxruntime"', 'backend = "faulty"')
+    lines = [f'selection = "-pace=held -gain=[none|{gain}]"' if ln.startswith("selection")
+             else 'strategy = "full"' if ln.startswith("strategy") else ln
+             for ln in text.splitlines()]
+    (folder / "release.toml").write_text("\n".join(lines) + "\n")
+    spec = load_spec(folder / "release.toml")
+    if tiny:
+        spec = spec.model_copy(update={"timing": spec.timing.model_copy(update=TINY)})
+    return spec
 
 
 def _share(hits: int, n: int) -> dict:
@@ -115,14 +84,6 @@ def _share(hits: int, n: int) -> dict:
     return {"hits": hits, "n": n, "share": hits / n, "ci": [ci.low, ci.high]}
 
 
-def _write(path: Path, result: dict) -> None:
-    """Written after every search, so a run cut short leaves what it measured."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def _median(values: list[float]) -> dict | None:
     if not values:
         return None
@@ -130,84 +91,111 @@ def _median(values: list[float]) -> dict | None:
     return {"median": float(np.median(values)), "ci": [lo, hi], "n": len(values)}
 
 
-def _result(args: argparse.Namespace, aa_runs: list[dict], rel_runs: list[dict],
-            load_before: tuple[float, float, float], started: str, done: bool) -> dict:
-    shipped = [r for r in rel_runs if r["gain"]]
-    measured = [r for r in rel_runs if "remeasured" in r]  # shipped or best confirmed candidate
-    gains = [r for r in measured if r["gain"]]
+def _release(spec, run: Path, rebench: bool) -> dict:  # type: ignore[no-untyped-def]
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    try:
+        res = tune(spec, run)
+    except DossierError as exc:  # a failed search is counted, not fatal to the benchmark
+        return {"error": str(exc), "gain": False, "wall_s": time.perf_counter() - t0,
+                "load_before": load, "load_after": os.getloadavg()[0]}
+    d = res.decision
+    trials = res.cache.trials
+    confirms = [t for t in trials if t.role == "confirm" and t.route != d.baseline_route]
+    rec: dict = {
+        "gain": d.gain, "shipped": d.shipped_route, "reason": d.reason, "speedup": d.speedup,
+        "ci": [d.speedup_ci_low, d.speedup_ci_high], "p_value": d.p_value, "level": d.level,
+        "k": d.k, "processes": d.processes, "stopped": d.stopped,
+        "confirm_aa": None if d.confirm_aa is None else d.confirm_aa.model_dump(mode="json"),
+        "screened": [{"route": t.route, "speedup": t.comparison.speedup}
+                     for t in trials if t.role == "search" and t.comparison is not None],
+        "confirmation_s": max((t.trial_s for t in confirms), default=0.0),
+        "wall_s": time.perf_counter() - t0, "load_before": load,
+        "load_after": os.getloadavg()[0]}
+    if d.gain and rebench:
+        base = next(t for t in trials if t.role == "baseline")
+        win = next(t for t in confirms if t.route == d.shipped_route)
+        c = win.comparison
+        assert c is not None and base.engine and win.engine
+        timing = spec.timing
+        with tempfile.TemporaryDirectory(prefix="dossier-rebench-") as work:
+            measure = confirmation.local_processes(
+                res.cache.header.backend, Path(res.cache.header.validation_path), timing,
+                builder=spec.builder, shapes=spec.shapes, work=Path(work))
+            again = confirmation.confirm((run / base.engine, base.route),
+                                         [(run / win.engine, win.route)], timing, measure,
+                                         fixed=timing.confirm_processes)
+        ac = again.candidates[0].comparison
+        assert ac is not None
+        rec["rebench"] = {"speedup": ac.speedup, "ci": [ac.speedup_ci_low, ac.speedup_ci_high],
+                          "predicted": [c.prediction_low, c.prediction_high],
+                          "processes": ac.processes,
+                          "inside": bool(c.prediction_low <= ac.speedup <= c.prediction_high),  # type: ignore[operator]
+                          "excludes_1": ac.speedup_ci_low > 1.0}
+    return rec
+
+
+def _summary(args: argparse.Namespace, runs: list[dict], started: str, done: bool) -> dict:
+    truth = TRUTH[args.gain]
+    ok = [r for r in runs if "error" not in r]
+    shipped = [r for r in ok if r["gain"]]
+    rebenched = [r["rebench"] for r in ok if "rebench" in r]
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
     return {
-        "benchmark": "calibration of the decision rule", "backend": "onnxruntime",
-        "sample": args.sample, "aa_selection": AA_SELECTION, "timing": "default TimingSettings",
-        "selection": args.selection, "confirm_processes": args.confirm_processes or 1,
-        "complete": done, "errors": sum("error" in r for r in aa_runs + rel_runs),
-        "counts": {"aa_searches": len(aa_runs), "release_searches": len(rel_runs),
-                   "asked": {"aa": args.aa, "releases": args.releases}},
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "started": started,
-                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                 "loadavg_during_median": float(np.median([r["loadavg"] for r in
-                                                           aa_runs + rel_runs] or [0]))},
-        "aa_false_positives": _share(sum(r["gain"] for r in aa_runs), len(aa_runs)),
-        "aa_trial0_significant": _share(sum(bool(r["aa"] and r["aa"]["significant"])
-                                            for r in aa_runs + rel_runs),
-                                        len(aa_runs) + len(rel_runs)),
-        "gain_shipped": _share(len(shipped), len(rel_runs)),
-        "coverage": _share(sum(r["covered"] for r in gains), len(gains)),
-        "remeasured_excludes_1": _share(sum(r["remeasured_excludes_1"] for r in gains), len(gains)),
-        "intervals_overlap": _share(sum(r["intervals_overlap"] for r in gains), len(gains)),
-        "shipped_speedup": _median([r["speedup"] for r in gains]),
-        "remeasured_speedup": _median([r["remeasured"]["speedup"] for r in gains]),
-        "candidate_coverage": _share(sum(r["covered"] for r in measured), len(measured)),
-        "candidate_intervals_overlap": _share(sum(r["intervals_overlap"] for r in measured),
-                                              len(measured)),
-        "aa_reading": _median([r["aa"]["speedup"] for r in aa_runs + rel_runs if r["aa"]]),
-        "search_wall_s": _median([r["wall_s"] for r in rel_runs]),
-        "aa_details": aa_runs, "release_details": rel_runs}
+        "benchmark": "calibration of the decision rule (synthetic known gain)",
+        "command": " ".join(["python", "bench/calibration.py", *sys.argv[1:]]),
+        "commit": commit, "started": started, "done": done, "machine": {
+            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version()},
+        "truth": {"gain": args.gain, "speedup": truth,
+                  "selection": f"-pace=held -gain=[none|{args.gain}]", "backend": "faulty"},
+        "timing": "tiny (smoke run)" if args.tiny else "default TimingSettings",
+        "rule": confirmation.rule_text(TimingSettings()),
+        "releases": len(runs), "errors": len(runs) - len(ok),
+        "shipped": _share(len(shipped), len(ok)),
+        "shipped_interval_covers_truth": _share(
+            sum(r["ci"][0] <= truth <= r["ci"][1] for r in shipped), len(shipped)),
+        "rebench_inside_prediction": _share(sum(r["inside"] for r in rebenched), len(rebenched)),
+        "rebench_excludes_1": _share(sum(r["excludes_1"] for r in rebenched), len(rebenched)),
+        "shipped_speedup": _median([r["speedup"] for r in shipped]),
+        "processes": _median([float(r["processes"] or 0) for r in ok]),
+        "confirmation_s": _median([r["confirmation_s"] for r in ok]),
+        "release_wall_s": _median([r["wall_s"] for r in ok]),
+        "load_before": _median([r["load_before"] for r in runs]),
+        "runs": runs}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--aa", type=int, default=20, help="A/A searches on convnet (0: none)")
-    ap.add_argument("--releases", type=int, default=10, help="release searches of --sample")
-    ap.add_argument("--sample", default="tblock")
-    ap.add_argument("--selection", help="replaces the release spec's selection")
-    ap.add_argument("--confirm-processes", type=int, default=None,
-                    help="timing.confirm_processes of every search")
+    ap.add_argument("--gain", choices=sorted(TRUTH), default="x1.25")
+    ap.add_argument("--releases", type=int, default=10)
+    ap.add_argument("--rebench", type=int, default=10,
+                    help="re-measure at most this many shipped gains")
+    ap.add_argument("--tiny", action="store_true", help="tiny timing: a smoke run, for CI")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    out = args.out or ROOT / "bench" / "results" / f"calibration-{args.sample}.json"
-    load_before = os.getloadavg()
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    aa_runs, rel_runs = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        _build_samples(Path(tmp) / "samples")
-        aa_spec = load_spec(Path(tmp) / "samples" / "convnet" / "release.toml",
-                            {"strategy": "full", "selection": AA_SELECTION})
-        rel_spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
-                             {"selection": args.selection} if args.selection else None)
-        if args.confirm_processes:
-            aa_spec, rel_spec = (s.model_copy(update={"timing": s.timing.model_copy(
-                update={"confirm_processes": args.confirm_processes})})
-                for s in (aa_spec, rel_spec))
-        # interleaved, so a change of the machine's load touches both parts alike
-        for i in range(max(args.aa, args.releases)):
-            if i < args.aa:
-                aa_runs.append(_one_search(aa_spec, Path(tmp) / f"aa{i}"))
-                r = aa_runs[-1]
-                print(f"[aa {i}] {'GAIN ' + str(r['speedup']) if r['gain'] else 'no gain'}; "
-                      f"{r['reason'][:150]}", flush=True)
-            if i < args.releases:
-                rel_runs.append(_one_search(rel_spec, Path(tmp) / f"rel{i}"))
-                r = rel_runs[-1]
-                extra = (f" re-measured {r['remeasured']['speedup']:.3f} "
-                         f"{'inside' if r['covered'] else 'OUTSIDE'}" if "remeasured" in r else "")
-                print(f"[release {i}] {r['reason'][:150]}{extra}", flush=True)
-            _write(out, _result(args, aa_runs, rel_runs, load_before, started, False))
-    result = _result(args, aa_runs, rel_runs, load_before, started, True)
-    _write(out, result)
-    fp, g, cov = result["aa_false_positives"], result["gain_shipped"], result["coverage"]
-    print(f"A/A: {fp['hits']} of {fp['n']} shipped a gain; {args.sample}: a gain shipped in "
-          f"{g['hits']} of {g['n']}; coverage {cov['hits']} of {cov['n']}; written {out}")
+    out = args.out or ROOT / "bench" / "results" / f"calibration-{args.gain}.json"
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="dossier-calibration-") as tmp:
+        samples = Path(tmp) / "samples"
+        _build_samples(samples)
+        for i in range(args.releases):
+            folder = Path(tmp) / f"r{i}"
+            shutil.copytree(samples / "convnet", folder)
+            spec = _spec(folder, args.gain, args.tiny)
+            rebench = sum("rebench" in r for r in runs) < args.rebench
+            runs.append(_release(spec, folder / "out", rebench))
+            shutil.rmtree(folder, ignore_errors=True)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp_out = out.with_suffix(".tmp")
+            tmp_out.write_text(json.dumps(_summary(args, runs, started, False), indent=2) + "\n")
+            os.replace(tmp_out, out)
+    final = _summary(args, runs, started, True)
+    out.write_text(json.dumps(final, indent=2) + "\n")
+    print(json.dumps({k: final[k] for k in ("releases", "errors", "shipped",
+                                            "rebench_inside_prediction", "release_wall_s")}))
 
 
 if __name__ == "__main__":

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from dossier import __version__
 from dossier.errors import DossierError, ExitCode
-from dossier_cli.render import err, escape, out
+from dossier_cli.render import err, escape, line, out
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,9 +35,47 @@ def _exit_codes() -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(codes.items()))
 
 
+_METAVARS = {"path": "PATH", "str": "TEXT", "int": "N", "float": "NUMBER"}
+"""An option's value in help, by its type, where the option names no metavar of its own
+(typer would print ``<path>``, ``<int range>``, ``<list[Path]>``)."""
+_CLICK_TYPES = {"integer": "int", "integer range": "int", "float range": "float", "text": "str"}
+"""click's type names, for typer versions that have no ``display_type`` (older than 0.16)."""
+
+
+class _Argument(TyperArgument):
+    """An argument as click shows one: ``SPEC`` in the usage line (typer: ``{spec}``) and in the
+    argument list (typer: ``spec <path>``)."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _plain_metavars(cmd: Any, ctx: Any) -> Any:
+    """``cmd`` with every argument shown by its name in capitals and every option's value by
+    its metavar, or else a word for its type (PATH, TEXT, N, NUMBER)."""
+    for p in getattr(cmd, "params", ()):
+        if isinstance(p, TyperArgument):
+            p.metavar = p.metavar or p.name.upper()
+            p.__class__ = _Argument
+        elif isinstance(p, TyperOption) and p.metavar is None and not p.is_flag:
+            shown = getattr(p, "display_type", None)  # typer's own words, where it has them
+            label = shown(ctx) if shown is not None else _CLICK_TYPES.get(p.type.name, p.type.name)
+            label = label.strip("<>").removesuffix(" range")
+            label = label.removeprefix("list[").removesuffix("]").lower()
+            p.metavar = _METAVARS.get(label, label.upper())
+    return cmd
+
+
 class _Group(TyperGroup):
     """A command group whose list shows each command's whole first paragraph (click would cut
-    it to one line, ending in "...")."""
+    it to one line, ending in "..."), and whose commands' help names values plainly."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return _plain_metavars(super().get_command(ctx, cmd_name), ctx)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []
@@ -79,9 +118,8 @@ def handled(fn: F) -> F:
             return fn(*args, **kwargs)
         except DossierError as exc:
             fail(exc)
-        except KeyboardInterrupt:
-            err.print("interrupted; finished trials are kept in the tuning cache "
-                      "(resume with dossier tune --continue)")
+        except KeyboardInterrupt:  # a command that can say how to resume uses on_interrupt
+            line("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors: exit 2
             raise
@@ -91,6 +129,17 @@ def handled(fn: F) -> F:
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def on_interrupt(message: str) -> Iterator[None]:
+    """Ctrl-C inside the block prints ``message`` (one line, on stderr: what was kept and how
+    to go on) and exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        line(message)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
 def version_callback(value: bool) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from dossier_cli.app import app, handled
+from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.cmd_tune import address_option, build_cache_option, executor_option, print_notes
 from dossier_cli.render import err, escape, out, print_json
 
@@ -30,9 +31,9 @@ def _report_written(written: Any, as_json: bool) -> None:
 @app.command()
 @handled
 def bundle(
-    source: Path = typer.Argument(..., help="A finished run folder (dossier tune --out) or its "
+    source: Path = typer.Argument(..., metavar="RUN", help="A finished run folder (dossier tune --out) or its "
                                   "tuning-cache.jsonl."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write NAME-VERSION.dossier "
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder to write NAME-VERSION.dossier "
                                  "into."),
     parent: str = typer.Option(None, "--parent", help="Dossier id of the bundle this release "
                                "replaces."),
@@ -53,10 +54,10 @@ def bundle(
 @app.command()
 @handled
 def release(
-    spec: Path = typer.Argument(..., help="Release spec (release.toml)."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write NAME-VERSION.dossier "
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Release spec (release.toml)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder to write NAME-VERSION.dossier "
                                  "into."),
-    work: Path = typer.Option(None, "--work", help="Run folder of the search (default: "
+    work: Path = typer.Option(None, "--work", metavar="RUN", help="Run folder of the search (default: "
                               "OUT/.runs/NAME-VERSION). A search already there is continued."),
     parent: str = typer.Option(None, "--parent", help="Dossier id of the bundle this release "
                                "replaces."),
@@ -85,9 +86,12 @@ def release(
     s = load_spec(spec)
     check_target(out_dir, s.release.name, s.release.version)
     folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
+    again = shlex.join(["dossier", "release", str(spec), "--out", str(out_dir),
+                        *(["--work", str(work)] if work else [])])
     with new_or_locked_run_folder(folder):  # one release at a time, from search to bundle
         resume = (folder / CACHE_NAME).is_file()
-        with ProgressObserver(verbose=not quiet) as obs:
+        with on_interrupt(f"interrupted; finished trials are kept in {folder}: run {again} "
+                          "again to resume"), ProgressObserver(verbose=not quiet) as obs:
             result = run_tune(s, folder, observer=obs, spec_path=spec, resume=resume,
                               build_jobs=build_jobs, executor=executor, address=address,
                               build_cache=build_cache)
@@ -100,7 +104,7 @@ def release(
 @app.command()
 @handled
 def inspect(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar."),
     as_json: bool = typer.Option(False, "--json", help="Print the overview as JSON on stdout."),
 ) -> None:
     """What a reviewer wants first: release, id, lineage, model, search, accuracy bar,
@@ -157,8 +161,9 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
         if a:
             lines.append(f"  {label} {a['speedup']:.3f}x [{a['speedup_ci_low']:.3f}, "
                          f"{a['speedup_ci_high']:.3f}] (p={a['p_value']:.2g}, "
-                         f"{a['rounds'] or '?'} rounds, {a['procedure']}): "
-                         + ("SIGNIFICANT, nothing can ship" if a["significant"]
+                         + (f"{a['processes']} processes" if a.get("processes")
+                            else f"{a['rounds'] or '?'} rounds") + f", {a['procedure']}): "
+                         + ("two loads of one engine read apart" if a["significant"]
                             else "no difference, as it should"))
     lines.append(f"  load with    dossier.load({o['bundle']!r}) (verifies, then loads "
                  "the engine as it was timed; dossier run BUNDLE -i inputs.npz tries it)")
@@ -192,8 +197,8 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
 @app.command()
 @handled
 def pack(
-    path: Path = typer.Argument(..., help="Bundle folder (or .dossier.tar)."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write "
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder (or .dossier.tar)."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder to write "
                                  "NAME-VERSION.dossier.tar into."),
 ) -> None:
     """Write a bundle as one file for transport: OUT/NAME-VERSION.dossier.tar.
@@ -210,7 +215,7 @@ def pack(
 @app.command()
 @handled
 def schema(
-    out_dir: Path = typer.Option(None, "--out", "-o", help="Folder of the schema files "
+    out_dir: Path = typer.Option(None, "--out", "-o", metavar="DIR", help="Folder of the schema files "
                                  "(default: schemas; with --check, the installed copy)."),
     check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 listing the files "
                                "that differ from what the models generate."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def _heading(text: str) -> None:
 @handled
 def explain(
     bundle: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
-    html: Path = typer.Option(None, "--html", help="Also write the explanation with plots as one "
+    html: Path = typer.Option(None, "--html", metavar="FILE", help="Also write the explanation with plots as one "
                               "self-contained HTML page to this file (replaced if it exists; "
                               "needs the report extra: plotly)."),
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON on stdout "
@@ -75,7 +76,9 @@ def explain(
     if as_json:
         _print_model(facts)
         return
-    render_explanation(facts)
+    render_explanation(facts, [flag for flag, value in (("--per-day", per_day),
+                                                        ("--horizon-days", horizon_days),
+                                                        ("--hosts", hosts)) if value is not None])
 
 
 def _print_model(model: Any) -> None:
@@ -83,8 +86,23 @@ def _print_model(model: Any) -> None:
     sys.stdout.write(model.model_dump_json(indent=2) + "\n")
 
 
-def render_explanation(e: Any) -> None:
-    """The explanation as text on stdout."""
+def volume_origin(source: str, given: Sequence[str] = ()) -> str:
+    """Where the payback's volume came from: inferences/day from --per-day or the spec, and
+    horizon and hosts each from its flag or else the spec's [deployment] (or its default)."""
+    parts = [f"inferences/day from {'--per-day' if source == 'flags' else 'the spec'}"]
+    flagged = [(flag, what) for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+               if flag in given]
+    parts += [f"{what} from {flag}" for flag, what in flagged]
+    rest = [what for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+            if flag not in given]
+    if rest:
+        parts.append(f"{' and '.join(rest)} from the spec's [deployment] or "
+                     f"{'their defaults' if len(rest) > 1 else 'its default'}")
+    return "; ".join(parts)
+
+
+def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
+    """The explanation as text on stdout; ``given``: the volume flags on the command line."""
     from dossier.audit.explain import test_name
 
     d, s, lin = e.decision, e.search, e.lineage
@@ -116,8 +134,12 @@ def render_explanation(e: Any) -> None:
     if h is not None:
         _heading("Winner against the baseline" if h.shipped
                  else "Best candidate against the baseline (did not win)")
-        src = ("independent confirmation: one fresh process per engine"
+        src = (("confirmation: measuring processes of their own, each with the baseline and "
+                "its A/A load" if h.processes else
+                "independent confirmation: one fresh process per engine")
                if h.source == "confirmation" else "screening: its search trial")
+        unit = f"{h.processes} measuring processes" if h.processes else f"{h.rounds or '?'} rounds"
+        over = "the A/A load" if h.against == "aa" else "the baseline"
         test = test_name(h.test)
         lines = [
             f"candidate  {_r(h.route)} (trial {h.trial_index})",
@@ -125,8 +147,8 @@ def render_explanation(e: Any) -> None:
             f"candidate  median {_ci(h.candidate.median_ms, h.candidate.ci_low_ms, h.candidate.ci_high_ms, ' ms', 4)} (n={h.candidate.n})",
             f"baseline   median {_ci(h.baseline.median_ms, h.baseline.ci_low_ms, h.baseline.ci_high_ms, ' ms', 4)} (n={h.baseline.n}), "
             f"timed alongside it in record {h.measured_in}",
-            f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} "
-            f"({h.confidence:.0%} interval over {h.rounds or '?'} rounds"
+            f"speedup    {_ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} over {over} "
+            f"({h.confidence:.0%} interval over {unit}"
             + (", includes 1.0)" if h.interval_includes_one else ")"),
         ] + ([f"rounds     each round's ratio between {h.round_ratio_low:.3f}x and "
               f"{h.round_ratio_high:.3f}x"]
@@ -134,7 +156,13 @@ def render_explanation(e: Any) -> None:
             [f"processes  {len(h.generation_speedups)} process generations read "
              + ", ".join(f"{g:.3f}x" for g in h.generation_speedups)
              + "; the interval also covers a new generation's reading"]
-            if h.generation_speedups else []) + [
+            if h.generation_speedups else []) + (
+            ["processes  each process read "
+             + ", ".join(f"{g:.3f}x" for g in h.process_speedups)
+             + (f"; a new process is expected to read {h.prediction_low:.3f}x to "
+                f"{h.prediction_high:.3f}x ({h.confidence:.0%} prediction interval)"
+                if h.prediction_low is not None and h.prediction_high is not None else "")]
+            if h.process_speedups else []) + [
             f"test       {test}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
             f"({'significant' if h.significant else 'not significant'}); {min_effect_text(h)}",
         ] + ([f"verdict    {h.verdict}"] if h.verdict else [])
@@ -208,7 +236,8 @@ def render_explanation(e: Any) -> None:
         _heading("A/A check (the baseline against a second load of itself)")
     for a in checks:
         out.print(f"  {a.procedure}: {_ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} "
-                  f"p={a.p_value:.3g}" + (f", {a.rounds} rounds" if a.rounds else "")
+                  f"p={a.p_value:.3g}" + (f", {a.processes} processes" if a.processes
+                                           else f", {a.rounds} rounds" if a.rounds else "")
                   + f": {escape(a.verdict)}", soft_wrap=True)
 
     _heading("Environment the numbers were measured in (tuning host)")
@@ -254,7 +283,8 @@ def render_explanation(e: Any) -> None:
     _heading("Payback (search cost against benefit)")
     if p.source != "none":
         out.print(f"  volume: {p.inferences_per_day:,.0f} inferences/day on {p.hosts} host(s), "
-                  f"horizon {p.horizon_days:g} days (from the {p.source})", soft_wrap=True)
+                  f"horizon {p.horizon_days:g} days ({escape(volume_origin(p.source, given))})",
+                  soft_wrap=True)
     out.print(f"  {escape(p.verdict)}", soft_wrap=True)
     if p.cases:
         out.print(f"  [dim]{escape(p.unit)}[/]", soft_wrap=True)

@@ -15,9 +15,9 @@ INSECURE_HELP = "Plain HTTP instead of HTTPS; allowed only for a loopback regist
 @app.command()
 @handled
 def push(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar."),
     target: str = typer.Argument(..., metavar="REGISTRY/REPO:TAG", help="Where to push it."),
-    signature: Path = typer.Option(None, "--signature", help="The bundle's dossier sign "
+    signature: Path = typer.Option(None, "--signature", metavar="FILE", help="The bundle's dossier sign "
                                    "envelope, attached as a referrer (default: "
                                    "NAME-VERSION.dossier.sig.json beside the bundle, if there)."),
     no_signature: bool = typer.Option(False, "--no-signature", help="Attach no signature."),
@@ -53,21 +53,26 @@ def push(
 def pull(
     source: str = typer.Argument(..., metavar="REGISTRY/REPO[:TAG|@DIGEST]",
                                  help="The bundle to pull."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder for NAME-VERSION.dossier."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for NAME-VERSION.dossier."),
     insecure: bool = typer.Option(False, "--insecure", help=INSECURE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Pull a bundle from an OCI registry into OUT/NAME-VERSION.dossier. Every layer's sha256
     is checked while it streams, then the bundle's integrity check runs (its xxh3-128 taken
     from the same stream); only then is the folder renamed into place (nothing half-pulled is
-    left). Existing bundles are never overwritten."""
+    left). The signature referrers the registry holds are checked against the pulled files and
+    written beside the bundle (NAME-VERSION.dossier.sig.json, where verify looks): exit 13 when
+    there are some and none passes. Existing bundles and signatures are never overwritten."""
     from dossier.registry import pull_bundle
 
     done = pull_bundle(source, out_dir, insecure=insecure)
     if as_json:
         print_json({"bundle": str(done.path), "reference": done.reference,
-                    "digest": done.digest, "dossier_id": done.dossier_id, "files": done.files})
+                    "digest": done.digest, "dossier_id": done.dossier_id, "files": done.files,
+                    "signature": str(done.signatures[0]) if done.signatures else None})
         return
     err.print(f"pulled {done.reference} (id {done.dossier_id}): {done.files} files, digests "
-              "and integrity checked", markup=False, soft_wrap=True)
+              "and integrity checked"
+              + (f"; its signature beside it: {done.signatures[0]}" if done.signatures else ""),
+              markup=False, soft_wrap=True)
     out.print(str(done.path), markup=False, soft_wrap=True)

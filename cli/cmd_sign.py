@@ -13,7 +13,7 @@ from dossier_cli.render import err, out, print_json
 @app.command()
 @handled
 def keygen(
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder for NAME.key (private, mode "
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for NAME.key (private, mode "
                                  "0600) and NAME.pub (public)."),
     name: str = typer.Option("dossier", "--name", help="File name stem of the two keys."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -36,10 +36,10 @@ def keygen(
 @app.command()
 @handled
 def sign(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar."),
-    key: Path = typer.Option(..., "--key", "-k", help="Ed25519 private key (PEM), e.g. from "
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar."),
+    key: Path = typer.Option(..., "--key", "-k", metavar="KEY", help="Ed25519 private key (PEM), e.g. from "
                              "dossier keygen."),
-    sig_out: Path = typer.Option(None, "--out", "-o", help="Where to write the signature "
+    sig_out: Path = typer.Option(None, "--out", "-o", metavar="FILE", help="Where to write the signature "
                                  "(default: beside the bundle, NAME-VERSION.dossier.sig.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:

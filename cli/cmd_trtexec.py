@@ -18,19 +18,19 @@ app.add_typer(export_app, name="export")
 @import_app.command("trtexec")
 @handled
 def import_trtexec(
-    tuning_cache: Path = typer.Option(..., "--tuning-cache", help="The file trtexec wrote with "
+    tuning_cache: Path = typer.Option(..., "--tuning-cache", metavar="FILE", help="The file trtexec wrote with "
                                       "--tuningCacheFile (TensorRT >= 11.1)."),
-    engine: Path = typer.Option(None, "--engine", help="The winner's plan: the file trtexec "
+    engine: Path = typer.Option(None, "--engine", metavar="PLAN", help="The winner's plan: the file trtexec "
                                 "copied to --saveEngine. Required: a bundle ships its engine."),
-    baseline_engine: Path = typer.Option(None, "--baseline-engine", help="The baseline's plan, "
+    baseline_engine: Path = typer.Option(None, "--baseline-engine", metavar="PLAN", help="The baseline's plan, "
                                          "if kept (--saveAllEngines writes SAVE.iterN); without "
                                          "it the bundle has no baseline engine."),
-    knobs: Path = typer.Option(None, "--knobs", help="TensorRT's knob database JSON (trtexec "
+    knobs: Path = typer.Option(None, "--knobs", metavar="JSON", help="TensorRT's knob database JSON (trtexec "
                                "--helpBuildRoute, all_build_routes) of the TensorRT that tuned; "
                                "without it one is inferred from the cache and marked so."),
     model: Path = typer.Option(None, "--model", help="The ONNX model, when it is no longer "
                                "where the cache header says."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder to write NAME-VERSION.dossier "
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder to write NAME-VERSION.dossier "
                                  "into."),
     name: str = typer.Option(None, "--name", help="Release name (default: the ONNX file's "
                              "stem)."),
@@ -62,7 +62,7 @@ def import_trtexec(
 def export_trtexec_cache(
     source: Path = typer.Argument(..., help="Bundle (folder or .dossier.tar), run folder, or "
                                   "dossier tuning-cache.jsonl."),
-    out_file: Path = typer.Option(..., "--out", "-o", help="The trtexec tuning cache to write "
+    out_file: Path = typer.Option(..., "--out", "-o", metavar="FILE", help="The trtexec tuning cache to write "
                                   "(never overwritten)."),
 ) -> None:
     """Write a dossier search as a trtexec tuning cache (--tuningCacheFile format): one header

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from dossier_cli.app import app, handled
+from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.render import err, escape, fmt_speedup, out, print_json
 
 
@@ -75,7 +76,7 @@ BUILD_CACHE_HELP = ("Folder of engines kept across searches: a build whose input
 
 def build_cache_option() -> Path | None:
     """The ``--build-cache`` option."""
-    option: Path | None = typer.Option(None, "--build-cache", envvar="DOSSIER_BUILD_CACHE",
+    option: Path | None = typer.Option(None, "--build-cache", envvar="DOSSIER_BUILD_CACHE", metavar="DIR",
                                        help=BUILD_CACHE_HELP, show_envvar=False)
     return option
 
@@ -97,20 +98,26 @@ def default_out(name: str, version: int) -> Path:
     return Path("dossier-runs") / f"{name}-{version}"
 
 
+def _resumable(folder: Path) -> Any:
+    """What Ctrl-C during a search says: where its trials are and the command that resumes it."""
+    again = shlex.join(["dossier", "tune", "--continue", str(folder)])
+    return on_interrupt(f"interrupted; finished trials are kept in {folder}: resume with {again}")
+
+
 @app.command()
 @handled
 def tune(
-    spec: Path = typer.Argument(None, help="Release spec (release.toml). Optional with --continue."),
+    spec: Path = typer.Argument(None, metavar="SPEC", help="Release spec (release.toml). Optional with --continue."),
     selection: str = typer.Option(None, help="Override the spec's selection, trtexec syntax: "
                                   "'-a=[x|y] -b=z'."),
     strategy: str = typer.Option(None, help="Override the strategy: fast, mixed or full."),
     threshold: float = typer.Option(None, help="Override the accuracy threshold (> 0)."),
     metric: str = typer.Option(None, help="Override the metric: l0, l1, l2, linf or cos."),
-    out_dir: Path = typer.Option(None, "--out", "-o", help="Run folder (default: "
+    out_dir: Path = typer.Option(None, "--out", "-o", metavar="RUN", help="Run folder (default: "
                                  "dossier-runs/NAME-VERSION). Must not hold a search yet."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the routes in order; build "
                                  "nothing. Refused for mixed (its phase 2 depends on results)."),
-    resume: Path = typer.Option(None, "--continue", help="Resume the search of this tuning "
+    resume: Path = typer.Option(None, "--continue", metavar="RUN", help="Resume the search of this tuning "
                                 "cache (or run folder). Finished trials are never re-run."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-trial lines on stderr."),
@@ -138,7 +145,7 @@ def tune(
         if spec is not None:
             s = load_spec(spec, overrides)
             folder = resume if resume.is_dir() else resume.parent
-            with ProgressObserver(verbose=not quiet) as obs:
+            with _resumable(folder), ProgressObserver(verbose=not quiet) as obs:
                 result = run_tune(s, folder, observer=obs, spec_path=spec, resume=True,
                                   build_jobs=build_jobs, executor=executor, address=address,
                                   build_cache=build_cache)
@@ -146,7 +153,8 @@ def tune(
             if any(v is not None for v in overrides.values()):
                 raise typer.BadParameter("--continue without SPEC takes no overrides: the "
                                          "search continues as it was started")
-            with ProgressObserver(verbose=not quiet) as obs:
+            folder = resume if resume.is_dir() else resume.parent
+            with _resumable(folder), ProgressObserver(verbose=not quiet) as obs:
                 result = continue_tune(resume, observer=obs, build_jobs=build_jobs,
                                        executor=executor, address=address,
                                        build_cache=build_cache)
@@ -166,7 +174,7 @@ def tune(
                 err.print(f"{len(routes)} routes ({s.tune.strategy}); baseline: {baseline}")
             return
         folder = out_dir or default_out(s.release.name, s.release.version)
-        with ProgressObserver(verbose=not quiet) as obs:
+        with _resumable(folder), ProgressObserver(verbose=not quiet) as obs:
             result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs,
                               executor=executor, address=address, build_cache=build_cache)
     print_notes(result.notes)

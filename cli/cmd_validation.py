@@ -17,14 +17,18 @@ app.add_typer(validation_app, name="validation")
 @validation_app.command("create")
 @handled
 def create(
-    out_dir: Path = typer.Argument(..., help="The new validation set folder (must not exist)."),
-    inputs: list[Path] = typer.Option(..., "--inputs", "-i", help="One pair's inputs: .npz "
-                                      "(one array per input name) or .npy (a single-input "
-                                      "model); or a Polygraphy inputs .json (--save-inputs), "
-                                      "one pair per feed. Repeat for more pairs."),
-    references: list[Path] = typer.Option([], "--references", "-r", help="Reference "
-                                           "outputs (.npz/.npy), one file per pair, in the "
-                                           "order of the pairs."),
+    out_dir: Path = typer.Argument(..., metavar="SET", help="The new validation set folder (must not exist)."),
+    inputs: list[Path] = typer.Option(..., "--inputs", "-i", metavar="FILE", help="One "
+                                      "pair's inputs: .npz (one array per input name) or .npy "
+                                      "(a single-input model); or Polygraphy's --save-inputs "
+                                      "output, a .json file or a folder of them, one pair per "
+                                      "feed. Repeat for more pairs."),
+    references: list[Path] = typer.Option([], "--references", "-r", metavar="FILE",
+                                           help="Reference outputs, in the order of the pairs: "
+                                           ".npz/.npy (one pair each), or Polygraphy's "
+                                           "--save-outputs output of one runner, a RunResults "
+                                           ".json file or a folder of them (one pair per "
+                                           "iteration). Repeat for more."),
     reference: str = typer.Option(None, "--reference", help="Compute the references instead: "
                                   "'onnxruntime-cpu' (the model run by ONNX Runtime's CPU "
                                   "provider, all optimizations off) or 'module:function' (your "
@@ -33,7 +37,7 @@ def create(
                                "shapes are checked against it (needed by onnxruntime-cpu)."),
     as_json: bool = typer.Option(False, "--json", help="Print the new set's summary as JSON."),
 ) -> None:
-    """Create a validation set: one pair-NNN per --inputs file, references from files or
+    """Create a validation set: one pair-NNN per --inputs pair, references from files or
     computed by a reference computation, provenance.json saying which.
 
     References must not come from the engine under test: compute them with the unoptimized
@@ -49,7 +53,7 @@ def create(
 @validation_app.command("show")
 @handled
 def show(
-    path: Path = typer.Argument(..., help="Validation set folder."),
+    path: Path = typer.Argument(..., metavar="SET", help="Validation set folder."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Show a validation set: every pair's inputs and references (dtype and shape), its

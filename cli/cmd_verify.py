@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
 
-from dossier.errors import BundleError, DossierError, ExitCode, SignatureError
-from dossier_cli.app import app, handled
+from dossier.errors import BundleError, DossierError, ExitCode, InputError, SignatureError
+from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.render import escape, fmt_speedup, line, out, print_json
 
 _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
@@ -15,8 +16,9 @@ _COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
 
 @app.command()
 @handled
+@on_interrupt("interrupted; verify wrote nothing (run it again to check the bundle)")
 def verify(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar, or a registry "
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar, or a registry "
                                 "reference REGISTRY/REPO:TAG or REGISTRY/REPO@DIGEST."),
     integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
                                         "file matches the manifest (no environment check)."),
@@ -26,20 +28,22 @@ def verify(
                                  "baseline engines here (one fresh process each); a speedup "
                                  "below the recorded interval, or one whose interval includes "
                                  "1.0, is SUBOPTIMAL."),
-    threshold: float = typer.Option(None, help="With --recheck: a stricter threshold than the "
-                                     "bundle's."),
-    policy: Path = typer.Option(None, "--policy", help="TOML policy file whose [[rule]]s override "
+    threshold: float = typer.Option(None, metavar="T", help="With --recheck: a threshold "
+                                     "at or below the bundle's (stricter), above 0."),
+    policy: Path = typer.Option(None, "--policy", metavar="FILE", help="TOML policy file whose [[rule]]s override "
                                 "the backend's default verdicts."),
-    host: Path = typer.Option(None, "--host-fingerprint", help="Judge against this fingerprint "
-                              "file instead of this host (e.g. collected on a fleet host)."),
+    host: Path = typer.Option(None, "--host-fingerprint", metavar="FILE", help="Judge the host this "
+                              "fingerprint file describes (dossier/fingerprint.py's JSON, e.g. "
+                              "collected on a fleet host) instead of this one; --recheck and "
+                              "--rebench still run here."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged fields too."),
     as_json: bool = typer.Option(False, "--json", help="The report as JSON on stdout (for fleet "
                                  "automation)."),
     require_signature: bool = typer.Option(False, "--require-signature", help="Refuse (exit 13) "
                                            "a bundle that is not signed by a --trusted-key."),
-    trusted_keys: list[Path] = typer.Option([], "--trusted-key", help="Ed25519 public key (PEM) "
+    trusted_keys: list[Path] = typer.Option([], "--trusted-key", metavar="PUB", help="Ed25519 public key (PEM) "
                                             "whose signature is accepted; repeat for several."),
-    signature: Path = typer.Option(None, "--signature", help="The bundle's signature file "
+    signature: Path = typer.Option(None, "--signature", metavar="FILE", help="The bundle's signature file "
                                    "(default: NAME-VERSION.dossier.sig.json beside it)."),
     insecure: bool = typer.Option(False, "--insecure", help="For a registry reference: plain "
                                   "HTTP, allowed only for a loopback registry."),
@@ -47,24 +51,31 @@ def verify(
     """Check a bundle on this host before loading its engine.
 
     \b
-    0. signature: when the bundle has one beside it, or --require-signature: the DSSE
-       envelope must be signed by a --trusted-key and every file must match the
-       signed statement's BLAKE3 (exit 13 otherwise);
+    0. signature, when the bundle has one (beside it, --signature, or a registry
+       referrer): every signature of the DSSE envelope must verify and every file must
+       match the signed statement's BLAKE3 (exit 13 otherwise); the signer is checked
+       against --trusted-key only (without one: "signer NOT checked").
+       --require-signature also refuses an unsigned bundle and one that no
+       --trusted-key signed (it needs at least one --trusted-key);
     1. integrity: every file against the manifest's size and xxh3-128 (each missing, extra or
        altered file is named); no engine is loaded before this passes;
     2. environment: this host's fingerprint against the tuning host's, a verdict per field
        (VALID / SUBOPTIMAL / INVALID) with the reason, by the backend's policy;
     3. optionally --recheck accuracy and --rebench latency here.
 
-    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 6 integrity failure or unreadable bundle,
-    13 signature missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for
-    the files an archive's checks need.
+    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 2 usage (--threshold without --recheck,
+    --require-signature without --trusted-key), 3 bad input (a --threshold not above 0 or
+    looser than the bundle's, an unusable --policy or --host-fingerprint file, --recheck of a
+    bundle without a validation set), 6 integrity failure or unreadable bundle, 13 signature
+    missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for the files an
+    archive's checks need.
 
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
     from dossier.verify import Outcome, Step, VerifyOptions, refused_report
     from dossier.verify import verify as run_verify
 
+    threshold = _threshold_option(threshold, recheck)
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
@@ -100,7 +111,7 @@ def verify(
     if as_json:
         print_json(result.model_dump(mode="json"))
     elif result.verdict is not None:
-        _render(result, show_all)
+        _render(result, show_all, f"the host of {host}" if host else "this host")
     raise typer.Exit(result.exit_code)
 
 
@@ -108,12 +119,27 @@ _LINES = ("fetch", "signature", "integrity")
 """Steps that say OK on stderr when they pass (the verdicts are rendered on stdout)."""
 
 
+def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
+    """--threshold as given: only with --recheck (exit 2), and a number above 0 (exit 3)."""
+    if threshold is None:
+        return None
+    if not recheck:
+        line("error: --threshold applies to --recheck (the accuracy re-check): give --recheck "
+             "too, or leave --threshold out")
+        raise typer.Exit(int(ExitCode.USAGE))
+    if not math.isfinite(threshold) or threshold <= 0:
+        raise InputError(f"--threshold {threshold}: must be a number above 0",
+                         hint="at or below the bundle's threshold, which dossier inspect shows")
+    return threshold
+
+
 def _fetch_failed(report) -> bool:  # type: ignore[no-untyped-def]
     return report is not None and any(s.name.value == "fetch" and s.outcome.value == "failed"
                                       for s in report.steps)
 
 
-def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
+def _render(result, show_all: bool,  # type: ignore[no-untyped-def]
+            where: str = "this host") -> None:
     from rich.table import Table
 
     from dossier.policy import collapse
@@ -124,7 +150,7 @@ def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
         groups = collapse(result.findings) + [([f], f) for f in result.findings
                                                if f.changed and f.verdict.value == "VALID"]
     rows = [g for g, _ in groups]
-    table = Table(title=f"environment: {result.release} ({result.backend}) on this host")
+    table = Table(title=f"environment: {result.release} ({result.backend}) on {where}")
     for col in ("field", "bundle", "host", "verdict", "reason"):
         table.add_column(col, overflow="fold")
     for group, f in groups:
@@ -138,7 +164,7 @@ def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
     unchanged = sum(1 for f in result.findings if not f.changed)
     if rows:
         out.print(table)
-    out.print(f"{unchanged} of {len(result.findings)} fields unchanged", markup=False)
+    out.print(f"{unchanged} of {len(result.findings)} fields unchanged on {where}", markup=False)
     if result.recheck is not None:
         r = result.recheck
         state = "passed" if r.passed else "FAILED"
@@ -163,9 +189,11 @@ def _render(result, show_all: bool) -> None:  # type: ignore[no-untyped-def]
 
 @app.command()
 @handled
+@on_interrupt("interrupted; the re-tune's finished trials are kept in its work folder (--work, "
+              "default OUT/.runs/NAME-VERSION)")
 def retune(
-    path: Path = typer.Argument(..., help="Bundle folder or .dossier.tar to re-tune."),
-    out_dir: Path = typer.Option(..., "--out", "-o", help="Folder for the new bundle "
+    path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar to re-tune."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for the new bundle "
                                  "(NAME-(VERSION+1).dossier)."),
     model: Path = typer.Option(None, help="The model, when the bundle does not include it; "
                                "its xxh3-128 must match the bundle's model identity."),

@@ -18,7 +18,7 @@ from rich.progress import (
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver
 from dossier_cli.render import console as make_console
-from dossier_cli.render import fmt_speedup, verdict_label
+from dossier_cli.render import fmt_speedup, row_label
 
 
 class ProgressObserver(TuneObserver):
@@ -30,7 +30,9 @@ class ProgressObserver(TuneObserver):
         self.progress = Progress(
             TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-            TextColumn("{task.description}"), console=console, transient=True)
+            TextColumn("{task.description}"), console=self.console, transient=True,
+            # outside a terminal a bar is only noise (rich would print an empty line on stop)
+            disable=not self.console.is_terminal)
         self.task: Any = None
 
     def __enter__(self) -> ProgressObserver:
@@ -56,8 +58,14 @@ class ProgressObserver(TuneObserver):
             self.console.print(trial_line(record))
 
     def confirming(self, routes: list[str]) -> None:
-        self.console.print(f"confirming {len(routes)} candidate(s) against the baseline "
-                           "independently (one fresh process per engine, with an A/A)")
+        self.console.print(f"confirming {len(routes)} candidate(s) in measuring processes of "
+                           "their own (each with the baseline and a second load of it, the A/A)")
+
+    def measured_process(self, n: int, cap: int, open_routes: list[str]) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, description=(
+                f"confirmation: {n} measuring process(es) of at most {cap}, "
+                f"{len(open_routes)} candidate(s) undecided"))
 
 
 _STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
@@ -73,9 +81,10 @@ def trial_line(r: TrialRecord) -> str:
     if r.comparison:
         c = r.comparison
         # the trial's own paired baseline: the speedup is this median over the one before
-        parts.append(f"vs {c.baseline.median_ms:.3f} ms baseline alongside")
+        what = "A/A load" if c.against == "aa" else "baseline"
+        parts.append(f"vs {c.baseline.median_ms:.3f} ms {what} alongside")
         parts.append(fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high))
-        parts.append("A/A: " + verdict_label(c) if r.role == "baseline" else verdict_label(c))
+        parts.append(row_label(r))
     parts.append(escape(r.route) or "(default route)")
     if r.reason:
         parts.append(f"[dim]({escape(r.reason)})[/]")

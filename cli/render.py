@@ -74,7 +74,16 @@ def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> st
     return f"{speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
 
 
-def verdict_label(c: Any) -> str:
-    """faster / slower / no significant effect, as the comparison recorded it (the same rule
-    as :func:`dossier.verdict.speed_verdict`)."""
-    return "faster" if c.faster else "slower" if c.slower else "no significant effect"
+def row_label(r: Any) -> str:
+    """What a trial's reading shows, as the judge recorded it (``Comparison.faster`` and
+    ``slower``, set by :func:`dossier.timing.compare` and :func:`dossier.timing.process_compare`
+    with the rule of :func:`dossier.verdict.judge`): a screening trial is only ever *screened*
+    faster or slower (the confirmation decides); a confirmation row is confirmed or not."""
+    c = r.comparison
+    label = "faster" if c.faster else "slower" if c.slower else "no significant effect"
+    if r.role == "baseline" or (r.role == "confirm" and c.against != "aa"):
+        return f"A/A: {label}"
+    if r.role == "confirm":
+        n = f" ({c.processes} processes)" if c.processes else ""
+        return ("confirmed" if label == "faster" else "not confirmed") + n
+    return {"faster": "screened faster", "slower": "screened slower"}.get(label, label)

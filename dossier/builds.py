@@ -24,7 +24,7 @@ from dossier.backends import Backend
 from dossier.build_cache import BuildCache, BuildIdentity
 from dossier.child import Child
 from dossier.routes import Route
-from dossier.worker import BuiltResult, WorkerRequest, WorkerResult
+from dossier.worker import BuiltResult, MeasuredResult, WorkerRequest, WorkerResult
 
 COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 """Set for each build when several run at once: the cores shared out between them."""
@@ -82,7 +82,7 @@ class Build:
     def build_s(self) -> float | None:
         """Build time without the paused spans."""
         r = self.result
-        if r is None or r.build_s is None:
+        if r is None or isinstance(r, MeasuredResult) or r.build_s is None:
             return None
         if not isinstance(r, BuiltResult):
             return r.build_s

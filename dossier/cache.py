@@ -237,7 +237,7 @@ class DecisionRecord(_Model):
     speedup_ci_high: float | None
     """Upper end of its confidence interval."""
     p_value: float | None
-    """Rank-test p-value of the confirmation measurement."""
+    """p-value of the measurement that decided (the confirmation's test over processes)."""
     reason: str
     """Why this route ships, in a sentence."""
     runner_up_route: str | None = None
@@ -249,7 +249,21 @@ class DecisionRecord(_Model):
     aa: Reading | None = None
     """The run's calibration: the baseline against a second load of itself (trial 0)."""
     confirm_aa: Reading | None = None
-    """The same check in the independent confirmation (None when it did not run)."""
+    """The same check in the confirmation's measuring processes (None when it did not run)."""
+    k: int | None = None
+    """Candidates the confirmation tested (Bonferroni's k); None when it did not run."""
+    level: float | None = None
+    """The level each look tested a candidate at: alpha / (k x looks)."""
+    looks: list[int] | None = None
+    """The process counts at which the confirmation could decide."""
+    processes: int | None = None
+    """Measuring processes the confirmation ran."""
+    stopped: str | None = None
+    """Why the confirmation stopped (every candidate decided, or the cap)."""
+    aa_stops: bool = True
+    """Whether a significant A/A reading stopped the release under the rule this decision was
+    taken by: True in older records; today's confirmation tests each candidate against the A/A
+    load instead, and no A/A reading stops a release."""
 
 
 Record = Annotated[TrialRecord | SessionRecord | DecisionRecord, Field(discriminator="kind")]

@@ -1,93 +1,74 @@
 """The decision rule: which route ships, and why.
 
-0. **Calibration.** Trial 0 times the baseline against a second load of itself. It is judged
-   like any candidate: when it reads a significant difference (p < alpha) of at least the
-   minimum effect, the procedure is biased on this host by about that much and nothing ships.
-   A smaller significant difference is below what the rule would ship; a gain must still clear
-   the A/A interval's upper end.
-1. **Screening.** Candidates are admissible search trials significantly faster than the
-   baseline (signed-rank test over rounds, p < alpha) by at least 1 + min_effect, whose
-   interval lies above 1.0 and its lower end above the upper end of the A/A interval (a gain must exceed what
-   two loads of the same engine can read).
-2. **Independent confirmation** (:mod:`dossier.replicate`). The best ``confirm_top`` candidates,
-   the baseline and a second load of the baseline are re-measured, one fresh process per
-   engine, in production load configuration, over ``confirm_rounds`` rounds. A significant
-   confirmation A/A stops the release. A candidate is confirmed when its signed-rank p is below
-   alpha / k (Bonferroni over the k candidates), its interval excludes 1.0, its speedup reaches
-   1 + min_effect, and its interval's lower end lies above the confirmation A/A's upper end.
-   In two or more process generations a candidate's interval also covers a new generation's
-   reading (a re-measurement is one), while the A/A's covers the generations' mean: the A/A
-   estimates the procedure's bias, and a gain must clear that bias with its own spread, not
-   the spread of a second A/A reading on top (:func:`dossier.timing.log_interval`).
-3. The confirmed candidate with the largest confirmed speedup ships; if none is, the baseline
-   ships and the result is "no significant gain", with the reason.
+1. **Screening** ranks. Every admissible search trial is timed against the baseline in its own
+   process (rounds, :func:`dossier.timing.compare`); trial 0 times the baseline against a second
+   load of itself (the screening A/A, shown, never a veto). The ``confirm_top`` admissible routes
+   with the largest screened speedups of at least 1 + min_effect go on to the confirmation.
+2. **The confirmation decides** (:mod:`dossier.confirmation`): measuring processes of their
+   own, each with the baseline, its A/A load and the candidates; a candidate's observation per
+   process is its log speedup minus the A/A's; Student's t over processes, one-sided against
+   the minimum effect, at alpha / (k x L) (k candidates, L looks of a sequential design that
+   stops early when the answer is clear). Nothing the screening read can veto what the
+   confirmation shows.
+3. The confirmed candidate with the largest speedup ships; if none is, the baseline ships and
+   the result is "no significant gain", with the reason (from the figures printed beside it).
+
+With ``confirm_top = 0`` the screening decides alone: a route ships when its signed-rank test
+over rounds is significant at alpha, its speedup reaches 1 + min_effect and its interval
+excludes 1.0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from dossier import confirmation
 from dossier.cache import DecisionRecord
-from dossier.timing import TimingSettings, compare
-from dossier.trial import Comparison, Reading, TrialRecord
-from dossier.verdict import speed_verdict
+from dossier.timing import TimingSettings
+from dossier.trial import Reading, TrialRecord
+from dossier.verdict import judge
 
 
 def rule_text(settings: TimingSettings) -> str:
     """The decision rule in words, with the numbers in force."""
-    return (f"the A/A trial (baseline against a second load of itself) must not differ "
-            f"(signed-rank test over rounds, alpha={settings.alpha:g}) by "
-            f"{settings.min_effect:.0%} or more; admissible routes "
-            f"faster than the baseline (p < alpha) by at least {settings.min_effect:.0%}, with "
-            f"their interval's lower end above the A/A interval's upper end, were re-measured "
-            f"independently (top {settings.confirm_top}, one fresh process per engine"
-            f"{_generations(settings)}, production load options, {settings.confirm_rounds} "
-            f"rounds, with its own A/A) at "
-            f"alpha/k (Bonferroni); a confirmed interval must exclude 1.0 and lie above the "
-            f"confirmation A/A's; the largest confirmed speedup ships, else the baseline")
-
-
-def _generations(settings: TimingSettings) -> str:
-    n = settings.confirm_processes
-    return (f" in each of {n} process generations, a candidate's interval also covering a new "
-            f"generation's reading, the A/A's the generations' mean" if n > 1 else "")
-
-
-def confirmation_comparison(baseline: Sequence[Sequence[float]],
-                            candidate: Sequence[Sequence[float]], settings: TimingSettings, *,
-                            aa: bool, candidates: int, baseline_warmup: int = 0) -> Comparison:
-    """One reading of the independent confirmation (step 2), from its rounds: the
-    confirmation's A/A (``aa``) at alpha with the interval of the procedure's bias, a candidate
-    at alpha / ``candidates`` (Bonferroni) with the interval that covers a new generation."""
-    return compare(baseline, candidate, settings,
-                   alpha=settings.alpha if aa else settings.alpha / max(candidates, 1),
-                   baseline_warmup=baseline_warmup, procedure="independent", bias=aa)
+    if settings.confirm_top == 0:
+        return (f"screening alone: a route ships when it is faster than the baseline by at "
+                f"least {settings.min_effect:.0%} (signed-rank test over rounds, "
+                f"alpha={settings.alpha:g}, interval above 1.0); the largest such speedup "
+                f"ships, else the baseline")
+    return (f"the top {settings.confirm_top} admissible routes screened at least "
+            f"{settings.min_effect:.0%} faster were confirmed in {confirmation.rule_text(settings)} "
+            f"(alpha={settings.alpha:g}); the largest confirmed speedup ships, else the baseline")
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
-    """The run's A/A reading (trial 0's comparison), judged at alpha like a candidate."""
+    """The screening's A/A reading (trial 0's comparison), judged at alpha like a candidate."""
     base = next((t for t in trials if t.role == "baseline"), None)
     return base.reading(settings.alpha, settings.min_effect) if base else None
 
 
 def confirm_calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
-    """The independent confirmation's A/A reading (its last round), judged as
-    :func:`calibration`."""
+    """The confirmation's A/A reading (its last measurement), judged at its recorded level."""
     base = next((t for t in trials if t.role == "baseline"), None)
     found = [t for t in trials if t.role == "confirm" and base and t.route == base.route]
-    return found[-1].reading(settings.alpha, settings.min_effect) if found else None
-
-
-def _clears(t: TrialRecord, aa: Reading | None) -> bool:
-    return aa is None or t.comparison is None or t.comparison.speedup_ci_low > aa.speedup_ci_high
+    if not found:
+        return None
+    c = found[-1].comparison
+    level = c.level if c is not None and c.level is not None else settings.alpha
+    return found[-1].reading(level, settings.min_effect)
 
 
 def candidates(trials: Sequence[TrialRecord], settings: TimingSettings) -> list[TrialRecord]:
-    """Search trials that screened significantly faster than the baseline and above the A/A
-    reading, best first."""
-    aa = calibration(trials, settings)
-    found = [t for t in trials if t.role == "search" and t.faster and t.comparison is not None
-             and _clears(t, aa)]
+    """Search trials the confirmation re-measures, best first: admissible, screened at least
+    1 + min_effect faster (the point estimate: screening ranks, it does not judge). With
+    ``confirm_top = 0``, the screening judges: those it found significantly faster."""
+    if settings.confirm_top == 0:
+        found = [t for t in trials if t.role == "search" and t.faster]
+    else:
+        found = [t for t in trials if t.role == "search" and t.admissible
+                 and t.comparison is not None
+                 and t.comparison.speedup >= 1 + settings.min_effect]
     return sorted(found, key=lambda t: (-t.comparison.speedup, -t.comparison.speedup_ci_low))  # type: ignore[union-attr]
 
 
@@ -97,61 +78,50 @@ def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(ok, key=lambda t: t.comparison.speedup) if ok else None  # type: ignore[union-attr]
 
 
-def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float, aa: Reading | None,
-             confirmed: bool = False) -> str:
+def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
     assert t.comparison is not None
-    v = speed_verdict(t.comparison, alpha=alpha, min_effect=settings.min_effect)
-    if v.label == "slower":
-        return "slower than the baseline"
-    parts = list(v.reasons)
-    if aa is not None and not _clears(t, aa):
-        parts.append(f"its interval does not clear the {'confirmation ' if confirmed else ''}"
-                     f"A/A reading's upper end {aa.speedup_ci_high:.3f}")
-    return ", ".join(parts) or v.label
+    v = judge(t.comparison, min_effect=settings.min_effect, alpha=alpha)
+    return "slower than the baseline" if v.label == "slower" else ", ".join(v.reasons) or v.label
 
 
-def _aa_reason(aa: Reading, where: str) -> str:
-    return (f"no significant gain: the {where}A/A check (the baseline against a second load of "
-            f"itself) read {aa.text()}, a significant difference between two loads of the same "
-            f"engine of at least the minimum effect: the timing procedure is biased on this "
-            f"host by about that much, so no gain of that size can be trusted; the baseline "
-            f"ships")
-
-
-def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionRecord:
+def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
+           stopped: str | None = None) -> DecisionRecord:
     """Apply the rule to a finished search (screening and confirmation trials)."""
     baseline = next(t for t in trials if t.role == "baseline")
     aa = calibration(trials, settings)
     caa = confirm_calibration(trials, settings)
-    # the last measurement of each route: a round cut short by a kill was re-timed whole
+    # the last measurement of each route: a confirmation cut short by a kill was re-run whole
     confirms = list({t.route: t for t in trials if t.role == "confirm"
                      and t.route != baseline.route and t.comparison is not None}.values())
     screened = candidates(trials, settings)
-    k = max(len(confirms), 1)
-    alpha = settings.alpha / k
-    confirmed = sorted(
-        (t for t in confirms if t.comparison.p_value < alpha  # type: ignore[union-attr]
-         and t.comparison.speedup_ci_low > 1.0  # type: ignore[union-attr]
-         and t.comparison.speedup >= 1 + settings.min_effect  # type: ignore[union-attr]
-         and _clears(t, caa)),
-        key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
     if settings.confirm_top == 0:
-        confirms, confirmed, alpha = [], screened, settings.alpha
-    common = dict(rule=rule_text(settings), baseline_route=baseline.route,
-                  candidates=[t.route for t in confirms], aa=aa, confirm_aa=caa)
+        confirms, confirmed = [], screened
+    else:
+        k = max(len(confirms), 1)  # older records keep no level: alpha / k, as then
+        confirmed = sorted((t for t in confirms if t.comparison is not None
+                            and judge(t.comparison, min_effect=settings.min_effect,
+                                      alpha=settings.alpha / k).label == "faster"),
+                           key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
+    older = settings.alpha / max(len(confirms), 1)  # the level of records that keep none
+    level = (confirms[0].comparison.level or older if confirms and confirms[0].comparison
+             else settings.alpha)
+    common: dict[str, Any] = dict(
+        rule=rule_text(settings), baseline_route=baseline.route,
+        candidates=[t.route for t in confirms], aa=aa, confirm_aa=caa,
+        k=len(confirms) or None, level=level if confirms else None,
+        looks=settings.looks() if confirms else None,
+        processes=max((t.comparison.processes or 0 for t in confirms if t.comparison),
+                      default=None) or None,
+        stopped=stopped, aa_stops=False)
     no_gain = dict(shipped_route=baseline.route, shipped_index=baseline.index, gain=False,
                    speedup=None, speedup_ci_low=None, speedup_ci_high=None, p_value=None)
-    if aa is not None and aa.significant:
-        return DecisionRecord(**common, **no_gain, reason=_aa_reason(aa, ""))
-    if caa is not None and caa.significant and confirms:
-        return DecisionRecord(**common, **no_gain, reason=_aa_reason(caa, "confirmation's "))
     if confirmed:
         win = confirmed[0]
         c = win.comparison
         assert c is not None
         runner = confirmed[1] if len(confirmed) > 1 else None
-        where = ("confirmed independently (a fresh process per engine)" if confirms
-                 else "screening measurement")
+        where = (f"confirmed over {c.processes} measuring processes against the A/A load in "
+                 f"each" if confirms else f"screening measurement, {c.rounds or '?'} rounds")
         index = next(t.index for t in trials if t.route == win.route and t.role == "search")
         cal = caa if confirms else aa
         return DecisionRecord(
@@ -160,7 +130,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
             p_value=c.p_value,
             reason=(f"{win.route} was {c.speedup:.3f}x the baseline's speed "
                     f"[{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                    f"(p={c.p_value:.2g} < {alpha:.2g}, {c.rounds or '?'} rounds), {where}"
+                    f"(p={c.p_value:.2g} < {c.level or older:.2g}), {where}"
                     + (f"; the A/A read {cal.text()}" if cal else "")),
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
@@ -170,9 +140,10 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
         c = best.comparison
         assert c is not None
         reason = (f"no significant gain: {len(screened)} route(s) screened faster, but none was "
-                  f"confirmed independently; the best, {best.route}, measured "
-                  f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                  f"({_why_not(best, settings, alpha, caa, confirmed=True)}); the baseline ships")
+                  f"confirmed; the best, {best.route}, measured "
+                  f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] over "
+                  f"{c.processes} measuring processes ({_why_not(best, settings, level)})"
+                  + (f"; {stopped}" if stopped else "") + "; the baseline ships")
     else:
         best = best_admissible(trials)
         if best is None:
@@ -180,9 +151,13 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings) -> DecisionR
         else:
             c = best.comparison
             assert c is not None
-            reason = (f"no significant gain: the best admissible route, {best.route}, measured "
+            reason = (f"no significant gain: the best admissible route, {best.route}, screened "
                       f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                      f"({_why_not(best, settings, settings.alpha, aa)}); the baseline ships")
+                      + f"({_why_not(best, settings, settings.alpha)}"
+                      + ("" if settings.confirm_top == 0 else
+                         f"; below the {settings.min_effect:.0%} minimum effect, so it was not "
+                         f"confirmed") + ")"
+                      + "; the baseline ships")
     return DecisionRecord(**common, **no_gain, reason=reason,
                           runner_up_route=best.route if best else None,
                           runner_up_speedup=best.comparison.speedup if best and best.comparison else None)

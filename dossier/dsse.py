@@ -8,6 +8,19 @@ sigstore-python models them), with the one-line reason a file is not one.
 - statement (in-toto v1, https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md):
   ``{"_type", "subject": [{"name", "digest": {ALG: HEX}}], "predicateType", "predicate"}``.
 
+The statement's format is versioned by ``predicate.buildDefinition.internalParameters.
+statementFormat`` (:data:`STATEMENT_FORMAT`; inside the signed payload, so it cannot be
+changed without the key):
+
+- format 1 (no such field; dossier before subjects carried SHA-256): each subject's digest set
+  is ``{"blake3": HEX}``;
+- format 2: ``{"sha256": HEX, "blake3": HEX}``, both required: ``sha256`` is in-toto's
+  predefined name, so verifiers that know only the standard names match a subject to a file
+  (securesystemslib with in-toto's attestation model and ``sha256sum`` are tested:
+  docs/signing.md); ``blake3`` keeps format-1 readers' digest beside it.
+
+Both are read; a format this module does not know (a newer dossier's) is refused by name.
+
 Base64 fields are kept as the text that was read (standard or URL-safe alphabet, as DSSE
 allows), checked when parsed, and decoded on demand, so writing an envelope back changes none of
 its bytes. :func:`parse_envelope` and :func:`parse_statement` raise :class:`EnvelopeProblem`
@@ -31,7 +44,15 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 """SLSA provenance v1."""
 DIGEST = "blake3"
-"""DigestSet key of the subjects' digests (lowercase hex, 256-bit BLAKE3)."""
+"""DigestSet key of the digest every format's subjects carry (lowercase hex, 256-bit BLAKE3)."""
+SHA256_DIGEST = "sha256"
+"""in-toto's DigestSet key for SHA-256 (lowercase hex): format 2's subjects carry it."""
+STATEMENT_FORMAT = 2
+"""The statement format written (``internalParameters.statementFormat``)."""
+FORMAT_FIELD = "statementFormat"
+"""Its field in the predicate's ``buildDefinition.internalParameters``."""
+FORMAT_DIGESTS: dict[int, tuple[str, ...]] = {1: (DIGEST,), 2: (SHA256_DIGEST, DIGEST)}
+"""The digests every subject of a statement of each format carries."""
 MAX_SIGNATURES = 64
 """An envelope with more signatures than this is refused (bounds the work of checking it)."""
 
@@ -136,7 +157,7 @@ class Subject(_Wire):
     name: str
     """Its bundle path."""
     digest: dict[str, str]
-    """Its digests by algorithm; :data:`DIGEST` is required."""
+    """Its digests by algorithm; :data:`DIGEST` is required (and SHA-256 in format 2)."""
 
     @field_validator("digest")
     @classmethod
@@ -158,9 +179,23 @@ class Statement(_Wire):
     predicate: dict[str, Any] = Field(default_factory=dict)
     """How the bundle was made."""
 
+    @property
+    def format(self) -> int | None:
+        """The statement's format: 1 when it names none (see the module docstring), None when
+        what it names is not a whole number."""
+        build = self.predicate.get("buildDefinition")
+        params = build.get("internalParameters") if isinstance(build, dict) else None
+        found = params.get(FORMAT_FIELD, 1) if isinstance(params, dict) else 1
+        return found if type(found) is int else None
+
     def digests(self) -> dict[str, str]:
         """Subject name -> BLAKE3."""
         return {s.name: s.digest[DIGEST] for s in self.subject}
+
+    def digest_sets(self) -> dict[str, dict[str, str]]:
+        """Subject name -> the digests its format requires, by algorithm."""
+        wanted = FORMAT_DIGESTS[self.format or 0]
+        return {s.name: {a: s.digest[a] for a in wanted} for s in self.subject}
 
 
 def parse_envelope(data: bytes) -> Envelope:
@@ -185,10 +220,17 @@ def parse_statement(payload: bytes, *, must_cover: str) -> Statement:
         statement = Statement.model_validate(raw)
     except ValidationError as exc:
         raise EnvelopeProblem(_statement_problem(raw, exc)) from None
+    fmt = statement.format
+    wanted = FORMAT_DIGESTS.get(fmt or 0)
+    if wanted is None:
+        if fmt is None or fmt < 1:
+            raise EnvelopeProblem(f"the statement's {FORMAT_FIELD} is malformed")
+        raise EnvelopeProblem(f"the statement is of format {fmt}; this dossier reads formats "
+                              f"{', '.join(map(str, FORMAT_DIGESTS))}", altered=False)
     seen: set[str] = set()
     for s in statement.subject:
-        if s.name in seen:
-            raise EnvelopeProblem(_subject_problem(s.name))
+        if s.name in seen or any(a not in s.digest for a in wanted):
+            raise EnvelopeProblem(_subject_problem(s.name, wanted))
         seen.add(s.name)
     if must_cover not in seen:
         raise EnvelopeProblem(f"the statement does not cover {must_cover}")
@@ -241,10 +283,12 @@ def _statement_problem(raw: dict[str, Any], exc: ValidationError) -> str:
     return f"the statement's {loc[0]} is malformed"
 
 
-def _subject_problem(name: object) -> str:
-    return f"subject {str(name)[:80]!r} has no {DIGEST} digest or appears twice"
+def _subject_problem(name: object, wanted: tuple[str, ...] = (DIGEST,)) -> str:
+    return (f"subject {str(name)[:80]!r} has no {' or no '.join(wanted)} digest or appears "
+            "twice")
 
 
-__all__ = ["DIGEST", "MAX_SIGNATURES", "PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE",
+__all__ = ["DIGEST", "FORMAT_DIGESTS", "FORMAT_FIELD", "MAX_SIGNATURES", "PAYLOAD_TYPE",
+           "PREDICATE_TYPE", "SHA256_DIGEST", "STATEMENT_FORMAT", "STATEMENT_TYPE",
            "Envelope", "EnvelopeProblem", "Signature", "Statement", "Subject", "b64decode",
            "b64encode", "parse_envelope", "parse_statement"]

@@ -41,7 +41,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit codes of the ``dossier`` command. Documented in the README."""
+    """Process exit codes of the ``dossier`` command. Documented in docs/exit-codes.md."""
 
     OK = 0
     """Success; for ``verify``: every field VALID."""

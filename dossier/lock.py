@@ -142,19 +142,19 @@ def run_folder_lock(run_dir: Path, *, read_only_ok: bool = False) -> Iterator[Fo
 
 @contextlib.contextmanager
 def new_or_locked_run_folder(run_dir: Path) -> Iterator[FolderLock]:
-    """Create ``run_dir`` when needed and hold its lock for the ``with`` block. A folder created
-    here is removed again when the block fails while it is still empty (bad input writes
-    nothing, not even an empty run folder)."""
+    """Create ``run_dir`` (and its missing parents) when needed and hold its lock for the
+    ``with`` block. Folders created here are removed again when the block fails while they are
+    still empty (bad input writes nothing, not even an empty run folder or ``OUT/.runs``)."""
     run_dir = Path(run_dir)
-    created = not run_dir.exists()
+    created = [p for p in (run_dir, *run_dir.parents) if not os.path.lexists(p)]
     _mkdir(run_dir)
     try:
         with run_folder_lock(run_dir) as lock:
             yield lock
     except BaseException:
-        if created:
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()
+        with contextlib.suppress(OSError):  # deepest first; a folder not empty stops it
+            for folder in created:
+                folder.rmdir()
         raise
 
 

@@ -22,6 +22,7 @@ import datetime as dt
 import importlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -47,49 +48,130 @@ Arrays = dict[str, np.ndarray]
 
 
 def read_pairs(path: Path, single_name: str | None = None) -> list[Arrays]:
-    """The pairs' inputs in one file: an ``.npy``/``.npz`` is one pair; a Polygraphy inputs
-    file (``polygraphy run --save-inputs``: a JSON list of name -> array feeds) one pair per
-    feed."""
-    if Path(path).suffix.lower() == ".json":
+    """The pairs' inputs in one file or folder: an ``.npy``/``.npz`` is one pair; a Polygraphy
+    inputs file (``polygraphy run --save-inputs FILE``: a JSON list of name -> array feeds) one
+    pair per feed; a folder (``--save-inputs DIR``: one such JSON file per iteration) one pair
+    per feed of its ``*.json`` files, in the order of their index."""
+    path = Path(path)
+    if path.is_dir():
+        return [feed for f in _iteration_files(path) for feed in read_polygraphy_inputs(f)]
+    if path.suffix.lower() == ".json":
         return read_polygraphy_inputs(path)
     return [read_arrays(path, single_name)]
 
 
-def read_polygraphy_inputs(path: Path) -> list[Arrays]:
-    """Polygraphy's input data JSON: a list of feed dicts whose arrays are encoded as
-    ``{"array": base64 of numpy.save bytes, "polygraphy_class": "ndarray"}`` (no pickles)."""
-    import base64
-    import binascii
-    import io
-
+def read_reference_pairs(path: Path, single_name: str | None = None) -> list[Arrays]:
+    """The pairs' references in one file or folder: an ``.npy``/``.npz`` is one pair; a
+    Polygraphy outputs file (``polygraphy run --save-outputs FILE``: RunResults JSON of one
+    runner) one pair per iteration; a folder of such files (``--save-outputs DIR``) one pair per
+    iteration of its ``*.json`` files, in the order of their index."""
     path = Path(path)
+    if path.is_dir():
+        return [refs for f in _iteration_files(path) for refs in read_polygraphy_outputs(f)]
+    if path.suffix.lower() == ".json":
+        return read_polygraphy_outputs(path)
+    return [read_arrays(path, single_name)]
+
+
+def _iteration_files(folder: Path) -> list[Path]:
+    """The ``*.json`` files of a Polygraphy folder, by the numbers in their names (2 before 10)."""
+    def index(p: Path) -> list[int | str]:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        files = sorted((p for p in folder.iterdir() if p.suffix.lower() == ".json"
+                        and p.is_file()), key=index)
+    except OSError as exc:
+        raise ValidationSetError(f"{folder}: cannot list the folder ({exc.strerror or exc})") \
+            from exc
+    if not files:
+        raise ValidationSetError(f"{folder}: a folder of Polygraphy files, but it holds no "
+                                 ".json file", hint="give the folder polygraphy --save-inputs "
+                                 "or --save-outputs wrote, or .npz files")
+    return files
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValidationSetError(f"{path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValidationSetError(f"{path}: not a readable JSON file ({exc})") from exc
+
+
+def _decode_feed(path: Path, where: str, feed: Mapping[str, object]) -> Arrays:
+    """Name -> array, each array as Polygraphy's JSON encoder writes it: ``{"array": base64 of
+    numpy.save bytes, "polygraphy_class": "ndarray"}``, possibly inside a lazily loaded array's
+    ``{"values": ...}`` (no pickles)."""
+    import base64
+    import binascii
+    import io
+
+    arrays = {}
+    for name, enc in feed.items():
+        if isinstance(enc, dict) and "array" not in enc and isinstance(enc.get("values"), dict):
+            enc = enc["values"]  # a LazyArray (swapped to disk by Polygraphy) holds the array
+        if not isinstance(enc, dict) or not isinstance(enc.get("array"), str):
+            raise ValidationSetError(f"{path}: {where}, {name!r} is not an encoded array")
+        try:
+            raw = base64.b64decode(enc["array"].encode(), validate=True)
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (binascii.Error, ValueError, OSError, EOFError) as exc:
+            raise ValidationSetError(f"{path}: {where}, {name!r}: not a NumPy array "
+                                     f"({exc})") from exc
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+            raise ValidationSetError(f"{path}: {where}, {name!r} is not a numeric tensor")
+        arrays[str(name)] = arr
+    return arrays
+
+
+def read_polygraphy_inputs(path: Path) -> list[Arrays]:
+    """Polygraphy's input data JSON: a list of feed dicts (or, in a per-iteration file, one
+    feed dict) whose arrays are encoded as Polygraphy encodes them (no pickles)."""
+    path = Path(path)
+    data = _read_json(path)
+    if isinstance(data, dict) and data and "lst" not in data and "polygraphy_class" not in data:
+        data = [data]  # one iteration's feed
     if not isinstance(data, list) or not data or not all(isinstance(d, dict) and d
                                                          for d in data):
+        kind = " (that is a --save-outputs file: give it as --references)" \
+            if isinstance(data, dict) and "lst" in data else ""
         raise ValidationSetError(f"{path}: not a Polygraphy inputs file (a JSON list of "
-                                 "name -> array feeds)")
-    feeds = []
-    for i, feed in enumerate(data):
-        arrays = {}
-        for name, enc in feed.items():
-            if not isinstance(enc, dict) or not isinstance(enc.get("array"), str):
-                raise ValidationSetError(f"{path}: feed {i}, {name!r} is not an encoded array")
-            try:
-                raw = base64.b64decode(enc["array"].encode(), validate=True)
-                arr = np.load(io.BytesIO(raw), allow_pickle=False)
-            except (binascii.Error, ValueError, OSError, EOFError) as exc:
-                raise ValidationSetError(f"{path}: feed {i}, {name!r}: not a NumPy array "
-                                         f"({exc})") from exc
-            if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
-                raise ValidationSetError(f"{path}: feed {i}, {name!r} is not a numeric tensor")
-            arrays[str(name)] = arr
-        feeds.append(arrays)
-    return feeds
+                                 f"name -> array feeds){kind}")
+    return [_decode_feed(path, f"feed {i}", feed) for i, feed in enumerate(data)]
+
+
+def read_polygraphy_outputs(path: Path) -> list[Arrays]:
+    """Polygraphy's RunResults JSON (``--save-outputs``): ``{"lst": [[runner, [iteration,
+    ...]]]}``, each iteration ``{"outputs": {name: array}, ...}``. One pair per iteration; the
+    file must hold the outputs of exactly one runner (the reference)."""
+    path = Path(path)
+    data = _read_json(path)
+    runs = data.get("lst") if isinstance(data, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, list) and len(r) == 2
+                                             and isinstance(r[0], str)
+                                             and isinstance(r[1], list) for r in runs):
+        raise ValidationSetError(f"{path}: not a Polygraphy outputs file (RunResults JSON, "
+                                 "polygraphy run --save-outputs)",
+                                 hint="references as .npz files, one per pair, also work")
+    if len(runs) != 1:
+        names = ", ".join(r[0] for r in runs) or "none"
+        raise ValidationSetError(f"{path}: holds the outputs of {len(runs)} runners ({names}); "
+                                 "the references are the outputs of one",
+                                 hint="save the reference runner's outputs alone, e.g. "
+                                 "polygraphy run model.onnx --onnxrt --save-outputs FILE")
+    runner, iterations = runs[0]
+    pairs = []
+    for i, it in enumerate(iterations):
+        outputs = it.get("outputs") if isinstance(it, dict) else None
+        if not isinstance(outputs, dict) or not outputs:
+            raise ValidationSetError(f"{path}: runner {runner!r}, iteration {i} holds no "
+                                     "outputs")
+        pairs.append(_decode_feed(path, f"runner {runner!r}, iteration {i}", outputs))
+    if not pairs:
+        raise ValidationSetError(f"{path}: runner {runner!r} has no iterations")
+    return pairs
 
 
 def read_arrays(path: Path, single_name: str | None = None) -> Arrays:
@@ -256,15 +338,17 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
     for f in inputs:
         for x in read_pairs(f, one_in):
             feeds.append((f"pair {len(feeds)} ({Path(f).name})", x))
-    if references and len(references) != len(feeds):
-        raise InputError(f"{len(feeds)} pair(s) of inputs but {len(references)} references "
-                         "file(s): give one references file per pair, in the same order")
+    supplied = [r for f in references for r in read_reference_pairs(f, one_out)]
+    if references and len(supplied) != len(feeds):
+        raise InputError(f"{len(feeds)} pair(s) of inputs but {len(supplied)} pair(s) of "
+                         f"references (from {len(references)} --references file(s) or "
+                         "folder(s)): give the references of every pair, in the same order")
     comp = reference_computation(reference, model) if reference else None
     pairs: list[tuple[Arrays, Arrays]] = []
     for i, (where, x) in enumerate(feeds):
         if sig is not None:
             sig.check_inputs(where, x)
-        refs = comp.run(x) if comp else read_arrays(references[i], one_out)
+        refs = comp.run(x) if comp else supplied[i]
         _check(where, x, refs, sig)
         pairs.append((x, refs))
     provenance = {
@@ -300,7 +384,10 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
     return load_validation_set(out)
 
 
-def _identity(path: Path) -> dict[str, object]:
+def _identity(path: Path) -> dict[str, object] | list[dict[str, object]]:
+    """A file's name, size and digest; a Polygraphy folder's: those of each of its files."""
+    if Path(path).is_dir():
+        return [_identity(f) for f in _iteration_files(Path(path))]  # type: ignore[misc]
     digest, size = digest_file(Path(path))
     return {"file": str(Path(path).resolve()), "size": size, "xxh3_128": digest}
 

@@ -4,7 +4,8 @@ provenance v1 predicate, in a DSSE envelope signed with Ed25519.
 xxh3-128 (the manifest's file table, the dossier id) detects corruption, not forgery: anyone can
 edit a file, recompute its xxh3 and the id, and the bundle passes its integrity check. A
 signature closes that gap. ``dossier sign`` hashes every file of the bundle *and manifest.json*
-with BLAKE3 (a cryptographic hash), names them as the statement's subjects, describes how the
+with SHA-256 and BLAKE3 (cryptographic hashes; one read of each file feeds both), names them as
+the statement's subjects, describes how the
 bundle was made (selection, strategy, metric, threshold, tuning host, model, validation set,
 backend stack, the tuning sessions) as SLSA provenance, and signs the statement::
 
@@ -45,9 +46,14 @@ Formats (all JSON; the payload is canonical JSON: sorted keys, no whitespace, UT
   cryptographically even when no trusted key is given (then *who* signed is not checked);
 - ``keyid``: lowercase hex BLAKE3 of the raw 32-byte Ed25519 public key (a hint: every trusted
   key is tried against every signature);
-- subjects: ``{"name": "<bundle path>", "digest": {"blake3": "<64 lowercase hex>"}}`` for every
-  file of the bundle and ``manifest.json``. ``blake3`` is not one of in-toto's predefined
-  DigestSet names; its value is the lowercase hex of the default 256-bit BLAKE3 output.
+- subjects: ``{"name": "<bundle path>", "digest": {"sha256": "<64 lowercase hex>", "blake3":
+  "<64 lowercase hex>"}}`` for every file of the bundle and ``manifest.json``. ``sha256`` is
+  in-toto's predefined DigestSet name, so standard verifiers (securesystemslib, in-toto's
+  attestation model, ``sha256sum``; docs/signing.md) match subjects to files without dossier;
+  ``blake3`` (the default 256-bit output) is what statements of format 1 carried alone;
+- the statement's format: ``predicate.buildDefinition.internalParameters.statementFormat``
+  (2; absent in format 1, whose subjects carry ``blake3`` only). Both formats are verified
+  (see :mod:`dossier.dsse`).
 
 Every signature of the envelope must verify, trusted key or not: one that does not (a flipped
 byte, an edited payload, a ``keyid`` that is not its ``publicKey``'s) fails, and so does an
@@ -58,6 +64,9 @@ loaded and before the environment diff: the envelope's signature is checked agai
 keys *before* its payload is parsed (DSSE's rule), then every file actually in the bundle folder
 is hashed (nothing named by the statement is ever opened) and the two sets must be equal, digest
 for digest: an altered file, a file missing and a file the statement does not name each fail.
+Each digest the statement's format requires is compared where the caller's scan computed it
+(a scan made with BLAKE3 only compares BLAKE3, which every format carries: both digests are
+signed, either binds the file); with no scan, the files are read once for all of them.
 
 Sigstore's keyless signing (an OIDC identity, a Fulcio certificate, a Rekor transparency-log
 entry) needs those services on the network; these machines have none, so signing here is with
@@ -80,15 +89,19 @@ from dossier.bundle._files import (
     rename_noreplace,
     write_durable,
 )
+from dossier.bundle.archive import scan_members
 from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
 from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.diskfull import output_error
 from dossier.dsse import (
     DIGEST,
+    FORMAT_DIGESTS,
+    FORMAT_FIELD,
     MAX_SIGNATURES,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    STATEMENT_FORMAT,
     STATEMENT_TYPE,
     Envelope,
     EnvelopeProblem,
@@ -99,13 +112,15 @@ from dossier.dsse import (
 )
 from dossier.errors import (
     BackendUnavailableError,
+    BundleFormatError,
     DossierError,
     InputError,
     IntegrityError,
     OutputError,
     SignatureError,
+    UnsafeArchiveError,
 )
-from dossier.hashing import BLAKE3, canonical_json, feed, new_hasher
+from dossier.hashing import BLAKE3, SHA256, canonical_json, feed, new_hasher
 from dossier.sigfile import SIGNATURE_SUFFIX, signature_path
 
 BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
@@ -114,6 +129,9 @@ selection, strategy, metric, threshold, tolerances, timing, shapes, builder opti
 internalParameters: the tuning host summary and tool versions), then ``dossier bundle``."""
 BUILDER_ID = "urn:dossier:builder:dossier-cli"
 """SLSA builder.id: the dossier command line run by whoever holds the signing key."""
+SUBJECT_DIGESTS: tuple[str, ...] = FORMAT_DIGESTS[STATEMENT_FORMAT]
+"""The digests of every subject ``dossier sign`` writes (SHA-256 and BLAKE3): what a scan of
+the bundle computes, in its one read, for a signature to be made or checked in full."""
 ENVELOPE_MAX_BYTES = 16 << 20
 """A signature file larger than this is refused before it is parsed."""
 PRIVATE_KEY_SUFFIX = ".key"
@@ -121,6 +139,9 @@ PUBLIC_KEY_SUFFIX = ".pub"
 
 _HINT_INSTALL = "pip install 'dossier[sign]' (cryptography and blake3)"
 _HINT_ALTERED = "the bundle or its signature was altered after signing; do not use it"
+_HINT_NEWER = "a newer dossier signed it: check it with that version"
+_LABELS = {BLAKE3: "BLAKE3", SHA256: "SHA-256"}
+"""How a digest is named in a message, in the order they are compared."""
 
 
 # ------------------------------------------------------------------------------ dependencies
@@ -291,31 +312,43 @@ def bundle_digests(bundle: Bundle, scan: BundleScan | None = None) -> tuple[dict
     already (nothing is read again)."""
     if scan is None or not scan.has(BLAKE3):
         scan = scan_bundle(bundle, [BLAKE3])
-    return _scan_digests(scan)
+    return scan.digests(BLAKE3), _odd(scan)
 
 
-def _scan_digests(scan: BundleScan) -> tuple[dict[str, str], list[str]]:
-    return scan.digests(BLAKE3), sorted([*scan.odd, *scan.unreadable])
+def _odd(scan: BundleScan) -> list[str]:
+    return sorted([*scan.odd, *scan.unreadable])
 
 
-def statement(bundle: Bundle, digests: dict[str, str] | None = None, *,
+def _digest_sets(scan: BundleScan, algorithms: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Bundle path -> ``algorithms``' digests (each computed by ``scan``), sorted by path."""
+    return {rel: {a: f.digests[a] for a in algorithms} for rel, f in sorted(scan.files.items())}
+
+
+def statement(bundle: Bundle, digests: dict[str, dict[str, str]] | None = None, *,
               scan: BundleScan | None = None) -> dict[str, Any]:
-    """The in-toto statement of ``bundle``: every file (and manifest.json) as a subject with
-    its BLAKE3, and SLSA provenance v1 of how the bundle was made."""
+    """The in-toto statement of ``bundle`` (format :data:`~dossier.dsse.STATEMENT_FORMAT`):
+    every file (and manifest.json) as a subject with its SHA-256 and BLAKE3, and SLSA
+    provenance v1 of how the bundle was made. ``digests``: bundle path -> those digests;
+    without it they come from ``scan`` (a scan made with :data:`SUBJECT_DIGESTS`) or from one
+    made now."""
     if digests is None:
-        digests, odd = bundle_digests(bundle, scan)
+        if scan is None or not all(scan.has(a) for a in SUBJECT_DIGESTS):
+            scan = scan_bundle(bundle, SUBJECT_DIGESTS)
+        odd = _odd(scan)
         if odd:
             raise IntegrityError(f"{bundle.source}: {odd[0]} is not a regular file; not signed")
+        digests = _digest_sets(scan, SUBJECT_DIGESTS)
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": rel, "digest": {DIGEST: d}} for rel, d in sorted(digests.items())],
+        "subject": [{"name": rel, "digest": dict(d)} for rel, d in sorted(digests.items())],
         "predicateType": PREDICATE_TYPE,
         "predicate": provenance(bundle, digests),
     }
 
 
-def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
-    """SLSA provenance v1 predicate of ``bundle`` (``digests``: BLAKE3 by bundle path)."""
+def provenance(bundle: Bundle, digests: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """SLSA provenance v1 predicate of ``bundle`` (``digests``: SHA-256 and BLAKE3 by bundle
+    path); ``internalParameters.statementFormat`` names the statement's format."""
     from dossier.bundle.tables import ROUTES, SHAPES, TIMINGS
 
     m, s = bundle.manifest, bundle.manifest.summary
@@ -323,7 +356,7 @@ def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
     h = cache.header
 
     def file(rel: str, media: str | None = None, **notes: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": rel, "digest": {DIGEST: digests[rel]}}
+        out: dict[str, Any] = {"name": rel, "digest": dict(digests[rel])}
         if media:
             out["mediaType"] = media
         if notes:
@@ -337,7 +370,7 @@ def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
         model_dep["uri"] = Path(h.model.path).as_uri()
     main_model = f"model/{m.model.file_name}"
     if main_model in digests:  # a cryptographic digest only where the bundle holds the file
-        model_dep["digest"] = {DIGEST: digests[main_model]}
+        model_dep["digest"] = dict(digests[main_model])
     deps: list[dict[str, Any]] = [model_dep]
     deps += [file(p, external_data_of=m.model.file_name) for p in sorted(digests)
              if p.startswith("model/") and p != main_model]
@@ -371,6 +404,7 @@ def provenance(bundle: Bundle, digests: dict[str, str]) -> dict[str, Any]:
                 "parent": m.parent,
             },
             "internalParameters": {
+                FORMAT_FIELD: STATEMENT_FORMAT,
                 "tuningHost": dict(m.tuning_host),
                 "toolVersion": m.tool_version,
                 "tunerVersion": m.tuner_version,
@@ -434,7 +468,8 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     keyid = key_id(private.public_key())
     path = Path(path)
     with open_bundle(path, lazy=True) as bundle:  # an archive: its members read in place
-        scan = scan_bundle(bundle, [BLAKE3])  # one read of every file for both digests
+        # one read of every file for all its digests: xxh3-128 (integrity), SHA-256, BLAKE3
+        scan = scan_bundle(bundle, SUBJECT_DIGESTS)
         report = check_integrity(bundle, scan)
         if not report:
             raise IntegrityError(f"{bundle.source} fails its integrity check "
@@ -458,6 +493,25 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     data = envelope.to_bytes()
     write_envelope(target, data, replace=os.path.lexists(target))
     return SignedBundle(target, keyid, len(body["subject"]), dossier_id, len(signatures))
+
+
+def cosigned(envelopes: Sequence[Path]) -> bytes:
+    """One envelope holding every signature of ``envelopes`` (which must all sign the same
+    payload: ValueError otherwise), one per key id, sorted by key id: how co-signatures found
+    as separate files (registry referrers) are kept as one file, as ``dossier sign`` keeps
+    them. SignatureError for a file that is not an envelope."""
+    read = [_read_envelope(Path(e), SignatureError) for e in envelopes]
+    if not read or any(e.body != read[0].body for e in read):
+        raise ValueError("co-signed envelopes must sign one payload")
+    by_key: dict[str, Signature] = {}
+    for e in read:
+        for sig in e.signatures:
+            by_key.setdefault(sig.keyid, sig)
+    if len(by_key) > MAX_SIGNATURES:
+        raise SignatureError(f"{len(by_key)} signatures over one statement, more than one "
+                             f"envelope holds ({MAX_SIGNATURES})")
+    return Envelope(payload_type=PAYLOAD_TYPE, payload=read[0].payload,
+                    signatures=sorted(by_key.values(), key=lambda s: s.keyid)).to_bytes()
 
 
 def write_envelope(target: Path, data: bytes, *, replace: bool) -> None:
@@ -529,9 +583,17 @@ def check_signature(bundle: Bundle, trusted_keys: Sequence[Path] = (), *, requir
     if found is None:
         return None
     verified, claimed, subjects = found
-    actual, odd = bundle_digests(bundle, scan)
-    _compare(bundle.source, subjects, actual, odd)
+    wanted = _wanted(subjects)
+    compared = [a for a in wanted if scan is not None and scan.has(a)]
+    if scan is None or not compared:
+        scan, compared = scan_bundle(bundle, wanted), list(wanted)
+    _compare(bundle.source, subjects, _digest_sets(scan, compared), _odd(scan))
     return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
+
+
+def _wanted(subjects: dict[str, dict[str, str]]) -> tuple[str, ...]:
+    """The digests a parsed statement's subjects carry (its format's: the same for all)."""
+    return tuple(next(iter(subjects.values())))
 
 
 def check_signature_at(source: Path, trusted_keys: Sequence[Path] = (), *, require: bool = False,
@@ -546,13 +608,13 @@ def check_signature_at(source: Path, trusted_keys: Sequence[Path] = (), *, requi
     if found is None:
         return None
     verified, claimed, subjects = found
-    actual, odd = _raw_digests(source)
+    actual, odd = _raw_digests(source, _wanted(subjects))
     _compare(source, subjects, actual, odd)
     return SignatureCheck(path, verified, bool(trusted_keys), len(subjects), claimed)
 
 
 def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, require: bool,
-                    named: bool) -> tuple[list[str], list[str], dict[str, str]] | None:
+                    named: bool) -> tuple[list[str], list[str], dict[str, dict[str, str]]] | None:
     """(trusted key ids that signed, key ids claimed, subjects), or None when unsigned and not
     required. Every signature is checked before the payload is parsed."""
     if require and not trusted_keys:
@@ -582,9 +644,10 @@ def _check_envelope(path: Path, source: Path, trusted_keys: Sequence[Path], *, r
                              "and no --trusted-key was given)",
                              hint="pass the signer's public key with --trusted-key")
     try:
-        subjects = parse_statement(payload, must_cover=MANIFEST_NAME).digests()
+        subjects = parse_statement(payload, must_cover=MANIFEST_NAME).digest_sets()
     except EnvelopeProblem as exc:
-        raise SignatureError(f"{path}: {exc}", hint=_HINT_ALTERED) from None
+        raise SignatureError(f"{path}: {exc}",
+                             hint=_HINT_ALTERED if exc.altered else _HINT_NEWER) from None
     return verified, claimed, subjects
 
 
@@ -625,8 +688,9 @@ def _raw_public_b64(public_key: Any) -> str:
     return b64encode(raw)
 
 
-def _compare(source: Path, subjects: dict[str, str], actual: dict[str, str],
-             odd: list[str]) -> None:
+def _compare(source: Path, subjects: dict[str, dict[str, str]],
+             actual: dict[str, dict[str, str]], odd: list[str]) -> None:
+    """Every file a subject and every subject a file, each digest of ``actual`` equal."""
     problems = []
     for rel in sorted(set(actual) | set(subjects) | set(odd)):
         if rel in odd:
@@ -635,43 +699,41 @@ def _compare(source: Path, subjects: dict[str, str], actual: dict[str, str],
             problems.append(f"{rel}: not in the signed statement")
         elif rel not in actual:
             problems.append(f"{rel}: missing")
-        elif actual[rel] != subjects[rel]:
-            problems.append(f"{rel}: BLAKE3 differs from the signed statement")
+        else:
+            differ = [label for a, label in _LABELS.items()
+                      if a in actual[rel] and actual[rel][a] != subjects[rel].get(a)]
+            if differ:
+                problems.append(f"{rel}: {differ[0]} differs from the signed statement")
     if problems:
         raise SignatureError(f"{source} does not match its signed statement "
                              f"({len(problems)} problem(s)): {'; '.join(problems)}",
                              hint=_HINT_ALTERED)
 
 
-def _raw_digests(source: Path) -> tuple[dict[str, str], list[str]]:
-    """BLAKE3 by bundle path of a folder, or of the members of an archive (streamed, nothing
-    written; members that are not regular files, or outside the bundle folder, are odd)."""
-    import tarfile
-
+def _raw_digests(source: Path, algorithms: Sequence[str]) -> tuple[dict[str, dict[str, str]],
+                                                                    list[str]]:
+    """``algorithms``' digests by bundle path of a folder, or of the members of an archive
+    (streamed, nothing written), and the entries that are not regular files. The member
+    headers of an archive are checked by the archive reader's rules
+    (:func:`~dossier.bundle.archive.scan_members`): one it refuses, or an archive it cannot
+    read, does not match its statement (SignatureError, naming why)."""
     if source.is_dir():
-        return _scan_digests(scan_folder(source, [BLAKE3]))
-    digests: dict[str, str] = {}
-    odd: list[str] = []
+        scan = scan_folder(source, algorithms)
+        return _digest_sets(scan, algorithms), _odd(scan)
     try:
-        with tarfile.open(source, mode="r:", encoding="utf-8") as tar:
-            for m in tar:
-                parts = m.name.split("/")
-                rel = "/".join(parts[1:])
-                if m.isdir() and ".." not in parts:
-                    continue
-                if not m.isreg() or m.issparse() or len(parts) < 2 or ".." in parts:
-                    odd.append(m.name)
-                    continue
-                src = tar.extractfile(m)
-                assert src is not None  # a regular file
-                with src:
-                    h = new_hasher(BLAKE3)
-                    feed(src, [h])
-                    digests[rel] = h.hexdigest()
-    except (tarfile.TarError, OSError) as exc:
+        return scan_members(source, lambda src: _hash(src, algorithms)), []
+    except (UnsafeArchiveError, BundleFormatError) as exc:
+        raise SignatureError(f"{exc}; it does not match its signed statement",
+                             hint=_HINT_ALTERED) from exc
+    except OSError as exc:
         raise SignatureError(f"{source} cannot be read to check its signature ({exc})",
                              hint=_HINT_ALTERED) from exc
-    return dict(sorted(digests.items())), sorted(odd)
+
+
+def _hash(src: Any, algorithms: Sequence[str]) -> dict[str, str]:
+    hashers = [new_hasher(a) for a in algorithms]
+    feed(src, hashers)
+    return {a: h.hexdigest() for a, h in zip(algorithms, hashers, strict=True)}
 
 
 def read_envelope_bytes(path: Path, error: type[DossierError] = SignatureError) -> bytes:
@@ -697,9 +759,9 @@ def _read_envelope(path: Path, error: type[DossierError]) -> Envelope:
 
 
 __all__ = ["BUILD_TYPE", "BUILDER_ID", "DIGEST", "MAX_SIGNATURES", "PAYLOAD_TYPE",
-           "PREDICATE_TYPE",
-           "SIGNATURE_SUFFIX", "STATEMENT_TYPE", "KeyPair", "SignatureCheck", "SignedBundle",
+           "PREDICATE_TYPE", "SIGNATURE_SUFFIX", "STATEMENT_FORMAT", "STATEMENT_TYPE",
+           "SUBJECT_DIGESTS", "KeyPair", "SignatureCheck", "SignedBundle",
            "blake3_bytes", "blake3_file", "bundle_digests", "check_signature",
            "check_signature_at",
-           "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
+           "cosigned", "generate_key_pair", "key_id", "load_private_key", "load_public_key", "pae",
            "provenance", "sign_bundle", "signature_path", "statement"]

@@ -6,7 +6,9 @@ Paths inside a spec are relative to the spec's folder. Every section but ``[rele
 
 from __future__ import annotations
 
+import difflib
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -172,10 +174,46 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> ReleaseSpe
     try:
         spec = ReleaseSpec.model_validate({**data, "base_dir": str(path.parent.resolve())})
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # a misspelt key is why the key it stands for is missing: it is named first
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = [str(p) for p in err["loc"]]
         if loc[:1] == ["tune"] and len(loc) > 1 and (overrides or {}).get(loc[1]) is not None:
             raise SpecError(f"--{loc[1]} {overrides[loc[1]]}: {err['msg']}",  # type: ignore[index]
                             hint=f"the command line overrides tune.{loc[1]} of {path}") from exc
-        raise SpecError(f"{path}: {'.'.join(loc)}: {err['msg']}") from exc
+        if err["type"] == "extra_forbidden":
+            raise _unknown_key(path, err["loc"], err["input"]) from exc
+        raise SpecError(f"{path}: {_where(err['loc'])}: {err['msg']}") from exc
     return spec
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A place in the spec as its author wrote it: ``tune.threshold``, ``[[shapes]] entry 2:
+    weight`` (entries numbered from 1, as every other message about them)."""
+    if len(loc) > 1 and loc[0] == "shapes" and isinstance(loc[1], int):
+        rest = ".".join(str(p) for p in loc[2:])
+        return f"[[shapes]] entry {loc[1] + 1}" + (f": {rest}" if rest else "")
+    return ".".join(str(p) for p in loc)
+
+
+def _unknown_key(path: Path, loc: tuple[int | str, ...], value: object) -> SpecError:
+    """A key or table the spec does not have, with the closest names it does have."""
+    model: Any = ReleaseSpec
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an entry of [[shapes]]
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        annotation = field.annotation if field is not None else None
+        args = typing.get_args(annotation)
+        model = args[0] if typing.get_origin(annotation) is list and args else annotation
+    known = [name for name, f in getattr(model, "model_fields", {}).items() if not f.exclude]
+    name = str(loc[-1])
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if len(loc) == 1:
+        what = f"unknown table [{name}]" if isinstance(value, dict) else f"unknown key {name}"
+        suggest = ", ".join(f"[{c}]" if isinstance(value, dict) else c for c in close)
+    else:
+        what = f"{_where(loc[:-1])}: unknown key {name}"
+        suggest = ", ".join(close)
+    return SpecError(f"{path}: {what}" + (f" (did you mean {suggest}?)" if suggest else ""),
+                     hint=f"known: {', '.join(known)}" if not close and known else None)

@@ -10,21 +10,25 @@ pairwise means of the log ratios), its interval the exact distribution-free inte
 with the Wilcoxon signed-rank test, and the test that signed-rank test on the log ratios. Raw
 samples are kept with their round index.
 
-An independent measurement in several **process generations** (``confirm_processes``) also has
-a unit above the round: rounds timed by the same processes share those processes' state, and on
-the H200 that state moved a speedup between 2.7x and 4.2x from one process to the next. Its
-interval is then the wider of the round-level interval and a prediction interval for the
-estimate of a new generation (Student's t over the generations' estimates, on the log scale):
-what a re-measurement in fresh processes can be expected to read.
+The confirmation (:mod:`dossier.confirmation`) has a unit above the round: the **process**.
+Rounds timed by one process share its state, and on the H200 a launch-bound engine ran at one
+of two speeds for a whole process. Each measuring process holds the baseline, a second load of
+it (the A/A) and the candidates, and times them in rotating blocks; each process gives one log
+speedup per engine (:func:`process_log`), and Student's t over processes
+(:func:`process_stats`) gives the mean, its interval and the prediction interval for a new
+process.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dossier.trial import Comparison, TimingSummary
 
@@ -35,7 +39,14 @@ Engine = Callable[[], Timed]
 """Called at the start of every block: the function to time in that block."""
 
 TEST_NAME = "wilcoxon-signed-rank-rounds"
-"""``Comparison.test`` of a round-level comparison."""
+"""``Comparison.test`` of a round-level comparison (screening)."""
+
+PROCESS_TEST = "t-test-processes"
+"""``Comparison.test`` of the confirmation: Student's t over per-process log speedups; for a
+candidate one-sided against the minimum effect, for the A/A two-sided against 1.0."""
+
+RETIRED = ("bootstrap_resamples",)
+"""Settings of older tuning caches that are read and ignored."""
 
 
 class TimingSettings(BaseModel):
@@ -66,31 +77,54 @@ class TimingSettings(BaseModel):
     """Significance level of the signed-rank test."""
     min_effect: float = Field(0.02, ge=0)
     """A candidate must be at least this much faster (0.02 = 2%) to count as a gain."""
-    bootstrap_resamples: int = Field(2000, ge=100)
-    """Unused since intervals are computed over rounds (exact); kept so older tuning caches
-    still read."""
     trial_timeout_s: float = Field(600.0, gt=0)
-    """Wall-clock limit of one trial (build, validation and timing) in its own process."""
+    """Wall-clock limit of one trial (build, validation and timing) in its own process, and of
+    one measuring process of the confirmation."""
     trial_memory_limit_mb: int | None = Field(None, ge=64)
-    """Address-space limit of a trial's process (None: no limit); exceeding it is recorded."""
+    """Address-space limit of a trial's process and of a measuring process (None: no limit);
+    exceeding it is recorded."""
     confirm_top: int = Field(3, ge=0)
-    """How many of the best screened candidates the independent confirmation re-measures."""
+    """How many of the best screened candidates the confirmation re-measures (0: screening
+    decides alone)."""
     confirm_rounds: int = Field(12, ge=2)
-    """Rounds of the independent confirmation (:mod:`dossier.replicate`)."""
-    confirm_warmup: int = Field(30, ge=0)
+    """Rounds inside each measuring process of the confirmation: every engine (the baseline, a
+    second load of it, the candidates) times one block per round, in rotating order."""
+    confirm_warmup: int = Field(10, ge=0)
     """Untimed lead-in runs before every confirmation block."""
-    confirm_runs: int = Field(150, ge=5)
+    confirm_runs: int = Field(40, ge=5)
     """Timed runs per engine per confirmation block (at most; see confirm_block_s)."""
-    confirm_block_s: float = Field(0.5, gt=0)
+    confirm_block_s: float = Field(0.1, gt=0)
     """A confirmation block stops after this many seconds of timed runs (with at least 10)."""
-    confirm_processes: int = Field(1, ge=1)
-    """Process generations of the confirmation (and of ``verify --rebench``): its rounds are
-    split into this many consecutive spans, each timed by new processes, one per engine. A
-    host state that lasts a process's life (on the H200 the launch-bound baseline stayed at one
-    of two speeds for a whole process) is then sampled this many times instead of once, and
-    with 2 or more the interval also spans the spread between generations (a prediction
-    interval for a new generation). Each generation costs every engine a process start, a load
-    and a warm-up. At most ``confirm_rounds``; 3 or more on a GPU."""
+    confirm_processes: int = Field(5, ge=1)
+    """Measuring processes at the confirmation's first look. Each process gives one
+    observation per engine, so this is the smallest sample the decision is taken on; the
+    looks after it come at about 1.5 times as many processes each, up to
+    ``confirm_max_processes`` (:meth:`looks`). At least 2 (a t-test needs a spread); older
+    records hold 1 or 3 (their process generations)."""
+    confirm_max_processes: int = Field(20, ge=1)
+    """The cap: a confirmation still undecided after this many processes stops and says so."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data: Any) -> Any:
+        """Settings of older records that no longer mean anything are read and dropped."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in RETIRED}
+        return data
+
+    def looks(self) -> list[int]:
+        """Process counts at which the confirmation decides: ``confirm_processes``, then about
+        1.5 times as many each time, the last at ``confirm_max_processes``."""
+        cap = max(self.confirm_max_processes, self.confirm_processes)
+        out = [self.confirm_processes]
+        while out[-1] < cap:
+            out.append(min(cap, math.ceil(out[-1] * 1.5)))
+        return out
+
+    def look_level(self, candidates: int) -> float:
+        """The level each look tests a candidate at: alpha / (k x L), Bonferroni over the k
+        candidates and the L looks (the simplest alpha-spending: every look spends the same)."""
+        return self.alpha / (max(candidates, 1) * len(self.looks()))
 
     def smallest_p(self, rounds: int) -> float:
         """The smallest two-sided p-value an exact signed-rank test over ``rounds`` can give."""
@@ -102,15 +136,12 @@ class TimingSettings(BaseModel):
         if self.smallest_p(self.rounds) >= self.alpha:
             out.append(f"timing.rounds={self.rounds} cannot reach p < alpha={self.alpha:g} "
                        f"(smallest p {self.smallest_p(self.rounds):.2g})")
-        k = max(self.confirm_top, 1)
-        if self.confirm_top and self.smallest_p(self.confirm_rounds) >= self.alpha / k:
-            out.append(f"timing.confirm_rounds={self.confirm_rounds} cannot reach p < alpha/k="
-                       f"{self.alpha / k:.2g} (smallest p "
-                       f"{self.smallest_p(self.confirm_rounds):.2g})")
-        if self.confirm_processes > self.confirm_rounds:
-            out.append(f"timing.confirm_processes={self.confirm_processes} is more than "
-                       f"timing.confirm_rounds={self.confirm_rounds} (each process generation "
-                       "times at least one round)")
+        if self.confirm_top and self.confirm_processes < 2:
+            out.append(f"timing.confirm_processes={self.confirm_processes}: the confirmation "
+                       "needs at least 2 measuring processes (its test is over processes)")
+        if self.confirm_max_processes < self.confirm_processes:
+            out.append(f"timing.confirm_max_processes={self.confirm_max_processes} is less "
+                       f"than timing.confirm_processes={self.confirm_processes}")
         return out
 
 
@@ -235,71 +266,87 @@ def signed_rank_p(x: Sequence[float]) -> float:
     return float(stats.wilcoxon(v, alternative="two-sided").pvalue)
 
 
-def generations(rounds: int, processes: int) -> list[range]:
-    """The rounds each process generation times: ``processes`` consecutive spans (at most
-    ``rounds``), as even as can be, the longer ones first."""
-    n = max(1, min(processes, rounds))
-    size, extra = divmod(rounds, n)
-    spans, start = [], 0
-    for g in range(n):
-        end = start + size + (1 if g < extra else 0)
-        spans.append(range(start, end))
-        start = end
-    return spans
+def process_log(baseline: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
+                confidence: float) -> float:
+    """One measuring process's observation: the log speedup of ``other`` over ``baseline``
+    (samples per round of each, timed in that process), the Hodges-Lehmann estimate of its log
+    round ratios."""
+    return shift_interval(np.log(round_ratios(baseline, other)), confidence)[0]
 
 
-def generation_interval(logs: Sequence[float], processes: int, confidence: float,
-                        prediction: bool = True) -> tuple[list[float], float, float] | None:
-    """From the log round ratios of a measurement in ``processes`` generations (consecutive
-    spans, :func:`generations`): the generations' own estimates (the Hodges-Lehmann estimate
-    of each span) and, over the G generations, the prediction interval for a new generation's
-    estimate, mean +- t(G-1) * sd * sqrt(1 + 1/G), or with ``prediction`` false the confidence
-    interval for their mean, mean +- t(G-1) * sd / sqrt(G). None with fewer than two."""
+@dataclass(frozen=True)
+class ProcessStats:
+    """Student's t over per-process log speedups."""
+
+    n: int
+    mean: float
+    low: float
+    """Lower end of the mean's interval at the settings' confidence (log scale)."""
+    high: float
+    predict_low: float
+    """Lower end of the prediction interval for one new process's reading (log scale)."""
+    predict_high: float
+    p_value: float
+
+
+def process_stats(logs: Sequence[float], confidence: float, *,
+                  bound: float | None = None) -> ProcessStats:
+    """Mean, interval and prediction interval of per-process log speedups, and the p-value:
+    with ``bound`` (log scale) one-sided, of "the mean is at most ``bound``" (a candidate: is
+    it faster than the minimum effect?); without it, two-sided against 0 (the A/A: do two
+    loads of one engine differ?)."""
     from scipy import stats  # imported here: trial processes time engines without scipy
 
     v = np.asarray(logs, dtype=float)
-    spans = generations(len(v), processes)
-    g = len(spans)
-    if g < 2:
-        return None
-    m = np.array([shift_interval(v[span.start:span.stop], confidence)[0] for span in spans])
-    scale = np.sqrt(1 + 1 / g) if prediction else np.sqrt(1 / g)
-    half = float(stats.t.ppf(0.5 + confidence / 2, g - 1) * m.std(ddof=1) * scale)
-    return [float(x) for x in m], float(m.mean()) - half, float(m.mean()) + half
+    n = len(v)
+    if n < 2:
+        raise ValueError("a test over processes needs at least two processes")
+    m, sd = float(v.mean()), float(v.std(ddof=1))
+    q = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+    se = sd / math.sqrt(n)
+    if se == 0.0:  # identical readings: the test degenerates to the sign of the difference
+        p = ((0.0 if m > bound else 1.0) if bound is not None else (1.0 if m == 0 else 0.0))
+    elif bound is not None:
+        p = float(stats.t.sf((m - bound) / se, n - 1))
+    else:
+        p = float(2 * stats.t.sf(abs(m) / se, n - 1))
+    half, pred = q * se, q * sd * math.sqrt(1 + 1 / n)
+    return ProcessStats(n=n, mean=m, low=m - half, high=m + half, predict_low=m - pred,
+                        predict_high=m + pred, p_value=p)
 
 
-def log_interval(logs: Sequence[float], settings: TimingSettings, procedure: str = "screening",
-                 bias: bool = False) -> tuple[float, float, float, list[float] | None]:
-    """The log speedup, its interval and the generations' own estimates (None unless an
-    ``independent`` measurement in two or more process generations, whose interval is the
-    wider of the round-level one and :func:`generation_interval`) of log round ratios.
-
-    A candidate's generation interval is the prediction interval: a re-measurement is a new
-    generation, and its reading is what the interval must cover. An A/A's (``bias``) is the
-    confidence interval for the generations' mean: the A/A estimates the procedure's bias, a
-    fixed property of the procedure on the host, which a gain's interval must clear."""
-    est, lo, hi = shift_interval(logs, settings.confidence)
-    if procedure != "independent" or settings.confirm_processes < 2:
-        return est, lo, hi, None
-    gens = generation_interval(logs, settings.confirm_processes, settings.confidence,
-                               prediction=not bias)
-    if gens is None:
-        return est, lo, hi, None
-    return est, min(lo, gens[1]), max(hi, gens[2]), gens[0]
+def process_compare(logs: Sequence[float], baseline_samples: Sequence[float],
+                    settings: TimingSettings, *, level: float, aa: bool,
+                    round_ratios_: Sequence[float] = (), baseline_warmup: int = 0) -> Comparison:
+    """The confirmation's reading over measuring processes (one log speedup each). A candidate
+    (``aa`` false; its logs are against the A/A load in the same process) is tested one-sided
+    against the minimum effect at ``level``; the A/A (its logs: first load over second load)
+    two-sided against 1.0 at ``level``."""
+    bound = None if aa else math.log1p(settings.min_effect)
+    st = process_stats(logs, settings.confidence, bound=bound)
+    speedup, lo, hi = math.exp(st.mean), math.exp(st.low), math.exp(st.high)
+    significant = st.p_value < level
+    return Comparison(
+        baseline=summarize(baseline_samples, settings.confidence, baseline_warmup),
+        speedup=speedup, speedup_ci_low=lo, speedup_ci_high=hi, p_value=st.p_value,
+        test=PROCESS_TEST, significant=significant,
+        faster=significant and not aa and lo > 1.0,
+        slower=aa and significant and speedup <= 1 / (1 + settings.min_effect) and hi < 1.0,
+        rounds=len(round_ratios_) or None, round_ratios=[float(r) for r in round_ratios_] or None,
+        procedure="independent", level=level, against="baseline" if aa else "aa",
+        processes=st.n, process_speedups=[math.exp(x) for x in logs],
+        prediction_low=math.exp(st.predict_low), prediction_high=math.exp(st.predict_high))
 
 
 def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
-            settings: TimingSettings, *, alpha: float | None = None, baseline_warmup: int = 0,
-            procedure: str = "screening", bias: bool = False) -> Comparison:
-    """Compare a candidate with the baseline timed alongside it, round by round (samples per
-    round of each; the same number of rounds). An ``independent`` measurement in two or more
-    process generations (``settings.confirm_processes``) gets the wider of the round-level
-    interval and the generations' prediction interval (:func:`generation_interval`); an A/A's
-    (``bias``) the wider of the round-level interval and that of the generations' mean."""
+            settings: TimingSettings, *, alpha: float | None = None,
+            baseline_warmup: int = 0) -> Comparison:
+    """Compare a candidate with the baseline timed alongside it in one process, round by round
+    (samples per round of each; the same number of rounds): the screening's reading."""
     alpha = settings.alpha if alpha is None else alpha
     ratios = round_ratios(baseline, candidate)
     logs = np.log(ratios)
-    est, lo, hi, gens = log_interval(logs, settings, procedure, bias)
+    est, lo, hi = shift_interval(logs, settings.confidence)
     p = signed_rank_p(logs)
     speedup = float(np.exp(est))
     significant = p < alpha
@@ -310,6 +357,5 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         faster=significant and speedup >= 1 + settings.min_effect and float(np.exp(lo)) > 1.0,
         slower=significant and speedup <= 1 / (1 + settings.min_effect)
         and float(np.exp(hi)) < 1.0,
-        rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure=procedure,
-        generation_speedups=[float(np.exp(x)) for x in gens] if gens else None,
-        generation_interval=("mean" if bias else "prediction") if gens else None)
+        rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure="screening",
+        level=alpha)

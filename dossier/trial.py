@@ -84,17 +84,31 @@ class Comparison(_Model):
     round_ratios: list[float] | None = None
     """Per round: the baseline's block median / the candidate's block median."""
     procedure: str | None = None
-    """``screening`` (one process, engines alternating in blocks) or ``independent`` (one fresh
-    process per engine, :mod:`dossier.replicate`)."""
+    """``screening`` (one process, engines alternating in blocks) or ``independent`` (the
+    confirmation: measuring processes of their own, :mod:`dossier.confirmation`)."""
     generation_speedups: list[float] | None = None
-    """An independent measurement in two or more process generations: each generation's own
-    speedup (Hodges-Lehmann over its rounds). The interval then also covers what
-    ``generation_interval`` says. None otherwise."""
+    """Older records only (a confirmation in process generations, one process per engine):
+    each generation's own speedup."""
     generation_interval: Literal["prediction", "mean"] | None = None
-    """With ``generation_speedups``, what the interval also covers (Student's t over them on the
-    log scale): ``prediction``, a new generation's reading (a candidate: a re-measurement is a
-    new generation); ``mean``, the generations' mean (an A/A: the procedure's bias). None in
-    records made before it was kept, which used the prediction interval."""
+    """Older records only: with ``generation_speedups``, what the interval also covered."""
+
+    level: float | None = None
+    """The significance level this reading was judged at (alpha for screening; alpha / (k x L)
+    for a confirmation candidate, Bonferroni over k candidates and L looks). ``significant``,
+    ``faster`` and ``slower`` follow from ``p_value`` and this level. None in older records."""
+    against: Literal["baseline", "aa"] | None = None
+    """What the speedup is over: the baseline load, or (a confirmation candidate) the A/A's
+    second load of the baseline in the same processes, so the test is of the candidate's
+    difference from the A/A. None in older records (the baseline)."""
+    processes: int | None = None
+    """Measuring processes the confirmation's statistics are over (its unit of replication)."""
+    process_speedups: list[float] | None = None
+    """Per measuring process: its speedup (the Hodges-Lehmann estimate over its rounds)."""
+    prediction_low: float | None = None
+    """Lower end of the prediction interval for one new process's reading (what a
+    re-measurement, ``verify --rebench``, is expected to read)."""
+    prediction_high: float | None = None
+    """Upper end of that prediction interval."""
 
     def round_range(self) -> tuple[float, float] | None:
         """The smallest and largest per-round ratio (None in records without them)."""
@@ -118,13 +132,16 @@ class Reading(_Model):
     """Two-sided p-value."""
     rounds: int | None
     """Rounds it was computed over."""
+    processes: int | None = None
+    """Measuring processes it was computed over (the confirmation's unit)."""
     significant: bool
     """A difference the rule acts on: p below the level it was judged at, and the reading at
     least the minimum effect away from 1.0 (as a candidate must be to ship)."""
 
     def text(self) -> str:
-        """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)``."""
-        n = f", {self.rounds} rounds" if self.rounds else ""
+        """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)`` or ``(p=0.6, 5 processes)``."""
+        n = (f", {self.processes} processes" if self.processes
+             else f", {self.rounds} rounds" if self.rounds else "")
         return (f"{self.speedup:.3f}x [{self.speedup_ci_low:.3f}, {self.speedup_ci_high:.3f}] "
                 f"(p={self.p_value:.2g}{n})")
 
@@ -196,5 +213,6 @@ class TrialRecord(_Model):
         return Reading(trial_index=self.index, procedure=c.procedure or "screening",
                        speedup=c.speedup, speedup_ci_low=c.speedup_ci_low,
                        speedup_ci_high=c.speedup_ci_high, p_value=c.p_value, rounds=c.rounds,
+                       processes=c.processes,
                        significant=c.p_value < alpha and not (
                            1 / (1 + min_effect) < c.speedup < 1 + min_effect))

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dossier import __version__, replicate
+from dossier import __version__, confirmation
 from dossier.backends import Backend, get_backend
 from dossier.build_cache import BuildCache, BuildIdentity, host_identity, open_build_cache
 from dossier.builds import (
@@ -31,7 +31,7 @@ from dossier.builds import (
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
 from dossier.child import Child, run_child
-from dossier.decision import calibration, candidates, confirmation_comparison, decide
+from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.executors import Executor, open_executor
@@ -42,7 +42,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
-from dossier.timing import compare, flatten, summarize, unflatten
+from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 from dossier.worker import (
@@ -73,6 +73,10 @@ class TuneObserver:
 
     def confirming(self, routes: list[str]) -> None:
         """The best candidates are being re-timed against the baseline."""
+
+    def measured_process(self, n: int, cap: int, open_routes: list[str]) -> None:
+        """The confirmation's ``n``-th measuring process finished (at most ``cap``);
+        ``open_routes``: the candidates still undecided."""
 
 
 @dataclass
@@ -141,8 +145,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
 
 def _with_timing_defaults(spec: ReleaseSpec, defaults: dict[str, object]) -> ReleaseSpec:
     """``spec`` with the backend's timing defaults for its engines (:meth:`Backend.
-    timing_defaults`) where ``[timing]`` leaves them unset (3 generations fit: a
-    ``confirm_rounds`` that can reach alpha is at least 6)."""
+    timing_defaults`) where ``[timing]`` leaves them unset."""
     unset = {k: v for k, v in defaults.items() if k not in spec.timing.model_fields_set}
     if not unset:
         return spec
@@ -405,36 +408,30 @@ class Tuner:
             engine_digest=digest_file(engine)[0] if kept else None,
             extra={k: str(v) for k, v in result.facts.items()})
 
-    def confirm(self, chosen: list[TrialRecord]) -> None:
-        """Re-measure the chosen candidates independently (:mod:`dossier.replicate`), together
-        with the baseline and a second process of the baseline (the confirmation's A/A)."""
+    def confirm(self, chosen: list[TrialRecord]) -> str:
+        """Re-measure the chosen candidates in measuring processes of their own
+        (:mod:`dossier.confirmation`), each with the baseline and a second load of it (the A/A);
+        record one confirmation trial per candidate and one for the A/A. Returns why the
+        confirmation stopped."""
         self.observer.confirming([t.route for t in chosen])
         base = next(t for t in self.cache.trials if t.role == "baseline")
         timing = self.p.spec.timing
         started = _now()
-        engines = [(self.run_dir / t.engine, t.route) for t in [base, base, *chosen]]  # type: ignore[operator]
+        engines = [(self.run_dir / t.engine, t.route) for t in [base, *chosen]]  # type: ignore[operator]
         env = {k: v for e, _ in engines for k, v in self._loader_env(e).items()}
-        if self.executor is not None:  # one fresh process per engine on one measure worker
-            m = self.executor.confirm(engines, timing, env)
+        if self.executor is not None:  # the measuring processes on one measure worker
+            measure = self.executor.measure_process(timing, env)
         else:
-            m = replicate.measure(self.p.backend.name, engines, self.p.vset.path, timing,
-                                  builder=self.p.spec.builder, shapes=self.p.spec.shapes,
-                                  work=self.work / "confirm", env=env)
-        base_samples, base_rounds = flatten(m.rounds[0])
-        for j, t in enumerate([base, *chosen], start=1):
-            samples, rounds = flatten(m.rounds[j])
-            index = len(self.cache.trials)
-            rec = TrialRecord(
-                index=index, route=t.route, role="confirm", outcome=Outcome.OK, trial_s=m.wall_s,
-                started_at=started, timing=summarize(samples, timing.confidence, m.warmup_runs[j]),
-                comparison=confirmation_comparison(m.rounds[0], m.rounds[j], timing,
-                                                   aa=t is base, candidates=len(chosen),
-                                                   baseline_warmup=m.warmup_runs[0]),
-                samples_ms=samples, baseline_samples_ms=base_samples, sample_rounds=rounds,
-                baseline_sample_rounds=base_rounds, engine=t.engine,
-                engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses)
+            measure = confirmation.local_processes(
+                self.p.backend.name, self.p.vset.path, timing, builder=self.p.spec.builder,
+                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env)
+        result = confirmation.confirm(engines[0], engines[1:], timing, measure,
+                                      on_process=self.observer.measured_process)
+        for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),
+                                        started):
             self.cache.append(rec)
             self.observer.trial_finished(rec)
+        return result.stopped
 
     def _queue_builds(self, results: dict[str, TrialRecord]) -> None:
         """Queue the builds of every route known to come (all of them for strategies that plan
@@ -491,11 +488,10 @@ class Tuner:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
         top = candidates(self.cache.trials, s.spec.timing)[: s.spec.timing.confirm_top]
-        aa = calibration(self.cache.trials, s.spec.timing)
-        if top and s.spec.timing.confirm_top > 0 and not (aa and aa.significant) \
-                and not {t.route for t in top} <= confirmed:
-            self.confirm(top)  # not yet, or a round cut short by a kill: re-time it whole
-        decision = decide(self.cache.trials, s.spec.timing)
+        stopped = None
+        if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
+            stopped = self.confirm(top)  # not yet, or cut short by a kill: run it whole
+        decision = decide(self.cache.trials, s.spec.timing, stopped=stopped)
         self.cache.append(decision)
         return decision
 

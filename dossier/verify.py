@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 
 class _Lazy:
-    """A module imported on first use: the re-timing's procedure (:mod:`dossier.replicate`)
+    """A module imported on first use: the re-timing's procedure (:mod:`dossier.confirmation`)
     brings the validation-set readers (numpy, pyarrow), which verifying and loading do not
     need."""
 
@@ -72,13 +72,8 @@ class _Lazy:
         return getattr(importlib.import_module(self._name), attr)
 
 
-replicate = _Lazy("dossier.replicate")
+confirmation = _Lazy("dossier.confirmation")
 _timing = _Lazy("dossier.timing")
-
-
-def compare(*args: Any, **kwargs: Any) -> Any:
-    """:func:`dossier.timing.compare` (imported when first called)."""
-    return _timing.compare(*args, **kwargs)
 
 
 def flatten(*args: Any, **kwargs: Any) -> Any:
@@ -115,8 +110,9 @@ class Recheck(_Model):
 
 
 class Rebench(_Model):
-    """The shipped engine and the baseline engine re-measured here independently (one fresh
-    process per engine, production load options), judged by the speedup."""
+    """The shipped engine and the baseline engine re-measured here with the confirmation's
+    procedure (measuring processes of their own, each with the baseline, a second load of it
+    and the shipped engine, production load options), judged by the speedup."""
 
     shipped: TimingSummary
     """The shipped engine's latency here."""
@@ -126,8 +122,17 @@ class Rebench(_Model):
     """Shipped against baseline here (None when the baseline itself ships)."""
     recorded_shipped: TimingSummary | None
     """The shipped engine's latency on the tuning host."""
+    predicted_low: float | None = None
+    """Lower end of the recorded prediction interval for a new process's reading (None in
+    older bundles, which recorded none)."""
+    predicted_high: float | None = None
+    """Its upper end."""
+    inside: bool | None = None
+    """The speedup read here lies inside the recorded prediction interval (None without one,
+    or when the baseline ships)."""
     regression: bool
-    """The speedup here lies below the recorded interval, or its interval includes 1.0."""
+    """The speedup here lies below the recorded prediction interval (older bundles: below the
+    recorded interval), or its interval includes 1.0."""
     reason: str
     """What was compared and what it showed."""
 
@@ -278,12 +283,15 @@ def _interval(x: float, lo: float, hi: float) -> str:
 def judge_speedup(here: Comparison | None, recorded: float | None, low: float | None,
                   high: float | None) -> list[str]:
     """Why a re-measured speedup is a regression against the recorded one (empty: it is not):
-    its interval lies wholly below the recorded interval, or it no longer excludes 1.0."""
+    it lies below ``low`` (the recorded prediction interval's lower end; in older bundles the
+    recorded interval's, whose upper end its interval had to reach), or its interval no longer
+    excludes 1.0."""
     if here is None or recorded is None or low is None or high is None:
         return []
     now = _interval(here.speedup, here.speedup_ci_low, here.speedup_ci_high)
     was = _interval(recorded, low, high)
-    if here.speedup_ci_high < low:
+    below = here.speedup < low if here.processes else here.speedup_ci_high < low
+    if below:
         return [f"its speedup over the baseline fell to {now}, below the recorded {was}"]
     if here.speedup_ci_low <= 1.0:
         return [f"its speedup over the baseline here, {now}, no longer excludes 1.0 "
@@ -292,10 +300,11 @@ def judge_speedup(here: Comparison | None, recorded: float | None, low: float | 
 
 
 def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
-    """Re-measure the shipped and the baseline engines here with the independent procedure
-    (:mod:`dossier.replicate`: one fresh process per engine, production load options) and
-    judge the shipped route by its speedup against the recorded interval. Absolute latency
-    is reported, not judged (it depends on the host)."""
+    """Re-measure the shipped and the baseline engines here with the confirmation's procedure
+    (:mod:`dossier.confirmation`, ``confirm_processes`` measuring processes, production load
+    options) and judge the shipped route by whether its speedup falls inside the prediction
+    interval the confirmation recorded for a new process. Absolute latency is reported, not
+    judged (it depends on the host)."""
     m = bundle.manifest
     cache = bundle.tuning_cache()
     timing = timing or cache.header.timing
@@ -306,38 +315,54 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
     same = shipped.trial_index == base.trial_index
-    engines = [(bundle.file(base.path), base.route)]
-    if not same:
-        engines.append((bundle.file(shipped.path), shipped.route))
-    measured = replicate.measure(m.backend, engines, bundle.path / "validation", timing,
-                                 builder=cache.header.builder, shapes=cache.header.shapes,
-                                 env=_loader_env(bundle, *(e for e, _ in engines)))
-    (base_s, _), ship_s = flatten(measured.rounds[0]), flatten(measured.rounds[-1])[0]
-    base_here = summarize(base_s, timing.confidence, measured.warmup_runs[0])
-    ship_here = base_here if same else summarize(ship_s, timing.confidence,
-                                                 measured.warmup_runs[-1])
-    comp = None if same else compare(measured.rounds[0], measured.rounds[1], timing,
-                                     baseline_warmup=measured.warmup_runs[0],
-                                     procedure="independent")
+    baseline = (bundle.file(base.path), base.route)
+    others = [] if same else [(bundle.file(shipped.path), shipped.route)]
+    with tempfile.TemporaryDirectory(prefix="dossier-rebench-") as work:
+        measure = confirmation.local_processes(
+            m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
+            shapes=cache.header.shapes, work=Path(work),
+            env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
+        result = confirmation.confirm(baseline, others, timing, measure,
+                                      fixed=max(timing.confirm_processes, 2))
+    base_s = flatten(result.aa.baseline)[0]
+    base_here = summarize(base_s, timing.confidence, result.aa.warmup_runs)
+    track = result.candidates[0] if others else None
+    ship_here = base_here if track is None else summarize(
+        flatten(track.samples)[0], timing.confidence, track.warmup_runs)
+    comp = track.comparison if track is not None else None
     recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
     recorded = recorded_trials[-1].timing if recorded_trials else None
+    confirmed = [t.comparison for t in cache.trials if t.role == "confirm"
+                 and t.route == shipped.route and t.comparison is not None]
+    rec = confirmed[-1] if confirmed else None
     s = m.summary
+    p_lo = rec.prediction_low if rec is not None else None
+    p_hi = rec.prediction_high if rec is not None else None
     latency = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
                f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
                + (f" (recorded {recorded.median_ms:.3f} ms)" if recorded else ""))
-    reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
+    if p_lo is not None and p_hi is not None and s.speedup is not None:
+        reasons = judge_speedup(comp, s.speedup, p_lo, p_hi)
+    else:
+        reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
+    inside = (None if comp is None or p_lo is None or p_hi is None
+              else p_lo <= comp.speedup <= p_hi)
     if comp is None:
         verdict = "the baseline ships: nothing to compare"
     else:
         verdict = (f"{_interval(comp.speedup, comp.speedup_ci_low, comp.speedup_ci_high)} the "
-                   f"baseline ({comp.rounds} rounds)"
+                   f"baseline ({comp.processes} measuring processes)"
+                   + ("" if p_lo is None or p_hi is None else
+                      f", {'inside' if inside else 'outside'} the recorded prediction interval "
+                      f"[{p_lo:.3f}, {p_hi:.3f}] for a new process")
                    + ("" if s.speedup is None or s.speedup_ci_low is None
                       or s.speedup_ci_high is None else
                       f", recorded {_interval(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
     reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
               else f"{verdict}; {latency}; no regression")
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
-                   recorded_shipped=recorded, regression=bool(reasons), reason=reason)
+                   recorded_shipped=recorded, predicted_low=p_lo, predicted_high=p_hi,
+                   inside=inside, regression=bool(reasons), reason=reason)
 
 
 def _names(group: Sequence[Finding], shown: int = 4) -> str:
@@ -357,7 +382,7 @@ class VerifyOptions:
     rebench: bool = False
     """Re-time the shipped and the baseline engines here."""
     threshold: float | None = None
-    """With ``recheck``: a stricter threshold than the bundle's."""
+    """With ``recheck``: a threshold at or below the bundle's (a looser one is InputError)."""
     policy: Path | None = None
     """TOML policy file whose rules come before the backend's defaults."""
     host: Fingerprint | Path | None = None
@@ -547,6 +572,13 @@ class _Run:
             for name in (StepName.ENVIRONMENT, StepName.RECHECK, StepName.REBENCH):
                 self._skip(name, "integrity only")
             return self._report()
+        recorded = bundle.manifest.summary.threshold
+        if o.recheck and o.threshold is not None and o.threshold > recorded:
+            # a re-check may only ask more of the engine than its release did
+            self.current = StepName.RECHECK
+            raise InputError(f"--threshold {o.threshold:g} is looser than the bundle's "
+                             f"{recorded:g}", hint="a re-check takes the bundle's threshold or "
+                             "a stricter (lower) one")
         return self._judge(bundle)
 
     def _digests(self, source: Path) -> list[str]:

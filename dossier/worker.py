@@ -38,7 +38,7 @@ class WorkerRequest(AccuracyRule):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Literal["build", "trial", "validate"]
+    mode: Literal["build", "trial", "validate", "measure"]
     backend: str
     model: str
     validation: str
@@ -64,6 +64,12 @@ class WorkerRequest(AccuracyRule):
     killed when the parent dies (set inside the child, not by a pre-exec hook)."""
     memory_mb: int | None = None
     """Address-space limit of the child (RLIMIT_AS), set by the child itself at start."""
+    engines: list[tuple[str, str]] = []
+    """``measure``: the engines one measuring process of the confirmation loads, (path, route)
+    each: the baseline, a second load of it (the A/A), then the candidates."""
+    offset: int = 0
+    """``measure``: which engine goes first in the first round (the rotation's start, so
+    successive processes start with different engines)."""
 
 
 class _Result(BaseModel):
@@ -116,7 +122,16 @@ class FailedResult(_Result):
     """The last lines the child wrote, when it died without a result."""
 
 
-WorkerResult = Annotated[BuiltResult | JudgedResult | FailedResult,
+class MeasuredResult(_Result):
+    """A measuring process of the confirmation: samples per engine (in request order), per
+    round, and each engine's warm-up runs."""
+
+    outcome: Literal["measured"]
+    rounds: list[list[list[float]]]
+    warmup_runs: list[int]
+
+
+WorkerResult = Annotated[BuiltResult | JudgedResult | FailedResult | MeasuredResult,
                          Field(discriminator="outcome")]
 """What a child reports, by outcome."""
 RESULT = TypeAdapter(WorkerResult)
@@ -308,7 +323,40 @@ def run_validate(req: WorkerRequest) -> dict[str, Any]:
             "worst_loss": acc.worst}
 
 
-_MODES = {"build": run_build, "trial": run_trial, "validate": run_validate}
+def run_measure(req: WorkerRequest) -> dict[str, Any]:
+    """One measuring process of the confirmation: load every engine of ``req.engines`` in
+    production configuration, warm each up, then ``confirm_rounds`` rounds in which every
+    engine times one block (lead-in runs, then up to ``confirm_runs`` timed runs or
+    ``confirm_block_s`` seconds), the first engine rotating from round to round."""
+    from dossier.routes import Route
+    from dossier.timing import warm_up
+
+    backend, vset = _setup(req)
+    _stage(req, "load")
+    pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
+    engines = timed_engines(backend, vset, pairs)
+    _stage(req, "time")
+    s = req.timing
+    warm = [warm_up(e(), s, 1) for e in engines]
+    k = len(engines)
+    out: list[list[list[float]]] = [[] for _ in engines]
+    for r in range(s.confirm_rounds):
+        for idx in [(req.offset + r + j) % k for j in range(k)]:
+            fn = engines[idx]()
+            for _ in range(s.confirm_warmup):
+                fn(0)
+            samples: list[float] = []
+            start = time.perf_counter()
+            while len(samples) < s.confirm_runs and (
+                    len(samples) < 10 or time.perf_counter() - start < s.confirm_block_s):
+                samples.append(fn(0))
+            out[idx].append(samples)
+            del fn  # released before the next engine's block starts
+    return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
+
+
+_MODES = {"build": run_build, "trial": run_trial, "validate": run_validate,
+          "measure": run_measure}
 
 
 def main(argv: list[str]) -> int:
@@ -327,7 +375,7 @@ def main(argv: list[str]) -> int:
         stage = Path(req.stage).read_text() if Path(req.stage).exists() else "setup"
         data = {"outcome": "runtime_error", "reason": f"{type(exc).__name__} during {stage}: {exc}",
                 "traceback": tb}
-    if data.get("outcome") not in ("ok", "built", "rejected"):  # the disk, or the route?
+    if data.get("outcome") not in ("ok", "built", "rejected", "measured"):  # the disk, or the route?
         full = data.get("reason") if is_disk_full(str(data.get("reason"))) else \
             probe(Path(req.engine)) if req.engine and req.mode in ("trial", "build") else None
         if full:

@@ -1,4 +1,4 @@
-"""The figures the reliability, fuzz and signing tests measured (for the README). Not collected.
+"""The figures the reliability, fuzz and signing tests measured (for docs/reliability.md). Not collected.
 
 Each test that measures something calls :func:`figures`; ``pytest -s`` shows the lines, and with
 ``DOSSIER_FIGURES=FILE`` they are appended to FILE as JSON Lines.

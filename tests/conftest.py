@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TINY_TIMING = TimingSettings(samples=12, rounds=6, block_warmup=1, warmup_window=2,
                              warmup_min_runs=1, warmup_max_s=0.2, confirm_top=1,
-                             bootstrap_resamples=200, trial_timeout_s=60, confirm_rounds=7,
-                             confirm_warmup=2, confirm_runs=5, confirm_block_s=0.05)
+                             trial_timeout_s=60, confirm_rounds=3, confirm_warmup=2,
+                             confirm_runs=5, confirm_block_s=0.05, confirm_processes=3,
+                             confirm_max_processes=3)
 """Timing small enough for tests: decisions made with it are not meaningful, the plumbing is."""
 
 

@@ -32,20 +32,12 @@ def test_a_search_over_more_knobs_reaches_full_when_it_agrees_on_fulls_knobs(sum
     assert not summary.reaches("-cuda_graph=on", best)  # a knob of full's answer left unset
 
 
-def test_recorded_searches_are_re_decided_from_their_rounds(summary) -> None:  # type: ignore[no-untyped-def]
+def test_recorded_searches_are_reported_as_decided_not_re_decided(summary) -> None:  # type: ignore[no-untyped-def]
+    """The kept H200 searches confirmed with one process per engine; today's rule pairs the
+    engines inside each measuring process, a measurement those records do not hold, so they are
+    not re-decided (and the summary still reads them)."""
     doc = json.loads((RAW / "h200-f2.json").read_text())
     doc["_file"] = str(RAW / "h200-f2.json")
-    runs = {r["rep"]: r for s in doc["steps"] if s.get("step") == "calib" for r in s["runs"]}
-    got = {rep: summary._reanalyse(doc, f"resnet50_b1-calib-{rep:02d}", {
-        "route": r.get("shipped_route"), "speedup": (r.get("fresh") or {}).get("fresh_speedup")})
-        for rep, r in runs.items()}
-    # as recorded only rep 2 shipped; under the A/A's bias interval reps 0, 2 and 3 ship with
-    # the interval they recorded (a candidate's interval did not change), rep 1 still does not
-    assert [runs[i]["gain"] for i in range(4)] == [False, False, True, False]
-    assert [got[i]["gain"] for i in range(4)] == [True, False, True, True]
-    assert got[2]["speedup_ci"] == pytest.approx(runs[2]["speedup_ci"])
-    assert got[2]["fresh_inside"] is True and got[0]["fresh_inside"] is None
-    assert "does not clear the confirmation A/A reading's upper end" in got[1]["reason"]
-    assert all(got[i]["excludes_one"] for i in (0, 2, 3))
-    # a search confirmed in one generation is not re-decided
-    assert summary._reanalyse(doc, "resnet50_b1-calib-00", None, processes=1) is None
+    runs = [r for s in doc["steps"] if s.get("step") == "calib" for r in s["runs"]]
+    assert runs and all(summary._reanalyse(doc, f"resnet50_b1-calib-{r['rep']:02d}", None) is None
+                        for r in runs)

@@ -26,8 +26,8 @@ GOLDEN = REPO / "tests" / "assets" / "golden" / "convnet-1.dossier"
 
 SMALL_TIMING = {"samples": 12, "rounds": 6, "block_warmup": 1, "warmup_window": 2,
                 "warmup_min_runs": 1, "warmup_max_s": 0.2, "confirm_top": 1,
-                "bootstrap_resamples": 200, "confirm_rounds": 7, "confirm_warmup": 2,
-                "confirm_runs": 5, "confirm_block_s": 0.05}
+                "confirm_rounds": 3, "confirm_warmup": 2, "confirm_runs": 5,
+                "confirm_block_s": 0.05, "confirm_processes": 3, "confirm_max_processes": 3}
 """Timing settings that make a trial take well under a second."""
 
 SELECTIONS = {

@@ -1,6 +1,10 @@
-"""The decision rule: the A/A trial as the run's calibration, and the independent confirmation."""
+"""The decision rule: screening ranks, the confirmation decides. Every record here is built
+through the production judge (tests/_records.py), never by hand."""
 
 from __future__ import annotations
+
+import pytest
+from _records import confirmed, screened
 
 from dossier.decision import candidates, decide, rule_text
 from dossier.timing import TimingSettings
@@ -10,99 +14,93 @@ S = TimingSettings()
 BASE = "-a=x"
 
 
-def _summary(ms: float) -> TimingSummary:
-    return TimingSummary(n=320, median_ms=ms, ci_low_ms=ms * 0.99, ci_high_ms=ms * 1.01,
-                         mean_ms=ms, p10_ms=ms * 0.97, p90_ms=ms * 1.03, warmup_runs=5)
+def test_a_significant_screening_aa_does_not_veto_what_the_confirmation_shows() -> None:
+    """The screening A/A reads 1.06x with a tight interval (a biased screening on this host);
+    the candidate is confirmed against the A/A load in its own processes, and ships."""
+    trials = [screened(0, BASE, 1.06, S, role="baseline", sd=0.005),
+              screened(1, "-a=g", 1.3, S)]
+    assert trials[0].comparison is not None and trials[0].comparison.faster  # it read apart
+    full, _ = confirmed(trials, S, {"-a=g": 1.3})
+    d = decide(full, S)
+    assert d.gain and d.shipped_route == "-a=g" and d.aa_stops is False
+    assert d.aa is not None and d.aa.significant  # recorded, shown, not a veto
 
 
-def _trial(index: int, route: str, speedup: float, lo: float, hi: float, p: float, *,
-           role: str = "search", procedure: str = "screening") -> TrialRecord:
-    sig = p < S.alpha
-    return TrialRecord(
-        index=index, route=route, role=role, outcome=Outcome.OK,  # type: ignore[arg-type]
-        timing=_summary(10.0 / speedup),
-        comparison=Comparison(baseline=_summary(10.0), speedup=speedup, speedup_ci_low=lo,
-                              speedup_ci_high=hi, p_value=p, significant=sig,
-                              faster=sig and speedup >= 1 + S.min_effect,
-                              slower=sig and speedup <= 1 / (1 + S.min_effect),
-                              rounds=16, procedure=procedure, test="wilcoxon-signed-rank-rounds"),
-        trial_s=1.0, started_at="2026-01-01T00:00:00+00:00")
+def test_screening_ranks_by_the_point_estimate_and_the_top_go_on() -> None:
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=s", 1.01, S),
+              screened(2, "-a=m", 1.1, S), screened(3, "-a=b", 1.5, S),
+              screened(4, "-a=r", 2.0, S, outcome=Outcome.REJECTED)]
+    found = candidates(trials, S.model_copy(update={"confirm_top": 2}))
+    assert [t.route for t in found] == ["-a=b", "-a=m"]  # not below the minimum effect, admissible
 
 
-def _confirm(index: int, route: str, speedup: float, lo: float, hi: float, p: float) -> TrialRecord:
-    return _trial(index, route, speedup, lo, hi, p, role="confirm", procedure="independent")
-
-
-def test_a_significant_aa_ships_nothing_and_says_why() -> None:
-    """The tblock case: the A/A reads 1.055x, and a 1.09x candidate is no better than that."""
-    trials = [_trial(0, BASE, 1.055, 1.048, 1.065, 0.001, role="baseline"),
-              _trial(1, "-a=y", 1.09, 1.07, 1.11, 0.0001)]
-    d = decide(trials, S)
-    assert not d.gain and d.shipped_route == BASE
-    assert "A/A check" in d.reason and "1.055x [1.048, 1.065]" in d.reason
-    assert d.aa is not None and d.aa.significant and d.aa.rounds == 16
-    assert "second load of itself" in d.rule
-
-
-def test_a_gain_must_clear_the_aa_interval_in_screening() -> None:
-    aa = _trial(0, BASE, 1.01, 0.995, 1.035, 0.2, role="baseline")  # not significant
-    inside = _trial(1, "-a=y", 1.04, 1.03, 1.05, 0.001)  # lower end 1.03 < A/A upper 1.035
-    clear = _trial(2, "-a=z", 1.06, 1.045, 1.08, 0.001)
-    found = candidates([aa, inside, clear], S)
-    assert [t.route for t in found] == ["-a=z"]
-
-
-def test_confirmed_gain_ships_with_the_independent_numbers() -> None:
-    trials = [_trial(0, BASE, 1.0, 0.99, 1.01, 0.6, role="baseline"),
-              _trial(1, "-a=y", 1.10, 1.08, 1.12, 0.0001),
-              _confirm(2, BASE, 1.002, 0.99, 1.01, 0.7),
-              _confirm(3, "-a=y", 1.08, 1.05, 1.11, 0.001)]
-    d = decide(trials, S)
+def test_a_confirmed_gain_ships_with_the_confirmations_numbers() -> None:
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=y", 1.3, S),
+              screened(2, "-a=z", 1.1, S)]
+    full, result = confirmed(trials, S, {"-a=y": 1.3, "-a=z": 1.1})
+    d = decide(full, S, stopped=result.stopped)
+    win = next(t for t in full if t.role == "confirm" and t.route == "-a=y")
+    assert win.comparison is not None
     assert d.gain and d.shipped_route == "-a=y" and d.shipped_index == 1
-    assert (d.speedup, d.speedup_ci_low, d.speedup_ci_high) == (1.08, 1.05, 1.11)
-    assert "confirmed independently" in d.reason and d.confirm_aa is not None
-    assert d.candidates == ["-a=y"]  # the confirmation's A/A is not a candidate
+    assert (d.speedup, d.speedup_ci_low, d.speedup_ci_high, d.p_value) == (
+        win.comparison.speedup, win.comparison.speedup_ci_low, win.comparison.speedup_ci_high,
+        win.comparison.p_value)
+    assert d.k == 2 and d.level == pytest.approx(S.alpha / (2 * len(S.looks())))
+    assert d.looks == S.looks() and d.processes == result.processes
+    assert d.runner_up_route == "-a=z"  # confirmed too, smaller
+    assert f"p={win.comparison.p_value:.2g} < {d.level:.2g}" in d.reason
+    assert d.candidates == ["-a=y", "-a=z"]  # the confirmation's A/A is not a candidate
+    assert d.confirm_aa is not None and d.confirm_aa.processes == result.processes
 
 
-def test_confirmation_interval_must_exclude_one_and_clear_its_aa() -> None:
-    base = [_trial(0, BASE, 1.0, 0.99, 1.01, 0.6, role="baseline"),
-            _trial(1, "-a=y", 1.10, 1.08, 1.12, 0.0001)]
-    wide = decide([*base, _confirm(2, BASE, 1.0, 0.99, 1.01, 0.7),
-                   _confirm(3, "-a=y", 1.05, 0.999, 1.09, 0.001)], S)
-    assert not wide.gain and "includes 1.0" in wide.reason
-    under_aa = decide([*base, _confirm(2, BASE, 1.01, 0.99, 1.04, 0.3),
-                       _confirm(3, "-a=y", 1.05, 1.03, 1.08, 0.001)], S)
-    assert not under_aa.gain and "confirmation A/A reading's upper end 1.040" in under_aa.reason
-    biased = decide([*base, _confirm(2, BASE, 1.04, 1.02, 1.06, 0.001),
-                     _confirm(3, "-a=y", 1.10, 1.08, 1.12, 0.001)], S)
-    assert not biased.gain and "confirmation's A/A check" in biased.reason
+def test_a_candidate_the_confirmation_does_not_confirm_does_not_ship() -> None:
+    """Screened 1.3x faster (a screening fluke), it is another load of the baseline in the
+    confirmation: dropped, and the reason names the figures that stopped it."""
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=y", 1.3, S)]
+    full, result = confirmed(trials, S, {"-a=y": 1.0})
+    d = decide(full, S, stopped=result.stopped)
+    assert not d.gain and d.shipped_route == BASE
+    assert "none was confirmed" in d.reason and "measuring processes" in d.reason
+    assert "lies below the minimum effect" in d.reason or "is not below" in d.reason
 
 
-def test_the_rule_text_states_the_aa_condition() -> None:
+def test_nothing_screened_faster_means_no_confirmation() -> None:
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=y", 1.005, S)]
+    d = decide(trials, S)
+    assert not d.gain and d.k is None and "so it was not confirmed" in d.reason
+
+
+def test_screening_alone_decides_with_confirm_top_zero() -> None:
+    s = S.model_copy(update={"confirm_top": 0})
+    trials = [screened(0, BASE, 1.0, s, role="baseline"), screened(1, "-a=y", 1.2, s)]
+    d = decide(trials, s)
+    assert d.gain and d.shipped_route == "-a=y" and "screening measurement" in d.reason
+    assert "screening alone" in d.rule
+
+
+def test_the_rule_text_states_the_numbers_in_force() -> None:
     text = rule_text(S)
-    assert "lower end above the A/A interval's upper end" in text
-    assert f"{S.confirm_rounds} rounds" in text and "fresh process per engine" in text
+    assert f"top {S.confirm_top}" in text and "second load of it (the A/A)" in text
+    assert "looks after 5, 8, 12, 18, 20 processes" in text and "one-sided" in text
+    assert f"{S.confirm_rounds} rotating rounds" in text
 
 
-def test_an_aa_below_the_minimum_effect_does_not_stop_a_gain_that_clears_it() -> None:
-    """Judged like a candidate: on the H200 a screening A/A read 1.008x (p=0.0098), a
-    difference no candidate could ship with, and the rule threw away a 3.6x gain. Such a reading
-    no longer stops the release, but the gain must still clear its interval."""
-    small = _trial(0, BASE, 1.008, 1.003, 1.020, 0.0098, role="baseline")
-    win = [_trial(1, "-a=y", 3.6, 3.5, 3.7, 0.0001), _confirm(2, BASE, 1.0, 0.97, 1.03, 0.8),
-           _confirm(3, "-a=y", 3.1, 2.7, 3.5, 0.001)]
-    d = decide([small, *win], S)
-    assert d.gain and d.shipped_route == "-a=y"
-    assert d.aa is not None and not d.aa.significant and d.aa.p_value < S.alpha
-    close = decide([small, _trial(1, "-a=y", 1.03, 1.015, 1.05, 0.001)],
-                   S.model_copy(update={"confirm_top": 0}))
-    assert not close.gain and "A/A reading's upper end 1.020" in close.reason
-    slow = decide([_trial(0, BASE, 0.975, 0.96, 0.99, 0.004, role="baseline"), *win], S)
-    assert not slow.gain and "A/A check" in slow.reason  # 2.5% apart: at least the effect
+def test_an_older_confirmation_record_is_judged_at_alpha_over_k() -> None:
+    """Records written before the level was kept (a Mann-Whitney or signed-rank reading with
+    no ``level``) are still read: judged at alpha / k as they were then."""
+    t = TimingSummary(n=10, median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, mean_ms=1.0,
+                      p10_ms=1.0, p90_ms=1.0, warmup_runs=0)
 
+    def old(index: int, route: str, role: str, p: float) -> TrialRecord:
+        return TrialRecord(index=index, route=route, role=role, outcome=Outcome.OK,  # type: ignore[arg-type]
+                           timing=t, trial_s=1.0, started_at="2026-01-01T00:00:00+00:00",
+                           comparison=Comparison(baseline=t, speedup=1.2, speedup_ci_low=1.1,
+                                                 speedup_ci_high=1.3, p_value=p,
+                                                 significant=True, faster=True, slower=False,
+                                                 procedure="independent"))
 
-def test_the_rule_text_names_the_generations_interval() -> None:
-    assert "generation" not in rule_text(S)
-    text = rule_text(S.model_copy(update={"confirm_processes": 3}))
-    assert "3 process generations" in text and "new generation's reading" in text
-    assert f"by {S.min_effect:.0%} or more" in text
+    base = [old(0, BASE, "baseline", 0.9), old(1, "-a=y", "search", 1e-4),
+            old(2, "-a=z", "search", 1e-4), old(3, BASE, "confirm", 0.9)]
+    two = [old(4, "-a=y", "confirm", 0.03), old(5, "-a=z", "confirm", 0.03)]
+    assert not decide([*base, *two], S).gain  # 0.03 is not below 0.05 / 2
+    assert decide([*base, *two[:1]], S).gain  # one candidate: 0.03 < 0.05

@@ -145,7 +145,9 @@ def test_explain_names_the_winner_or_no_gain_and_why(convnet: Path) -> None:
     assert "CPU" in text and "onnxruntime" in text and f"{os.cpu_count()} logical" in text
     assert "parent: none: first release" in text
     assert "search wall time" in text and "builds" in text and "measurement" in text
-    assert "volume: 2,000,000 inferences/day on 3 host(s), horizon 30 days (from the spec)" in text
+    assert ("volume: 2,000,000 inferences/day on 3 host(s), horizon 30 days (inferences/day "
+            "from the spec; horizon and hosts from the spec's [deployment] or their defaults)"
+            in text)
 
 
 def test_explain_json_validates_against_the_model(faulty: Path) -> None:
@@ -337,7 +339,7 @@ def test_no_significant_gain_is_explained_with_its_reason(capsys: pytest.Capture
     assert h.interval_includes_one and not h.significant and not h.reaches_min_effect
     why = " | ".join(e.decision.why_not)
     assert "[0.970, 1.050] includes 1.0" in why
-    assert "p=0.4 is not below alpha=0.05" in why and "below the minimum effect of 2%" in why
+    assert "p=0.4 is not below 0.05" in why and "below the minimum effect of 2%" in why
     assert e.payback.cases == [] and e.payback.verdict.startswith("never: there is no "
                                                                   "significant gain")
     assert e.runner_up is not None and e.runner_up.route == "-a=y -b=p"
@@ -629,7 +631,7 @@ def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFix
     old = today.model_copy(update={
         "aa": then, "reason": reason, "gain": False, "shipped_route": base.route,
         "shipped_index": 0, "speedup": None, "speedup_ci_low": None, "speedup_ci_high": None,
-        "p_value": None, "candidates": []})
+        "p_value": None, "candidates": [], "aa_stops": True})
     e = explain_search(_header(), trials, SESSION, old)
     a = e.aa_check
     assert a is not None and a.significant and a.trial_index == 0 and a.rounds == 16
@@ -644,10 +646,10 @@ def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFix
     page = render_report(e, {})
     assert "1.015x [1.008, 1.022], p=0.001, 16 rounds: significant" in page
     assert "as expected: no significant difference" not in page
-    # the same A/A under today's decision, which recorded it as not significant
+    # the same A/A under today's decision: recorded as not significant, and never a veto
     now = explain_search(_header(), trials, SESSION, today).aa_check
     assert now is not None and not now.significant
-    assert now.verdict.startswith("as expected") and "below the minimum effect of 2%" in now.verdict
+    assert now.verdict.startswith("as expected") and "the confirmation decides" in now.verdict
     # a reading recorded for another trial or round set is not this check's; nor is none
     for other in (then.model_copy(update={"rounds": 8}), None):
         check = explain_search(_header(), trials, SESSION,
@@ -673,7 +675,7 @@ def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
     assert today.gain and today.confirm_aa is not None and not today.confirm_aa.significant
     then = trials[3].reading(s.alpha)
     assert then is not None and then.significant
-    old = today.model_copy(update={"confirm_aa": then, "gain": False})
+    old = today.model_copy(update={"confirm_aa": then, "gain": False, "aa_stops": True})
     e = explain_search(_header(), trials, SESSION, old)
     c = e.confirm_aa_check
     assert c is not None and c.trial_index == 3 and c.significant
@@ -683,17 +685,22 @@ def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
                                   "release"]
     now = explain_search(_header(), trials, SESSION, today).confirm_aa_check
     assert now is not None and not now.significant and now.verdict.startswith("as expected")
+    assert "the confirmation decides" in now.verdict
 
 
 def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear(
         capsys: pytest.CaptureFixture) -> None:
-    """A route confirmed 1.25x [1.10, 1.40] faster, but the confirmation's A/A reached 1.15 at
-    its upper end: the decision ships nothing, and explain's why-not says that, not merely
-    "not confirmed"."""
+    """An older bundle: a route confirmed 1.25x [1.10, 1.40] faster, but the confirmation's A/A
+    reached 1.15 at its upper end, and the rule it was decided by shipped nothing for that.
+    explain's why-not says so, not merely "not confirmed"."""
     s = TimingSettings()
     trials = _confirmed((1.25, 1.10, 1.40, 1e-4), (1.02, 0.90, 1.15, 0.6))
-    d = decide(trials, s)
-    assert not d.gain and "does not clear the confirmation A/A reading's upper end 1.150" in d.reason
+    d = decide(trials, s).model_copy(update={
+        "gain": False, "shipped_route": "-a=x -b=p", "shipped_index": 0, "speedup": None,
+        "speedup_ci_low": None, "speedup_ci_high": None, "p_value": None, "aa_stops": True,
+        "runner_up_route": "-a=y -b=p",
+        "reason": "no significant gain: its interval does not clear the confirmation A/A "
+                  "reading's upper end 1.150; the baseline ships"})
     e = explain_search(_header(), trials, SESSION, d)
     assert e.decision.why_not == ["its interval's lower end 1.100 does not clear the "
                                   "confirmation A/A reading's upper end 1.150"]
@@ -705,6 +712,29 @@ def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear(
     assert "does not clear the confirmation A/A reading's upper end 1.150" in text
     assert "the baseline, which ships, is -23.1% against it (1.000x vs 1.300x)" in text
     assert "the baseline, which ships, is -23.1%" in render_report(e, {})
-    # with a confirmation A/A it clears, the same route ships
-    ok = [*trials[:3], _trial(3, "-a=x -b=p", 1.0, 0.95, 1.05, 0.9, role="confirm")]
-    assert decide(ok, s).gain
+    # today's rule: the same readings ship the route (no A/A interval to clear)
+    assert decide(trials, s).gain
+
+
+def test_the_shipped_routes_confirmation_row_is_judged_at_its_own_level() -> None:
+    """explain counted the A/A route in Bonferroni's k, so the shipped route's confirmation row
+    read "no significant effect" in explain --json and the HTML table. Built through the
+    production judge: the row's verdict is the decision's."""
+    from _records import confirmed, screened
+
+    s = TimingSettings()
+    trials = [screened(0, "-a=x -b=p", 1.0, s, role="baseline"),
+              screened(1, "-a=y -b=p", 1.3, s)]
+    full, _ = confirmed(trials, s, {"-a=y -b=p": 1.3})
+    d = decide(full, s)
+    assert d.gain
+    # p of the shipped route's reading between level/2 (what k=2 would judge at) and level
+    full = [t if not (t.role == "confirm" and t.route == "-a=y -b=p") or t.comparison is None
+            else t.model_copy(update={"comparison": t.comparison.model_copy(
+                update={"p_value": 0.75 * (t.comparison.level or 0)})}) for t in full]
+    e = explain_search(_header(), full, SESSION, decide(full, s))
+    row = next(t for t in e.trials if t.role == "confirm" and t.route == "-a=y -b=p")
+    assert row.verdict == "faster"
+    assert e.head_to_head is not None and e.head_to_head.alpha == pytest.approx(
+        s.look_level(1)) and e.head_to_head.processes == 5
+

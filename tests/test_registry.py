@@ -393,6 +393,94 @@ def test_a_signature_travels_as_a_referrer(registry: Registry, bundle: Path,
     assert res.exit_code == 0 and "2 signature referrer(s)" in res.stderr, h.said(res)
 
 
+def test_a_pulled_copy_keeps_its_signature_and_verifies_as_the_reference_does(
+        registry: Registry, bundle: Path, tmp_path: Path) -> None:
+    """pull writes the signature referrers beside the bundle, where verify looks: verify of the
+    pulled copy passes and refuses exactly as verify REF does."""
+    keys = {n: generate_key_pair(tmp_path / "keys", n) for n in ("release", "second", "stranger")}
+    unsigned = h.copy_bundle(bundle, tmp_path / "unsigned")
+    assert h.cli("sign", bundle, "--key", keys["release"].private).exit_code == 0
+    ref = _ref(registry)
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    # co-signed later: a second referrer, over the same statement
+    assert h.cli("sign", bundle, "--key", keys["second"].private).exit_code == 0
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    plain = _ref(registry)
+    assert h.cli("push", unsigned, plain, "--insecure").exit_code == 0
+
+    out = tmp_path / "pulled"
+    res = h.cli("pull", ref, "--out", out, "--insecure", "--json")
+    assert res.exit_code == 0, h.said(res)
+    done = json.loads(res.stdout)
+    sig = out / "convnet-1.dossier.sig.json"
+    assert done["bundle"] == str(out / bundle.name) and done["signature"] == str(sig)
+    assert _leftovers(out) == [bundle.name, sig.name]
+    # the two referrers as one co-signed envelope: the bytes dossier sign wrote beside the bundle
+    assert sig.read_bytes() == (bundle.parent / "convnet-1.dossier.sig.json").read_bytes()
+    res = h.cli("pull", plain, "--out", tmp_path / "plain", "--insecure", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["signature"] is None, h.said(res)
+    assert _leftovers(tmp_path / "plain") == [bundle.name]
+
+    def verify(target: str | Path, *trusted: Path) -> int:
+        args = [a for k in trusted for a in ("--require-signature", "--trusted-key", k)]
+        return int(h.cli("verify", target, "--integrity-only", "--insecure", *args).exit_code)
+
+    cases = {"release": ([keys["release"].public], 0), "second": ([keys["second"].public], 0),
+             "stranger": ([keys["stranger"].public], ExitCode.SIGNATURE),
+             "no key": ([], 0)}
+    for name, (trusted, code) in cases.items():
+        assert verify(out / bundle.name, *trusted) == verify(ref, *trusted) == code, name
+        unsigned_code = ExitCode.SIGNATURE if trusted else 0  # --require-signature: unsigned
+        assert verify(tmp_path / "plain" / bundle.name, *trusted) == verify(
+            plain, *trusted) == unsigned_code, name
+
+
+def test_a_pull_whose_signature_referrers_all_fail_leaves_nothing(
+        registry: Registry, bundle: Path, tmp_path: Path) -> None:
+    """A signature referrer that does not verify fails the pull (exit 13, as verify REF fails)
+    and nothing is left; with a good one beside it, the good one is kept. A file in the way of
+    the signature is never overwritten."""
+    from dossier.registry.client import connect
+    from dossier.registry.reference import parse_reference
+    from dossier.registry.referrers import attach_signature
+
+    key = generate_key_pair(tmp_path / "keys", "release")
+    unsigned = h.copy_bundle(bundle, tmp_path / "unsigned")
+    assert h.cli("sign", bundle, "--key", key.private).exit_code == 0
+    good = bundle.parent / "convnet-1.dossier.sig.json"
+    envelope = json.loads(good.read_text())
+    raw = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    raw[7] ^= 0x01
+    envelope["signatures"][0]["sig"] = base64.b64encode(bytes(raw)).decode()
+    bad = tmp_path / "bad.sig.json"
+    bad.write_text(json.dumps(envelope))
+    ref = _ref(registry)
+    pushed = json.loads(h.cli("push", unsigned, ref, "--insecure", "--json").stdout)
+    repo, _ = _repo_tag(ref)
+    size = len(registry.get(f"{repo}/manifests/{pushed['digest']}")[1])
+    client = connect(parse_reference(ref), insecure=True)
+    attach_signature(client, pushed["digest"], size, bad)
+
+    out = tmp_path / "out"
+    res = h.cli("pull", ref, "--out", out, "--insecure")
+    assert res.exit_code == ExitCode.SIGNATURE, h.said(res)
+    assert "does not verify" in res.stderr and _leftovers(out) == []
+    assert h.cli("verify", ref, "--integrity-only", "--insecure").exit_code == ExitCode.SIGNATURE
+
+    attach_signature(client, pushed["digest"], size, good)
+    res = h.cli("pull", ref, "--out", out, "--insecure")
+    assert res.exit_code == 0, h.said(res)
+    assert (out / "convnet-1.dossier.sig.json").read_bytes() == good.read_bytes()
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "convnet-1.dossier.sig.json").write_text("mine")
+    res = h.cli("pull", ref, "--out", other, "--insecure")
+    assert res.exit_code == ExitCode.OUTPUT and "exists already" in _one_error_line(res)
+    assert _leftovers(other) == ["convnet-1.dossier.sig.json"]
+    assert (other / "convnet-1.dossier.sig.json").read_text() == "mine"
+
+
 def test_an_unsigned_artifact_fails_require_signature(registry: Registry, bundle: Path,
                                                       tmp_path: Path) -> None:
     key = generate_key_pair(tmp_path / "keys", "release")

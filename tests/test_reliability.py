@@ -20,7 +20,7 @@ The default suite runs a few kills of each kind (about 45 s on 2 cores); ``--run
 the full-size versions: 20 kills of an 8-route search (``DOSSIER_KILLS`` raises it), 10 in the
 confirmation round, the cache cut at every record boundary, every post-build hazard, 20 kills of
 each writer, every byte of every small file through the real integrity check (minutes), and a
-member-count bomb. The figures in the README came from::
+member-count bomb. The figures in docs/reliability.md came from::
 
     DOSSIER_FIGURES=figures.jsonl pytest tests/test_reliability.py --run-slow -s
     DOSSIER_KILLS=100 pytest tests/test_reliability.py --run-slow -k search_survives  # bigger

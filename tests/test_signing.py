@@ -1,11 +1,12 @@
 """Signed provenance: ``dossier keygen``, ``dossier sign`` (in-toto Statement v1 + SLSA provenance
-v1 in a DSSE envelope, Ed25519, BLAKE3 subjects) and ``dossier verify --require-signature
+v1 in a DSSE envelope, Ed25519, SHA-256 and BLAKE3 subjects) and ``dossier verify --require-signature
 --trusted-key``, which refuses unsigned, wrongly signed and altered bundles (exit 13, one line)
 before the integrity check, the environment diff and any engine load."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import random
@@ -27,6 +28,7 @@ from dossier.signing import (
     BUILD_TYPE,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    STATEMENT_FORMAT,
     STATEMENT_TYPE,
     KeyPair,
     check_signature,
@@ -166,10 +168,10 @@ def test_sign_writes_an_in_toto_statement_in_a_dsse_envelope_beside_the_bundle(
     assert statement["predicateType"] == PREDICATE_TYPE == "https://slsa.dev/provenance/v1"
     files = _files(bundle)
     assert "manifest.json" in files and len(files) == 18
-    assert statement["subject"] == [{"name": rel_path, "digest": {"blake3":
-                                     blake3.blake3(data).hexdigest()}}
-                                    for rel_path, data in files.items()]
-    digest = {s["name"]: s["digest"]["blake3"] for s in statement["subject"]}
+    assert statement["subject"] == [{"name": rel_path, "digest": {
+        "sha256": hashlib.sha256(data).hexdigest(), "blake3": blake3.blake3(data).hexdigest()}}
+        for rel_path, data in files.items()]
+    digest = {s["name"]: s["digest"] for s in statement["subject"]}
 
     with open_bundle(bundle) as b:
         m, s = b.manifest, b.manifest.summary
@@ -177,6 +179,7 @@ def test_sign_writes_an_in_toto_statement_in_a_dsse_envelope_beside_the_bundle(
     p = statement["predicate"]
     build = p["buildDefinition"]
     assert build["buildType"] == BUILD_TYPE
+    assert build["internalParameters"]["statementFormat"] == STATEMENT_FORMAT == 2
     ext = build["externalParameters"]
     assert (ext["selection"], ext["strategy"], ext["metric"], ext["threshold"]) == (
         s.selection, s.strategy, s.metric, s.threshold)
@@ -184,11 +187,10 @@ def test_sign_writes_an_in_toto_statement_in_a_dsse_envelope_beside_the_bundle(
     assert ext["timing"] == cache.header.timing.model_dump(mode="json")
     assert build["internalParameters"]["tuningHost"] == m.tuning_host
     deps = {d["name"]: d for d in build["resolvedDependencies"]}
-    assert deps["model.onnx"]["digest"] == {"blake3": digest["model/model.onnx"]}
+    assert deps["model.onnx"]["digest"] == digest["model/model.onnx"]
     assert deps["model.onnx"]["annotations"]["xxh3-128"] == m.model.digest
-    assert deps["knobs.json"]["digest"] == {"blake3": digest["knobs.json"]}
-    assert all(deps[f]["digest"]["blake3"] == digest[f] for f in digest
-               if f.startswith("validation/"))
+    assert deps["knobs.json"]["digest"] == digest["knobs.json"]
+    assert all(deps[f]["digest"] == digest[f] for f in digest if f.startswith("validation/"))
     ort = m.tuning_host["onnxruntime"]
     assert deps["onnxruntime"]["uri"] == f"pkg:pypi/onnxruntime@{ort}"
     run = p["runDetails"]
@@ -200,7 +202,7 @@ def test_sign_writes_an_in_toto_statement_in_a_dsse_envelope_beside_the_bundle(
     assert meta["startedOn"] <= meta["finishedOn"]
     assert meta["startedOn"][:16] == cache.sessions[0].started_at[:16]
     products = {d["name"]: d for d in run["byproducts"]}
-    assert products["tuning-cache.jsonl"]["digest"] == {"blake3": digest["tuning-cache.jsonl"]}
+    assert products["tuning-cache.jsonl"]["digest"] == digest["tuning-cache.jsonl"]
 
     # deterministic: the same key signs the same bundle into the same bytes
     first = sig.read_bytes()
@@ -352,7 +354,7 @@ def _tblock_statement(rel: dict[str, h.Released], keys: dict[str, KeyPair], bund
 
 def _subject_outside(statement: dict) -> None:
     statement["subject"].append({"name": "../outside.json",
-                                 "digest": {"blake3": "0" * 64}})
+                                 "digest": {"sha256": "0" * 64, "blake3": "0" * 64}})
 
 
 REFUSALS: dict[str, tuple[Callable[..., Any], str]] = {

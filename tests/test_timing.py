@@ -11,9 +11,9 @@ from dossier.timing import (
     TimingSettings,
     compare,
     flatten,
-    generation_interval,
-    generations,
     median_ci,
+    process_compare,
+    process_stats,
     round_ratios,
     sample_rounds,
     shift_interval,
@@ -139,112 +139,50 @@ def test_samples_keep_their_round_index() -> None:
 def test_settings_that_cannot_reach_alpha_are_named() -> None:
     assert TimingSettings().problems() == []
     assert TimingSettings().smallest_p(16) < 0.05 / 16  # room for many comparisons
-    few = TimingSettings(rounds=4, confirm_rounds=5, confirm_top=3)
+    few = TimingSettings(rounds=4, confirm_processes=1, confirm_top=3)
     text = " ".join(few.problems())
-    assert "timing.rounds=4" in text and "timing.confirm_rounds=5" in text
+    assert "timing.rounds=4" in text and "timing.confirm_processes=1" in text
 
 
-def _generation_rounds(rng: np.random.Generator, speedup: float, *, process_sd: float,
-                       rounds: int = 12, processes: int = 3) -> tuple[list, list]:
-    """An independent measurement in process generations: each generation's baseline process
-    has its own speed (log-normal, ``process_sd``: the H200's launch-bound baseline moved the
-    speedup between 2.7x and 4.2x from process to process), the candidate's barely moves."""
-    base: list[list[float]] = []
-    cand: list[list[float]] = []
-    for span in generations(rounds, processes):
-        pb, pc = rng.normal(0, process_sd), rng.normal(0, 0.02)
-        for _ in span:
-            base.append(list(3.0 * speedup * np.exp(pb + rng.normal(0, 0.03, 20))))
-            cand.append(list(3.0 * np.exp(pc + rng.normal(0, 0.03, 20))))
-    return base, cand
+def test_older_settings_still_read() -> None:
+    """A tuning cache written before the confirmation's processes keeps its retired field."""
+    old = TimingSettings.model_validate({"bootstrap_resamples": 2000, "confirm_processes": 3})
+    assert old.confirm_processes == 3 and "bootstrap_resamples" not in old.model_dump()
 
 
-def test_generations_widen_the_interval_so_a_fresh_re_measurement_falls_inside() -> None:
-    """Coverage as the calibration benchmark checks it: a second independent measurement (new
-    processes) should read inside the interval recorded by the first. Rounds of one process
-    generation share its state, so the round-level interval misses most of the time; with the
-    generations' prediction interval it covers."""
+def test_process_stats_are_students_t_over_processes() -> None:
+    logs = [0.9, 1.0, 0.95, 1.1, 0.85]
+    st = process_stats(logs, 0.95, bound=np.log(1.02))
+    ref = stats.ttest_1samp(logs, np.log(1.02), alternative="greater")
+    assert st.p_value == pytest.approx(ref.pvalue)
+    lo, hi = stats.t.interval(0.95, 4, loc=np.mean(logs), scale=stats.sem(logs))
+    assert (st.low, st.high) == (pytest.approx(lo), pytest.approx(hi))
+    half = stats.t.ppf(0.975, 4) * np.std(logs, ddof=1) * np.sqrt(1 + 1 / 5)
+    assert st.predict_low == pytest.approx(np.mean(logs) - half)
+    two = process_stats(logs, 0.95)  # the A/A's: two-sided against 0
+    assert two.p_value == pytest.approx(stats.ttest_1samp(logs, 0.0).pvalue)
+    with pytest.raises(ValueError, match="two processes"):
+        process_stats([0.1], 0.95)
+
+
+def test_a_prediction_interval_covers_a_new_process_about_95_percent() -> None:
+    """What ``verify --rebench`` relies on: the mean of a fresh set of processes falls inside
+    the recorded prediction interval for one new process at least 95% of the time."""
     rng = np.random.default_rng(11)
-    gens, rounds_only = TimingSettings(confirm_processes=3), TimingSettings(confirm_processes=1)
-    n = 150
-    covered = covered_by_rounds = 0
-    for _ in range(n):
-        base, cand = _generation_rounds(rng, 3.0, process_sd=0.12)
-        recorded = compare(base, cand, gens, procedure="independent")
-        by_rounds = compare(base, cand, rounds_only, procedure="independent")
-        again = compare(*_generation_rounds(rng, 3.0, process_sd=0.12), gens,
-                        procedure="independent").speedup
-        covered += recorded.speedup_ci_low <= again <= recorded.speedup_ci_high
-        covered_by_rounds += by_rounds.speedup_ci_low <= again <= by_rounds.speedup_ci_high
-        assert recorded.speedup == by_rounds.speedup  # the estimate stays the rounds' own
-        assert recorded.speedup_ci_low <= by_rounds.speedup_ci_low
-        assert recorded.speedup_ci_high >= by_rounds.speedup_ci_high
-        assert recorded.generation_speedups is not None
-        assert len(recorded.generation_speedups) == 3 and by_rounds.generation_speedups is None
-    assert covered / n >= 0.9
-    assert covered_by_rounds / n <= 0.6
+    inside = 0
+    for _ in range(400):
+        st = process_stats(rng.normal(1.0, 0.15, 5), 0.95, bound=0.0)
+        again = float(np.mean(rng.normal(1.0, 0.15, 5)))
+        inside += st.predict_low <= again <= st.predict_high
+    assert inside / 400 >= 0.95
 
 
-def test_generation_interval_is_the_t_prediction_interval_and_screening_has_none() -> None:
-    rng = np.random.default_rng(3)
-    base, cand = _generation_rounds(rng, 2.0, process_sd=0.1)
-    found = generation_interval(np.log(round_ratios(base, cand)), 3, 0.95)
-    assert found is not None
-    estimates, lo, hi = found
-    m = np.asarray(estimates)
-    half = stats.t.ppf(0.975, 2) * m.std(ddof=1) * np.sqrt(1 + 1 / 3)
-    assert lo == pytest.approx(m.mean() - half) and hi == pytest.approx(m.mean() + half)
-    assert generation_interval(np.log(round_ratios(base, cand)), 1, 0.95) is None
-    screening = compare(base, cand, TimingSettings(confirm_processes=3))
-    assert screening.generation_speedups is None  # one process: no generations to span
-
-
-def test_an_aa_interval_is_the_generations_mean_and_a_real_gain_clears_it() -> None:
-    """The A/A estimates the procedure's bias: its interval in generations is the confidence
-    interval of the generations' mean, which still holds 1.0 about 95% of the time. A real 3x
-    gain measured in processes whose baseline moves the speedup by about 10% (the H200's moved
-    it by 10-20%) clears it in most searches, more often than it cleared a second prediction
-    interval (9 of 10 against 7 of 10 here: with 3 generations t(2) = 4.3 keeps both wide)."""
-    rng = np.random.default_rng(7)
-    settings = TimingSettings(confirm_processes=3)
-    n = 150
-    aa_excluded = clears_bias = clears_prediction = 0
-    for _ in range(n):
-        aa_rounds = _generation_rounds(rng, 1.0, process_sd=0.1)
-        aa = compare(*aa_rounds, settings, procedure="independent", bias=True)
-        aa_as_candidate = compare(*aa_rounds, settings, procedure="independent")
-        gain = compare(*_generation_rounds(rng, 3.0, process_sd=0.1), settings,
-                       procedure="independent")
-        assert aa.generation_interval == "mean" and gain.generation_interval == "prediction"
-        assert aa.speedup == aa_as_candidate.speedup and aa.p_value == aa_as_candidate.p_value
-        assert aa.speedup_ci_high <= aa_as_candidate.speedup_ci_high
-        aa_excluded += not (aa.speedup_ci_low <= 1.0 <= aa.speedup_ci_high)
-        clears_bias += gain.speedup_ci_low > aa.speedup_ci_high
-        clears_prediction += gain.speedup_ci_low > aa_as_candidate.speedup_ci_high
-    assert aa_excluded / n <= 0.1
-    assert clears_bias / n >= 0.85
-    assert clears_prediction / n <= 0.8
-
-
-def test_the_mean_interval_is_t_over_the_generations() -> None:
-    rng = np.random.default_rng(5)
-    logs = np.log(round_ratios(*_generation_rounds(rng, 1.0, process_sd=0.1)))
-    found = generation_interval(logs, 3, 0.95, prediction=False)
-    wide = generation_interval(logs, 3, 0.95)
-    assert found is not None and wide is not None
-    m = np.asarray(found[0])
-    half = stats.t.ppf(0.975, 2) * m.std(ddof=1) / np.sqrt(3)
-    assert found[1] == pytest.approx(m.mean() - half) and found[2] == pytest.approx(m.mean() + half)
-    assert found[2] - found[1] == pytest.approx((wide[2] - wide[1]) / 2)  # sqrt(1/3) / sqrt(4/3)
-
-
-def test_an_aa_in_generations_rarely_excludes_one() -> None:
-    rng = np.random.default_rng(4)
-    settings = TimingSettings(confirm_processes=3)
-    n = 150
-    excluded = 0
-    for _ in range(n):
-        r = compare(*_generation_rounds(rng, 1.0, process_sd=0.05), settings,
-                    procedure="independent")
-        excluded += not (r.speedup_ci_low <= 1.0 <= r.speedup_ci_high)
-    assert excluded / n <= 0.06
+def test_a_process_comparison_records_what_it_was_judged_at() -> None:
+    logs = list(np.log([2.4, 2.7, 2.5, 3.1, 2.2]))
+    c = process_compare(logs, [1.0] * 10, SETTINGS, level=0.01, aa=False)
+    assert c.level == 0.01 and c.against == "aa" and c.processes == 5 and c.faster
+    assert c.process_speedups == pytest.approx([2.4, 2.7, 2.5, 3.1, 2.2])
+    assert c.prediction_low is not None and c.prediction_low < c.speedup_ci_low
+    aa = process_compare(list(np.log([1.01, 0.99, 1.0, 1.02, 0.98])), [1.0], SETTINGS,
+                         level=0.05, aa=True)
+    assert aa.against == "baseline" and not aa.significant and not aa.faster

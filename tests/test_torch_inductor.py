@@ -118,7 +118,7 @@ def test_engine_facts_and_stack(backend: ti.TorchInductorBackend) -> None:
     db = backend.knob_database()
     assert backend.engine_facts(CPU, db) == {"cpu_package": True, "march_native": True}
     assert backend.timing_defaults(CPU, db) == {}
-    assert backend.timing_defaults(Route.of({"device": "cuda"}), db) == {"confirm_processes": 3}
+    assert backend.timing_defaults(Route.of({"device": "cuda"}), db) == {"confirm_processes": 6}
     stack = backend.stack()
     assert stack["torch"] == torch.__version__
     assert "cxx" not in stack or stack["cxx"]

@@ -239,18 +239,21 @@ def test_a_format_1_cache_resumes_and_a_changed_setting_is_named(sample, tmp_pat
         continue_tune(cache_path)
 
 
-def test_gpu_engines_confirm_in_process_generations_unless_the_spec_says(
+def test_gpu_engines_confirm_in_more_processes_unless_the_spec_says(
         sample, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A backend's timing defaults (3 process generations for GPU engines) fill what the
-    spec's [timing] leaves unset, never what it sets."""
+    """A backend's timing defaults (a first look after 6 measuring processes for GPU engines)
+    fill what the spec's [timing] leaves unset, never what it sets."""
     from dossier.backends import get_backend
 
     _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
-    assert prepare(spec).spec.timing.confirm_processes == 1  # a CPU backend: no default
+    spec = spec.model_copy(update={"timing": TimingSettings(**{
+        k: v for k, v in spec.timing.model_dump().items()
+        if k not in ("confirm_processes", "confirm_max_processes")})})
+    assert prepare(spec).spec.timing.confirm_processes == 5  # a CPU backend: no default
     backend = type(get_backend("onnxruntime"))
     monkeypatch.setattr(backend, "timing_defaults",
                         lambda self, route, db: dict(self.GPU_TIMING))
     assert "confirm_processes" not in spec.timing.model_fields_set
-    assert prepare(spec).spec.timing.confirm_processes == 3
-    said = spec.timing.model_copy(update={"confirm_processes": 1})
-    assert prepare(spec.model_copy(update={"timing": said})).spec.timing.confirm_processes == 1
+    assert prepare(spec).spec.timing.confirm_processes == 6
+    said = spec.timing.model_copy(update={"confirm_processes": 3})
+    assert prepare(spec.model_copy(update={"timing": said})).spec.timing.confirm_processes == 3

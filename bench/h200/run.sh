@@ -20,7 +20,7 @@
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
-#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see README.md);
+#   gpu1|gpu2          the issue-11 results in two commands of <= 9.5 minutes (see docs/results.md);
 #   gpu3               BERT b1, ResNet-50 b32 and BERT b32 fast searches, if budget remains
 #   gpu4               what the 2026-12-01 runs left: the batch-32 fast searches, a ResNet-50
 #                      bundle verified there (with its HTML report when plotly was carried),
@@ -125,7 +125,6 @@ tune() {  # tune CONFIG STRATEGIES
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 calib() { run "calib-$1" 90 "$PY" bench/h200/steps.py calib --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 bundle() { run "bundle-$1" 60 "$PY" bench/h200/steps.py bundle --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
-procvar() { run "procvar-$1" 60 "$PY" bench/h200/steps.py procvar --run "$WORK/runs/$TAG/$1" --pairs "$2"; }
 eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
 
 note "tag $TAG, work $WORK, device $BENCH_DEVICE, deadline ${DEADLINE_S}s"
@@ -143,7 +142,6 @@ for step in "$@"; do
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
         calib=*:*) x=${step#calib=}; calib "${x%%:*}" "${x#*:}" ;;
         bundle=*) bundle "${step#bundle=}" ;;
-        procvar=*:*) x=${step#procvar=}; procvar "${x%%:*}" "${x#*:}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
         gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
         gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;
@@ -161,6 +159,8 @@ for step in "$@"; do
         plan1) specs "$ALL"; eager "$ALL"; tune resnet50_b32 full ;;
         plan2) tune resnet50_b32 fast,mixed; aa resnet50_b1 10 ;;
         plan3) tune bert_b32 full,fast,mixed ;;
+        gpu7a) specs resnet50_b1,bert_b1; calib resnet50_b1 10 ;;
+        gpu7b) calib bert_b1 5; aa resnet50_b1 10 ;;
         smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2
                calib tiny_mlp_b8 2 ;;
         *) note "unknown step $step"; echo "{\"step\": \"$step\", \"ok\": false, \"error\": \"unknown step\"}" \

@@ -9,7 +9,6 @@ a failure instead of raising, so the next step still runs.
     steps.py aa     --work W --config C --reps N --json FILE [--timeout S]
     steps.py calib  --work W --config C --reps N --json FILE [--timeout S]
     steps.py fresh  --run RUN_DIR --json FILE
-    steps.py procvar --run RUN_DIR --json FILE [--pairs N] [--timeout S]
     steps.py bundle --run RUN_DIR --out DIR --json FILE [--timeout S]
     steps.py merge  --dir DIR --out FILE [--tag TAG]
 
@@ -353,16 +352,18 @@ def _best_target(cache: Any) -> tuple[Any, str] | tuple[None, str]:
 
 
 def step_fresh(run_dir: Path) -> dict:
-    """Re-measure the shipped (or best admissible) route against the baseline independently:
-    the procedure of the confirmation and of ``verify --rebench`` (:mod:`dossier.replicate`: a
-    fresh process per engine, production load options), and say whether it falls inside the
-    interval the search recorded."""
+    """Re-measure the shipped (or best admissible) route against the baseline in new measuring
+    processes: the procedure of the confirmation and of ``verify --rebench``
+    (:mod:`dossier.confirmation`, ``confirm_processes`` processes, each with the baseline, its
+    A/A load and the route), and say whether the reading falls inside the prediction interval
+    the search recorded for a new process (``inside_prediction``) and inside its confidence
+    interval (``speedup_inside_ci``)."""
     import numpy as np
 
-    from dossier import replicate
+    from dossier import confirmation
     from dossier.backends import get_backend
     from dossier.cache import TuningCache
-    from dossier.timing import compare, flatten, summarize
+    from dossier.timing import flatten, summarize
 
     cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
     h = cache.header
@@ -377,29 +378,37 @@ def step_fresh(run_dir: Path) -> dict:
                    None)
     ref = confirm or target
     backend = get_backend(h.backend)
-    engines = [(run_dir / base.engine, h.baseline_route), (run_dir / target.engine, target.route)]
-    env: dict[str, str] = {}
-    for path, _ in engines:
-        env.update(backend.loader_env(path))
-    m = replicate.measure(h.backend, engines, Path(h.validation_path), timing,
-                          builder=dict(h.builder), shapes=h.shapes, env=env)
-    comp = compare(m.rounds[0], m.rounds[1], timing, baseline_warmup=m.warmup_runs[0],
-                   procedure="independent")
-    fresh_base = summarize(flatten(m.rounds[0])[0], timing.confidence, m.warmup_runs[0])
-    fresh_target = summarize(flatten(m.rounds[1])[0], timing.confidence, m.warmup_runs[1])
+    b_path, t_path = run_dir / base.engine, run_dir / target.engine
+    env: dict[str, str] = {**backend.loader_env(b_path), **backend.loader_env(t_path)}
+    t0 = time.perf_counter()
+    measure = confirmation.local_processes(h.backend, Path(h.validation_path), timing,
+                                           builder=dict(h.builder), shapes=h.shapes,
+                                           work=run_dir / ".work" / "fresh", env=env)
+    result = confirmation.confirm((b_path, h.baseline_route), [(t_path, target.route)], timing,
+                                  measure, fixed=max(timing.confirm_processes, 2))
+    track = result.candidates[0]
+    comp = track.comparison
+    assert comp is not None
+    fresh_base = summarize(flatten(result.aa.baseline)[0], timing.confidence)
+    fresh_target = summarize(flatten(track.samples)[0], timing.confidence)
     rc, rt = ref.comparison, ref.timing
+    pred = [rc.prediction_low, rc.prediction_high] if rc else [None, None]
     rec.update({
         "route": target.route, "reference": "confirm" if confirm else "screening",
         "fresh_speedup": comp.speedup, "fresh_speedup_ci": [comp.speedup_ci_low,
                                                               comp.speedup_ci_high],
         "fresh_p_value": comp.p_value, "fresh_faster": comp.faster,
-        "fresh_round_ratios": comp.round_ratios,
-        "fresh_block_medians_ms": [[float(np.median(b)) for b in eng] for eng in m.rounds],
+        "fresh_processes": comp.processes, "fresh_process_speedups": comp.process_speedups,
+        "fresh_wall_s": round(time.perf_counter() - t0, 2),
+        "fresh_block_medians_ms": [float(np.median(b)) for b in track.samples],
         "fresh_median_ms": fresh_target.median_ms, "fresh_baseline_median_ms": fresh_base.median_ms,
         "tuned_speedup": rc.speedup if rc else None,
         "tuned_speedup_ci": [rc.speedup_ci_low, rc.speedup_ci_high] if rc else None,
+        "tuned_prediction": pred,
         "tuned_median_ci_ms": [rt.ci_low_ms, rt.ci_high_ms] if rt else None,
         "tuned_baseline_median_ci_ms": [rc.baseline.ci_low_ms, rc.baseline.ci_high_ms] if rc else None,
+        "inside_prediction": bool(pred[0] is not None and pred[1] is not None
+                                  and pred[0] <= comp.speedup <= pred[1]),
         "speedup_inside_ci": bool(rc and rc.speedup_ci_low <= comp.speedup <= rc.speedup_ci_high),
         "median_inside_ci": bool(rt and rt.ci_low_ms <= fresh_target.median_ms <= rt.ci_high_ms),
         "baseline_median_inside_ci": bool(
@@ -488,6 +497,40 @@ def step_aa(work: Path, config: str, reps: int, timeout: float, tag: str) -> dic
 
 
 # ---------------------------------------------------------------------------- calibration
+FRESH_REPS = int(os.environ.get("BENCH_FRESH_REPS", "2"))
+"""How many of a calibration step's shipped gains are re-measured by :func:`step_fresh` (each
+costs a confirmation's worth of processes). Every repetition's confirmation is itself a
+re-measurement in new processes of the same engines, so the next repetition's reading is
+checked against this one's prediction interval too (``_confirm_reading``)."""
+
+
+def _confirm_reading(run_dir: Path) -> dict | None:
+    """The candidate's confirmation reading of a calibration search: speedup, interval,
+    prediction interval, processes, p and level, the A/A's reading, the wall time."""
+    from dossier.cache import TuningCache
+
+    if not (run_dir / CACHE_FILE).is_file():  # the search failed before it wrote one
+        return None
+    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    d = cache.decision
+    rows = [t for t in cache.trials if t.role == "confirm" and t.comparison is not None]
+    cand = [t for t in rows if d is None or t.route != d.baseline_route]
+    aa = [t for t in rows if d is not None and t.route == d.baseline_route]
+    if not cand:
+        return None
+    c = cand[-1].comparison
+    a = aa[-1].comparison if aa else None
+    assert c is not None
+    return {"route": cand[-1].route, "speedup": c.speedup,
+            "ci": [c.speedup_ci_low, c.speedup_ci_high],
+            "prediction": [c.prediction_low, c.prediction_high], "p_value": c.p_value,
+            "level": c.level, "processes": c.processes, "process_speedups": c.process_speedups,
+            "status": cand[-1].extra.get("confirmation"), "wall_s": cand[-1].trial_s,
+            "aa": None if a is None else {"speedup": a.speedup,
+                                          "ci": [a.speedup_ci_low, a.speedup_ci_high],
+                                          "p_value": a.p_value}}
+
+
 def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> dict:
     """Coverage: repeat the calibration spec (one knob that makes a real difference) ``reps``
     times with the build cache; after each search that ships a gain, re-measure the shipped
@@ -508,13 +551,15 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
             d = run.get("decision") or {}
             row: dict[str, Any] = {**_rep_row(i, run), "shipped_route": d.get("shipped_route"),
                                    "reason": d.get("reason")}
-            if d.get("gain"):
+            row["confirmation"] = _confirm_reading(run_dir)
+            if d.get("gain") and sum(1 for r in rec["runs"] if r.get("fresh")) < FRESH_REPS:
                 try:
                     f = step_fresh(run_dir)
                     row["fresh"] = {k: f.get(k) for k in (
                         "route", "reference", "fresh_speedup", "fresh_speedup_ci",
                         "fresh_p_value", "tuned_speedup", "tuned_speedup_ci",
-                        "speedup_inside_ci", "fresh_round_ratios", "fresh_block_medians_ms")}
+                        "tuned_prediction", "inside_prediction", "fresh_processes",
+                        "fresh_process_speedups", "fresh_wall_s", "speedup_inside_ci")}
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     row["fresh"] = _failure(exc)
             rec["runs"].append(row)
@@ -535,68 +580,6 @@ def step_calib(work: Path, config: str, reps: int, timeout: float, tag: str) -> 
 
 
 # ------------------------------------------------------------------------- process variance
-def step_procvar(run_dir: Path, pairs: int, timeout: float) -> dict:
-    """How much an engine's latency moves between fresh processes: ``pairs`` independent
-    re-measurements (:func:`dossier.replicate.measure`, a fresh process per engine, production
-    load) of the baseline against itself, then of the shipped or best route against the
-    baseline, alone; then once with four processes alive at once (as the confirmation runs)."""
-    import numpy as np
-
-    from dossier import replicate
-    from dossier.backends import get_backend
-    from dossier.cache import TuningCache
-    from dossier.timing import compare
-
-    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
-    h = cache.header
-    timing = h.timing
-    base = next(t for t in cache.trials if t.role == "baseline")
-    target, kind = _best_target(cache)
-    backend = get_backend(h.backend)
-    b_path = run_dir / base.engine
-    env = dict(backend.loader_env(b_path))
-    plans: list[tuple[str, list[tuple[Path, str]]]] = []
-    for _ in range(pairs):
-        plans.append(("aa", [(b_path, h.baseline_route)] * 2))
-    if target is not None and target.engine:
-        t_path = run_dir / target.engine
-        env.update(backend.loader_env(t_path))
-        for _ in range(pairs):
-            plans.append(("target", [(b_path, h.baseline_route), (t_path, target.route)]))
-        plans.append(("four", [(b_path, h.baseline_route)] * 2
-                      + [(t_path, target.route)] * 2))
-    rec: dict[str, Any] = {"step": "procvar", "run_dir": str(run_dir), "target": kind,
-                           "route": target.route if target else None, "measures": []}
-    t0 = time.perf_counter()
-    for label, engines in plans:
-        if time.perf_counter() - t0 > timeout - 40:
-            rec["stopped"] = "time budget"
-            break
-        try:
-            m = replicate.measure(h.backend, engines, Path(h.validation_path), timing,
-                                  builder=dict(h.builder), shapes=h.shapes, env=env)
-        except Exception as exc:  # noqa: BLE001 - record and go on
-            rec["measures"].append({"plan": label, **_failure(exc)})
-            continue
-        block_medians = [[float(np.median(b)) for b in eng] for eng in m.rounds]
-        comp = compare(m.rounds[0], m.rounds[1], timing, procedure="independent")
-        entry = {"plan": label, "wall_s": round(m.wall_s, 2),
-                 "block_medians_ms": block_medians,
-                 "engine_median_ms": [float(np.median(x)) for x in block_medians],
-                 "speedup": comp.speedup, "speedup_ci": [comp.speedup_ci_low,
-                                                         comp.speedup_ci_high],
-                 "p_value": comp.p_value}
-        if label == "four":
-            c2 = compare(m.rounds[0], m.rounds[2], timing, procedure="independent")
-            entry["target_speedup"] = c2.speedup
-            entry["target_speedup_ci"] = [c2.speedup_ci_low, c2.speedup_ci_high]
-        rec["measures"].append(entry)
-    rec["ok"] = bool(rec["measures"])
-    rec["wall_s"] = round(time.perf_counter() - t0, 2)
-    return rec
-
-
-# ---------------------------------------------------------------------------------- bundle
 def _cli(args: list[str], timeout: float, keep: int = 6000) -> dict:
     cmd = [sys.executable, "-m", "dossier_cli.main", *args]
     t0 = time.perf_counter()
@@ -690,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     default_work = REPO_ROOT / "bench" / "work" / "h200"
-    for name in ("env", "eager", "tune", "aa", "calib", "fresh", "procvar", "bundle", "merge"):
+    for name in ("env", "eager", "tune", "aa", "calib", "fresh", "bundle", "merge"):
         p = sub.add_parser(name)
         if name != "merge":
             p.add_argument("--json", type=Path, required=True)
@@ -710,13 +693,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-fresh", action="store_true")
         if name in ("aa", "calib"):
             p.add_argument("--reps", type=int, default=10)
-        if name in ("fresh", "procvar", "bundle"):
+        if name in ("fresh", "bundle"):
             p.add_argument("--run", type=Path, required=True)
         if name == "bundle":
             p.add_argument("--out", type=Path, required=True)
-            p.add_argument("--timeout", type=float, default=300.0)
-        if name == "procvar":
-            p.add_argument("--pairs", type=int, default=4)
             p.add_argument("--timeout", type=float, default=300.0)
         if name == "merge":
             p.add_argument("--dir", type=Path, required=True)
@@ -744,8 +724,6 @@ def main(argv: list[str] | None = None) -> int:
                 rec = {"step": "fresh", **_failure(exc)}
         elif args.cmd == "bundle":
             rec = step_bundle(args.run, args.out, args.timeout)
-        elif args.cmd == "procvar":
-            rec = step_procvar(args.run, args.pairs, args.timeout)
         else:
             step_merge(args.dir, args.out, args.tag)
             return 0

@@ -247,63 +247,13 @@ def summarize(results: list[dict]) -> dict:
 
 def _reanalyse(doc: dict, search: str, fresh: dict | None,
                processes: int | None = None) -> dict | None:
-    """A search (``search``: its folder under the tag, e.g. ``resnet50_b1-calib-03``) confirmed
-    in process generations, re-decided with today's rule:
-    every confirmation reading recomputed from the rounds kept in its tuning cache
-    (``caches-<tag>.tar.gz`` beside the result file) by :func:`dossier.timing.compare` (a
-    candidate's interval also covers a new generation's reading, the A/A's the generations'
-    mean), then :func:`dossier.decision.decide`. None when the search ran in one generation
-    (``processes``, or its cache header's when None) or its cache is not there. ``fresh``: an
-    independent re-measurement, ``{"route": ..., "speedup": ...}``; ``fresh_inside`` is None
-    unless it re-measured the route shipped under today's rule."""
-    import tarfile
-    import tempfile
-
-    from dossier.cache import TuningCache
-    from dossier.decision import confirmation_comparison, decide
-    from dossier.timing import unflatten
-
-    if (processes is not None and processes < 2) or not doc.get("_file"):
-        return None
-    tag = doc.get("tag")
-    archive = Path(doc["_file"]).with_name(f"caches-{tag}.tar.gz")
-    member = f"{tag}/{search}/tuning-cache.jsonl"
-    try:
-        with tarfile.open(archive) as tar, tempfile.TemporaryDirectory() as tmp:
-            f = tar.extractfile(member)
-            if f is None:
-                return None
-            path = Path(tmp) / "tuning-cache.jsonl"
-            path.write_bytes(f.read())
-            cache = TuningCache.open(path)
-    except (OSError, KeyError, tarfile.TarError):
-        return None
-    settings = cache.header.timing
-    if settings.confirm_processes < 2:
-        return None
-    trials = cache.trials
-    base = next(t for t in trials if t.role == "baseline")
-    confirms = [t for t in trials if t.role == "confirm"]
-    k = len({t.route for t in confirms if t.route != base.route})
-    redone = []
-    for t in trials:
-        if t.role == "confirm" and t.samples_ms and t.baseline_samples_ms:
-            c = confirmation_comparison(
-                unflatten(t.baseline_samples_ms, t.baseline_sample_rounds or []),
-                unflatten(t.samples_ms, t.sample_rounds or []), settings,
-                aa=t.route == base.route, candidates=k)
-            t = t.model_copy(update={"comparison": c})
-        redone.append(t)
-    d = decide(redone, settings)
-    if not d.gain or d.speedup is None:
-        return {"gain": False, "reason": d.reason, "fresh_inside": None, "excludes_one": None}
-    ci = [d.speedup_ci_low, d.speedup_ci_high]
-    win = [t for t in redone if t.role == "confirm" and t.route == d.shipped_route]
-    gens = win[-1].comparison.generation_speedups if win and win[-1].comparison else None
-    again = (fresh or {}).get("speedup") if (fresh or {}).get("route") == d.shipped_route else None
-    return {"gain": True, "speedup": d.speedup, "speedup_ci": ci, "generation_speedups": gens,
-            "fresh_inside": (ci[0] <= again <= ci[1]) if again is not None else None,
-            "excludes_one": ci[0] is not None and ci[0] > 1.0}
+    """A recorded search re-decided with today's rule: never possible for the searches kept
+    here, so always None. They confirmed with one process per engine (in process
+    generations); today's confirmation times the baseline, its A/A load and the candidates in
+    the same measuring process and tests the difference per process, a measurement those
+    records do not hold. They are reported as they were decided."""
+    del doc, search, fresh, processes
+    return None
 
 
 def _calib(runs: list[dict], split: bool = True) -> dict:

@@ -34,10 +34,10 @@ from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
-from dossier.timing import TimingSettings
+from dossier.timing import PROCESS_TEST, TimingSettings
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
-from dossier.verdict import speed_verdict
+from dossier.verdict import judge
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle, Manifest
@@ -76,8 +76,8 @@ class HeadToHead(_Model):
     """Index of the trial record the numbers come from (a confirmation record, or the search
     trial itself)."""
     source: Literal["confirmation", "screening"]
-    """confirmation: the independent re-measurement (a fresh process per engine); screening:
-    the search trial."""
+    """confirmation: the re-measurement that decides (measuring processes of their own, each
+    with the baseline, its A/A load and the candidates); screening: the search trial."""
     shipped: bool
     """True when this route ships (a significant gain); False: the best candidate, which did not."""
     candidate: Latency
@@ -97,7 +97,8 @@ class HeadToHead(_Model):
     p_value: float
     """Its p-value."""
     alpha: float
-    """The level it was judged at (alpha / k, Bonferroni, in the confirmation round)."""
+    """The level it was judged at, as the reading recorded it (the confirmation: alpha /
+    (k x looks), Bonferroni over the k candidates and the looks of its sequential design)."""
     rounds: int | None = None
     """Rounds the speedup, interval and test were computed over (None in older records)."""
     round_ratio_low: float | None = None
@@ -107,8 +108,20 @@ class HeadToHead(_Model):
     round_ratio_high: float | None = None
     """The largest of the per-round ratios."""
     generation_speedups: list[float] | None = None
-    """An independent measurement in process generations: each generation's own speedup. The
-    interval then also covers a new generation's reading (a prediction interval over these)."""
+    """Older records: an independent measurement in process generations, each generation's own
+    speedup."""
+    processes: int | None = None
+    """The confirmation: measuring processes the figures are over (the unit of replication)."""
+    process_speedups: list[float] | None = None
+    """Each measuring process's reading (against the A/A load in that process)."""
+    prediction_low: float | None = None
+    """Lower end of the prediction interval for one new process (what ``verify --rebench``
+    is expected to read)."""
+    prediction_high: float | None = None
+    """Its upper end."""
+    against: Literal["baseline", "aa"] = "baseline"
+    """What the speedup is over: the baseline, or the A/A's second load of it in the same
+    processes (the confirmation tests the candidate's difference from the A/A)."""
     significant: bool
     """p_value < alpha."""
     min_effect: float
@@ -118,7 +131,7 @@ class HeadToHead(_Model):
     interval_includes_one: bool
     """The speedup's interval includes 1.0 (no difference is plausible)."""
     verdict: str = ""
-    """What these figures show, in words (:func:`dossier.verdict.speed_verdict`)."""
+    """What these figures show, in words (:func:`dossier.verdict.judge`)."""
 
 
 class RunnerUp(_Model):
@@ -198,7 +211,7 @@ class OneKnobEffect(_Model):
     """Two-sided Mann-Whitney U p-value."""
     verdict: Literal["faster", "slower", "no significant effect"]
     """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
-    (:func:`dossier.verdict.speed_verdict`)."""
+    (:func:`dossier.verdict.judge`)."""
 
 
 class ModelEffect(_Model):
@@ -326,6 +339,8 @@ class AACheck(_Model):
     """``screening`` (trial 0) or ``independent`` (the confirmation's A/A)."""
     rounds: int | None = None
     """Rounds it was computed over."""
+    processes: int | None = None
+    """Measuring processes it was computed over (the confirmation's A/A)."""
     significant: bool = False
     """p below alpha and the reading at least the minimum effect away from 1.0: the decision
     rule ships nothing."""
@@ -573,7 +588,9 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     baseline = next((t for t in trials if t.role == "baseline"), None)
     imported = next((t.extra["source"] for t in trials if t.extra.get("source") == TRTEXEC), None)
     h2h = _head_to_head(trials, decision, settings)
-    confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"}), 1)
+    base_route = baseline.route if baseline else None
+    confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"
+                                              and t.route != base_route}), 1)
     counts: dict[str, int] = {}
     for t in main:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
@@ -628,8 +645,10 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
         knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
-        aa_check=_aa(baseline, settings, decision.aa) if baseline else None,
-        confirm_aa_check=next((_aa(t, settings, decision.confirm_aa) for t in reversed(trials)
+        aa_check=_aa(baseline, settings, decision.aa, vetoes=decision.aa_stops)
+        if baseline else None,
+        confirm_aa_check=next((_aa(t, settings, decision.confirm_aa, vetoes=decision.aa_stops)
+                               for t in reversed(trials)
                                if baseline and t.role == "confirm"
                                and t.route == baseline.route), None),
         # an imported record's fingerprint is the "unknown host" placeholder, not a host
@@ -670,7 +689,6 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
     confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None
                 and t.route != decision.baseline_route}
     search = {t.route: t for t in trials if t.role == "search"}
-    k = max(len(confirms), 1)
     if decision.gain:
         route = decision.shipped_route
         record = confirms.get(route) or search.get(route)
@@ -683,7 +701,7 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         return None
     c, tm = record.comparison, record.timing
     confirmed = record.role == "confirm"
-    alpha = settings.alpha / k if confirmed else settings.alpha
+    alpha = _alpha(c, settings, max(len(confirms), 1) if confirmed else 1)
     origin = search.get(record.route)
     spread: tuple[float | None, float | None] = c.round_range() or (None, None)
     return HeadToHead(
@@ -697,11 +715,19 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         rounds=c.rounds,
         round_ratio_low=spread[0], round_ratio_high=spread[1],
-        generation_speedups=c.generation_speedups,
+        generation_speedups=c.generation_speedups, processes=c.processes,
+        process_speedups=c.process_speedups, prediction_low=c.prediction_low,
+        prediction_high=c.prediction_high, against=c.against or "baseline",
         significant=c.p_value < alpha, min_effect=settings.min_effect,
         reaches_min_effect=c.speedup >= 1 + settings.min_effect,
         interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
-        verdict=speed_verdict(c, alpha=alpha, min_effect=settings.min_effect).text)
+        verdict=judge(c, alpha=alpha, min_effect=settings.min_effect).text)
+
+
+def _alpha(c: Comparison, settings: TimingSettings, k: int = 1) -> float:
+    """The level a reading was judged at: the one it records; for older records, alpha / k
+    (k: the candidates of the confirmation, the A/A not among them)."""
+    return c.level if c.level is not None else settings.alpha / max(k, 1)
 
 
 def _cmp(t: TrialRecord) -> Comparison:
@@ -724,7 +750,7 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
             return ["only the baseline was measured"]
         return ["no other route was admissible"]
     record = next(t for t in trials if t.index == h2h.measured_in)
-    v = speed_verdict(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
+    v = judge(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
     if v.label == "slower":
         return [f"it was slower than the baseline ({v.figures} < alpha={h2h.alpha:.2g})"]
     if v.label == "faster":  # faster, yet not shipped: say which part of the rule stopped it
@@ -733,8 +759,14 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
 
 
 def _stopped_by(record: TrialRecord, decision: DecisionRecord) -> str:
-    """Why a route that read faster did not ship, from the readings the decision recorded."""
+    """Why a route that read faster did not ship, from the readings the decision recorded
+    (in older records an A/A reading could stop a release, or a gain had to clear its upper
+    end; today the confirmation alone decides)."""
     c = _cmp(record)
+    if c.test == PROCESS_TEST:
+        return "it was not confirmed"
+    if record.role == "search" and decision.candidates:
+        return "the confirmation, which decides, did not confirm it"
     for aa, where in ((decision.aa, "A/A check"), (decision.confirm_aa, "confirmation's A/A")):
         if aa is not None and aa.significant:
             return f"the {where} read {aa.text()}, which stops the release"
@@ -749,7 +781,9 @@ def _stopped_by(record: TrialRecord, decision: DecisionRecord) -> str:
 def test_name(test: str) -> str:
     """A significance test's name in words."""
     return {"mann-whitney-u": "two-sided Mann-Whitney U",
-            "wilcoxon-signed-rank-rounds": "two-sided Wilcoxon signed-rank over rounds"}.get(test, test)
+            "wilcoxon-signed-rank-rounds": "two-sided Wilcoxon signed-rank over rounds",
+            PROCESS_TEST: "Student's t over measuring processes (a candidate: one-sided, "
+                          "against the minimum effect)"}.get(test, test)
 
 
 def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
@@ -806,7 +840,7 @@ def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[
         if len(diff) != 1:
             continue
         c = t.comparison
-        verdict = speed_verdict(c, alpha=settings.alpha, min_effect=settings.min_effect).label
+        verdict = judge(c, alpha=settings.alpha, min_effect=settings.min_effect).label
         out.append(OneKnobEffect(
             knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
             trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
@@ -880,19 +914,38 @@ def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str
                      effects=effects)
 
 
-def _aa(baseline: TrialRecord, settings: TimingSettings,
-        recorded: Reading | None = None) -> AACheck | None:
+def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | None = None, *,
+        vetoes: bool = True) -> AACheck | None:
     """The A/A check of ``baseline`` (trial 0, or the confirmation's A/A record). Whether it
     was significant is what the decision recorded for this record (``recorded``, the decision
     record's ``aa`` or ``confirm_aa``: the reading the release was decided on, under the rule in
-    force then); only a decision that recorded no reading of it is judged by today's rule."""
+    force then); only a decision that recorded no reading of it is judged by today's rule.
+    ``vetoes``: the decision was taken by an older rule, under which a significant A/A stopped
+    the release (today's confirmation tests each candidate against the A/A instead)."""
     c = baseline.comparison
-    reading = baseline.reading(settings.alpha, settings.min_effect)
+    level = c.level if c is not None and c.level is not None else settings.alpha
+    reading = baseline.reading(level, settings.min_effect)
     if c is None or reading is None:
         return None
     if recorded is not None and recorded.trial_index == baseline.index \
             and recorded.rounds == c.rounds:
         reading = recorded
+    if not vetoes:
+        inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
+        where = ("in the same measuring processes: the confirmation tests each candidate "
+                 "against this second load, so a difference between loads cancels"
+                 if c.test == PROCESS_TEST else
+                 "in screening, which only ranks: the confirmation decides")
+        verdict = (f"two loads of the same engine read apart ({reading.text()}), {where}"
+                   if reading.significant else
+                   f"as expected: no significant difference between two loads of the same "
+                   f"engine ({where})")
+        return AACheck(trial_index=baseline.index, procedure=reading.procedure,
+                       rounds=reading.rounds, processes=reading.processes,
+                       significant=reading.significant,
+                       speedup=reading.speedup, speedup_ci_low=reading.speedup_ci_low,
+                       speedup_ci_high=reading.speedup_ci_high, p_value=reading.p_value,
+                       includes_one=inside, verdict=verdict)
     m = settings.min_effect
     inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
     significant = reading.significant
@@ -972,13 +1025,14 @@ def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> li
 def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
                 settings: TimingSettings, confirm_alpha: float) -> TrialFact:
     tm, c = t.timing, t.comparison
-    alpha = confirm_alpha if t.role == "confirm" else settings.alpha
+    alpha = (c.level if c is not None and c.level is not None
+             else confirm_alpha if t.role == "confirm" else settings.alpha)
     return TrialFact(
         index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
         reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),
         baseline_median_ms=c.baseline.median_ms if c else None,
         verdict=None if c is None else
-        speed_verdict(c, alpha=alpha, min_effect=settings.min_effect).label,
+        judge(c, alpha=alpha, min_effect=settings.min_effect).label,
         median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
         ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,

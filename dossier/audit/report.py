@@ -217,15 +217,35 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
             hovertext=[f"#{t.index}: baseline alongside {t.baseline_median_ms:.3f} ms, "
                        f"{_num(t.speedup, '.3f')}x, {t.verdict}" for t in paired],
             hoverinfo="text", showlegend=True))
-    fig.update_yaxes(title_text="latency per sample (ms)", rangemode="tozero")
-    p95 = max(float(np.percentile(samples[t.index], 95)) for t in timed)
-    top = max(max(samples[t.index]) for t in timed)
-    if top > 3 * p95:  # a few stragglers would squash every box: clip, and say so
-        fig.update_yaxes(range=[0, 1.5 * p95],
-                         title_text="latency per sample (ms; clipped, zoom out for outliers)")
+    fig.update_yaxes(**latency_axis([samples[t.index] for t in timed]))
     fig.update_xaxes(title_text="trial (blue: baseline, green: ok, orange: rejected, grey: "
                      "confirmation)")
     return fig
+
+
+LOG_AXIS_SPREAD = 4.0
+"""Latencies spread wider than this factor (slowest trial's 99th percentile over the fastest
+trial's 1st) get a log axis; closer ones a linear axis fitted to them."""
+
+
+def latency_axis(series: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The latency plot's y axis, fitted to the samples (1st to 99th percentile of every trial,
+    so a few stragglers do not squash the boxes, as a zero-based axis did: boxes of 0.2-0.5 ms
+    flat on an axis to 50 ms); log when the trials differ by more than LOG_AXIS_SPREAD."""
+    lo = min(float(np.percentile(x, 1)) for x in series)
+    hi = max(float(np.percentile(x, 99)) for x in series)
+    log = lo > 0 and hi / lo > LOG_AXIS_SPREAD
+    if log:
+        bottom, top = lo / 1.15, hi * 1.15
+    else:
+        pad = max(0.08 * (hi - lo), 0.02 * hi, 1e-6)
+        bottom, top = max(0.0, lo - pad), hi + pad
+    outside = sum(1 for x in series for v in x if v < bottom or v > top)
+    note = f"; {outside} sample(s) beyond the axis: zoom out" if outside else ""
+    if log:
+        return dict(type="log", range=[float(np.log10(bottom)), float(np.log10(top))],
+                    title_text=f"latency per sample (ms, log axis{note})")
+    return dict(type="linear", range=[bottom, top], title_text=f"latency per sample (ms{note})")
 
 
 def _err(t: TrialFact) -> tuple[float, float]:

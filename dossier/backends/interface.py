@@ -435,11 +435,12 @@ class Backend(abc.ABC):
         None by default."""
         return []
 
-    GPU_TIMING: dict[str, object] = {"confirm_processes": 3}
-    """The timing defaults of engines that run on a GPU: a confirmation in 3 process
-    generations. On the H200 a launch-bound baseline kept one of two speeds for a process's
-    life, so a confirmation in one generation recorded intervals that the next process's
-    reading missed (see :func:`dossier.timing.generation_interval`)."""
+    GPU_TIMING: dict[str, object] = {"confirm_processes": 6}
+    """The timing defaults of engines that run on a GPU: the confirmation's first look after 6
+    measuring processes. On the H200 a CUDA graph's gain over a launch-bound baseline ranged
+    2.2x-3.7x from process to process (sd of its log about 0.14), so 5 processes left a 95%
+    interval reaching below 2x; 6 narrow it, at about 6-10 s a process.
+    (:mod:`dossier.confirmation`)."""
 
     def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
         """``[timing]`` settings engines built with ``route`` need unless the spec sets them

@@ -18,6 +18,7 @@ extraction is never used.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -197,6 +198,40 @@ def scan_archive(index: ArchiveIndex, hasher: Callable[[BinaryIO], _T]) -> dict[
     for rel in index.members:
         with open_member(index, rel) as src:
             out[rel] = hasher(src)
+    return dict(sorted(out.items()))
+
+
+def scan_members(archive: Path, hasher: Callable[[BinaryIO], _T]) -> dict[str, _T]:
+    """``hasher`` over every file member of ``archive`` (manifest.json included, when there),
+    by bundle path, streamed in place; nothing is written. For an archive whose manifest
+    cannot be read (the signature check of a bundle whose manifest.json no longer parses): the
+    member headers are checked by the same rules as :func:`index_archive`'s (absolute paths,
+    ``..``, links, devices, duplicates, members outside the bundle folder: UnsafeArchiveError;
+    more than MAX_MEMBERS, a truncated archive: BundleFormatError), against a file table made
+    of the members themselves instead of the manifest's."""
+    archive = Path(archive)
+    try:
+        tar = tarfile.open(archive, mode="r:", encoding="utf-8")  # uncompressed only
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleFormatError(f"{archive} is neither a bundle folder nor a bundle archive "
+                                f"({exc})") from exc
+    with tar:
+        members = _headers(tar, archive)
+    manifests = [m.name for m in members
+                 if m.name.count("/") == 1 and m.name.split("/")[1] == MANIFEST_NAME]
+    root = (manifests[0] if manifests else members[0].name).split("/")[0]
+    table: dict[str, FileEntry] = {}
+    for m in members:
+        rel = m.name[len(root) + 1:]
+        if m.isreg() and m.name.startswith(root + "/") and rel != MANIFEST_NAME:
+            with contextlib.suppress(ValueError):  # a path the member checks refuse below
+                table.setdefault(rel, FileEntry(path=rel, size=m.size, digest="0" * 32))
+    out: dict[str, _T] = {}
+    for m, rel in _check_members(members, root, table, archive):
+        if m.isreg():
+            with open(archive, "rb", buffering=0) as f:
+                f.seek(m.offset_data)
+                out[rel] = hasher(_Slice(f, m.size))  # type: ignore[arg-type]
     return dict(sorted(out.items()))
 
 

@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING, Protocol
 from dossier.errors import InputError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
+    from dossier.confirmation import MeasureProcess
     from dossier.fingerprint import Fingerprint
-    from dossier.replicate import Measured
     from dossier.routes import Route
     from dossier.timing import TimingSettings
     from dossier.tuner import Prepared, Tuner
@@ -45,11 +43,10 @@ class Executor(Protocol):
         """Trial ``index``'s result, and its build plus measure seconds; an ``ok`` trial's engine
         is written to ``req.engine`` (checked against its digest)."""
 
-    def confirm(self, engines: list[tuple[Path, str]], timing: TimingSettings,
-                env: dict[str, str]) -> Measured:
-        """The independent confirmation (:func:`dossier.replicate.measure` of ``engines``,
-        (path, route) each) on one device; ``env``: what the driver's processes would need
-        (a worker computes its own)."""
+    def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
+        """The confirmation's measuring processes (:mod:`dossier.confirmation`), each run on
+        one device; ``env``: what the driver's processes would need (a worker computes its
+        own)."""
 
     def drop_pending(self) -> None:
         """Forget jobs started ahead (the search ends or failed)."""

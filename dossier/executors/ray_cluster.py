@@ -204,25 +204,24 @@ class MeasureWorker:
         return (result.model_dump_json(), data, digest_bytes(data) if data is not None else None,
                 time.perf_counter() - t0)
 
-    def confirm(self, timing_json: str, routes: list[str], builder: dict[str, Any],
-                shapes: list[dict[str, Any]], files: list[tuple[str, str]],
-                *data: bytes) -> dict[str, Any]:
-        """The independent confirmation (:mod:`dossier.replicate`: one fresh process per
-        engine) on this worker's device; ``files``: (name, digest) of each engine, in the order
-        of ``routes``, their bytes in ``data``."""
+    def measure_process(self, timing_json: str, routes: list[str], builder: dict[str, Any],
+                        shapes: list[dict[str, Any]], files: list[tuple[str, str]], offset: int,
+                        *data: bytes) -> dict[str, Any]:
+        """One measuring process of the confirmation (:mod:`dossier.confirmation`) on this
+        worker's device; ``files``: (name, digest) of each engine, in the order of ``routes``,
+        their bytes in ``data``."""
         from dataclasses import asdict
 
-        from dossier import replicate
+        from dossier import confirmation
         from dossier.spec import ShapeEntry
         from dossier.timing import TimingSettings
 
         paths = [self._keep(n, d, b) for (n, d), b in zip(files, data, strict=True)]
-        measured = replicate.measure(
-            self.backend.name, list(zip(paths, routes, strict=True)), self.vset,
-            TimingSettings.model_validate_json(timing_json), builder=builder,
-            shapes=[ShapeEntry.model_validate(x) for x in shapes], work=self.root / "confirm",
-            env=self._env(*paths))
-        return asdict(measured)
+        measure = confirmation.local_processes(
+            self.backend.name, self.vset, TimingSettings.model_validate_json(timing_json),
+            builder=builder, shapes=[ShapeEntry.model_validate(x) for x in shapes],
+            work=self.root / "confirm", env=self._env(*paths))
+        return asdict(measure(list(zip(paths, routes, strict=True)), offset))
 
 
 # --------------------------------------------------------------------------------- the driver
@@ -567,24 +566,27 @@ class RayExecutor:
         self._pump()
         return result, seconds + build_s
 
-    def confirm(self, engines: list[tuple[Path, str]], timing: Any,
-                env: dict[str, str]) -> Any:
-        from dossier.replicate import Measured
+    def measure_process(self, timing: Any, env: dict[str, str]) -> Any:
+        from dossier.confirmation import ProcessRun
 
-        blobs = [self._blob(Path(p)) for p, _ in engines]
-        files = [(Path(p).name, d) for (p, _), (d, _) in zip(engines, blobs, strict=True)]
         spec = self.p.spec
-        for _ in range(ATTEMPTS):
-            self._settle()
-            w = self._workers[0]
-            try:
-                return Measured(**self.ray.get(w.handle.confirm.remote(
-                    timing.model_dump_json(), [r for _, r in engines], dict(spec.builder),
-                    [x.model_dump(mode="json") for x in spec.shapes], files,
-                    *[ref for _, ref in blobs])))
-            except self.ray.exceptions.RayActorError as exc:
-                self._lost(w, None, exc)
-        raise TuneError("the measure worker died twice during the confirmation round")
+
+        def run(engines: Any, offset: int) -> ProcessRun:
+            blobs = [self._blob(Path(p)) for p, _ in engines]
+            files = [(Path(p).name, d) for (p, _), (d, _) in zip(engines, blobs, strict=True)]
+            for _ in range(ATTEMPTS):
+                self._settle()
+                w = self._workers[0]
+                try:
+                    return ProcessRun(**self.ray.get(w.handle.measure_process.remote(
+                        timing.model_dump_json(), [r for _, r in engines], dict(spec.builder),
+                        [x.model_dump(mode="json") for x in spec.shapes], files, offset,
+                        *[ref for _, ref in blobs])))
+                except self.ray.exceptions.RayActorError as exc:
+                    self._lost(w, None, exc)
+            raise TuneError("the measure worker died twice during the confirmation")
+
+        return run
 
     def _settle(self) -> None:
         """Wait for the measure jobs still running (their results are not needed)."""

@@ -27,6 +27,7 @@ killed never leaves anything that looks like a bundle.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -117,7 +118,8 @@ class Pulled:
     cached: bool = False
     """True when an intact copy was in the cache and nothing was downloaded."""
     signatures: list[Path] = field(default_factory=list)
-    """Signature envelopes found as referrers (:func:`fetch_bundle` only)."""
+    """Signature envelopes found as referrers (:func:`fetch_bundle`: each one as found;
+    :func:`pull_bundle`: the one written beside the bundle, if any)."""
 
 
 # ------------------------------------------------------------------------------------- push
@@ -247,14 +249,29 @@ def pull_bundle(source: str, out_dir: Path, *, insecure: bool = False) -> Pulled
     """Pull ``source`` (``REGISTRY/REPO:TAG`` or ``@sha256:...``) into
     ``out_dir/NAME-VERSION.dossier``, verified on arrival (see the module docstring).
 
-    OutputError when the bundle folder exists already (never overwritten); DigestMismatchError
-    or IntegrityError (exit 6) for content that does not match; RegistryError and its kinds
-    for the registry's failures. Nothing is left at the target on failure.
+    The signature referrers the registry holds for it are checked against the pulled files
+    and written beside the bundle (``OUT/NAME-VERSION.dossier.sig.json``, where ``verify``
+    looks; :func:`~dossier.registry.referrers.keep_beside`), so that ``verify`` of the pulled
+    copy judges its signature as ``verify REF`` does; ``signatures`` names that file.
+
+    OutputError when the bundle folder or its signature file exists already (never
+    overwritten); DigestMismatchError or IntegrityError (exit 6) for content that does not
+    match; SignatureError (exit 13) when the registry holds signature referrers and none
+    passes; RegistryError and its kinds for the registry's failures. Nothing is left at the
+    target on failure.
     """
+    from dossier.registry.referrers import keep_beside
+
     ref = parse_reference(source)
     client = connect(ref, insecure=insecure)
     body, digest, _ = _get_manifest(client, ref)
-    return _pull(client, ref, body, digest, Path(out_dir))
+    pulled = _pull(client, ref, body, digest, Path(out_dir))
+    try:
+        signature = keep_beside(client, digest, pulled.path)
+    except BaseException:
+        shutil.rmtree(pulled.path, ignore_errors=True)  # this pull made it: nothing is left
+        raise
+    return dataclasses.replace(pulled, signatures=[signature] if signature else [])
 
 
 def _get_manifest(client: RegistryClient, ref: Reference) -> tuple[bytes, str, str]:

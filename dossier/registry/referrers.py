@@ -20,13 +20,15 @@ types) before the envelope is handed to :func:`dossier.signing.check_signature`.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dossier.bundle.integrity import BundleScan
 from dossier.bundle.reader import Bundle
-from dossier.errors import BundleFormatError, DossierError, SignatureError
+from dossier.errors import BundleFormatError, DossierError, OutputError, SignatureError
 from dossier.hashing import canonical_json
 from dossier.registry.client import (
     MANIFEST_MAX_BYTES,
@@ -97,8 +99,6 @@ def _fallback_tag(digest: str) -> str:
 
 
 def _index(body: bytes, where: str) -> dict[str, Any]:
-    import json
-
     try:
         index = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -132,8 +132,6 @@ def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list
     """Download every signature envelope referring to ``subject`` into ``folder`` (named by
     their sha256); their paths. Each referrer is checked: its manifest's digest, its subject,
     its types, its envelope's digest and size."""
-    import json
-
     out = []
     for desc in list_signatures(client, subject):
         got = client.get_manifest(desc["digest"])
@@ -157,6 +155,54 @@ def fetch_signatures(client: RegistryClient, subject: str, folder: Path) -> list
 def _keep(folder: Path, name: str, data: bytes) -> Path:
     write_envelope(folder / name, data, replace=True)
     return folder / name
+
+
+def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path | None:
+    """Write the signature referrers of ``subject`` that pass against the bundle folder just
+    pulled to ``bundle_path`` beside it, where ``verify`` looks for its signature
+    (:func:`~dossier.sigfile.signature_path`); that file, or None when the registry holds no
+    signature referrer. Each envelope is checked as ``verify REF`` checks one (every signature
+    against the public key it carries, the subjects' BLAKE3, which every statement format
+    carries, against the files, read once for all);
+    those over one statement are kept as one co-signed envelope (the statement most signed,
+    when they sign several). SignatureError (the first envelope's) when none passes;
+    OutputError when another file is in the way."""
+    import tempfile
+
+    from dossier.bundle.integrity import scan_bundle
+    from dossier.bundle.reader import open_bundle
+    from dossier.dsse import parse_envelope
+    from dossier.hashing import BLAKE3
+    from dossier.sigfile import signature_path
+    from dossier.signing import cosigned, read_envelope_bytes
+
+    with tempfile.TemporaryDirectory(prefix="dossier-referrers-") as tmp:
+        found = fetch_signatures(client, subject, Path(tmp))
+        if not found:
+            return None
+        passed: dict[bytes, list[Path]] = {}
+        errors: list[SignatureError] = []
+        with open_bundle(bundle_path) as bundle:
+            scan = scan_bundle(bundle, [BLAKE3])
+            for envelope in found:
+                try:
+                    check_signature(bundle, (), signature=envelope, scan=scan)
+                except SignatureError as exc:  # noqa: PERF203 - a few envelopes at most
+                    errors.append(exc)
+                    continue
+                body = parse_envelope(read_envelope_bytes(envelope)).body
+                passed.setdefault(body, []).append(envelope)
+        if not passed:
+            raise errors[0]
+        data = cosigned(max(passed.values(), key=len))  # the first of the most signed
+    target = signature_path(bundle_path)
+    if os.path.lexists(target):
+        if target.is_file() and not target.is_symlink() and target.read_bytes() == data:
+            return target
+        raise OutputError(f"{target} exists already", hint="signatures are never overwritten; "
+                          "pull into another --out")
+    write_envelope(target, data, replace=False)
+    return target
 
 
 def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
@@ -184,5 +230,5 @@ def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
 
 
 __all__ = ["EMPTY_TYPE", "ENVELOPE_TYPE", "SIGNATURE_TYPE", "attach_signature",
-           "check_referrer_signatures", "fetch_signatures", "list_signatures",
+           "check_referrer_signatures", "fetch_signatures", "keep_beside", "list_signatures",
            "signature_manifest"]

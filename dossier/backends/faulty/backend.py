@@ -8,6 +8,14 @@ sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fai
 process when the engine is loaded (SIGKILL to the parent: a Ray measure worker lost mid-trial;
 never use it with the local executor, whose parent is the search itself), ``kill_worker_once``
 does so only the first time for a trial (a marker under DOSSIER_FAULT_DIR remembers it).
+
+Two more test-only knobs, both load-time (the engine is the baseline's, byte for byte), are the
+timing calibration's ground truth. With ``pace=held`` every run busy-waits until 2.0 ms have
+passed since it began; ``gain`` then shortens that hold by a known factor, so a route's true
+speedup is known exactly: ``x1.25`` holds to 1.6 ms, ``x1.05`` to 2.0/1.05 ms, and ``aa`` to
+2.0 ms (the default's twin under another name: an A/A route). A busy-wait rather than a sleep,
+so that a loaded host delays it as it delays real work. Spec selection:
+``-pace=held -gain=[none|x1.25]``.
 """
 
 from __future__ import annotations
@@ -29,13 +37,29 @@ from dossier.routes import Route
 FAULTS = ("none", "abort", "segv", "hang", "oom", "raise", "nan", "slow", "kill_worker",
           "kill_worker_once")
 
+PACE_MS = 2.0
+"""What one run takes with ``pace=held`` and ``gain=none`` (the model's own time included)."""
+GAINS = {"none": 1.0, "aa": 1.0, "x1.05": 1.05, "x1.25": 1.25}
+"""``gain`` values and the factor by which each shortens the held run."""
+
+
+def hold_ms(route: Route) -> float:
+    """How long each run of ``route`` is held to (0: not held)."""
+    values = route.as_dict()
+    if values.get("pace", "off") != "held":
+        return 0.0
+    return PACE_MS / GAINS.get(values.get("gain", "none"), 1.0)
+
 
 class _FaultyRunner(Runner):
-    def __init__(self, inner: Runner, fault: str) -> None:
-        self._inner, self._fault = inner, fault
+    def __init__(self, inner: Runner, fault: str, pace_ms: float = 0.0) -> None:
+        self._inner, self._fault, self._pace_s = inner, fault, pace_ms / 1000
 
     def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        start = time.perf_counter()
         out = self._inner.run(inputs)
+        while time.perf_counter() - start < self._pace_s:
+            pass
         if self._fault == "nan":
             return {k: np.full_like(v, np.nan) for k, v in out.items()}
         if self._fault == "slow":
@@ -56,10 +80,16 @@ class FaultyBackend(OnnxRuntimeBackend):
         db = super().knob_database_impl()
         fault = Knob(name="fault", values=FAULTS, default="none", phase=KnobPhase.BUILD,
                      help="test-only: break the trial's process in the named way")
-        return db.model_copy(update={"backend": self.name, "knobs": (fault, *db.knobs)})
+        pace = Knob(name="pace", values=("off", "held"), default="off", phase=KnobPhase.LOAD,
+                    help=f"test-only: held, every run takes {PACE_MS} ms (busy-wait)")
+        gain = Knob(name="gain", values=tuple(GAINS), default="none", phase=KnobPhase.LOAD,
+                    help="test-only: with pace=held, shorten every run by this factor (the "
+                         "calibration's ground truth: x1.25 is exactly 1.25 times as fast)")
+        return db.model_copy(update={"backend": self.name,
+                                     "knobs": (fault, pace, gain, *db.knobs)})
 
     def _options(self, route: Route, phase: KnobPhase | None) -> tuple[Any, list[str]]:
-        return super()._options(Route.of({k: v for k, v in route.values if k != "fault"}), phase)
+        return super()._options(_plain(route), phase)
 
     def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
         fault = route.as_dict().get("fault", "none")
@@ -86,7 +116,13 @@ class FaultyBackend(OnnxRuntimeBackend):
                 mark.touch()
                 os.kill(os.getppid(), signal.SIGKILL)
                 time.sleep(60)  # this process dies with its parent (PR_SET_PDEATHSIG)
-        return _FaultyRunner(super().load_impl(engine, route), route.as_dict().get("fault", "none"))
+        return _FaultyRunner(super().load_impl(engine, route),
+                             route.as_dict().get("fault", "none"), hold_ms(route))
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
-        return super().engine_facts(Route.of({k: v for k, v in route.values if k != "fault"}), db)
+        return super().engine_facts(_plain(route), db)
+
+
+def _plain(route: Route) -> Route:
+    """``route`` without the test-only knobs (what ONNX Runtime is given)."""
+    return Route.of({k: v for k, v in route.values if k not in ("fault", "pace", "gain")})

@@ -138,7 +138,7 @@ def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputP
     differ, negative or non-integer dimensions, or a negative / non-finite weight.
     """
     points: list[tuple[dict[str, tuple[int, ...]], float]] = []
-    for i, entry in enumerate(shapes):
+    for i, entry in enumerate(shapes, start=1):  # numbered from 1, as the tuner's messages
         entry = cast(Any, entry)
         if hasattr(entry, "inputs") and hasattr(entry, "weight"):
             mapping, weight = entry.inputs, entry.weight
@@ -160,14 +160,14 @@ def optimization_profile(shapes: Sequence[ShapePoint | Any]) -> dict[str, InputP
         raise InputError("the shape distribution is empty",
                          hint="give at least one [[shapes]] entry with the shape of every input")
     first = points[0][0]
-    for i, (dims, _) in enumerate(points[1:], start=1):
+    for i, (dims, _) in enumerate(points[1:], start=2):
         if set(dims) != set(first):
-            raise InputError(f"shape entry {i} names inputs {sorted(dims)}, entry 0 names "
+            raise InputError(f"shape entry {i} names inputs {sorted(dims)}, entry 1 names "
                              f"{sorted(first)}; every entry gives every input")
         for name, shape in dims.items():
             if len(shape) != len(first[name]):
                 raise InputError(f"input {name!r} has rank {len(shape)} in shape entry {i} and "
-                                 f"rank {len(first[name])} in entry 0")
+                                 f"rank {len(first[name])} in entry 1")
     best = max(range(len(points)), key=lambda k: (points[k][1], -k))
     return {name: InputProfile(
         min=tuple(min(p[0][name][d] for p in points) for d in range(len(first[name]))),

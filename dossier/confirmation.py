@@ -1,0 +1,231 @@
+"""The confirmation: the measurement that decides whether a screened candidate ships.
+
+**The process is the unit; the pairing is inside it.** Each *measuring process* (a worker in
+``measure`` mode, :func:`dossier.worker.run_measure`) loads the baseline, a second load of the
+baseline (the A/A) and the candidates still undecided, in production load configuration, and
+times them in ``confirm_rounds`` rounds of one block each, the first engine rotating from round
+to round and from process to process. A process gives one observation per engine: its log
+speedup over the baseline (:func:`dossier.timing.process_log`). A candidate's observation is
+the *difference* between its log speedup and the A/A's in the same process, so whatever two
+loads of one engine read apart in that process (co-residence, position, the process's state)
+cancels, and the null hypothesis is exactly "the candidate is another load of the baseline".
+
+Processes run one after another. After ``confirm_processes`` of them, and at about 1.5 times as
+many each time after that up to ``confirm_max_processes`` (the *looks*,
+:meth:`~dossier.timing.TimingSettings.looks`), every undecided candidate is tested: Student's t,
+one-sided, of "its mean log difference is at most log(1 + min_effect)", at
+``alpha / (k x L)`` (Bonferroni over the k candidates and the L looks, the plainest
+alpha-spending: stopping early cannot raise the false-positive rate above alpha). A candidate
+whose p is below that level and whose interval excludes 1.0 is *confirmed*; one whose interval
+lies wholly below 1 + min_effect is *futile* (no later look could ship it honestly; dropping it
+only lowers the false-positive rate); both leave the later processes. The confirmation stops
+when every candidate is decided, or at the cap, and says which.
+
+Each reading records the prediction interval for one new process: what ``verify --rebench``
+(the same procedure, on the target host) is expected to read.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dossier.errors import TuneError
+from dossier.spec import ShapeEntry
+from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
+from dossier.trial import Comparison, Outcome, TrialRecord
+
+Status = Literal["confirmed", "futile", "undecided"]
+
+
+@dataclass
+class ProcessRun:
+    """What one measuring process timed: samples per engine (in the order asked), per round,
+    and each engine's warm-up runs."""
+
+    rounds: list[list[list[float]]]
+    warmup_runs: list[int]
+    wall_s: float
+
+
+MeasureProcess = Callable[[Sequence[tuple[Path, str]], int], ProcessRun]
+"""Runs one measuring process over engines ((path, route) each: the baseline, its second load,
+the candidates) with the given rotation offset."""
+
+
+@dataclass
+class Track:
+    """One engine's readings across the measuring processes that timed it."""
+
+    route: str
+    logs: list[float] = field(default_factory=list)
+    """Per process: the log speedup (a candidate: minus the A/A's in that process)."""
+    samples: list[list[float]] = field(default_factory=list)
+    """Its samples per round, over every process that timed it (in order)."""
+    baseline: list[list[float]] = field(default_factory=list)
+    """The baseline's samples of the same rounds."""
+    ratios: list[float] = field(default_factory=list)
+    """Per round: the baseline's block median over this engine's."""
+    warmup_runs: int = 0
+    status: Status = "undecided"
+    look: int | None = None
+    """The look (process count) that decided it."""
+    comparison: Comparison | None = None
+
+
+@dataclass
+class Confirmation:
+    """The outcome: the A/A's reading, each candidate's, and why the measurement stopped."""
+
+    aa: Track
+    candidates: list[Track]
+    processes: int
+    looks: list[int]
+    level: float
+    stopped: str
+    wall_s: float
+
+
+def _median(x: Sequence[float]) -> float:
+    v = sorted(x)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: int) -> None:
+    track.samples.extend(own)
+    track.baseline.extend(base)
+    track.ratios.extend(_median(b) / _median(c) for b, c in zip(base, own) if b and c)
+    track.warmup_runs = max(track.warmup_runs, warm)
+
+
+def judge(track: Track, settings: TimingSettings, level: float, *, aa: bool,
+          baseline_warmup: int = 0) -> Comparison:
+    """The reading of ``track`` so far, judged at ``level`` (the one judge of a confirmation
+    reading: the tuner, ``verify --rebench`` and the benchmarks call it)."""
+    base = [x for block in track.baseline for x in block]
+    return process_compare(track.logs, base, settings, level=level, aa=aa,
+                           round_ratios_=track.ratios, baseline_warmup=baseline_warmup)
+
+
+def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
+            settings: TimingSettings, measure: MeasureProcess, *,
+            on_process: Callable[[int, int, list[str]], None] | None = None,
+            fixed: int | None = None) -> Confirmation:
+    """Run measuring processes until every candidate is decided or the cap is reached (or
+    exactly ``fixed`` processes, deciding once at the end: ``verify --rebench``).
+    ``on_process(n, cap, open_routes)`` is called after each process."""
+    t0 = time.perf_counter()
+    k = len(candidates)
+    looks = [fixed] if fixed else settings.looks()
+    level = settings.alpha / max(k, 1) if fixed else settings.look_level(k)
+    aa = Track(route=baseline[1])
+    tracks = [Track(route=r) for _, r in candidates]
+    open_ = list(range(k))
+    bound = math.log1p(settings.min_effect)
+    n = 0
+    stopped = ""
+    while n < looks[-1]:
+        engines = [baseline, baseline, *(candidates[j] for j in open_)]
+        run = measure(engines, n)
+        n += 1
+        base, second = run.rounds[0], run.rounds[1]
+        d_aa = process_log(base, second, settings.confidence)
+        aa.logs.append(d_aa)
+        _add(aa, base, second, run.warmup_runs[1])
+        for pos, j in enumerate(open_):
+            own = run.rounds[2 + pos]
+            tracks[j].logs.append(process_log(base, own, settings.confidence) - d_aa)
+            _add(tracks[j], second, own, run.warmup_runs[2 + pos])
+        if n in looks:
+            for j in list(open_):
+                c = judge(tracks[j], settings, level, aa=False)
+                tracks[j].comparison = c
+                if c.faster:
+                    tracks[j].status, tracks[j].look = "confirmed", n
+                elif math.log(c.speedup_ci_high) < bound and not fixed:
+                    tracks[j].status, tracks[j].look = "futile", n
+                if tracks[j].status != "undecided":
+                    open_.remove(j)
+        if on_process is not None:
+            on_process(n, looks[-1], [tracks[j].route for j in open_])
+        if not open_ and n in looks:
+            stopped = (f"every candidate was decided after {n} measuring processes"
+                       if k else f"{n} measuring processes")
+            break
+    if not stopped:
+        stopped = (f"stopped at the cap of {n} measuring processes with "
+                   f"{len(open_)} candidate(s) undecided" if open_ else
+                   f"{n} measuring processes")
+    aa.comparison = judge(aa, settings, settings.alpha, aa=True)
+    return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
+                        stopped=stopped, wall_s=time.perf_counter() - t0)
+
+
+def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
+            settings: TimingSettings, first_index: int, started: str) -> list[TrialRecord]:
+    """The confirmation trials a search records: the A/A's, then one per candidate judged
+    (in the order of ``chosen``), numbered from ``first_index``."""
+    out = []
+    for t, track in [(baseline, result.aa), *zip(chosen, result.candidates)]:
+        if track.comparison is None:  # never judged
+            continue
+        samples, rounds = flatten(track.samples)
+        base_samples, base_rounds = flatten(track.baseline)
+        out.append(TrialRecord(
+            index=first_index + len(out), route=t.route, role="confirm", outcome=Outcome.OK,
+            trial_s=result.wall_s, started_at=started,
+            timing=summarize(samples, settings.confidence, track.warmup_runs),
+            comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
+            sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
+            engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
+            extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
+    return out
+
+
+def local_processes(backend: str, validation: Path, settings: TimingSettings, *,
+                    builder: dict[str, Any] | None = None, shapes: Sequence[ShapeEntry] = (),
+                    work: Path, env: dict[str, str] | None = None) -> MeasureProcess:
+    """Measuring processes on this host: one worker child each (its timeout is the trial
+    timeout, its memory limit the trial memory limit), requests and logs under ``work``."""
+    from dossier.child import run_child
+    from dossier.worker import MeasuredResult, WorkerRequest
+
+    work.mkdir(parents=True, exist_ok=True)
+
+    def run(engines: Sequence[tuple[Path, str]], offset: int) -> ProcessRun:
+        t0 = time.perf_counter()
+        req = WorkerRequest(mode="measure", backend=backend, model="", validation=str(validation),
+                            threshold=1.0,  # unused: a measuring process judges nothing
+                            timing=settings, baseline_route=engines[0][1],
+                            builder=dict(builder or {}), shapes=list(shapes),
+                            engines=[(str(p), r) for p, r in engines], offset=offset, result="",
+                            stage="")
+        name = f"measure-{offset}"
+        result = run_child(req, work, name, settings.trial_timeout_s,
+                           settings.trial_memory_limit_mb, env)
+        if not isinstance(result, MeasuredResult):
+            raise TuneError(f"confirmation: measuring process {offset + 1} ended "
+                            f"{result.outcome}: {getattr(result, 'reason', '')}".strip(),
+                            hint=f"its log is {work / (name + '.log')}")
+        return ProcessRun(rounds=result.rounds, warmup_runs=result.warmup_runs,
+                          wall_s=time.perf_counter() - t0)
+
+    return run
+
+
+def rule_text(settings: TimingSettings) -> str:
+    """The confirmation's rule in words, with the numbers in force."""
+    looks = settings.looks()
+    return (f"measuring processes of their own, each timing the baseline, a second load of it "
+            f"(the A/A) and the candidates in {settings.confirm_rounds} rotating rounds; a "
+            f"candidate's observation per process is its log speedup minus the A/A's; looks "
+            f"after {', '.join(map(str, looks))} processes; a candidate ships when Student's t "
+            f"over processes, one-sided against the minimum effect of "
+            f"{settings.min_effect:.0%}, has p below alpha/(k x {len(looks)} looks) and its "
+            f"{settings.confidence:.0%} interval excludes 1.0; it is dropped when that interval "
+            f"lies below 1 + the minimum effect")
