@@ -9,33 +9,34 @@ from pathlib import Path
 import typer
 
 from dossier.errors import ExitCode
-from dossier_cli.app import app, handled
+from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.render import line, print_json
 
 
 @app.command()
 @handled
+@on_interrupt("interrupted; run wrote nothing (an -o file is written only at the end)")
 def run(
-    path: str = typer.Argument(..., help="Bundle folder or .dossier.tar, or a registry "
+    path: str = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar, or a registry "
                                "reference REGISTRY/REPO:TAG or REGISTRY/REPO@DIGEST."),
-    inputs: Path = typer.Option(None, "--inputs", "-i", help="Named input arrays (.npz, "
+    inputs: Path = typer.Option(None, "--inputs", "-i", metavar="FILE", help="Named input arrays (.npz, "
                                 "numpy.savez). Default: the inputs of the bundle's first "
                                 "validation pair."),
-    outputs: Path = typer.Option(None, "--outputs", "-o", help="Write the outputs here (.npz; "
+    outputs: Path = typer.Option(None, "--outputs", "-o", metavar="FILE", help="Write the outputs here (.npz; "
                                  "never overwritten)."),
     check: bool = typer.Option(False, "--check", help="Compare the outputs with the references "
                                "of the validation pair whose inputs were run, by the bundle's "
                                "metric and threshold."),
     require_signature: bool = typer.Option(False, "--require-signature", help="Refuse (exit 13) "
                                            "a bundle that is not signed by a --trusted-key."),
-    trusted_keys: list[Path] = typer.Option([], "--trusted-key", help="Ed25519 public key (PEM) "
+    trusted_keys: list[Path] = typer.Option([], "--trusted-key", metavar="PUB", help="Ed25519 public key (PEM) "
                                             "whose signature is accepted; repeat for several."),
-    signature: Path = typer.Option(None, "--signature", help="The bundle's signature file."),
-    policy: Path = typer.Option(None, "--policy", help="TOML policy file, as verify --policy."),
+    signature: Path = typer.Option(None, "--signature", metavar="FILE", help="The bundle's signature file."),
+    policy: Path = typer.Option(None, "--policy", metavar="FILE", help="TOML policy file, as verify --policy."),
     refuse_suboptimal: bool = typer.Option(False, "--refuse-suboptimal", help="Refuse (exit 10) "
                                            "an engine whose verdict here is SUBOPTIMAL (default: "
                                            "a warning)."),
-    host: Path = typer.Option(None, "--host-fingerprint", help="Judge against this fingerprint "
+    host: Path = typer.Option(None, "--host-fingerprint", metavar="FILE", help="Judge against this fingerprint "
                               "file instead of this host (as verify --host-fingerprint)."),
     insecure: bool = typer.Option(False, "--insecure", help="For a registry reference: plain "
                                   "HTTP, allowed only for a loopback registry."),
