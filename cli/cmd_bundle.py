@@ -165,11 +165,13 @@ def overview_lines(o: dict[str, Any]) -> list[str]:
                             else f"{a['rounds'] or '?'} rounds") + f", {a['procedure']}): "
                          + ("two loads of one engine read apart" if a["significant"]
                             else "no difference, as it should"))
+    lines.append(f"  load with    dossier.load({o['bundle']!r}) (verifies, then loads "
+                 "the engine as it was timed; dossier run BUNDLE -i inputs.npz tries it)")
     if o.get("load"):
         ld = o["load"]
-        lines.append(f"  load with    {ld['call'].replace('ENGINE', repr(o['winner']['engine']))}"
+        lines.append(f"  raw loader   {ld['call'].replace('ENGINE', repr(o['winner']['engine']))}"
                      + (f" ({', '.join(f'{k}={v}' for k, v in ld['options'].items())})"
-                        if ld["options"] else ""))
+                        if ld["options"] else "") + " (no verification)")
     if o["runner_up"]:
         ru = o["runner_up"]
         lines.append(f"  runner-up    {ru['route']}"

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
-from dossier.errors import BundleError, ExitCode, InputError, SignatureError
+from dossier.errors import BundleError, DossierError, ExitCode, InputError, SignatureError
 from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.render import escape, fmt_speedup, line, out, print_json
 
@@ -75,70 +72,55 @@ def verify(
 
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
-    from dossier.bundle import check_integrity, open_bundle
-    from dossier.bundle.integrity import scan_bundle
-    from dossier.hashing import BLAKE3
-    from dossier.sigfile import signature_path
+    from dossier.verify import Outcome, Step, VerifyOptions, refused_report
+    from dossier.verify import verify as run_verify
 
     threshold = _threshold_option(threshold, recheck)
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
         raise typer.Exit(int(ExitCode.USAGE))
-    fetched = _fetch(path, insecure, require_signature)  # a registry reference: into the cache
-    if fetched is not None:
-        path = fetched.path
-    # an archive is extracted only as far as the checks read it; but a signed one whose files
-    # are used after the check (engines loaded, the environment read) is extracted whole first,
-    # so what the signature covered is what is used
-    signed_here = require_signature or signature is not None or os.path.lexists(signature_path(path))
-    # one read of every file: xxh3-128 for integrity, BLAKE3 too when a signature is checked
-    # (an archive extracted whole: as it is written)
-    digests = [BLAKE3] if signed_here or (fetched is not None and fetched.signatures) else []
+    options = VerifyOptions(integrity_only=integrity_only, recheck=recheck, rebench=rebench,
+                            threshold=threshold, policy=policy, host=host,
+                            trusted_keys=tuple(trusted_keys),
+                            require_signature=require_signature, signature=signature,
+                            insecure=insecure)
+    printed: list[Step] = []
+
+    def said(step: Step) -> None:  # the OK/FAIL lines on stderr, as each step ends
+        if step.outcome is Outcome.WARNED and step.name.value == "fetch":
+            for problem in step.problems:  # malformed signature referrers, ignored
+                line(f"warning: {problem}")
+            line(f"OK: {step.detail}")
+        elif step.outcome is Outcome.PASSED and step.name.value in _LINES:
+            line(f"OK: {step.detail}")
+        elif step.outcome is Outcome.FAILED and step.problems:
+            for problem in step.problems:
+                line(f"FAIL: {problem}")
+            line(step.detail)
+            printed.append(step)
+
     try:
-        with _signature_first(path, trusted_keys, require_signature, signature), \
-                open_bundle(path, lazy=integrity_only or not signed_here, digests=digests) as b:
-            scan = scan_bundle(b, digests)
-            if fetched is not None and not signature:
-                from dossier.registry import check_referrer_signatures
-
-                signed = check_referrer_signatures(b, fetched.signatures, trusted_keys,
-                                                   require=require_signature,
-                                                   source=fetched.reference, scan=scan)
-            elif signed_here or trusted_keys:
-                from dossier.signing import check_signature
-
-                signed = check_signature(b, trusted_keys, require=require_signature,
-                                         signature=signature, scan=scan)
-            else:  # no signature and no key to check one with: dossier.signing is not imported
-                signed = None
-            if signed is not None:
-                line(f"OK: signature {signed.path}: {signed}")
-            report = check_integrity(b, scan)
-            if not report:
-                for problem in [str(p) for p in report.problems] or [str(report)]:
-                    line(f"FAIL: {problem}")
-                line(f"{path}: integrity check failed ({len(report.problems)} problem(s))")
-                raise typer.Exit(int(ExitCode.BUNDLE))
-            line(f"OK: {b.manifest.name} ({path}): {report}")
-            if integrity_only:
-                return
-            from dossier.fingerprint import load_fingerprint
-            from dossier.verify import verify_bundle
-
-            _stricter_than_bundle(threshold, b.manifest.summary.threshold)
-            result = verify_bundle(b, policy_file=policy, do_recheck=recheck, do_rebench=rebench,
-                                   threshold=threshold,
-                                   host=load_fingerprint(host) if host else None,
-                                   signature_check=signed, integrity=report)
-    except (BundleError, SignatureError) as exc:  # unreadable, unsafe, unsigned...: one line
-        line(f"FAIL: {exc.diagnostics()}")
-        raise typer.Exit(int(exc.exit_code)) from None
+        result = run_verify(str(path), options, on_step=said)
+    except DossierError as exc:
+        partial = refused_report(exc)
+        if as_json and partial is not None:
+            print_json(partial.model_dump(mode="json"))
+        if printed:
+            raise typer.Exit(int(exc.exit_code)) from None
+        if isinstance(exc, (BundleError, SignatureError)) and not _fetch_failed(partial):
+            line(f"FAIL: {exc.diagnostics()}")  # unreadable, unsafe, unsigned...: one line
+            raise typer.Exit(int(exc.exit_code)) from None
+        raise  # the registry's errors, bad input: one "error:" line from handled
     if as_json:
         print_json(result.model_dump(mode="json"))
-    else:
+    elif result.verdict is not None:
         _render(result, show_all, f"the host of {host}" if host else "this host")
-    raise typer.Exit(int(result.verdict.exit_code))
+    raise typer.Exit(result.exit_code)
+
+
+_LINES = ("fetch", "signature", "integrity")
+"""Steps that say OK on stderr when they pass (the verdicts are rendered on stdout)."""
 
 
 def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
@@ -155,43 +137,9 @@ def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
     return threshold
 
 
-def _stricter_than_bundle(threshold: float | None, recorded: float) -> None:
-    """A --threshold looser than the one the bundle was released at is refused (exit 3): a
-    re-check may only ask more of the engine than its release did."""
-    if threshold is not None and threshold > recorded:
-        raise InputError(f"--threshold {threshold:g} is looser than the bundle's {recorded:g}",
-                         hint="a re-check takes the bundle's threshold or a stricter (lower) one")
-
-
-def _fetch(path: Path, insecure: bool, require: bool):  # type: ignore[no-untyped-def]
-    """A registry reference (not a local path) pulled into the cache; None for a local path."""
-    if path.exists():  # a local bundle: the registry client is not even imported
-        return None
-    from dossier.registry import fetch_bundle, looks_like_reference
-
-    if not looks_like_reference(str(path)):
-        return None
-    fetched = fetch_bundle(str(path), insecure=insecure, require_signature=require)
-    for warning in fetched.warnings:  # malformed signature referrers, ignored
-        line(f"warning: {warning}")
-    line(f"OK: {fetched.reference}: {'in the cache at' if fetched.cached else 'pulled into'} "
-         f"{fetched.path}, {len(fetched.signatures)} signature referrer(s)")
-    return fetched
-
-
-@contextlib.contextmanager
-def _signature_first(path: Path, trusted_keys: list[Path], require: bool,
-                     signature: Path | None) -> Iterator[None]:
-    """A bundle that cannot even be opened (a corrupt manifest.json) while a signature is
-    required: what its signature says about it (exit 13) comes before the format error."""
-    try:
-        yield
-    except BundleError:
-        if require:
-            from dossier.signing import check_signature_at
-
-            check_signature_at(path, trusted_keys, require=True, signature=signature)
-        raise
+def _fetch_failed(report) -> bool:  # type: ignore[no-untyped-def]
+    return report is not None and any(s.name.value == "fetch" and s.outcome.value == "failed"
+                                      for s in report.steps)
 
 
 def _render(result, show_all: bool,  # type: ignore[no-untyped-def]

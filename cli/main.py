@@ -15,6 +15,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import dossier_cli.cmd_bundle  # noqa: F401 - release, bundle, inspect, pack, schema
 import dossier_cli.cmd_explain  # noqa: F401 - explain, diff
 import dossier_cli.cmd_registry  # noqa: F401 - push, pull
+import dossier_cli.cmd_run  # noqa: F401
 import dossier_cli.cmd_sign  # noqa: F401
 import dossier_cli.cmd_trtexec  # noqa: F401 - import, export
 import dossier_cli.cmd_tune  # noqa: F401 - knobs, tune

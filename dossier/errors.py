@@ -22,6 +22,10 @@ Hierarchy::
     │       └── DigestMismatchError  a blob pulled from a registry does not match its digest
     ├── OutputError                output exists or cannot be written (exit 7)
     ├── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
+    ├── VerdictError               dossier.load refuses an engine for this host's verdict
+    │   ├── InvalidHostError       INVALID here (exit 11)
+    │   └── SuboptimalHostError    SUBOPTIMAL here, and asked to refuse it (exit 10)
+    ├── EngineFailedError          a verified engine did not load or run here (exit 11)
     ├── RegistryError              registry unreachable, failed or refused a request (exit 20)
     │   ├── RegistryAuthError      credentials missing or refused (exit 21)
     │   └── NotFoundError          no such repository, tag or digest in the registry (exit 22)
@@ -178,6 +182,32 @@ class SignatureError(DossierError):
     """A bundle's signature is missing, untrusted or does not match."""
 
     exit_code = ExitCode.SIGNATURE
+
+
+class VerdictError(DossierError):
+    """The environment verdict of this host refuses the engine (:func:`dossier.load`)."""
+
+    exit_code = ExitCode.INVALID
+
+
+class InvalidHostError(VerdictError):
+    """The engine must not be used on this host (verify's INVALID)."""
+
+    exit_code = ExitCode.INVALID
+
+
+class SuboptimalHostError(VerdictError):
+    """The engine loads here but its tuning may no longer be the fastest (verify's
+    SUBOPTIMAL), and the caller asked to refuse that."""
+
+    exit_code = ExitCode.SUBOPTIMAL
+
+
+class EngineFailedError(DossierError):
+    """A verified engine did not load or run on this host (:func:`dossier.load`, ``dossier
+    run``): it must not be used here, as an INVALID verdict."""
+
+    exit_code = ExitCode.INVALID
 
 
 class RegistryError(DossierError):

@@ -1,27 +1,46 @@
-"""Verify a bundle on this host: its signature (when it has one or one is required), integrity,
-then the environment diff, then optionally re-check accuracy and re-time the shipped engine
-against the baseline.
+"""Verify a bundle on this host: one function, :func:`verify`, owns every step, in the safety
+order: fetch (a registry reference is pulled into the cache), the signature (when the bundle
+has one or one is required), integrity, the environment diff, then optionally re-check accuracy
+and re-time the shipped engine against the baseline::
+
+    from dossier.verify import VerifyOptions, verify
+
+    report = verify("registry.example.com/ml/convnet:1",
+                    VerifyOptions(require_signature=True, trusted_keys=[Path("keys/k.pub")]))
+    print(report.verdict, [(s.name.value, s.outcome.value) for s in report.steps])
 
 The order is a safety rule: no engine is loaded (deserializing an engine runs native code)
-before the signature (see :mod:`dossier.signing`) and every file have passed their checks. Engines are loaded in a child process, so an
-engine that crashes this host's runtime is a finding, not a crash of ``verify``.
+before the signature (see :mod:`dossier.signing`) and every file have passed their checks; the
+signature and the integrity check share one read of every file. A refusal raises the typed error
+(SignatureError, IntegrityError, BundleFormatError, a registry error...) whose exit code the CLI
+uses; :func:`refused_report` gives the report of the steps up to the refusal. Engines are loaded
+in a child process for ``recheck`` and ``rebench``, so an engine that crashes this host's runtime
+is a finding, not a crash of ``verify``. :func:`verified` keeps the checked bundle open for a
+loader (:func:`dossier.load`).
+
+Importing this module costs little (no numpy, no pyarrow, no backend): the environment step
+imports the backend's policy, the re-check and re-timing the worker and the timing procedure.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
+import importlib
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dossier import confirmation
-from dossier.backends import default_policy, requirement_findings
-from dossier.bundle import Bundle, IntegrityReport, check_integrity
-from dossier.bundle.integrity import scan_bundle
-from dossier.errors import InputError, IntegrityError
-from dossier.fingerprint import Fingerprint, collect
+import dossier.bundle as _bundles
+from dossier.bundle import Bundle
+from dossier.bundle.integrity import BundleScan, scan_bundle
+from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
+from dossier.fingerprint import Fingerprint, collect, load_fingerprint
 from dossier.hashing import BLAKE3
 from dossier.policy import (
     Finding,
@@ -31,10 +50,40 @@ from dossier.policy import (
     load_policy,
     worst,
 )
-from dossier.signing import SignatureCheck, check_signature, signature_path
-from dossier.timing import TimingSettings, flatten, summarize
+from dossier.sigfile import signature_path
 from dossier.trial import Comparison, TimingSummary
-from dossier.worker import WorkerRequest
+
+if TYPE_CHECKING:
+    from dossier.registry.artifact import Pulled
+    from dossier.signing import SignatureCheck
+    from dossier.timing import TimingSettings
+    from dossier.worker import WorkerRequest
+
+
+class _Lazy:
+    """A module imported on first use: the re-timing's procedure (:mod:`dossier.confirmation`)
+    brings the validation-set readers (numpy, pyarrow), which verifying and loading do not
+    need."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+confirmation = _Lazy("dossier.confirmation")
+_timing = _Lazy("dossier.timing")
+
+
+def flatten(*args: Any, **kwargs: Any) -> Any:
+    """:func:`dossier.timing.flatten` (imported when first called)."""
+    return _timing.flatten(*args, **kwargs)
+
+
+def summarize(*args: Any, **kwargs: Any) -> Any:
+    """:func:`dossier.timing.summarize` (imported when first called)."""
+    return _timing.summarize(*args, **kwargs)
 
 
 class _Model(BaseModel):
@@ -88,34 +137,93 @@ class Rebench(_Model):
     """What was compared and what it showed."""
 
 
+class StepName(str, enum.Enum):
+    """The steps of a verification, in the order they run."""
+
+    FETCH = "fetch"
+    """A registry reference pulled into the cache (verified on arrival)."""
+    SIGNATURE = "signature"
+    """The DSSE envelope: signed by a trusted key, every file matching the signed statement."""
+    INTEGRITY = "integrity"
+    """Every file against the manifest's size and xxh3-128."""
+    ENVIRONMENT = "environment"
+    """This host's fingerprint against the tuning host's, a verdict per field."""
+    RECHECK = "recheck"
+    """The validation set through the shipped engine here."""
+    REBENCH = "rebench"
+    """The shipped and the baseline engines re-timed here."""
+
+
+class Outcome(str, enum.Enum):
+    """How a step ended."""
+
+    PASSED = "passed"
+    """Checked, and fit (VALID for a judged step)."""
+    WARNED = "warned"
+    """Checked: usable, but the tuning may no longer be the fastest (SUBOPTIMAL)."""
+    FAILED = "failed"
+    """Checked, and refused (INVALID, or an error that stops the verification)."""
+    SKIPPED = "skipped"
+    """Not run: not asked for, nothing to check, or an earlier step failed."""
+
+
+class Step(_Model):
+    """One step of a verification and what it found."""
+
+    name: StepName
+    """Which step."""
+    outcome: Outcome
+    """How it ended."""
+    detail: str
+    """One line: what was checked and what it showed (or why it was skipped)."""
+    problems: list[str] = Field(default_factory=list)
+    """Each problem found (e.g. every missing, extra or altered file), when it failed."""
+    verdict: Verdict | None = None
+    """For the environment, re-check and re-timing steps: their verdict."""
+
+
 class VerifyReport(_Model):
     """Everything ``dossier verify`` found."""
 
     bundle: str
-    """Bundle path."""
-    dossier_id: str
-    """Its id."""
-    release: str
-    """NAME-VERSION."""
-    backend: str
-    """Compiler backend."""
-    integrity: str
-    """Integrity check result."""
+    """Bundle path (for a registry reference: its copy in the cache)."""
+    dossier_id: str | None
+    """Its id; None when the bundle could not be read."""
+    release: str | None
+    """NAME-VERSION; None when the bundle could not be read."""
+    backend: str | None
+    """Compiler backend; None when the bundle could not be read."""
+    integrity: str | None
+    """Integrity check result; None when it did not run."""
     signature: str | None = None
     """Signature check result; None when the bundle is unsigned and no signature was required."""
-    findings: list[Finding]
-    """One per compared fingerprint field, worst first."""
+    findings: list[Finding] = Field(default_factory=list)
+    """One per compared fingerprint field, worst first (empty with ``integrity_only``)."""
     recheck: Recheck | None = None
     """Accuracy re-check, when asked for."""
     rebench: Rebench | None = None
     """Re-timing, when asked for."""
-    verdict: Verdict
-    """The worst of every finding, the re-check and the re-timing."""
-    reasons: list[str]
+    verdict: Verdict | None
+    """The worst of every finding, the re-check and the re-timing; None when the environment
+    was not judged (``integrity_only``, or a refusal before it)."""
+    reasons: list[str] = Field(default_factory=list)
     """Why the verdict is what it is, worst first."""
+    source: str = ""
+    """What was asked for: a folder, an archive or a registry reference."""
+    reference: str | None = None
+    """For a registry reference: REGISTRY/REPO@sha256:... that was verified."""
+    steps: list[Step] = Field(default_factory=list)
+    """Every step in the order it ran, with its outcome."""
+    exit_code: int = 0
+    """The ``dossier verify`` exit code of this outcome (0 VALID or integrity only, 10, 11, or
+    the refusal's code: 6, 13, 20...)."""
+    error: str | None = None
+    """The refusal, one line, when a step refused the bundle."""
 
 
 def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -> WorkerRequest:
+    from dossier.worker import WorkerRequest
+
     header = bundle.tuning_cache().header
     s = bundle.manifest.summary
     return WorkerRequest(backend=bundle.manifest.backend, model="",
@@ -263,56 +371,347 @@ def _names(group: Sequence[Finding], shown: int = 4) -> str:
                                        else "")
 
 
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What :func:`verify` checks, and against what."""
+
+    integrity_only: bool = False
+    """Stop after the integrity check (no environment verdict)."""
+    recheck: bool = False
+    """Run the validation set through the shipped engine here."""
+    rebench: bool = False
+    """Re-time the shipped and the baseline engines here."""
+    threshold: float | None = None
+    """With ``recheck``: a threshold at or below the bundle's (a looser one is InputError)."""
+    policy: Path | None = None
+    """TOML policy file whose rules come before the backend's defaults."""
+    host: Fingerprint | Path | None = None
+    """Judge this fingerprint (or fingerprint file) instead of this host's."""
+    trusted_keys: Sequence[Path] = ()
+    """Ed25519 public keys (PEM) whose signature is accepted."""
+    require_signature: bool = False
+    """Refuse a bundle that is not signed by one of ``trusted_keys``."""
+    signature: Path | None = None
+    """The signature file (default: ``NAME-VERSION.dossier.sig.json`` beside the bundle; for
+    a registry reference, its signature referrers)."""
+    insecure: bool = False
+    """For a registry reference: plain HTTP, allowed only for a loopback registry."""
+    registry_cache: Path | None = None
+    """Where registry references are pulled (default :func:`dossier.registry.cache_dir`)."""
+    timing: TimingSettings | None = None
+    """With ``rebench``: timing settings instead of the bundle's."""
+    extract: bool = False
+    """Extract an archive whole, every file checked as it is written (what a loader needs:
+    the engine it loads is the one that was checked). Otherwise an archive is read in place
+    as far as the checks need."""
+    workdir: Path | None = None
+    """Where an archive is extracted (default: the system's temporary folder)."""
+
+
+StepObserver = Callable[[Step], None]
+"""Called with every step as it ends (the CLI prints its OK/FAIL lines from these)."""
+
+_SIGNATURE_DIGESTS = (BLAKE3,)
+"""What a signature check needs of every file, computed in the same read as xxh3-128."""
+_REPORT_ATTR = "verify_report"
+
+
+def verify(source: str | os.PathLike[str], options: VerifyOptions | None = None, *,
+           on_step: StepObserver | None = None) -> VerifyReport:
+    """Verify the bundle at ``source`` (a folder, a ``.dossier.tar`` or a registry reference
+    ``REGISTRY/REPO:TAG`` / ``REGISTRY/REPO@sha256:...``) on this host.
+
+    The steps run in the safety order: fetch, signature, integrity, environment, recheck,
+    rebench. Returns the report (its ``verdict`` VALID, SUBOPTIMAL or INVALID, or None with
+    ``integrity_only``). Raises, after the failed step was reported: SignatureError (exit 13),
+    IntegrityError or another BundleError (exit 6), the registry's errors (20, 21, 22),
+    InputError (3: a bad policy file, a re-check of a bundle without a validation set),
+    DiskFullError (74: no room to extract an archive). :func:`refused_report` of the error
+    gives the report up to that step.
+    """
+    with verified(source, options, on_step=on_step) as (_, report):
+        return report
+
+
+@contextlib.contextmanager
+def verified(source: str | os.PathLike[str], options: VerifyOptions | None = None, *,
+             on_step: StepObserver | None = None) -> Iterator[tuple[Bundle, VerifyReport]]:
+    """:func:`verify`, with the checked bundle kept open for the ``with`` block (an archive's
+    temporary folder is removed afterwards). Errors raised inside the block are the caller's
+    and are not reported as a step."""
+    run = _Run(str(source), options or VerifyOptions(), on_step)
+    with contextlib.ExitStack() as stack:
+        try:
+            bundle = stack.enter_context(run.open())
+            report = run.checks(bundle)
+        except DossierError as exc:
+            raise run.refused(exc) from None
+        yield bundle, report
+
+
+def refused_report(exc: BaseException) -> VerifyReport | None:
+    """The report of the steps up to a refusal raised by :func:`verify` (None for an error
+    that did not come from it)."""
+    report = getattr(exc, _REPORT_ATTR, None)
+    return report if isinstance(report, VerifyReport) else None
+
+
+def with_report(exc: DossierError, report: VerifyReport) -> DossierError:
+    """``exc`` carrying ``report`` (what :func:`refused_report` returns): for a refusal made
+    on a finished report, e.g. :func:`dossier.load` refusing an INVALID verdict."""
+    setattr(exc, _REPORT_ATTR, report)
+    return exc
+
+
 def verify_bundle(bundle: Bundle, *, policy_file: Path | None = None, do_recheck: bool = False,
                   do_rebench: bool = False, threshold: float | None = None,
                   host: Fingerprint | None = None,
                   timing: TimingSettings | None = None,
                   trusted_keys: Sequence[Path] = (), require_signature: bool = False,
-                  signature: Path | None = None,
-                  signature_check: SignatureCheck | None = None,
-                  integrity: IntegrityReport | None = None) -> VerifyReport:
-    """The signature first (SignatureError: unsigned when ``require_signature``, not signed by
-    one of ``trusted_keys``, or any file altered, missing or extra; a signature beside the
-    bundle is checked even when not required), then integrity (IntegrityError names each bad
-    file), then the environment diff, then the optional re-check and re-timing. ``host``
-    replaces this host's fingerprint (for tests and for checking a fleet host's fingerprint
-    file from elsewhere). ``signature_check`` and ``integrity`` are checks the caller already
-    made (from one :func:`~dossier.bundle.integrity.scan_bundle`); without them every file is
-    read once here, for both."""
-    scan = None
-    if signature_check is None:
-        scan = scan_bundle(bundle, [BLAKE3] if require_signature or signature is not None
-                           or os.path.lexists(signature_path(bundle.source)) else [])
-        signature_check = check_signature(bundle, trusted_keys, require=require_signature,
-                                          signature=signature, scan=scan)
-    report = integrity if integrity is not None else check_integrity(bundle, scan)
-    if not report:
-        raise IntegrityError(f"{bundle.source}: {report}")
-    m = bundle.manifest
-    tuning_host = bundle.fingerprint()
-    here = host or collect(include_compiler=tuning_host.compiler is not None)
-    policy = default_policy(m.backend)
-    if policy_file is not None:
-        policy = load_policy(policy_file, policy)
-    findings = [*requirement_findings(m.backend, here),
-                *diff(tuning_host, here, policy, m.engines.shipped.flags)]
-    verdicts = [f.verdict for f in findings]
-    reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
-               else f"{len(group)} fields ({_names(group)}): {f.reason}"
-               for group, f in collapse(findings)]
-    checked = recheck(bundle, threshold=threshold) if do_recheck else None
-    if checked is not None:
-        verdicts.append(Verdict.VALID if checked.passed else Verdict.INVALID)
-        if not checked.passed:
-            reasons.insert(0, f"accuracy re-check failed: {checked.failure}")
-    timed = rebench(bundle, timing) if do_rebench else None
-    if timed is not None:
-        verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
-        if timed.regression:
-            reasons.append(timed.reason)
-    verdict = worst(verdicts)
-    return VerifyReport(bundle=str(bundle.source), dossier_id=m.dossier_id, release=m.name,
-                        backend=m.backend, integrity=str(report),
-                        signature=str(signature_check) if signature_check else None,
-                        findings=findings,
-                        recheck=checked, rebench=timed, verdict=verdict, reasons=reasons)
+                  signature: Path | None = None) -> VerifyReport:
+    """The steps of :func:`verify` after the fetch, for a bundle already opened (kept for
+    callers of earlier versions)."""
+    opts = VerifyOptions(recheck=do_recheck, rebench=do_rebench, threshold=threshold,
+                         policy=policy_file, host=host, timing=timing,
+                         trusted_keys=tuple(trusted_keys), require_signature=require_signature,
+                         signature=signature)
+    run = _Run(str(bundle.source), opts, None)
+    run.path = bundle.source
+    try:
+        return run.checks(bundle)
+    except DossierError as exc:
+        raise run.refused(exc) from None
+
+
+class _Run:
+    """One verification: the steps so far and what they found."""
+
+    def __init__(self, source: str, opts: VerifyOptions, on_step: StepObserver | None) -> None:
+        self.source, self.opts, self.on_step = source, opts, on_step
+        self.path = Path(source)
+        self.steps: list[Step] = []
+        self.current = StepName.FETCH
+        self.fetched: Pulled | None = None
+        self.bundle: Bundle | None = None
+        self.signed: SignatureCheck | None = None
+        self.signature_checked = False
+        self.integrity: str | None = None
+
+    # --------------------------------------------------------------------------- steps
+    def _step(self, name: StepName, outcome: Outcome, detail: str, *,
+              problems: Sequence[str] = (), verdict: Verdict | None = None) -> None:
+        step = Step(name=name, outcome=outcome, detail=detail, problems=list(problems),
+                    verdict=verdict)
+        self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+
+    def _skip(self, name: StepName, why: str) -> None:
+        self._step(name, Outcome.SKIPPED, why)
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[Bundle]:
+        """Fetch a registry reference, then open the bundle as the signature check needs it."""
+        self._fetch()
+        o = self.opts
+        self.current = StepName.SIGNATURE
+        # an archive is read in place as far as the checks read it; but a signed one whose
+        # files are used after the check (engines loaded, the environment read) is extracted
+        # whole first, so what the signature covered is what is used
+        signed_here = (o.require_signature or o.signature is not None
+                       or os.path.lexists(signature_path(self.path)))
+        lazy = not o.extract and (o.integrity_only or not signed_here)
+        with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
+                                  workdir=o.workdir) as bundle:
+            yield bundle
+
+    def _fetch(self) -> None:
+        if os.path.lexists(self.source):  # a local bundle: the registry client is not imported
+            self._skip(StepName.FETCH, f"{self.source}: a local bundle")
+            return
+        from dossier.registry.source import fetch_reference
+
+        fetched = fetch_reference(self.source, insecure=self.opts.insecure,
+                                  cache=self.opts.registry_cache,
+                                  require_signature=self.opts.require_signature)
+        if fetched is None:  # neither a path nor a reference: opening it says what it is not
+            self._skip(StepName.FETCH, f"{self.source}: not a registry reference")
+            return
+        self.fetched, self.path = fetched, fetched.path
+        self._step(StepName.FETCH, Outcome.WARNED if fetched.warnings else Outcome.PASSED,
+                   f"{fetched.reference}: "
+                   f"{'in the cache at' if fetched.cached else 'pulled into'} {fetched.path}, "
+                   f"{len(fetched.signatures)} signature referrer(s)",
+                   problems=[f"ignored: {w}" for w in fetched.warnings])
+
+    def checks(self, bundle: Bundle) -> VerifyReport:
+        """Signature, integrity, then (unless integrity only) the environment and the optional
+        re-check and re-timing."""
+        self.bundle = bundle
+        o = self.opts
+        self.current = StepName.SIGNATURE
+        scan = scan_bundle(bundle, self._digests(bundle.source))  # one read of every file
+        self.signed = self._signature(bundle, scan)
+        self.signature_checked = True
+        if self.signed is not None:
+            self._step(StepName.SIGNATURE, Outcome.PASSED,
+                       f"signature {self.signed.path}: {self.signed}")
+        else:
+            self._skip(StepName.SIGNATURE, "the bundle is not signed and no signature was "
+                       "required")
+        self.current = StepName.INTEGRITY
+        report = _bundles.check_integrity(bundle, scan)
+        if not report:
+            problems = [str(p) for p in report.problems] or [str(report)]
+            self._step(StepName.INTEGRITY, Outcome.FAILED,
+                       f"{self.path}: integrity check failed ({len(report.problems)} problem(s))",
+                       problems=problems)
+            raise IntegrityError(f"{self.path}: {report}")
+        self.integrity = str(report)
+        self._step(StepName.INTEGRITY, Outcome.PASSED,
+                   f"{bundle.manifest.name} ({self.path}): {report}")
+        if o.integrity_only:
+            for name in (StepName.ENVIRONMENT, StepName.RECHECK, StepName.REBENCH):
+                self._skip(name, "integrity only")
+            return self._report()
+        recorded = bundle.manifest.summary.threshold
+        if o.recheck and o.threshold is not None and o.threshold > recorded:
+            # a re-check may only ask more of the engine than its release did
+            self.current = StepName.RECHECK
+            raise InputError(f"--threshold {o.threshold:g} is looser than the bundle's "
+                             f"{recorded:g}", hint="a re-check takes the bundle's threshold or "
+                             "a stricter (lower) one")
+        return self._judge(bundle)
+
+    def _digests(self, source: Path) -> list[str]:
+        """What the signature check needs besides xxh3-128: its digests when a signature is
+        checked (one beside the bundle, one named, one required, or registry referrers)."""
+        o = self.opts
+        signed = (o.require_signature or o.signature is not None
+                  or os.path.lexists(signature_path(source))
+                  or (self.fetched is not None and bool(self.fetched.signatures)))
+        return list(_SIGNATURE_DIGESTS) if signed else []
+
+    def _signature(self, bundle: Bundle, scan: BundleScan) -> SignatureCheck | None:
+        o = self.opts
+        if self.fetched is not None and o.signature is None:
+            from dossier.registry import check_referrer_signatures
+
+            return check_referrer_signatures(bundle, self.fetched.signatures, o.trusted_keys,
+                                             require=o.require_signature,
+                                             source=self.fetched.reference, scan=scan)
+        if (o.require_signature or o.signature is not None or o.trusted_keys
+                or os.path.lexists(signature_path(bundle.source))):
+            from dossier.signing import check_signature
+
+            return check_signature(bundle, o.trusted_keys, require=o.require_signature,
+                                   signature=o.signature, scan=scan)
+        return None  # no signature and no key to check one with: dossier.signing not imported
+
+    def _judge(self, bundle: Bundle) -> VerifyReport:
+        from dossier.backends import default_policy, requirement_findings
+
+        o = self.opts
+        self.current = StepName.ENVIRONMENT
+        m = bundle.manifest
+        tuning_host = bundle.fingerprint()
+        if isinstance(o.host, Fingerprint):
+            here = o.host
+        elif o.host is not None:
+            here = load_fingerprint(o.host)
+        else:
+            here = collect(include_compiler=tuning_host.compiler is not None)
+        policy = default_policy(m.backend)
+        if o.policy is not None:
+            policy = load_policy(o.policy, policy)
+        findings = [*requirement_findings(m.backend, here),
+                    *diff(tuning_host, here, policy, m.engines.shipped.flags)]
+        reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
+                   else f"{len(group)} fields ({_names(group)}): {f.reason}"
+                   for group, f in collapse(findings)]
+        env = worst(f.verdict for f in findings) if findings else Verdict.VALID
+        changed = sum(1 for f in findings if f.changed)
+        self._step(StepName.ENVIRONMENT, _OUTCOME[env],
+                   f"{len(findings)} fields compared, {changed} changed: {env.value}"
+                   + (f" ({reasons[0]})" if reasons and env is not Verdict.VALID else ""),
+                   verdict=env)
+        verdicts = [f.verdict for f in findings]
+        checked = None
+        self.current = StepName.RECHECK
+        if o.recheck:
+            checked = recheck(bundle, threshold=o.threshold)
+            verdicts.append(Verdict.VALID if checked.passed else Verdict.INVALID)
+            if not checked.passed:
+                reasons.insert(0, f"accuracy re-check failed: {checked.failure}")
+            worst_loss = "-" if checked.worst_loss is None else f"{checked.worst_loss:.3g}"
+            self._step(StepName.RECHECK, Outcome.PASSED if checked.passed else Outcome.FAILED,
+                       f"worst {checked.metric} loss {worst_loss} (threshold "
+                       f"{checked.threshold:.3g})"
+                       + (f": {checked.failure}" if checked.failure else ""),
+                       verdict=verdicts[-1])
+        else:
+            self._skip(StepName.RECHECK, "not asked for")
+        timed = None
+        self.current = StepName.REBENCH
+        if o.rebench:
+            timed = rebench(bundle, o.timing)
+            verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
+            if timed.regression:
+                reasons.append(timed.reason)
+            self._step(StepName.REBENCH, Outcome.WARNED if timed.regression else Outcome.PASSED,
+                       timed.reason, verdict=verdicts[-1])
+        else:
+            self._skip(StepName.REBENCH, "not asked for")
+        verdict = worst(verdicts) if verdicts else Verdict.VALID
+        return self._report(findings=findings, recheck=checked, rebench=timed, verdict=verdict,
+                            reasons=reasons, exit_code=int(verdict.exit_code))
+
+    # --------------------------------------------------------------------------- reports
+    def _report(self, **judged: Any) -> VerifyReport:
+        m = self.bundle.manifest if self.bundle is not None else None
+        fields: dict[str, Any] = {"verdict": None, **judged}
+        return VerifyReport(
+            bundle=str(self.path), dossier_id=m.dossier_id if m else None,
+            release=m.name if m else None, backend=m.backend if m else None,
+            integrity=self.integrity,
+            signature=str(self.signed) if self.signed is not None else None,
+            source=self.source, reference=self.fetched.reference if self.fetched else None,
+            steps=list(self.steps), **fields)
+
+    def refused(self, exc: DossierError) -> DossierError:
+        """``exc`` with the report of the steps so far; the failed step reported, and the
+        steps after it skipped."""
+        if (isinstance(exc, BundleError) and self.opts.require_signature
+                and not self.signature_checked and self.current is StepName.SIGNATURE):
+            # a bundle that cannot even be opened (a corrupt manifest.json) while a signature
+            # is required: what its signature says about it comes before the format error
+            from dossier.signing import check_signature_at
+
+            try:
+                check_signature_at(self.path, self.opts.trusted_keys, require=True,
+                                   signature=self.opts.signature)
+            except DossierError as signature_error:
+                exc = signature_error
+        if not self.steps or self.steps[-1].outcome is not Outcome.FAILED:
+            name = self.current
+            if name is StepName.SIGNATURE and not isinstance(exc, SignatureError):
+                name = StepName.INTEGRITY  # the bundle could not be opened or read
+            self._step(name, Outcome.FAILED, exc.diagnostics())
+        failed = self.steps[-1].name
+        done = {s.name for s in self.steps}
+        for name in StepName:
+            if name not in done:
+                self._skip(name, f"not run: the {failed.value} step failed")
+        order = list(StepName)
+        self.steps.sort(key=lambda s: order.index(s.name))
+        return with_report(exc, self._report(exit_code=int(exc.exit_code),
+                                             error=exc.diagnostics()))
+
+
+_OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
+            Verdict.INVALID: Outcome.FAILED}
+
+
+__all__ = ["Outcome", "Rebench", "Recheck", "Step", "StepName", "StepObserver",
+           "VerifyOptions", "VerifyReport", "judge_speedup", "rebench", "recheck",
+           "refused_report", "verified", "verify", "verify_bundle", "with_report"]

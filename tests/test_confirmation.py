@@ -257,7 +257,8 @@ def test_inspect_shows_the_aa_reading_and_a_load_snippet_that_works(
     r = rel["convnet"]
     text = h.cli("inspect", r.bundle).stdout
     assert "A/A check" in text and "rounds, screening)" in text
-    assert "load with    onnxruntime.InferenceSession('engine/convnet.ort', so" in text
+    assert f"load with    dossier.load({str(r.bundle)!r})" in text
+    assert "raw loader   onnxruntime.InferenceSession('engine/convnet.ort', so" in text
     o = json.loads(h.cli("inspect", r.bundle, "--json").stdout)
     assert o["aa"]["rounds"] == h.SMALL_TIMING["rounds"] and o["aa"]["trial_index"] == 0
     assert o["load"]["options"] == {"graph_optimization_level": "ORT_DISABLE_ALL"}

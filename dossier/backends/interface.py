@@ -241,6 +241,10 @@ class Runner(abc.ABC):
     def close_impl(self) -> None:
         """Release what the engine holds; nothing by default."""
 
+    def io_names(self) -> tuple[list[str], list[str]] | None:
+        """The engine's input and output names, in its order, when the runner knows them."""
+        return None
+
     def native_message(self, exc: Exception) -> str:
         """One line for a native error; the default: the first line of its message."""
         return first_line(exc)

@@ -26,7 +26,7 @@ from dossier.backends.interface import (
 )
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.onnxruntime import knobs
-from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC
+from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
 from dossier.knobs import KnobDatabase, KnobPhase
@@ -65,7 +65,14 @@ class OnnxRuntimeBackend(Backend):
         so = ort.SessionOptions()
         so.log_severity_level = 3
         disabled: list[str] = []
-        for name, value in route.effective(self.knob_database()).items():
+        if phase is KnobPhase.LOAD:
+            # only the static load-time knobs act when loading: the same values as the whole
+            # database gives them, without probing this build's optimizers (onnx, a session)
+            named = route.as_dict()
+            values = {s[0]: named.get(s[0], s[2]) for s in STATIC}
+        else:
+            values = route.effective(self.knob_database())
+        for name, value in values.items():
             if name.startswith(OPTIMIZER_PREFIX):
                 if value == "off" and phase is not KnobPhase.LOAD:
                     disabled.append(name[len(OPTIMIZER_PREFIX):])

@@ -15,7 +15,11 @@ class OnnxRuntimeRunner(Runner):
 
     def __init__(self, session: Any) -> None:
         self._session = session
+        self._inputs = [i.name for i in session.get_inputs()]
         self._outputs = [o.name for o in session.get_outputs()]
+
+    def io_names(self) -> tuple[list[str], list[str]]:
+        return list(self._inputs), list(self._outputs)
 
     def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         # ORT raises its own Fail/InvalidArgument/RuntimeException types: EngineRuntimeError

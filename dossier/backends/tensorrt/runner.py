@@ -57,6 +57,9 @@ class TensorRTRunner(Runner):
         self._end = _check(cudart, cudart.cudaEventCreate())
         self._prepared: list[_Bound] = []
 
+    def io_names(self) -> tuple[list[str], list[str]]:
+        return list(self._inputs), list(self._outputs)
+
     def _malloc(self, nbytes: int) -> int:
         return int(_check(self._cudart, self._cudart.cudaMalloc(max(nbytes, 1))))
 

@@ -112,6 +112,9 @@ class TorchInductorRunner(Runner):
         """Where the engine runs (``cpu`` or ``cuda``)."""
         return self._device
 
+    def io_names(self) -> tuple[list[str], list[str]]:
+        return list(self._inputs), list(self._outputs)
+
     @property
     def graphs(self) -> int:
         """CUDA graphs captured so far (one per distinct set of input shapes)."""

@@ -1,0 +1,432 @@
+"""Serve what was measured: :func:`load` verifies a bundle, then loads its shipped engine exactly
+as dossier timed it, and returns an :class:`Engine`::
+
+    import dossier
+
+    engine = dossier.load("registry.example.com/ml/convnet:1", require_signature=True,
+                          trusted_key="keys/dossier.pub")
+    outputs = engine({"input": batch})            # named numpy arrays in, named arrays out
+    print(engine.route, engine.bundle_id, engine.report.verdict)
+
+Before any engine byte reaches a native loader (deserializing an engine runs native code),
+:func:`dossier.verify.verified` checks the signature (under the rules of ``verify
+--require-signature``), every file's integrity (one read; an archive or a registry reference is
+extracted into a private temporary folder and checked as it is written) and this host's
+environment verdict: INVALID refuses with :class:`~dossier.errors.InvalidHostError` (exit 11),
+SUBOPTIMAL warns (:class:`SuboptimalWarning`) or refuses when asked
+(:class:`~dossier.errors.SuboptimalHostError`, exit 10).
+
+The engine is then loaded by the backend's own loader, the one every trial and the independent
+re-timing load it with (:meth:`dossier.backends.Backend.load`): ONNX Runtime with the route's
+session options (graph optimizations off, the load-time knobs applied); AOTInductor by the
+package loader (a CUDA package without inductor's CPU-ISA probe), refused in one line when the
+package carries its own libstdc++ and it is not preloaded, with one CUDA graph per input shape
+for a ``-cuda_graph=on`` route; TensorRT by deserializing the plan and creating one execution
+context.
+
+Threads: an :class:`Engine` may be shared by threads. Calls are serialized by its lock (a
+captured CUDA graph replays over static buffers, and a TensorRT execution context runs one
+inference at a time), which is also how dossier timed it: one call at a time. A server that
+wants calls in parallel loads one Engine per worker thread or process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from dossier.errors import EngineFailedError, InputError, InvalidHostError, SuboptimalHostError
+from dossier.policy import Verdict
+from dossier.verify import VerifyOptions, VerifyReport, verified, with_report
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dossier.backends.interface import Runner
+    from dossier.bundle import Bundle
+    from dossier.fingerprint import Fingerprint
+
+OnSuboptimal = Literal["warn", "refuse", "ignore"]
+
+
+class SuboptimalWarning(UserWarning):
+    """:func:`load` of an engine whose verdict on this host is SUBOPTIMAL: it is fit to run,
+    but its tuning may no longer be the fastest here (re-measure with ``verify --rebench``)."""
+
+
+class Engine:
+    """A verified engine, loaded as it was timed. Call it with named arrays (numpy arrays, or
+    anything ``numpy.asarray`` takes; torch tensors are copied to the host) and get named numpy
+    arrays back. Safe to share between threads: calls are serialized by :attr:`lock`."""
+
+    def __init__(self, runner: Runner, *, inputs: Sequence[str], outputs: Sequence[str],
+                 route: str, bundle_id: str, backend: str, report: VerifyReport) -> None:
+        self._runner = runner
+        import numpy as np
+
+        from dossier.backends.interface import EngineRuntimeError
+
+        self._inputs = tuple(inputs)
+        self._names = frozenset(self._inputs)
+        self._outputs = tuple(outputs)
+        self._ndarray, self._native = np.ndarray, EngineRuntimeError
+        self._route, self._bundle_id, self._backend = route, bundle_id, backend
+        self._report = report
+        self.lock = threading.Lock()
+        """Held for every call and for :meth:`close`."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Input names, in the engine's order."""
+        return self._inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Output names, in the engine's order."""
+        return self._outputs
+
+    @property
+    def route(self) -> str:
+        """The build route of the shipped engine (its load-time knobs are applied)."""
+        return self._route
+
+    @property
+    def bundle_id(self) -> str:
+        """The dossier id of the bundle it came from."""
+        return self._bundle_id
+
+    @property
+    def backend(self) -> str:
+        """The compiler backend."""
+        return self._backend
+
+    @property
+    def report(self) -> VerifyReport:
+        """The verification it passed."""
+        return self._report
+
+    def __call__(self, feed: Mapping[str, Any] | None = None, /,
+                 **named: Any) -> dict[str, np.ndarray]:
+        """Run once: ``engine({"x": x})`` or ``engine(x=x)``. InputError for a missing or an
+        unknown input; EngineFailedError (exit 11) when the engine fails."""
+        given = {**feed, **named} if named and feed else (feed or named)
+        if given.keys() != self._names:
+            missing = [n for n in self._inputs if n not in given]
+            extra = sorted(n for n in given if n not in self._names)
+            raise InputError(f"the engine takes inputs {list(self._inputs)}"
+                             + (f"; missing {missing}" if missing else "")
+                             + (f"; unknown {extra}" if extra else ""))
+        arrays = {n: v if type(v) is self._ndarray else _host_array(v) for n, v in given.items()}
+        with self.lock:
+            try:
+                return self._runner.run(arrays)
+            except self._native as exc:
+                raise EngineFailedError(f"the engine of {self._bundle_id} failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Release the engine (later calls raise EngineFailedError)."""
+        with self.lock:
+            self._runner.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Engine({self._backend}, route={self._route!r}, bundle_id={self._bundle_id}, "
+                f"inputs={list(self._inputs)}, outputs={list(self._outputs)})")
+
+
+def _host_array(value: Any) -> np.ndarray:
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value
+    detach = getattr(value, "detach", None)
+    if callable(detach):  # a torch tensor, on any device
+        return np.asarray(detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def _keys(trusted_key: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
+          ) -> tuple[Path, ...]:
+    if trusted_key is None:
+        return ()
+    if isinstance(trusted_key, (str, os.PathLike)):
+        return (Path(trusted_key),)
+    return tuple(Path(k) for k in trusted_key)
+
+
+def load(source: str | os.PathLike[str], *, require_signature: bool = False,
+         trusted_key: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+         policy: str | os.PathLike[str] | None = None,
+         on_suboptimal: OnSuboptimal = "warn", signature: str | os.PathLike[str] | None = None,
+         host: Fingerprint | str | os.PathLike[str] | None = None, insecure: bool = False,
+         registry_cache: str | os.PathLike[str] | None = None) -> Engine:
+    """Verify the bundle at ``source`` (a folder, a ``.dossier.tar``, or a registry reference
+    pulled and cached as ``verify REF`` does), then load its shipped engine as it was timed.
+
+    ``trusted_key``: one Ed25519 public key (PEM) or several; a signature beside the bundle (or
+    ``signature``, or the registry's referrers) is checked whenever there is one, and with
+    ``require_signature`` an unsigned bundle is refused (SignatureError, exit 13). ``policy``: a
+    TOML policy file, as ``verify --policy``. ``on_suboptimal``: ``"warn"``
+    (:class:`SuboptimalWarning`), ``"refuse"`` (SuboptimalHostError) or ``"ignore"``. ``host``:
+    judge this fingerprint instead of this host's (a fleet host's fingerprint, for tests).
+
+    Raises what :func:`dossier.verify.verify` raises, InvalidHostError for an INVALID verdict,
+    BackendUnavailableError when the backend's library is not installed here, and
+    EngineFailedError when the engine does not load. The verification report is on every
+    refusal: :func:`dossier.verify.refused_report`.
+    """
+    with opened(source, require_signature=require_signature, trusted_key=trusted_key,
+                policy=policy, on_suboptimal=on_suboptimal, signature=signature, host=host,
+                insecure=insecure, registry_cache=registry_cache) as (engine, _):
+        return engine
+
+
+@contextlib.contextmanager
+def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
+           trusted_key: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+           policy: str | os.PathLike[str] | None = None,
+           on_suboptimal: OnSuboptimal = "warn", signature: str | os.PathLike[str] | None = None,
+           host: Fingerprint | str | os.PathLike[str] | None = None, insecure: bool = False,
+           registry_cache: str | os.PathLike[str] | None = None
+           ) -> Iterator[tuple[Engine, Bundle]]:
+    """:func:`load`, with the verified bundle kept open for the ``with`` block (to read its
+    validation set, as ``dossier run --check`` does). The engine outlives the block."""
+    if on_suboptimal not in ("warn", "refuse", "ignore"):
+        raise InputError(f"on_suboptimal must be 'warn', 'refuse' or 'ignore', "
+                         f"not {on_suboptimal!r}")
+    options = VerifyOptions(
+        trusted_keys=_keys(trusted_key), require_signature=require_signature,
+        policy=Path(policy) if policy is not None else None,
+        signature=Path(signature) if signature is not None else None,
+        host=host if host is None or not isinstance(host, (str, os.PathLike)) else Path(host),
+        insecure=insecure,
+        registry_cache=Path(registry_cache) if registry_cache is not None else None,
+        extract=True)  # the engine loaded is the copy whose bytes were checked
+    with verified(source, options) as (bundle, report):
+        _judge(report, on_suboptimal)
+        yield _load(bundle, report), bundle
+
+
+def _judge(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
+    why = "; ".join(report.reasons[:3]) or "no reason recorded"
+    if report.verdict is Verdict.INVALID:
+        raise with_report(InvalidHostError(
+            f"{report.release} ({report.source}) is INVALID on this host: {why}",
+            hint="rebuild or re-tune it for this host (dossier retune)"), report)
+    if report.verdict is Verdict.SUBOPTIMAL:
+        text = f"{report.release} ({report.source}) is SUBOPTIMAL on this host: {why}"
+        if on_suboptimal == "refuse":
+            raise with_report(SuboptimalHostError(
+                text, hint="re-measure it here (dossier verify --rebench) or re-tune it"),
+                report)
+        if on_suboptimal == "warn":
+            warnings.warn(text, SuboptimalWarning, stacklevel=3)
+
+
+def _load(bundle: Bundle, report: VerifyReport) -> Engine:
+    """The shipped engine of a verified bundle, by its backend's production loader."""
+    from dossier.backends import get_backend
+    from dossier.backends.interface import Backend, EngineRuntimeError
+    from dossier.routes import Route
+
+    m = bundle.manifest
+    shipped = m.engines.shipped
+    backend = get_backend(m.backend)
+    if type(backend).configure is not Backend.configure:
+        # a backend whose engines depend on the spec's [builder] options and [[shapes]]
+        # (TensorRT: runtime platform, version compatibility): as the trial's worker sets them
+        header = bundle.tuning_cache().header
+        backend.configure(header.builder, header.shapes)
+    try:
+        runner = backend.load(bundle.file(shipped.path), Route.parse(shipped.route))
+    except EngineRuntimeError as exc:
+        raise with_report(EngineFailedError(f"{m.name}: the verified engine did not load here: "
+                                            f"{exc}"), report) from exc
+    names = runner.io_names()
+    if names is None:  # a runner that does not say: the validation set's inputs
+        names = (sorted(next(iter(bundle.validation_info().pair_inputs.values()), {})), [])
+    return Engine(runner, inputs=names[0], outputs=names[1], route=shipped.route,
+                  bundle_id=m.dossier_id, backend=m.backend, report=report)
+
+
+# ---------------------------------------------------------------------------- dossier run
+@dataclass(frozen=True)
+class Check:
+    """Outputs of one run compared with a validation pair's references."""
+
+    pair: str
+    """The validation pair whose inputs were run."""
+    metric: str
+    """The bundle's loss metric."""
+    threshold: float
+    """The bundle's threshold: every loss must be below it."""
+    losses: dict[str, float | None]
+    """Per output (None: NaN/Inf)."""
+    failure: str | None
+    """Which output, which loss, when it failed; None when it passed."""
+
+    @property
+    def passed(self) -> bool:
+        """Every loss below the threshold."""
+        return self.failure is None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What ``dossier run`` did: verify, load, run once, optionally check."""
+
+    engine: Engine
+    """The loaded engine."""
+    outputs: dict[str, np.ndarray]
+    """Its outputs, by name."""
+    inputs_from: str
+    """The inputs file, or the validation pair whose inputs were run."""
+    first_call_ms: float
+    """Wall time of the first call (after the load)."""
+    load_s: float
+    """Wall time of the verification and the load."""
+    check: Check | None = None
+    """The comparison with the references, when asked for."""
+
+    def summary(self) -> dict[str, Any]:
+        """As plain data (``dossier run --json``)."""
+        e = self.engine
+        return {"bundle_id": e.bundle_id, "backend": e.backend, "route": e.route,
+                "verdict": e.report.verdict.value if e.report.verdict else None,
+                "steps": [s.model_dump(mode="json") for s in e.report.steps],
+                "inputs_from": self.inputs_from,
+                "outputs": {n: {"shape": list(a.shape), "dtype": str(a.dtype)}
+                            for n, a in self.outputs.items()},
+                "load_s": round(self.load_s, 4), "first_call_ms": round(self.first_call_ms, 4),
+                "check": None if self.check is None else {
+                    "passed": self.check.passed, "pair": self.check.pair,
+                    "metric": self.check.metric, "threshold": self.check.threshold,
+                    "losses": self.check.losses, "failure": self.check.failure}}
+
+
+NPZ_MAX_BYTES = 4 << 30
+"""Largest inputs file ``dossier run`` reads."""
+
+
+def read_inputs(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Named arrays from an ``.npz`` file (untrusted: no pickled objects, size-capped).
+    InputError when it cannot be read."""
+    import zipfile
+
+    import numpy as np
+
+    path = Path(path)
+    try:
+        if path.stat().st_size > NPZ_MAX_BYTES:
+            raise InputError(f"{path} is larger than {NPZ_MAX_BYTES >> 30} GiB")
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise InputError(f"{path} is a single .npy array, not an .npz of named arrays",
+                                 hint="save the inputs with numpy.savez(path, name=array, ...)")
+            return {name: data[name] for name in data.files}
+    except InputError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"cannot read inputs {path}: {getattr(exc, 'strerror', None) or exc}",
+                         hint="save the inputs with numpy.savez(path, name=array, ...)") from exc
+
+
+def write_outputs(path: str | os.PathLike[str], outputs: Mapping[str, np.ndarray]) -> Path:
+    """Write named arrays as ``.npz``; an existing file is never overwritten (OutputError),
+    and nothing half-written is left (DiskFullError when the disk is full)."""
+    import numpy as np
+
+    from dossier.diskfull import output_error
+    from dossier.errors import OutputError
+
+    path = Path(path)
+    if os.path.lexists(path):
+        raise OutputError(f"{path} exists; not overwritten", hint="choose another -o")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            np.savez(f, **dict(outputs))  # type: ignore[arg-type]
+        os.link(tmp, path)  # fails if the file appeared meanwhile: never overwritten
+    except FileExistsError:
+        raise OutputError(f"{path} appeared while the outputs were written; not overwritten") \
+            from None
+    except OSError as exc:
+        raise output_error(exc, path.parent, f"writing {path.name}", f"write {path}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def run_bundle(source: str | os.PathLike[str], inputs: str | os.PathLike[str] | None = None, *,
+               check: bool = False, **load_options: Any) -> RunResult:
+    """Verify and load (as :func:`load`, ``load_options`` its keywords), run once on the
+    arrays of ``inputs`` (an ``.npz``; default: the inputs of the bundle's first validation
+    pair), and with ``check`` compare the outputs with the references of the validation pair
+    whose inputs they are, by the bundle's metric and threshold. InputError when ``check`` finds
+    no pair with these inputs, or the bundle has no validation set."""
+    import time
+
+    t0 = time.perf_counter()
+    given = read_inputs(inputs) if inputs is not None else None
+    with opened(source, **load_options) as (engine, bundle):
+        load_s = time.perf_counter() - t0
+        pairs = _pairs(bundle) if check or given is None else None
+        if given is None:
+            assert pairs is not None
+            pair, feed, inputs_from = pairs[0], pairs[0].inputs, f"validation {pairs[0].name}"
+        else:
+            feed, inputs_from = given, str(inputs)
+            pair = _matching(pairs, given, engine.report.source) if pairs is not None else None
+        t1 = time.perf_counter()
+        outputs = engine(feed)
+        first_ms = (time.perf_counter() - t1) * 1e3
+        judged = _check(bundle, pair, outputs) if check and pair is not None else None
+    return RunResult(engine, outputs, inputs_from, first_ms, load_s, judged)
+
+
+def _pairs(bundle: Bundle) -> list[Any]:
+    from dossier.validation import load_validation_set
+
+    folder = bundle.folder("validation")
+    if not folder.is_dir():
+        raise InputError(f"{bundle.source} has no validation set (imported from trtexec?): "
+                         "--check has nothing to compare with, and -i is needed")
+    return list(load_validation_set(folder).pairs)
+
+
+def _matching(pairs: list[Any], given: Mapping[str, np.ndarray], source: str) -> Any:
+    import numpy as np
+
+    for pair in pairs:
+        if set(pair.inputs) == set(given) and all(
+                pair.inputs[n].dtype == given[n].dtype and pair.inputs[n].shape == given[n].shape
+                and np.array_equal(pair.inputs[n], given[n]) for n in given):
+            return pair
+    raise InputError(f"the inputs match none of the {len(pairs)} validation pairs of {source}: "
+                     "--check compares the outputs with the references of the pair whose "
+                     "inputs were run", hint="pass one pair's inputs, or leave out -i")
+
+
+def _check(bundle: Bundle, pair: Any, outputs: Mapping[str, np.ndarray]) -> Check:
+    from dossier.validation import ValidationSet, judge
+
+    s = bundle.manifest.summary
+    acc = judge({pair.name: outputs}, ValidationSet(bundle.folder("validation"), (pair,)),
+                s.metric, s.threshold, atol=s.atol, rtol=s.rtol)
+    return Check(pair=pair.name, metric=s.metric, threshold=s.threshold,
+                 losses=dict(acc.losses[pair.name]), failure=acc.failure)
+
+
+__all__ = ["Check", "Engine", "OnSuboptimal", "RunResult", "SuboptimalWarning", "load",
+           "opened", "read_inputs", "run_bundle", "write_outputs"]
