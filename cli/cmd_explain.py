@@ -103,7 +103,7 @@ def volume_origin(source: str, given: Sequence[str] = ()) -> str:
 
 def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
     """The explanation as text on stdout; ``given``: the volume flags on the command line."""
-    from dossier.audit.explain import test_name
+    from dossier.audit.explain import shown_verdict, test_name
 
     d, s, lin = e.decision, e.search, e.lineage
     out.print(f"[bold]{escape(lin.release)} version {lin.version}[/]: why this route",
@@ -215,7 +215,7 @@ def render_explanation(e: Any, given: Sequence[str] = ()) -> None:
     for k in e.knob_effects:
         out.print(f"  {escape(k.knob.ljust(width))}  {escape(k.baseline_value)} -> "
                   f"{escape(k.value)}: {_ci(k.speedup, k.speedup_ci_low, k.speedup_ci_high)} "
-                  f"p={k.p_value:.3g}  {k.verdict} (trial {k.trial_index}, "
+                  f"p={k.p_value:.3g}  {shown_verdict(k.verdict, 'search')} (trial {k.trial_index}, "
                   f"{k.outcome.value})", soft_wrap=True)
     m = e.knob_model
     _heading("Knob effects, model over all admissible trials")

@@ -135,7 +135,9 @@ def test_explain_names_the_winner_or_no_gain_and_why(convnet: Path) -> None:
                                            "below the minimum effect", "slower",
                                            "not confirmed", "A/A"))
     assert f"why: {s.reason}" in text
-    assert "two-sided Wilcoxon signed-rank over rounds: p=" in text
+    # the best candidate went to the confirmation, whose test is over measuring processes
+    assert "Student's t over measuring processes (a candidate: one-sided, against the minimum " \
+        "effect): p=" in text
     assert re.search(r"\(n=\d+\)", text)
     assert "Decision rule" in text and s.decision_rule in text
     # A/A check, environment, lineage, cost, payback from the spec's [deployment]

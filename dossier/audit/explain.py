@@ -724,6 +724,14 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         verdict=judge(c, alpha=alpha, min_effect=settings.min_effect).text)
 
 
+def shown_verdict(label: str | None, role: str) -> str | None:
+    """A verdict as printed beside a reading: a screening (search) trial's is only ever
+    *screened* faster or slower (the confirmation decides what ships); others as they are."""
+    if label in ("faster", "slower") and role == "search":
+        return f"screened {label}"
+    return label
+
+
 def _alpha(c: Comparison, settings: TimingSettings, k: int = 1) -> float:
     """The level a reading was judged at: the one it records; for older records, alpha / k
     (k: the candidates of the confirmation, the A/A not among them)."""

@@ -30,7 +30,14 @@ import jinja2
 import numpy as np
 from markupsafe import Markup
 
-from dossier.audit.explain import AACheck, Explanation, TrialFact, explain, test_name
+from dossier.audit.explain import (
+    AACheck,
+    Explanation,
+    TrialFact,
+    explain,
+    shown_verdict,
+    test_name,
+)
 from dossier.bundle._files import begin_staging, write_durable
 from dossier.diskfull import host_io
 from dossier.errors import BackendUnavailableError, OutputError
@@ -132,7 +139,8 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         counts=", ".join(f"{k} {v}" for k, v in e.trial_counts.items()),
         accuracy_trials=[t for t in e.trials if t.role != "confirm" and t.output_losses
                          and t.outcome.value == "ok"],
-        aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name)
+        aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
+        shown_verdict=shown_verdict)
 
 
 @functools.cache
@@ -383,7 +391,8 @@ def _rows(e: Explanation) -> list[_Row]:
             (t.speedup, _num(t.speedup, ".3f")),
             (t.speedup_ci_low, "-" if t.speedup_ci_low is None else
              f"[{t.speedup_ci_low:.3f}, {t.speedup_ci_high:.3f}]"),
-            (t.p_value, _num(t.p_value)), (t.verdict or "", t.verdict or "-"),
+            (t.p_value, _num(t.p_value)),
+            (t.verdict or "", shown_verdict(t.verdict, t.role) or "-"),
             (t.worst_loss, _num(t.worst_loss)),
             (t.build_s, _num(t.build_s, ".3f")), (t.reason or "", t.reason or ""),
         ]
