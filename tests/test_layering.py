@@ -61,6 +61,9 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
                     target = full if full in mods else base if base in mods else None
                     if target is not None and target != mod:
                         graph[mod].add(target)
+    # the package root holds __version__ and the lazy public API (``dossier.load``, imported by
+    # its module __getattr__ on first use): what it reaches is the API's, not a layer's
+    graph["dossier"] = set()
     return graph
 
 

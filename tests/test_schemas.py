@@ -43,7 +43,9 @@ def test_schema_check_command(tmp_path: Path) -> None:
     work = tmp_path / "schemas"
     shutil.copytree(COMMITTED, work)
     manifest = work / "bundle-manifest.v1.schema.json"
-    manifest.write_text(manifest.read_text().replace("Release name.", "Release name!"))
+    text = manifest.read_text()
+    assert '"description"' in text
+    manifest.write_text(text.replace('"description"', '"description" ', 1))  # any edit drifts
     (work / "fingerprint.schema.json").unlink()
     (work / "old.schema.json").write_text("{}\n")
     res = h.cli("schema", "--check", "--out", work)

@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -150,8 +151,14 @@ def _page_run(folder: Path) -> subprocess.CompletedProcess[str]:
     shadow = folder / "shadow" / "dossier"
     shadow.mkdir(parents=True, exist_ok=True)
     (shadow / "__init__.py").write_text("raise ImportError('the page must not need dossier')\n")
-    env = {"PATH": f"{Path(shutil.which('python') or 'python').parent}:/usr/bin:/bin",
-           "PYTHONPATH": str(folder / "shadow")}
+    # `python` on the page is this interpreter (the one with the page's packages installed),
+    # whatever the PATH of the run that started the tests
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "python"  # a script, not a link: a venv is found by the path run
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(folder / "shadow")}
     return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", "\n".join(commands)],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
