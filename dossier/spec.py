@@ -16,7 +16,7 @@ import math
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -116,8 +116,17 @@ class ShapeEntry(_Section):
 
     weight: float = Field(1.0, gt=0, le=1e12, allow_inf_nan=False)
     """Share of the traffic (weights need not sum to 1)."""
-    inputs: dict[str, list[Annotated[int, Field(ge=1, le=DIM_MAX)]]]
+    inputs: dict[str, list[int]]
     """Shape of every input (every dimension from 1 to 2**31 - 1)."""
+
+    @field_validator("inputs")
+    @classmethod
+    def _dimensions(cls, v: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, dims in v.items():
+            if any(d < 1 or d > DIM_MAX for d in dims):
+                raise ValueError(f"input {name!r} has shape {tuple(dims)}: every dimension must "
+                                 f"be at least 1 and at most {DIM_MAX}")
+        return v
 
 
 class DeploymentSection(_Section):
