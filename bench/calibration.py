@@ -140,12 +140,10 @@ def _summary(args: argparse.Namespace, runs: list[dict], started: str, done: boo
     ok = [r for r in runs if "error" not in r]
     shipped = [r for r in ok if r["gain"]]
     rebenched = [r["rebench"] for r in ok if "rebench" in r]
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
     return {
         "benchmark": "calibration of the decision rule (synthetic known gain)",
         "command": " ".join(["python", "bench/calibration.py", *sys.argv[1:]]),
-        "commit": commit, "started": started, "done": done, "machine": {
+        "commit": args.commit, "started": started, "done": done, "machine": {
             "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
             "python": platform.python_version()},
         "truth": {"gain": args.gain, "speedup": truth,
@@ -175,6 +173,9 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="tiny timing: a smoke run, for CI")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    args.commit = subprocess.run(  # the code the runs are made with, read before the first
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+        text=True, check=False).stdout.strip()
     out = args.out or ROOT / "bench" / "results" / f"calibration-{args.gain}.json"
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     runs: list[dict] = []
