@@ -18,11 +18,6 @@ ROOT = "convnet-1.dossier"
 
 
 @pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
-@pytest.fixture(scope="module")
 def packed(rel: dict[str, h.Released], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("packed")
     res = h.cli("pack", rel["convnet"].bundle, "--out", out)

@@ -28,11 +28,6 @@ Records = list[dict[str, Any]]
 PASSWD = Path("/etc/passwd")
 
 
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 def _trial(records: Records, index: int) -> dict[str, Any]:
     return next(r for r in records if r["kind"] == "trial" and r["index"] == index)
 

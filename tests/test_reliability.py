@@ -528,11 +528,6 @@ def test_every_post_build_hazard(sample, stress_env, stress_registered, monkeypa
 
 
 # ============================================================ kill -9 of bundle and pack writes
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 def _big_engine_run(rel: dict[str, h.Released], dest: Path, mib: int) -> Path:
     """A copy of the convnet run whose baseline engine is ``mib`` MiB of random bytes (its
     digest fixed in the cache): bundling it takes long enough to be interrupted."""

@@ -50,11 +50,6 @@ ed25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519
 
 
 @pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
-@pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KeyPair]:
     """The release key, a second signer's key and a stranger's key."""
     folder = tmp_path_factory.mktemp("keys")
