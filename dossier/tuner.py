@@ -254,7 +254,7 @@ class Tuner:
                              validation=str(self.p.vset.path), metric=s.tune.metric,
                              threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
                              timing=s.timing, baseline_route=self.p.baseline.text(),
-                             builder=s.builder, shapes=s.shapes,
+                             builder=s.builder, shapes=s.shapes, knobs=self.p.db,
                              result=str(self.work / "result.json"),
                              stage=str(self.work / "stage"), **kw)
 

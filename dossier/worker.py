@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from dossier.knobs import KnobDatabase
 from dossier.spec import AccuracyRule, ShapeEntry
 from dossier.timing import TimingSettings
 
@@ -70,6 +71,10 @@ class WorkerRequest(AccuracyRule):
     offset: int = 0
     """``measure``: which engine goes first in the first round (the rotation's start, so
     successive processes start with different engines)."""
+    knobs: KnobDatabase | None = None
+    """The search's knob database, read once by the parent: the child takes it instead of
+    reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
+    0.5 s a trial where the build takes milliseconds). None: the child reads its own."""
 
 
 class _Result(BaseModel):
@@ -188,6 +193,8 @@ def _backend(req: WorkerRequest) -> Backend:
 
     _stage(req, "setup")
     backend = get_backend(req.backend)
+    if req.knobs is not None:
+        backend.adopt_knob_database(req.knobs)
     backend.configure(req.builder, req.shapes)
     return backend
 
