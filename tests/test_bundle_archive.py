@@ -320,8 +320,9 @@ def test_temporary_folders_go_on_sigterm_and_stale_ones_are_removed(packed: Path
     import sys
     import time
 
+    from conftest import subprocess_env as _env
+
     from dossier.bundle.reader import STALE_OPEN_S
-    from tests.test_reliability import _env
 
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
 
 from dossier.errors import ExitCode
 from dossier.hashing import digest_file
 from dossier.lock import RUN_LOCK
 from dossier.tuner import CACHE_NAME
-from tests._figures import figures
 
 Records = list[dict[str, Any]]
 PASSWD = Path("/etc/passwd")

@@ -18,17 +18,17 @@ import json
 import resource
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
+from conftest import dossier_command
+from conftest import subprocess_env as _env
 
 from dossier.errors import ExitCode
 from dossier.tuner import CACHE_NAME
-from tests._figures import figures
-from tests.test_reliability import _env
 
 ROOM = "64m"
 """Size the tmpfs is grown to once the test frees space."""
@@ -99,7 +99,7 @@ def _dossier(*args: object, env: dict[str, str] | None = None,
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    res = subprocess.run([sys.executable, "-m", "dossier_cli.main", *map(str, args)],
+    res = subprocess.run(dossier_command(*args),
                          env=env or _env(), capture_output=True, timeout=600,
                          stdin=subprocess.DEVNULL, preexec_fn=limit)
     return res.returncode, " ".join(res.stderr.decode(errors="replace").split())

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
 
 from dossier.bundle import check_integrity, open_bundle, pack_bundle
 from dossier.bundle.manifest import body_digest
@@ -40,7 +41,6 @@ from dossier.signing import (
     sign_bundle,
     signature_path,
 )
-from tests._figures import figures
 
 blake3 = pytest.importorskip("blake3", reason="signing needs the [sign] extra")
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization",

@@ -17,6 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import TINY_TIMING  # noqa: E402
+
 from dossier.backends import BuildError, EngineRuntimeError, get_backend  # noqa: E402
 from dossier.backends import torch_inductor as ti  # noqa: E402
 from dossier.errors import ModelError  # noqa: E402
@@ -25,7 +27,6 @@ from dossier.spec import load_spec  # noqa: E402
 from dossier.trial import Outcome  # noqa: E402
 from dossier.validation import judge, load_validation_set  # noqa: E402
 from samples import torch_models  # noqa: E402
-from tests.conftest import TINY_TIMING  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

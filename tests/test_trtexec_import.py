@@ -18,6 +18,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import cli
 from typer.testing import CliRunner
 
 from dossier.audit import explain
@@ -113,10 +114,6 @@ def run(tmp_path: Path) -> Path:
     (folder / "best.plan").write_bytes(plan_bytes())
     write_cache(folder)
     return folder
-
-
-def cli(*args: object):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 def imported(run: Path, out: Path, *extra: object) -> Path:
