@@ -38,14 +38,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
 
 
-FIRST = ("test_torch_inductor.py", "test_tuner.py", "test_reliability.py", "test_locks.py",
-         "test_build_cache.py", "test_ray_executor.py", "test_ray_two_gpus.py",
-         "test_disk_full.py", "test_cli_tune.py", "test_verify.py", "test_replicate.py")
+FIRST = ("test_torch_inductor.py", "test_tuner.py", "test_reliability.py", "test_build_cache.py",
+         "test_disk_full.py", "test_ray_executor.py", "test_ray_two_gpus.py", "test_bench_smoke.py",
+         "test_locks.py", "test_cli_tune.py", "test_confirmation.py", "test_verify.py",
+         "test_explain.py", "test_bundle_write.py", "test_bundle_archive.py")
 """The modules that take longest, started first so that no worker is left with a long one at
-the end (measured with ``--durations``; the others keep their order)."""
+the end (from ``--durations``; the others keep their order)."""
 
 SHARED_GROUPS = {"test_ray_executor.py": "ray", "test_ray_two_gpus.py": "ray"}
-"""Modules that must run in one process, one after the other (each starts a local Ray)."""
+"""Modules that run in one worker together, one after the other (each starts a local Ray)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,24 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
     order = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
-    _group_modules(items)
-
-
-def _group_modules(items: list[pytest.Item]) -> None:
-    """With ``--dist loadgroup`` (make test), the tests of a module that has a module- or
-    class-scoped fixture run in one worker, so the fixture is made once; the other tests are
-    spread one by one. Session fixtures (samples, released bundles) are made once per worker."""
-    grouped: dict[Path, str] = {}
     for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if item.path.name in SHARED_GROUPS:
-            grouped[item.path] = SHARED_GROUPS[item.path.name]
-        elif any(d[-1].scope in ("module", "class", "package") for d in defs if d):
-            grouped.setdefault(item.path, item.path.stem)
-    for item in items:
-        if item.path in grouped and not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(grouped[item.path]))
+        if not any(item.iter_markers("xdist_group")):
+            group = SHARED_GROUPS.get(item.path.name, item.path.stem)
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

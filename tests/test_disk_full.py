@@ -245,7 +245,7 @@ def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path], 
     """pack, sign (a new envelope and a co-signature), keygen, import, export and schema into
     a full file system: each stops with one line naming it (exit 74, not 7) and leaves no file
     behind."""
-    from tests.test_trtexec_import import plan_bytes, tiny_onnx, write_cache
+    from test_trtexec_import import plan_bytes, tiny_onnx, write_cache
 
     bundle = finished[1].parent / "convnet-1.dossier"
     keys = tmp_path / "keys"

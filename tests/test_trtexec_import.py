@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli
+from test_trtexec import ITERATIONS
 from typer.testing import CliRunner
 
 from dossier.audit import explain
@@ -32,7 +33,6 @@ from dossier.importer import export_trtexec_cache, import_trtexec, unknown_finge
 from dossier.policy import Verdict, diff
 from dossier.routes import Route
 from dossier_cli.main import app
-from tests.test_trtexec import ITERATIONS
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "assets" / "golden" / "convnet-1.dossier"
