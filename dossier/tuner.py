@@ -424,7 +424,7 @@ class Tuner:
         else:
             measure = confirmation.local_processes(
                 self.p.backend.name, self.p.vset.path, timing, builder=self.p.spec.builder,
-                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env)
+                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env, knobs=self.p.db)
         result = confirmation.confirm(engines[0], engines[1:], timing, measure,
                                       on_process=self.observer.measured_process)
         for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),
