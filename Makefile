@@ -15,9 +15,9 @@ TORCH_INDEX ?=
 OUT ?= out
 # pytest-xdist workers for `make test` (auto: one per CPU); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
-# each module runs in one worker (tests/conftest.py groups them: module fixtures are made once);
-# the longest modules first, in the order conftest gives
-PYTEST_DIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# each module runs in one worker (its module fixtures are made once), the longest modules first
+# in the order tests/conftest.py gives
+PYTEST_DIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup sample test test-all lint typecheck schemas clean
 

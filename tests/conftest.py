@@ -1,6 +1,7 @@
 """The test suite's one vocabulary: built samples, the released bundles of the samples, small
-timing settings, spec factories, the in-process CLI and ``dossier`` as a real process, and how
-the suite is spread over processes (pytest-xdist). docs/testing.md tells how to run it.
+timing settings, spec factories, the in-process CLI and ``dossier`` as a real process, and the
+order in which modules start when the suite is spread over processes (pytest-xdist).
+docs/testing.md tells how to run it.
 
 Helpers of the tests import from here by the tests folder's own names (``from conftest import
 cli``, ``import test_bundle_helpers as h``): pytest puts this folder first on the path, and a
@@ -39,15 +40,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 FIRST = ("test_torch_inductor.py", "test_tuner.py", "test_reliability.py", "test_build_cache.py",
-         "test_disk_full.py", "test_ray_executor.py", "test_ray_two_gpus.py", "test_bench_smoke.py",
+         "test_disk_full.py", "test_ray_executor.py", "test_bench_smoke.py", "test_ray_two_gpus.py",
          "test_locks.py", "test_cli_tune.py", "test_confirmation.py", "test_verify.py",
          "test_explain.py", "test_bundle_write.py", "test_bundle_archive.py")
 """The modules that take longest, started first so that no worker is left with a long one at
 the end (from ``--durations``; the others keep their order)."""
-
-SHARED_GROUPS = {"test_ray_executor.py": "ray", "test_ray_two_gpus.py": "ray"}
-"""Modules that run in one worker together, one after the other (each starts a local Ray)."""
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--run-slow"):
@@ -55,12 +52,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(skip)
+    # make test: --dist loadfile --no-loadscope-reorder runs each module in one worker (its
+    # module fixtures made once, its tests in the order written), modules in this order
     order = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
-    for item in items:
-        if not any(item.iter_markers("xdist_group")):
-            group = SHARED_GROUPS.get(item.path.name, item.path.stem)
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
