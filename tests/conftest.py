@@ -119,8 +119,10 @@ def cli(*args: object, columns: int | None = None, **kw: Any) -> Any:
 
 def subprocess_env(*first: os.PathLike[str] | str, **extra: str) -> dict[str, str]:
     """This environment for a child process that imports dossier from this checkout, with
-    ``first`` folders ahead of it on PYTHONPATH and ``extra`` variables set."""
-    path = os.pathsep.join([*map(str, first), str(REPO)])
+    ``first`` folders ahead of it on PYTHONPATH (and this process's PYTHONPATH after it) and
+    ``extra`` variables set."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([*map(str, first), str(REPO), *kept])
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
