@@ -42,7 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 FIRST = ("test_torch_inductor.py", "test_serve_torch.py", "test_tuner.py", "test_reliability.py",
          "test_build_cache.py", "test_disk_full.py", "test_ray_executor.py", "test_bench_smoke.py",
          "test_ray_two_gpus.py", "test_locks.py", "test_cli_tune.py", "test_confirmation.py",
-         "test_verify.py", "test_explain.py", "test_bundle_write.py", "test_bundle_archive.py")
+         "test_first_contact.py", "test_verify.py", "test_explain.py", "test_bundle_write.py",
+         "test_bundle_archive.py")
 """The modules that take longest, started first so that no worker is left with a long one at
 the end (from ``--durations``; the others keep their order)."""
 
