@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make sample   set up .venv (no torch) and run a sample release end to end (ONNX Runtime, CPU)
 #   make test     set up .venv with torch and run the test suite (slow tests left out; tests
-#                 needing chromium or docker-registry skip without them)
+#                 needing chromium or docker-registry skip without them), spread over
+#                 TEST_WORKERS processes (pytest-xdist; docs/testing.md)
 #   make typecheck  mypy, strict, on dossier/
 # CI runs .ci/run: it installs chromium and docker-registry, then runs make typecheck, make test
 # and mkdocs build --strict (the docs extra).
@@ -12,6 +13,11 @@ TORCH ?= torch==2.13.0
 # e.g. TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build from PyTorch's index
 TORCH_INDEX ?=
 OUT ?= out
+# pytest-xdist workers for `make test` (auto: one per CPU); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= auto
+# each module runs in one worker (its module fixtures are made once), the longest modules first
+# in the order tests/conftest.py gives
+PYTEST_DIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup sample test test-all lint typecheck schemas clean
 
@@ -41,10 +47,10 @@ sample: $(BIN)/dossier
 	$(BIN)/dossier explain $(OUT)/convnet-1.dossier --html $(OUT)/convnet-1.report.html
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_DIST)
 
 test-all: setup
-	$(BIN)/python -m pytest -q --run-slow
+	$(BIN)/python -m pytest -q $(PYTEST_DIST) --run-slow
 
 lint: setup
 	$(BIN)/ruff check dossier cli tests samples bench

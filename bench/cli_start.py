@@ -10,7 +10,8 @@ statistics, the minimum and the sample count; then, from ``python -X importtime`
 that take longest to import for ``dossier --help``, and which heavy libraries each command
 imported at all.
 
-Writes bench/results/cli-start.json.
+Writes bench/results/cli-start.json, with the command, date and host. ``--smoke`` times 2
+rounds (CI runs it: tests/test_bench_smoke.py).
 
     python bench/cli_start.py [--runs 15] [--compare OTHER/.venv/bin/dossier]
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.provenance import provenance  # noqa: E402
 from dossier.timing import median_ci  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "assets" / "golden" / "convnet-1.dossier"
@@ -111,7 +113,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cli-start.json")
     ap.add_argument("--compare", type=Path, help="another installation's dossier script to time "
                     "alongside (e.g. the previous version's)")
+    ap.add_argument("--smoke", action="store_true", help="2 rounds (checks that the script runs)")
     a = ap.parse_args()
+    made = provenance()
+    if a.smoke:
+        a.runs = 2
     cmds = commands(a.compare)
     compile_sources()
     for argv in cmds.values():
@@ -135,7 +141,8 @@ def main() -> None:
     for name, mods in imports.items():
         print(f"{name:<42} imports: {', '.join(mods) or '(none of ' + ', '.join(HEAVY) + ')'}")
     report = {
-        "test": "cli start", "host": platform.node(), "cpus": os.cpu_count(),
+        "test": "cli start", "provenance": made, "smoke": a.smoke,
+        "host": platform.node(), "cpus": os.cpu_count(),
         "load_average": list(os.getloadavg()), "python": platform.python_version(),
         "note": "wall time of a fresh process per run, rounds interleaved, sources compiled "
                 "first; median with its 95% interval from order statistics",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dossier.errors import TuneError
+from dossier.knobs import KnobDatabase
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
 from dossier.trial import Comparison, Outcome, TrialRecord
@@ -189,9 +190,11 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
 
 def local_processes(backend: str, validation: Path, settings: TimingSettings, *,
                     builder: dict[str, Any] | None = None, shapes: Sequence[ShapeEntry] = (),
-                    work: Path, env: dict[str, str] | None = None) -> MeasureProcess:
+                    work: Path, env: dict[str, str] | None = None,
+                    knobs: KnobDatabase | None = None) -> MeasureProcess:
     """Measuring processes on this host: one worker child each (its timeout is the trial
-    timeout, its memory limit the trial memory limit), requests and logs under ``work``."""
+    timeout, its memory limit the trial memory limit), requests and logs under ``work``;
+    ``knobs``: the search's knob database, which each process then need not read again."""
     from dossier.child import run_child
     from dossier.worker import MeasuredResult, WorkerRequest
 
@@ -204,7 +207,7 @@ def local_processes(backend: str, validation: Path, settings: TimingSettings, *,
                             timing=settings, baseline_route=engines[0][1],
                             builder=dict(builder or {}), shapes=list(shapes),
                             engines=[(str(p), r) for p, r in engines], offset=offset, result="",
-                            stage="")
+                            stage="", knobs=knobs)
         name = f"measure-{offset}"
         result = run_child(req, work, name, settings.trial_timeout_s,
                            settings.trial_memory_limit_mb, env)

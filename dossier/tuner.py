@@ -254,7 +254,7 @@ class Tuner:
                              validation=str(self.p.vset.path), metric=s.tune.metric,
                              threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
                              timing=s.timing, baseline_route=self.p.baseline.text(),
-                             builder=s.builder, shapes=s.shapes,
+                             builder=s.builder, shapes=s.shapes, knobs=self.p.db,
                              result=str(self.work / "result.json"),
                              stage=str(self.work / "stage"), **kw)
 
@@ -424,7 +424,7 @@ class Tuner:
         else:
             measure = confirmation.local_processes(
                 self.p.backend.name, self.p.vset.path, timing, builder=self.p.spec.builder,
-                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env)
+                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env, knobs=self.p.db)
         result = confirmation.confirm(engines[0], engines[1:], timing, measure,
                                       on_process=self.observer.measured_process)
         for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),

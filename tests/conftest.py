@@ -1,12 +1,23 @@
-"""Shared fixtures: built samples, small timing settings, spec factories, the CLI runner."""
+"""The test suite's one vocabulary: built samples, the released bundles of the samples, small
+timing settings, spec factories, the in-process CLI and ``dossier`` as a real process, and the
+order in which modules start when the suite is spread over processes (pytest-xdist).
+docs/testing.md tells how to run it.
+
+Helpers of the tests import from here by the tests folder's own names (``from conftest import
+cli``, ``import test_bundle_helpers as h``): pytest puts this folder first on the path, and a
+second name for the same file (``tests.conftest``) would run it twice.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -14,6 +25,7 @@ from dossier.spec import ReleaseSpec, load_spec
 from dossier.timing import TimingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 TINY_TIMING = TimingSettings(samples=12, rounds=6, block_warmup=1, warmup_window=2,
                              warmup_min_runs=1, warmup_max_s=0.2, confirm_top=1,
@@ -27,13 +39,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
 
 
+FIRST = ("test_torch_inductor.py", "test_serve_torch.py", "test_tuner.py", "test_reliability.py",
+         "test_build_cache.py", "test_disk_full.py", "test_ray_executor.py", "test_bench_smoke.py",
+         "test_ray_two_gpus.py", "test_locks.py", "test_cli_tune.py", "test_confirmation.py",
+         "test_first_contact.py", "test_verify.py", "test_explain.py", "test_bundle_write.py",
+         "test_bundle_archive.py")
+"""The modules that take longest, started first so that no worker is left with a long one at
+the end (from ``--durations``; the others keep their order)."""
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --run-slow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    if not config.getoption("--run-slow"):
+        skip = pytest.mark.skip(reason="slow: run with --run-slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
+    # make test: --dist loadfile --no-loadscope-reorder runs each module in one worker (its
+    # module fixtures made once, its tests in the order written), modules in this order
+    order = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(FIRST)))
 
 
 @pytest.fixture(scope="session")
@@ -63,12 +86,62 @@ def sample(samples_dir: Path, tmp_path: Path):
     return make
 
 
+@pytest.fixture(scope="session")
+def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, Any]:
+    """Both samples released with ``dossier release`` once per session (small timing; the
+    tblock spec has an extra, uncovered shape entry): name -> test_bundle_helpers.Released.
+    Shared: a test that damages a bundle damages a copy (``h.copy_bundle``)."""
+    import test_bundle_helpers as h
+
+    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
+
+
 @pytest.fixture()
 def runner():
     """typer's CliRunner over the dossier app."""
     from typer.testing import CliRunner
 
     return CliRunner()
+
+
+def cli(*args: object, columns: int | None = None, **kw: Any) -> Any:
+    """Run ``dossier ARGS`` in-process; click's Result (exit_code, stdout, stderr). Exceptions
+    propagate unless ``catch_exceptions=True``; ``columns`` sets the terminal width rich wraps
+    at."""
+    from typer.testing import CliRunner
+
+    from dossier_cli.main import app
+
+    kw.setdefault("catch_exceptions", False)
+    if columns is not None:
+        kw["env"] = {**kw.get("env", {}), "COLUMNS": str(columns)}
+    return CliRunner().invoke(app, [str(a) for a in args], **kw)
+
+
+def subprocess_env(*first: os.PathLike[str] | str, **extra: str) -> dict[str, str]:
+    """This environment for a child process that imports dossier from this checkout, with
+    ``first`` folders ahead of it on PYTHONPATH (and this process's PYTHONPATH after it) and
+    ``extra`` variables set."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([*map(str, first), str(REPO), *kept])
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def dossier_command(*args: object) -> list[str]:
+    """The argv of ``dossier ARGS`` run by this Python from this checkout."""
+    return [sys.executable, "-m", "dossier_cli.main", *map(str, args)]
+
+
+def dossier_process(args: Sequence[object], env: dict[str, str] | None = None, *,
+                    stdout: int | IO[Any] | None = subprocess.DEVNULL,
+                    stderr: int | IO[Any] | None = subprocess.PIPE,
+                    new_session: bool = True, **kw: Any) -> subprocess.Popen[bytes]:
+    """``dossier ARGS`` started as a real process (by default in a process group of its own,
+    no standard input, stdout discarded, stderr piped); ``env`` defaults to
+    :func:`subprocess_env`."""
+    return subprocess.Popen(dossier_command(*args), env=env if env is not None else subprocess_env(),
+                            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                            start_new_session=new_session, **kw)
 
 
 def write_tiny_timing(spec_path: Path) -> None:

@@ -18,11 +18,6 @@ ROOT = "convnet-1.dossier"
 
 
 @pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
-@pytest.fixture(scope="module")
 def packed(rel: dict[str, h.Released], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("packed")
     res = h.cli("pack", rel["convnet"].bundle, "--out", out)
@@ -325,8 +320,9 @@ def test_temporary_folders_go_on_sigterm_and_stale_ones_are_removed(packed: Path
     import sys
     import time
 
+    from conftest import subprocess_env as _env
+
     from dossier.bundle.reader import STALE_OPEN_S
-    from tests.test_reliability import _env
 
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
+from conftest import cli
 
 from dossier.hashing import digest_file
-from dossier_cli.main import app
 
 try:
     import tomllib
@@ -37,11 +36,6 @@ SELECTIONS = {
 """Two-route selections of the samples (a baseline and one search trial)."""
 
 _STATE: dict[str, Any] = {}
-
-
-def cli(*args: str | os.PathLike[str]) -> Any:
-    """Run ``dossier ARGS`` in-process; the click Result (exit_code, stdout, stderr)."""
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 def samples(samples_dir: Path | None = None) -> dict[str, Path]:

@@ -17,11 +17,6 @@ from dossier.errors import ExitCode
 from dossier.hashing import digest_bytes
 
 
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 @pytest.fixture
 def bundle(rel: dict[str, h.Released], tmp_path: Path) -> Path:
     """A private copy of the convnet bundle."""

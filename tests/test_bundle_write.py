@@ -25,11 +25,6 @@ from dossier.hashing import digest_file
 from dossier.spec import ShapeEntry
 
 
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 def _copy_run(rel: dict[str, h.Released], tmp_path: Path, name: str = "convnet") -> Path:
     run = tmp_path / "run"
     shutil.copytree(rel[name].run, run)

@@ -17,20 +17,15 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
 
 from dossier.errors import ExitCode
 from dossier.hashing import digest_file
 from dossier.lock import RUN_LOCK
 from dossier.tuner import CACHE_NAME
-from tests._figures import figures
 
 Records = list[dict[str, Any]]
 PASSWD = Path("/etc/passwd")
-
-
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
 
 
 def _trial(records: Records, index: int) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_tiny_timing
 
 from dossier.errors import ExitCode
 from dossier.tensors import write_tensors
 from dossier_cli.main import app
-from tests.conftest import write_tiny_timing
 
 
 def _tune(runner, *args: str):

@@ -247,11 +247,6 @@ def test_rebench_judges_the_speedup_against_the_recorded_prediction_interval() -
     assert judge_speedup(_comparison(1.07, 1.04, 1.10), 1.08, 1.05, 1.11) == []
 
 
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 def test_inspect_shows_the_aa_reading_and_a_load_snippet_that_works(
         rel: dict[str, h.Released]) -> None:
     r = rel["convnet"]

@@ -18,17 +18,17 @@ import json
 import resource
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
+from conftest import dossier_command
+from conftest import subprocess_env as _env
 
 from dossier.errors import ExitCode
 from dossier.tuner import CACHE_NAME
-from tests._figures import figures
-from tests.test_reliability import _env
 
 ROOM = "64m"
 """Size the tmpfs is grown to once the test frees space."""
@@ -99,7 +99,7 @@ def _dossier(*args: object, env: dict[str, str] | None = None,
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    res = subprocess.run([sys.executable, "-m", "dossier_cli.main", *map(str, args)],
+    res = subprocess.run(dossier_command(*args),
                          env=env or _env(), capture_output=True, timeout=600,
                          stdin=subprocess.DEVNULL, preexec_fn=limit)
     return res.returncode, " ".join(res.stderr.decode(errors="replace").split())
@@ -245,7 +245,7 @@ def test_every_writer_says_the_disk_is_full(tmpfs, finished: tuple[Path, Path], 
     """pack, sign (a new envelope and a co-signature), keygen, import, export and schema into
     a full file system: each stops with one line naming it (exit 74, not 7) and leaves no file
     behind."""
-    from tests.test_trtexec_import import plan_bytes, tiny_onnx, write_cache
+    from test_trtexec_import import plan_bytes, tiny_onnx, write_cache
 
     bundle = finished[1].parent / "convnet-1.dossier"
     keys = tmp_path / "keys"

@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import TINY_TIMING
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
@@ -39,7 +40,6 @@ from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 from dossier.tuner import tune
 from dossier_cli.main import app
-from tests.conftest import TINY_TIMING
 
 RUNS = {
     "faulty": dict(backend="faulty", strategy="fast",

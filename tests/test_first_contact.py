@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
+from test_explain import make_bundle
 from typer.testing import CliRunner
 
 from dossier.errors import ExitCode
 from dossier_cli.main import app
-from tests.conftest import ROOT
-from tests.test_explain import make_bundle
 
 README = (ROOT / "README.md").read_text()
 DOCS = ROOT / "docs"

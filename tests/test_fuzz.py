@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _figures import figures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,6 @@ from dossier.fingerprint import load_fingerprint
 from dossier.knobs import Knob, KnobDatabase
 from dossier.routes import Route, Selection
 from dossier.spec import load_spec
-from tests._figures import figures
 
 DEFAULT_EXAMPLES = 200
 """Examples per property in the default suite (about 5 s for all of them)."""

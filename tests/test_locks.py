@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
+from conftest import dossier_process, subprocess_env
+from test_reliability import _dossier, _kill, _log_text, _spec
 
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
 from dossier.lock import RUN_LOCK, FolderLock, bundle_lock, run_folder_lock
 from dossier.tuner import CACHE_NAME
-from tests._figures import figures
-from tests.test_reliability import _dossier, _env, _kill, _log_text, _spec
 
 SLOW_SELECTION = "-fault=[none|hang]"
 """A baseline, then a trial that hangs until its timeout: the search holds its lock that long."""
@@ -52,9 +53,7 @@ def _wait_for(condition, proc: subprocess.Popen[bytes], timeout: float = 120) ->
 
 
 def _start(args: list[object], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    return dossier_process(args, env)
 
 
 def _result(proc: subprocess.Popen[bytes], timeout: float = 300) -> tuple[int, str]:
@@ -75,7 +74,7 @@ def test_a_second_command_into_a_run_folder_in_use_is_refused(slower_spec: Path,
     """While ``tune`` runs: a second ``tune`` into the folder, ``tune --continue`` of it, a
     ``release --work`` of it and a ``bundle`` of it each refuse in one line naming the first's
     pid (exit 75), change nothing, and the first search finishes, bundles and verifies."""
-    env = _env()
+    env = subprocess_env()
     run, out = tmp_path / "run", tmp_path / "out"
     first = _dossier(["tune", slower_spec, "--out", run, "--quiet"], env, tmp_path / "first.log")
     cache = run / CACHE_NAME
@@ -111,7 +110,7 @@ def test_a_second_command_into_a_run_folder_in_use_is_refused(slower_spec: Path,
 def _together(spec: Path, tmp_path: Path, rounds: int) -> None:
     """Both start in the same instant (``rounds`` times): exactly one runs and finishes, the
     other refuses with exit 75 naming the winner's pid; the cache holds each route once."""
-    env = _env()
+    env = subprocess_env()
     for i in range(rounds):
         run = tmp_path / f"run-{i}"
         procs = [_start(["tune", spec, "--out", run, "--quiet"], env) for _ in range(2)]
@@ -141,7 +140,7 @@ def test_two_searches_started_together_many_times(slow_spec: Path, tmp_path: Pat
 def test_a_lock_left_by_a_killed_search_is_taken_over(slow_spec: Path, tmp_path: Path) -> None:
     """kill -9 leaves the lock file with the dead holder's pid; the kernel dropped its flock,
     so ``tune --continue`` takes it over and finishes."""
-    env = _env()
+    env = subprocess_env()
     run = tmp_path / "run"
     first = _dossier(["tune", slow_spec, "--out", run, "--quiet"], env, tmp_path / "first.log")
     _wait_for(lambda: (run / CACHE_NAME).is_file()
@@ -160,7 +159,7 @@ def test_a_bundle_being_written_is_locked(tmp_path: Path, samples_dir: Path) -> 
     rel = h.released(tmp_path.parent / "lock-released", samples_dir)["convnet"]
     out = tmp_path / "out"
     out.mkdir()
-    env = _env()
+    env = subprocess_env()
     with bundle_lock(out, "convnet-1.dossier"):
         code, said = _run(["bundle", rel.run, "--out", out], env)
         assert code == ExitCode.BUSY and _refused_naming(said, os.getpid()), said
@@ -179,7 +178,7 @@ def _try_lock_in_another_process(run: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "import sys; from dossier.lock import run_folder_lock\n"
          "with run_folder_lock(sys.argv[1]): pass", str(run)],
-        capture_output=True, text=True, env=_env())
+        capture_output=True, text=True, env=subprocess_env())
 
 
 def test_lock_semantics(tmp_path: Path) -> None:

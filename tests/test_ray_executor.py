@@ -15,12 +15,13 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'dossier[ray]')")
 
+from conftest import write_tiny_timing  # noqa: E402
+
 from dossier.bundle import write_bundle  # noqa: E402
 from dossier.errors import TuneError  # noqa: E402
 from dossier.executors import ray_cluster  # noqa: E402
 from dossier.trial import Outcome  # noqa: E402
 from dossier.tuner import CACHE_NAME, continue_tune, tune  # noqa: E402
-from tests.conftest import write_tiny_timing  # noqa: E402
 
 WHERE = ("worker_node", "worker_host", "worker_gpu")
 

@@ -9,8 +9,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'dossier[ray]')")
 
+from test_ray_executor import _found  # noqa: E402
+
 from dossier.tuner import tune  # noqa: E402
-from tests.test_ray_executor import _found  # noqa: E402
 
 
 @pytest.fixture(scope="module")

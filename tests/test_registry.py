@@ -15,7 +15,6 @@ import random
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
+from conftest import dossier_process
 
 from dossier.bundle import check_integrity, pack_bundle, read_bundle
 from dossier.bundle.manifest import Manifest, manifest_bytes, seal
@@ -624,8 +624,8 @@ def _size(path: Path) -> int | None:
 
 
 def _dossier(*args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], cwd=h.REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())
+    return dossier_process(args, os.environ.copy(), stdout=subprocess.PIPE, new_session=False,
+                           cwd=h.REPO)
 
 
 def _kill_when(server: Registry, proc: subprocess.Popen[bytes], condition: Any) -> bool:

@@ -36,7 +36,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tarfile
 import time
 from collections import Counter
@@ -44,8 +43,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _stress_backend
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
+from conftest import TINY_TIMING, dossier_process, subprocess_env
 
 from dossier.bundle import (
     check_integrity,
@@ -60,9 +62,6 @@ from dossier.errors import BundleFormatError, ExitCode, UnsafeArchiveError
 from dossier.hashing import CHUNK, digest_bytes, digest_file
 from dossier.trial import Outcome
 from dossier.tuner import CACHE_NAME, tune
-from tests import _stress_backend
-from tests._figures import figures
-from tests.conftest import TINY_TIMING
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_KILLS = int(os.environ.get("DOSSIER_KILLS", "20"))
@@ -78,17 +77,13 @@ CONFIRM_SELECTION = "-pace=[slow|brisk|fast]"
 
 
 # ------------------------------------------------------------------------------- process tools
-def _env(*first: Path, **extra: str) -> dict[str, str]:
-    path = os.pathsep.join([*map(str, first), str(REPO)])
-    return {**os.environ, "PYTHONPATH": path, **extra}
+_env = subprocess_env
 
 
 def _dossier(args: list[object], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """``dossier ARGS`` as its own process group (the CLI and anything in its session)."""
     with open(log, "ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)], env=env,
-                                start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=f)
+        return dossier_process(args, env, stderr=f)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -528,11 +523,6 @@ def test_every_post_build_hazard(sample, stress_env, stress_registered, monkeypa
 
 
 # ============================================================ kill -9 of bundle and pack writes
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
-
-
 def _big_engine_run(rel: dict[str, h.Released], dest: Path, mib: int) -> Path:
     """A copy of the convnet run whose baseline engine is ``mib`` MiB of random bytes (its
     digest fixed in the cache): bundling it takes long enough to be interrupted."""

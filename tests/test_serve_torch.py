@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import TINY_TIMING  # noqa: E402
+
 import dossier  # noqa: E402
 from dossier.bundle import write_bundle  # noqa: E402
 from dossier.policy import Verdict  # noqa: E402
@@ -18,7 +20,6 @@ from dossier.routes import Route  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
 from dossier.validation import load_validation_set  # noqa: E402
 from samples import torch_models  # noqa: E402
-from tests.conftest import TINY_TIMING  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
 
 from dossier.bundle import check_integrity, open_bundle, pack_bundle
 from dossier.bundle.manifest import body_digest
@@ -40,18 +41,12 @@ from dossier.signing import (
     sign_bundle,
     signature_path,
 )
-from tests._figures import figures
 
 blake3 = pytest.importorskip("blake3", reason="signing needs the [sign] extra")
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization",
                                     reason="signing needs the [sign] extra")
 ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
 ed25519 = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ed25519")
-
-
-@pytest.fixture(scope="module")
-def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, h.Released]:
-    return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
 
 
 @pytest.fixture(scope="module")

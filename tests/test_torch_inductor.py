@@ -1,7 +1,8 @@
 """The torch-inductor backend on the CPU: knob database, signatures, build/load, digests, tuning.
 
-Each CPU build takes ~15-25 s on two cores; the tests not marked slow build four packages in all
-(one shared engine, one rebuild for the digest, two in the tuning run's child processes).
+Each CPU build takes ~15-25 s on two cores; the tests not marked slow build three packages in
+all: one shared engine built here, and the two of one tuning run, built in its child processes
+(its baseline is the shared engine's route: the digest test compares the two builds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import TINY_TIMING  # noqa: E402
+
 from dossier.backends import BuildError, EngineRuntimeError, get_backend  # noqa: E402
 from dossier.backends import torch_inductor as ti  # noqa: E402
 from dossier.errors import ModelError  # noqa: E402
@@ -25,11 +28,13 @@ from dossier.spec import load_spec  # noqa: E402
 from dossier.trial import Outcome  # noqa: E402
 from dossier.validation import judge, load_validation_set  # noqa: E402
 from samples import torch_models  # noqa: E402
-from tests.conftest import TINY_TIMING  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 CPU = Route.parse("-device=cpu")
+SHARED = Route.parse("-device=cpu -inductor:freezing=false")
+"""The shared engine's route: the default build, named as the tuning run's baseline names it."""
+SELECTION = "-device=cpu -inductor:freezing=[false|true]"
 THRESHOLD = 1e-4  # the torch-mlp sample's linf threshold
 
 
@@ -51,8 +56,23 @@ def mlp_engine(backend: ti.TorchInductorBackend, mlp_sample: Path,
                tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """One CPU build of the default route, shared by the tests that only load it."""
     engine = tmp_path_factory.mktemp("engines") / "mlp.pt2"
-    info = backend.build(mlp_sample / "model.pt2", CPU, engine)
+    info = backend.build(mlp_sample / "model.pt2", SHARED, engine)
     return engine, info.facts
+
+
+@pytest.fixture(scope="module")
+def mlp_tuned(mlp_sample: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A tuning run of the torch-mlp sample over freezing off (the baseline) and on: two builds
+    in child processes."""
+    from dossier.tuner import tune
+
+    spec = load_spec(mlp_sample / "release.toml", {"selection": SELECTION})
+    spec = spec.model_copy(update={"timing": TINY_TIMING.model_copy(
+        update={"trial_timeout_s": 300.0})})
+    run = tmp_path_factory.mktemp("torch-tune") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(Path(__file__).resolve().parents[1])  # the trial processes import dossier here
+        return run, tune(spec, run, spec_path=mlp_sample / "release.toml")
 
 
 # ---------------------------------------------------------------------------- knob database
@@ -190,13 +210,13 @@ def test_build_load_reproduces_eager_and_reference(backend: ti.TorchInductorBack
     assert facts["cxx_path"] == cxx_runtime.choose().compiler.path  # type: ignore[union-attr]
     assert ("load_hint" in facts) == (link.libstdcxx == cxx_runtime.STATIC)
     meta = ti.package_metadata(engine)
-    assert meta["dossier.route"] == CPU.text()
+    assert meta["dossier.route"] == SHARED.text()
     assert meta["dossier.torch"] == torch.__version__
     assert json.loads(meta["dossier.inputs"]) == ["x"]
 
     model = torch_models.tiny_mlp()
     vset = load_validation_set(mlp_sample / "validation")
-    with backend.load(engine, CPU) as runner:
+    with backend.load(engine, SHARED) as runner:
         outputs = {}
         for pair in vset.pairs:
             got = runner.run(pair.inputs)
@@ -261,14 +281,16 @@ def test_load_refuses_what_is_not_a_dossier_package(backend: ti.TorchInductorBac
 
 
 # ---------------------------------------------------------------------------- identity
-def test_normalized_digest_is_equal_across_builds(backend: ti.TorchInductorBackend,
-                                                  mlp_sample: Path, tmp_path: Path,
+def test_normalized_digest_is_equal_across_builds(tmp_path: Path, mlp_tuned,  # type: ignore[no-untyped-def]
                                                   mlp_engine: tuple[Path, dict[str, str]]) -> None:
-    first, facts = mlp_engine
-    second = tmp_path / "other-name.pt2"
-    info = backend.build(mlp_sample / "model.pt2", CPU, second)
+    first, facts = mlp_engine  # built in this process
+    run, result = mlp_tuned
+    baseline = next(t for t in result.cache.trials if t.role == "baseline")
+    assert baseline.route == SHARED.text() and baseline.engine
+    second = run / baseline.engine  # the same route built by a trial process, under another name
+    assert second.name != first.name
     assert ti.normalized_digest(first) == ti.normalized_digest(second)
-    assert facts["normalized_digest"] == info.facts["normalized_digest"]
+    assert facts["normalized_digest"] == baseline.extra["normalized_digest"]
 
     # a change inside the package changes the digest
     altered = tmp_path / "altered.pt2"
@@ -297,17 +319,8 @@ def test_normalized_digest_ignores_temp_paths_and_code_hashes(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------------------- tuning
-def test_tune_pipeline_on_the_torch_mlp_sample(mlp_sample: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from dossier.tuner import tune
-
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.chdir(root)  # the trial processes import dossier from here
-    spec = load_spec(mlp_sample / "release.toml",
-                     {"selection": "-device=cpu -inductor:freezing=[false|true]"})
-    spec = spec.model_copy(update={"timing": TINY_TIMING.model_copy(
-        update={"trial_timeout_s": 300.0})})
-    result = tune(spec, tmp_path / "run", spec_path=mlp_sample / "release.toml")
+def test_tune_pipeline_on_the_torch_mlp_sample(mlp_tuned) -> None:  # type: ignore[no-untyped-def]
+    run, result = mlp_tuned
     trials = [t for t in result.cache.trials if t.role != "confirm"]
     assert [t.role for t in trials] == ["baseline", "search"]
     assert [t.route for t in trials] == ["-device=cpu -inductor:freezing=false",
@@ -321,7 +334,7 @@ def test_tune_pipeline_on_the_torch_mlp_sample(mlp_sample: Path, tmp_path: Path,
     assert decision.baseline_route == trials[0].route
     assert decision.shipped_route in {t.route for t in trials}
     assert decision.reason
-    knobs = json.loads((tmp_path / "run" / "knobs.json").read_text())
+    knobs = json.loads((run / "knobs.json").read_text())
     assert knobs["backend"] == "torch-inductor"
 
 

@@ -18,6 +18,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import cli
+from test_trtexec import ITERATIONS
 from typer.testing import CliRunner
 
 from dossier.audit import explain
@@ -31,7 +33,6 @@ from dossier.importer import export_trtexec_cache, import_trtexec, unknown_finge
 from dossier.policy import Verdict, diff
 from dossier.routes import Route
 from dossier_cli.main import app
-from tests.test_trtexec import ITERATIONS
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "assets" / "golden" / "convnet-1.dossier"
@@ -113,10 +114,6 @@ def run(tmp_path: Path) -> Path:
     (folder / "best.plan").write_bytes(plan_bytes())
     write_cache(folder)
     return folder
-
-
-def cli(*args: object):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
 def imported(run: Path, out: Path, *extra: object) -> Path:

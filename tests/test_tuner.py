@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_TIMING, write_tiny_timing
 
 from dossier.cache import TuningCache
 from dossier.errors import CacheMismatchError, OutputError, TuneError
@@ -18,7 +19,6 @@ from dossier.spec import load_spec
 from dossier.timing import TimingSettings
 from dossier.trial import Outcome
 from dossier.tuner import CACHE_NAME, continue_tune, plan, prepare, tune
-from tests.conftest import TINY_TIMING, write_tiny_timing
 
 
 def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, tmp_path: Path) -> None:

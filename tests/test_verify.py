@@ -4,29 +4,41 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import TINY_TIMING
 
 from dossier.bundle import open_bundle, write_bundle
 from dossier.errors import IntegrityError
 from dossier.fingerprint import collect
 from dossier.policy import Verdict
 from dossier.retune import retune
+from dossier.spec import load_spec
 from dossier.tuner import tune
 from dossier.verify import verify_bundle
 
 
+@pytest.fixture(scope="module")
+def tuned(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small convnet bundle tuned on this host (model included), made once."""
+    root = tmp_path_factory.mktemp("verify")
+    shutil.copytree(samples_dir / "convnet", root / "sample")
+    spec = load_spec(root / "sample" / "release.toml", {
+        "strategy": "fast",
+        "selection": "-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]"})
+    tune(spec.model_copy(update={"timing": TINY_TIMING}), root / "run")
+    return write_bundle(root / "run", root / "out").path
+
+
 @pytest.fixture()
-def bundle(sample, tmp_path: Path) -> Path:
-    """A small convnet bundle tuned on this host (model included)."""
-    _, spec = sample("convnet", strategy="fast",
-                     selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
-    tune(spec, tmp_path / "run")
-    return write_bundle(tmp_path / "run", tmp_path / "out").path
+def bundle(tuned: Path, tmp_path: Path) -> Path:
+    """A private copy of that bundle (a test may damage it)."""
+    return Path(shutil.copytree(tuned, tmp_path / "out" / tuned.name, symlinks=True))
 
 
 def test_same_host_same_environment_is_valid(bundle: Path) -> None:

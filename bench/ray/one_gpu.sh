@@ -6,13 +6,24 @@
 #
 # usage: OUT=DIR bench/ray/one_gpu.sh     (wheels in .whl/ are installed to /tmp/site when
 #                                           ray or pydantic is missing; PYTHON: python3)
-# writes: $OUT/ray-one-gpu.json, $OUT/ray-one-gpu.log
+#        SMOKE=1: one run of each over two routes, small timing (CI runs it on CPU:
+#                 tests/test_bench_smoke.py); SELECTION=...: another selection than the spec's;
+#        EXECUTORS="local ray" (the default): which executors to run
+# writes: $OUT/ray-one-gpu.json (with the command, date and host), $OUT/ray-one-gpu.log
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 REPO=$(pwd)
 PY=${PYTHON:-python3}
 OUT=${OUT:?set OUT}
+SMOKE=${SMOKE:-}
 REPS=${REPS:-2}
+SELECTION=${SELECTION:-}
+EXECUTORS=${EXECUTORS:-local ray}
+SAMPLES=30
+if [ -n "$SMOKE" ]; then
+  REPS=1 SAMPLES=10
+  SELECTION=${SELECTION:-"-graph_optimization_level=[all|disable_all]"}
+fi
 WORK=${WORK:-/tmp/ray-bench}
 LOG="$OUT/ray-one-gpu.log"
 mkdir -p "$OUT" "$WORK"
@@ -34,18 +45,22 @@ m = importlib.util.module_from_spec(spec); sys.modules["samples_build"] = m
 spec.loader.exec_module(m); m.build_all(Path(sys.argv[1]) / "samples")
 PY
 SPEC="$WORK/samples/convnet/release.toml"
-printf '\n[timing]\nsamples = 30\nrounds = 3\n' >>"$SPEC"
+# 6 rounds: the fewest with which the signed-rank test can reach p < alpha (tune refuses fewer)
+printf '\n[timing]\nsamples = %s\nrounds = 6\n' "$SAMPLES" >>"$SPEC"
+rm -rf "$WORK/runs"
+failed=0
 for rep in $(seq "$REPS"); do
-  for ex in local ray; do
+  for ex in $EXECUTORS; do
     run="$WORK/runs/$ex-$rep"
-    rm -rf "$run"
-    /usr/bin/time -f "$ex-$rep wall %e s" "$PY" -m dossier_cli.main tune "$SPEC" --out "$run" --quiet \
-        --executor "$ex" >>"$LOG" 2>&1 || echo "$ex-$rep failed: $?" >>"$LOG"
+    "$PY" -m dossier_cli.main tune "$SPEC" --out "$run" --quiet --executor "$ex" \
+        ${SELECTION:+--selection "$SELECTION"} >>"$LOG" 2>&1 || { echo "$ex-$rep failed: $?" >>"$LOG"; failed=1; }
   done
 done
-"$PY" - "$WORK/runs" "$OUT/ray-one-gpu.json" <<'PY' >>"$LOG" 2>&1
+[ "$failed" = 0 ] || { tail -20 "$LOG" >&2; exit 1; }
+"$PY" - "$WORK/runs" "$OUT/ray-one-gpu.json" "bench/ray/one_gpu.sh" "$SMOKE" <<'PY' >>"$LOG" 2>&1
 import json, sys
 from pathlib import Path
+from bench.provenance import provenance
 runs = {}
 for d in sorted(Path(sys.argv[1]).iterdir()):
     recs = [json.loads(l) for l in (d / "tuning-cache.jsonl").read_text().splitlines()]
@@ -63,7 +78,10 @@ for d in sorted(Path(sys.argv[1]).iterdir()):
         "fingerprint_gpus": [g.get("name") for g in fp.get("gpus", [])],
         "phases_s_median": {k: sorted(r["phases_s"].get(k, 0) for r in trials)[len(trials) // 2]
                             for k in ("build", "time")}}
-json.dump({"runs": runs}, open(sys.argv[2], "w"),
+made = provenance([sys.argv[3]])
+made["command"] = " ".join(f"{k}={v}" for k, v in (("SMOKE", sys.argv[4]),) if v) + \
+    (" " if sys.argv[4] else "") + "OUT=DIR bench/ray/one_gpu.sh"
+json.dump({"provenance": made, "smoke": bool(sys.argv[4]), "runs": runs}, open(sys.argv[2], "w"),
           indent=1)
 print(json.dumps(runs, indent=1))
 PY

@@ -313,6 +313,11 @@ class Backend(abc.ABC):
             db = self.__dict__["_knob_database"] = self.knob_database_impl()
         return db
 
+    def adopt_knob_database(self, db: KnobDatabase) -> None:
+        """Use ``db``, read by the search on this backend once, instead of reading it again
+        (a trial process: probing ONNX Runtime's optimizers costs more than its build)."""
+        self.__dict__["_knob_database"] = db
+
     def signature(self, model: Path) -> ModelSignature:
         """The model's inputs and outputs; ModelError when the model cannot be read."""
         model = Path(model)

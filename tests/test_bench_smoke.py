@@ -1,0 +1,95 @@
+"""Every benchmark of bench/ whose figures the documentation quotes runs, on tiny settings
+(``--smoke``): a script that no longer runs fails here, not when someone re-derives a figure.
+Each writes its results file with the command, date and host that produced it.
+
+Not here: bench/h200/ (GPU; ``bench/h200/run.sh smoke`` is tested in test_torch_inductor.py
+with --run-slow), bench/calibration.py, aa_check.py and bias_check.py (minutes of timing by
+design). bench/tensorrt_api.py needs a TensorRT bindings wheel and capstone, which CI does not
+have: its pure parts are tested in test_tensorrt_api.py, and here it must at least start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, subprocess_env
+
+pytestmark = pytest.mark.bench
+
+
+def _run(argv: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(**env),
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-3000:])
+    return res
+
+
+def _script(name: str, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    _run([sys.executable, str(REPO / "bench" / name), "--smoke", "--out", str(out), *args],
+         tmp_path)
+    data = json.loads(out.read_text())
+    made = data["provenance"]
+    assert made["command"].startswith(f"python bench/{name} --smoke")
+    assert made["date"].endswith("Z") and made["host"]["cpus"] >= 1
+    assert made["host"]["machine"] and data["smoke"] is True
+    return data
+
+
+def test_bundle_bench(tmp_path: Path) -> None:
+    if not shutil.which("sha256sum"):
+        pytest.skip("sha256sum is not installed")
+    data = _script("bundle_bench.py", tmp_path)
+    verify = data["verify"]
+    for key in ("xxh3_check_integrity", "whole_command", "sha256sum_engine"):
+        assert verify[key]["n"] == 3 and verify[key]["median_s"] > 0
+    assert verify["speedup_median"] > 0 and verify["whole_command_speedup_median"] > 0
+    assert data["memory"]["bundle"]["peak_mib"] > 0
+
+
+def test_orchestration(tmp_path: Path) -> None:
+    data = _script("orchestration.py", tmp_path)
+    assert data["samples"] == ["convnet"]
+    phases = data["phases"]
+    assert {"startup", "setup", "build", "load", "validate", "time", "parent"} <= set(phases)
+    overhead = data["overhead_besides_build_and_time"]
+    assert overhead["n"] == phases["trial"]["n"] >= 2 and overhead["median_s"] > 0
+    assert overhead["median_s"] < phases["trial"]["median_s"]
+    assert isinstance(data["goal_met"], bool)
+
+
+def test_cli_start(tmp_path: Path) -> None:
+    data = _script("cli_start.py", tmp_path)
+    commands = data["commands"]
+    assert commands["dossier --help"]["n"] == 2 and commands["python -c pass"]["median_s"] > 0
+    assert set(data["heavy_imported"]) == {"dossier --help", "dossier verify --help",
+                                           "dossier verify GOLDEN --integrity-only"}
+
+
+def test_verify_speed(tmp_path: Path) -> None:
+    data = _script("verify_speed.py", tmp_path)
+    assert data["whole_command"]["n"] == 2 and data["signed"]["n"] == 2
+    assert data["rchar"]["ratio_to_bundle"] > 0.9  # every byte of the bundle is read
+
+
+def test_tensorrt_api_starts(tmp_path: Path) -> None:
+    res = _run([sys.executable, str(REPO / "bench" / "tensorrt_api.py"), "--help"], tmp_path)
+    assert "--out" in res.stdout
+
+
+def test_ray_one_gpu_recipe(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    _run(["bash", str(REPO / "bench" / "ray" / "one_gpu.sh")], tmp_path, SMOKE="1",
+         EXECUTORS="ray", OUT=str(out), WORK=str(tmp_path / "work"),
+         PYTHON=sys.executable, PATH=os.environ.get("PATH", ""))
+    data = json.loads((out / "ray-one-gpu.json").read_text())
+    assert data["smoke"] is True and data["provenance"]["command"].startswith("SMOKE=1 ")
+    run = data["runs"]["ray-1"]
+    assert run["trials"] == 2 and set(run["outcomes"].values()) == {"ok"}
