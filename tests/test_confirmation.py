@@ -199,7 +199,7 @@ def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None
         assert max(t.sample_rounds) == 3 * SETTINGS.confirm_rounds - 1
     assert [t.comparison.against for t in confirms] == ["baseline", "aa"]  # type: ignore[union-attr]
     assert confirms[1].comparison.speedup < 0.9  # type: ignore[union-attr]
-    assert confirms[1].extra["confirmation"] == "futile"
+    assert confirms[1].extra["confirmation"] in ("futile", "undecided")  # never confirmed
     d = decide(cache.trials, p.spec.timing, stopped=stopped)
     assert not d.gain and d.confirm_aa is not None and d.confirm_aa.processes == 3
     assert d.k == 1 and d.level == pytest.approx(0.05) and d.stopped == stopped

@@ -466,9 +466,15 @@ def _interrupted(*args: object, after: str, wait: float = 0.0, cwd: Path) -> tup
     import time
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    def ctrl_c_as_a_terminal_has_it() -> None:
+        # a test worker may run with SIGINT ignored (pytest-xdist's do), and a Python started
+        # with SIGINT ignored leaves it so: Ctrl-C would then be lost on the way
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     with subprocess.Popen([sys.executable, "-m", "dossier_cli.main", *map(str, args)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                          cwd=cwd, start_new_session=True) as p:
+                          cwd=cwd, start_new_session=True,
+                          preexec_fn=ctrl_c_as_a_terminal_has_it) as p:  # noqa: PLW1509
         assert p.stderr is not None
         lines = []
         for ln in p.stderr:
