@@ -25,6 +25,9 @@ from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk
 from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
 
 LOG_TAIL_LINES = 20
+START_WAIT_S = 30.0
+"""How long :meth:`Child.pause` lets a starting child run to its first stage (its interpreter
+start and imports) before stopping it anyway."""
 
 
 class Child:
@@ -60,8 +63,15 @@ class Child:
             os.killpg(self.proc.pid, sig)
 
     def pause(self) -> None:
-        """Stop the child and everything in its process group (SIGSTOP)."""
+        """Stop the child and everything in its process group (SIGSTOP). A child still starting
+        (it has not yet set its parent-death signal, which it does before its first stage) is
+        let run that far first: stopped before it, it would outlive a parent killed meanwhile,
+        stopped for ever."""
         if self._paused_at is None and self.proc.poll() is None:
+            until = time.monotonic() + START_WAIT_S
+            while self._stage() == "start" and self.proc.poll() is None \
+                    and time.monotonic() < until:
+                time.sleep(0.01)
             self._signal(signal.SIGSTOP)
             self._paused_at = time.monotonic()
 

@@ -49,3 +49,24 @@ def test_a_failing_child_reports_a_typed_failure(tmp_path: Path) -> None:
     assert isinstance(result, FailedResult) and result.outcome == "runtime_error"
     assert "during setup" in result.reason or "during load" in result.reason
     assert "startup" in result.phases_s
+
+
+def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> None:
+    """Paused straight after its start, a child was stopped before it set its parent-death
+    signal; a parent killed then left it stopped for ever (seen after kill -9 of a search
+    whose builds were paused). pause() lets it reach its first stage first."""
+    import os
+    import signal
+
+    from dossier.child import Child
+
+    child = Child(_request(tmp_path), tmp_path, "paused", 120, None)
+    try:
+        child.pause()
+        assert child._stage() != "start"  # the child's guard (prctl) had run
+        with open(f"/proc/{child.proc.pid}/stat") as f:
+            assert f.read().split(") ", 1)[1][0] == "T"  # and it is stopped
+    finally:
+        child.resume()
+        os.killpg(child.proc.pid, signal.SIGKILL)
+        child.proc.wait()

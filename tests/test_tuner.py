@@ -131,6 +131,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
         pytest.fail("the search did not get going")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _no_worker_left(run)  # its children died with it, paused builds included
     before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
     assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
     res = continue_tune(run, build_jobs=jobs)
@@ -141,6 +142,26 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     assert res.trials_run == 12 - len(before)
     assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
     assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
+
+
+def _no_worker_left(run: Path, wait_s: float = 10.0) -> None:
+    """No process whose command line names ``run`` outlives the search (a worker the search
+    had paused before it set its parent-death signal once stayed stopped for ever)."""
+    left: list[str] = []
+    deadline = time.time() + wait_s
+    while time.time() < deadline:
+        left = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(run) in text:
+                left.append(text)
+        if not left:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"processes outlived the killed search: {left}")
 
 
 def test_spec_errors_are_specific(tmp_path: Path) -> None:
