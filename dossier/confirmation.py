@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from statistics import median
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,16 +92,10 @@ class Confirmation:
     wall_s: float
 
 
-def _median(x: Sequence[float]) -> float:
-    v = sorted(x)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
 def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: int) -> None:
     track.samples.extend(own)
     track.baseline.extend(base)
-    track.ratios.extend(_median(b) / _median(c) for b, c in zip(base, own) if b and c)
+    track.ratios.extend(median(b) / median(c) for b, c in zip(base, own) if b and c)
     track.warmup_runs = max(track.warmup_runs, warm)
 
 

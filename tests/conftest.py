@@ -153,3 +153,12 @@ def write_tiny_timing(spec_path: Path) -> None:
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+def isolate_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No registry credentials and no registry cache from the machine (for a test's
+    autouse fixture)."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
+    monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)

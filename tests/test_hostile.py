@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pytest
 import test_bundle_helpers as h
+from conftest import isolate_registry
 
 from dossier.bundle.manifest import body_digest
 from dossier.errors import ExitCode, RegistryError, SpecError, ValidationSetError
@@ -55,11 +56,7 @@ def _no_controls(text: str) -> bool:
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No credentials and no cache from the machine."""
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
-    monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)
+    isolate_registry(monkeypatch, tmp_path)
 
 
 @pytest.fixture

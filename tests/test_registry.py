@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
-from conftest import dossier_process
+from conftest import dossier_process, isolate_registry
 
 from dossier.bundle import check_integrity, pack_bundle, read_bundle
 from dossier.bundle.manifest import Manifest, manifest_bytes, seal
@@ -116,11 +116,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No credentials and no cache from the machine."""
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
-    monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)
+    isolate_registry(monkeypatch, tmp_path)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from conftest import isolate_registry
 from test_registry import REGISTRY_BIN, Registry
 
 from dossier.errors import NotFoundError, RegistryAuthError, SignatureError
@@ -31,10 +32,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
-    monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
-    monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)
+    isolate_registry(monkeypatch, tmp_path)
 
 
 @pytest.fixture
