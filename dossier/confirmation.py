@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 import time
-from statistics import median
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any, Literal
 
 from dossier.errors import TuneError
