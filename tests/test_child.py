@@ -64,8 +64,16 @@ def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> No
     try:
         child.pause()
         assert child._stage() != "start"  # the child's guard (prctl) had run
-        with open(f"/proc/{child.proc.pid}/stat") as f:
-            assert f.read().split(") ", 1)[1][0] == "T"  # and it is stopped
+        import time
+
+        def state() -> str:
+            with open(f"/proc/{child.proc.pid}/stat") as f:
+                return f.read().split(") ", 1)[1][0]
+
+        deadline = time.monotonic() + 5  # SIGSTOP lands asynchronously
+        while state() != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state() == "T"  # and it is stopped
     finally:
         child.resume()
         os.killpg(child.proc.pid, signal.SIGKILL)
