@@ -62,8 +62,12 @@ class SuboptimalWarning(UserWarning):
 
 class Engine:
     """A verified engine, loaded as it was timed. Call it with named arrays (numpy arrays, or
-    anything ``numpy.asarray`` takes; torch tensors are copied to the host) and get named numpy
-    arrays back. Safe to share between threads: calls are serialized by :attr:`lock`."""
+    anything ``numpy.asarray`` takes) and get named numpy arrays back. An engine that runs on
+    torch (AOTInductor) also takes torch tensors, on any device, and then returns torch tensors
+    on its own device with no copy through the host and no synchronization (the outputs are
+    ordered on the current CUDA stream, as torch's own calls are): what a serving process on
+    a GPU wants, and what the tuner timed. Safe to share between threads: calls are serialized
+    by :attr:`lock`."""
 
     def __init__(self, runner: Runner, *, inputs: Sequence[str], outputs: Sequence[str],
                  route: str, bundle_id: str, backend: str, report: VerifyReport) -> None:
@@ -112,9 +116,11 @@ class Engine:
         return self._report
 
     def __call__(self, feed: Mapping[str, Any] | None = None, /,
-                 **named: Any) -> dict[str, np.ndarray]:
-        """Run once: ``engine({"x": x})`` or ``engine(x=x)``. InputError for a missing or an
-        unknown input; EngineFailedError (exit 11) when the engine fails."""
+                 **named: Any) -> dict[str, Any]:
+        """Run once: ``engine({"x": x})`` or ``engine(x=x)``. Numpy arrays in, numpy arrays
+        out; torch tensors in (every input), torch tensors out where the engine runs on torch.
+        InputError for a missing or an unknown input; EngineFailedError (exit 11) when the
+        engine fails."""
         given = {**feed, **named} if named and feed else (feed or named)
         if given.keys() != self._names:
             missing = [n for n in self._inputs if n not in given]
@@ -122,6 +128,13 @@ class Engine:
             raise InputError(f"the engine takes inputs {list(self._inputs)}"
                              + (f"; missing {missing}" if missing else "")
                              + (f"; unknown {extra}" if extra else ""))
+        if self._runner.takes_tensors and all(map(_is_tensor, given.values())):
+            with self.lock:
+                try:
+                    return self._runner.run_tensors(given)
+                except self._native as exc:
+                    raise EngineFailedError(f"the engine of {self._bundle_id} failed: "
+                                            f"{exc}") from exc
         arrays = {n: v if type(v) is self._ndarray else _host_array(v) for n, v in given.items()}
         with self.lock:
             try:
@@ -143,6 +156,12 @@ class Engine:
     def __repr__(self) -> str:
         return (f"Engine({self._backend}, route={self._route!r}, bundle_id={self._bundle_id}, "
                 f"inputs={list(self._inputs)}, outputs={list(self._outputs)})")
+
+
+def _is_tensor(value: Any) -> bool:
+    """A torch tensor (without importing torch: a serving host of ONNX Runtime has none)."""
+    return type(value).__module__.startswith("torch") and callable(getattr(value, "detach",
+                                                                           None))
 
 
 def _host_array(value: Any) -> np.ndarray:

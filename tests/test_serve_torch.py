@@ -53,8 +53,13 @@ def test_an_aoti_bundle_loads_and_matches_the_workers_outputs(
         assert ours.keys() == theirs.keys() == pair.references.keys()
         for name in ours:
             np.testing.assert_array_equal(ours[name], theirs[name])
-        ours_t = engine(x=torch.from_numpy(pair.inputs["x"]))  # a tensor in, arrays out
-        np.testing.assert_array_equal(next(iter(ours_t.values())), next(iter(ours.values())))
+        ours_t = engine(x=torch.from_numpy(pair.inputs["x"]))  # tensors in, tensors out
+        assert list(ours_t) == list(ours)
+        for name, t in ours_t.items():
+            assert isinstance(t, torch.Tensor) and t.device.type == "cpu"
+            np.testing.assert_array_equal(t.float().numpy(), ours[name])
+    mixed = {"x": torch.from_numpy(vset.pairs[0].inputs["x"]).numpy()}  # arrays: arrays out
+    assert all(isinstance(v, np.ndarray) for v in engine(mixed).values())
     res = dossier.serve.run_bundle(mlp_bundle, check=True)
     assert res.check is not None and res.check.passed, res.check
 

@@ -217,6 +217,21 @@ class Runner(abc.ABC):
         """Run once on what :meth:`prepare` returned; the latency in milliseconds."""
         return self._checked(self.timed_impl, prepared)
 
+    takes_tensors: ClassVar[bool] = False
+    """Whether :meth:`run_tensors` is provided: the engine takes and returns its framework's
+    tensors on its own device, without a copy through the host."""
+
+    def run_tensors(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run once on framework tensors; return tensors on the engine's device, stream-ordered
+        (no synchronization). Only where :attr:`takes_tensors`."""
+        if not self.takes_tensors:
+            raise EngineRuntimeError(f"{type(self).__name__} takes host arrays only")
+        return self._checked(self.run_tensors_impl, inputs)
+
+    def run_tensors_impl(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """What :meth:`run_tensors` does; provided where :attr:`takes_tensors`."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release the engine (once; later calls do nothing)."""
         if not self._closed:

@@ -139,6 +139,10 @@ class TorchInductorRunner(Runner):
                      for n in self._inputs)
         if self._cuda:
             torch.cuda.synchronize()
+        return self._ready(args)
+
+    def _ready(self, args: tuple[Any, ...]) -> _Prepared:
+        """``args`` with the graph of their shapes (captured on first sight of the shapes)."""
         if not self._graphs:
             return _Prepared(args)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
@@ -186,10 +190,26 @@ class TorchInductorRunner(Runner):
         g.graph.replay()
         return tuple(o.clone() for o in g.outputs)
 
-    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        prepared = self.prepare_impl(inputs)
+    takes_tensors = True
+
+    def run_tensors_impl(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Torch tensors in, torch tensors out on the engine's device: no copy through the host
+        and no synchronization (the outputs are ordered on the current stream, as torch's own
+        calls are). Inputs on another device are moved; with CUDA graphs they are copied into
+        the static buffers and the outputs are copies of the static outputs, as in :meth:`run`."""
+        torch = self._torch
+        missing = [n for n in self._inputs if n not in inputs]
+        if missing:
+            raise EngineRuntimeError(f"inputs {missing} are missing (the engine takes "
+                                     f"{self._inputs})")
+        if not all(isinstance(inputs[n], torch.Tensor) for n in self._inputs):
+            raise EngineRuntimeError("run_tensors takes torch tensors")
+        args = tuple(inputs[n].to(self._device).contiguous() for n in self._inputs)
         self._apply_precision()
-        out = self._execute(prepared)
+        return dict(zip(self._outputs, self._named(self._execute(self._ready(args)))))
+
+    def _named(self, out: Any) -> list[Any]:
+        """The outputs of one call in the metadata's order."""
         if isinstance(out, Mapping):
             try:
                 flat = [out[n] for n in self._outputs]
@@ -200,6 +220,12 @@ class TorchInductorRunner(Runner):
         if len(flat) != len(self._outputs):
             raise EngineRuntimeError(f"the engine returned {len(flat)} outputs, its metadata "
                                      f"names {len(self._outputs)}")
+        return flat
+
+    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        prepared = self.prepare_impl(inputs)
+        self._apply_precision()
+        flat = self._named(self._execute(prepared))
         result = {}
         for name, t in zip(self._outputs, flat):
             t = t.detach()
