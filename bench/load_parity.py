@@ -1,14 +1,19 @@
 """Parity of ``dossier.load``: an engine served through it runs at the latency the tuner
-measures for the same engine (ONNX Runtime samples, CPU).
+measures for the same engine (ONNX Runtime samples on CPU; any bundle with ``--bundle``, such as
+an AOTInductor CUDA-graph bundle on the H200).
 
 1. Builds the samples (samples/build.py), tunes each ONNX Runtime sample with a small
-   selection and writes its bundle (the shipped engine is whatever the rule ships).
+   selection and writes its bundle (the shipped engine is whatever the rule ships); or takes
+   the bundles given with ``--bundle``.
 2. Times two engines in the tuner's own procedure (:func:`dossier.timing.sample_rounds`: rounds
-   of one block per engine, which goes first alternating, each engine loaded afresh for its
-   block as the ONNX Runtime backend asks, one engine alive at a time):
+   of one block per engine, which goes first alternating; each engine loaded afresh for its
+   block where the backend asks for it, as ONNX Runtime does, else loaded once and kept, as
+   the tuner's worker does):
    - ``served``: ``dossier.load(bundle)`` (verification, then the backend's production load),
-     a sample being one pass of ``engine(pair.inputs)`` over every validation pair, timed
-     around the call (its input checks and lock included);
+     a sample being one pass of ``engine(inputs)`` over every validation pair, timed around the
+     call (its input checks and lock included): on CPU by ``perf_counter_ns``; on a GPU by CUDA
+     events around the call with torch tensors on the device in and out, as the tuner's runner
+     times (a serving process on a GPU keeps its tensors there);
    - ``tuner``: the shipped engine loaded by the backend as the tuner's worker loads it, timed
      by the worker's own timer (:func:`dossier.worker._timers`: one pass over every pair).
 3. Compares them with :func:`dossier.timing.compare` (tuner as the baseline): the ratio
@@ -16,10 +21,11 @@ measures for the same engine (ONNX Runtime samples, CPU).
    the ratio within [0.97, 1.03]. Also the bundle's recorded latency of the shipped route, for
    reference (a different process and time).
 
-Writes bench/results/load-parity.json (``--out``). ``--tiny`` runs a few rounds only (a CI
+Writes bench/results/load-parity.json (``--out``). ``--smoke`` runs a few rounds only (a CI
 smoke run; its numbers mean nothing).
 
-    python bench/load_parity.py [--rounds 30] [--samples 600] [--tiny] [--out FILE]
+    python bench/load_parity.py [--rounds 30] [--samples 600] [--bundle B ...] [--smoke]
+                                [--out FILE]
 """
 
 from __future__ import annotations
@@ -68,8 +74,9 @@ def _bundle(samples: Path, name: str, work: Path, tiny: bool) -> Path:
     if tiny:
         spec = spec.model_copy(update={"timing": TimingSettings(
             samples=12, rounds=6, block_warmup=1, warmup_window=2, warmup_min_runs=1,
-            warmup_max_s=0.2, confirm_top=1, bootstrap_resamples=200, confirm_rounds=7,
-            confirm_warmup=2, confirm_runs=5, confirm_block_s=0.05)})
+            warmup_max_s=0.2, confirm_top=1, confirm_rounds=3,
+            confirm_warmup=2, confirm_runs=5, confirm_block_s=0.05, confirm_processes=2,
+            confirm_max_processes=2)})
     tune(spec, work / f"run-{name}")
     return write_bundle(work / f"run-{name}", work / "out").path
 
@@ -93,24 +100,62 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
     settings = TimingSettings(rounds=rounds, samples=samples, block_warmup=20)
     loads: list[float] = []
 
-    def served() -> Any:
-        t0 = time.perf_counter()
-        engine = dossier.load(bundle)
-        loads.append(time.perf_counter() - t0)
-        feeds = [p.inputs for p in vset.pairs]
+    runner_device = ""
+    feeds: list[Any] = [p.inputs for p in vset.pairs]
+    probe = backend.load(bundle / shipped.path, Route.parse(shipped.route))
+    device = str(getattr(probe, "device", "cpu"))
+    probe.close()
+    cuda = device.startswith("cuda") and probe.takes_tensors
+    if cuda:  # the serving process keeps its tensors on the device, as the tuner's runner does
+        import torch
 
+        feeds = [{n: torch.from_numpy(np.ascontiguousarray(v)).to(device)
+                  for n, v in p.inputs.items()} for p in vset.pairs]
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        runner_device = device
+
+    def served_timer(engine: Any) -> Any:
         def one(_i: int) -> float:
             total = 0.0
             for feed in feeds:
-                t = time.perf_counter_ns()
-                engine(feed)
-                total += (time.perf_counter_ns() - t) / 1e6
+                if cuda:
+                    start.record()
+                    engine(feed)
+                    end.record()
+                    end.synchronize()
+                    total += float(start.elapsed_time(end))
+                else:
+                    t = time.perf_counter_ns()
+                    engine(feed)
+                    total += (time.perf_counter_ns() - t) / 1e6
             return total
 
         return one
 
-    def tuner() -> Any:
-        return _timers(backend.load(bundle / shipped.path, Route.parse(shipped.route)), vset)
+    def load_served() -> Any:
+        t0 = time.perf_counter()
+        engine = dossier.load(bundle)
+        loads.append(time.perf_counter() - t0)
+        return engine
+
+    def load_tuner() -> Any:
+        return backend.load(bundle / shipped.path, Route.parse(shipped.route))
+
+    if backend.reload_per_block:  # loaded afresh for every block, as the tuner does
+        def served() -> Any:
+            return served_timer(load_served())
+
+        def tuner() -> Any:
+            return _timers(load_tuner(), vset)
+    else:  # loaded once and kept, as the tuner's worker does
+        kept_served, kept_tuner = served_timer(load_served()), _timers(load_tuner(), vset)
+
+        def served() -> Any:
+            return kept_served
+
+        def tuner() -> Any:
+            return kept_tuner
 
     for fn in (served(), tuner()):  # warm both once (imports, first sessions), untimed
         for i in range(20):
@@ -118,14 +163,16 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     base_rounds, served_rounds = sample_rounds([tuner, served], settings, 1)
     wall = time.perf_counter() - t0
-    comp = compare(base_rounds, served_rounds, settings, procedure="screening")
+    comp = compare(base_rounds, served_rounds, settings)
     s_served = summarize(flatten(served_rounds)[0], settings.confidence)
     s_tuner = summarize(flatten(base_rounds)[0], settings.confidence)
     recorded = next((t.timing for t in reversed(b.tuning_cache().trials)
                      if t.route == shipped.route and t.timing), None)
     ratio, lo, hi = 1 / comp.speedup, 1 / comp.speedup_ci_high, 1 / comp.speedup_ci_low
     return {
-        "bundle": m.name, "route": shipped.route, "pairs": len(vset.pairs),
+        "bundle": m.name, "backend": m.backend, "device": runner_device or "cpu",
+        "route": shipped.route, "pairs": len(vset.pairs),
+        "loaded": "per block" if backend.reload_per_block else "once, kept",
         "ratio_served_to_tuner": round(ratio, 4), "ratio_ci95": [round(lo, 4), round(hi, 4)],
         "within_target": TARGET[0] <= lo and hi <= TARGET[1],
         "median_within_target": TARGET[0] <= ratio <= TARGET[1],
@@ -146,38 +193,52 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
         "wall_s": round(wall, 1)}
 
 
+def _line(name: str, r: dict[str, Any]) -> str:
+    return (f"{name}: served/tuner {r['ratio_served_to_tuner']:.4f} "
+            f"[{r['ratio_ci95'][0]:.4f}, {r['ratio_ci95'][1]:.4f}] over {r['rounds']} "
+            f"rounds, {r['samples_per_engine']} samples each; served "
+            f"{r['served_ms']['median']:.3f} ms, tuner {r['tuner_ms']['median']:.3f} ms"
+            + (f", recorded {r['recorded_ms']['median']:.3f} ms" if r["recorded_ms"] else ""))
+
+
 def main() -> None:
+    from bench.provenance import provenance
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--samples", type=int, default=600, help="timed samples per engine")
-    ap.add_argument("--tiny", action="store_true", help="a smoke run (CI): few rounds")
+    ap.add_argument("--smoke", "--tiny", action="store_true", dest="smoke",
+                    help="a smoke run (CI): few rounds, numbers meaningless")
     ap.add_argument("--sample", action="append", choices=sorted(SELECTIONS),
                     help="only these samples (default: every ONNX Runtime sample)")
+    ap.add_argument("--bundle", action="append", type=Path, default=[],
+                    help="measure this bundle instead of tuning the samples (repeatable)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    rounds, samples = (4, 40) if args.tiny else (args.rounds, args.samples)
-    out = args.out or (ROOT / "bench" / "results" / ("load-parity-tiny.json" if args.tiny
+    made = provenance()
+    rounds, samples = (4, 40) if args.smoke else (args.rounds, args.samples)
+    out = args.out or (ROOT / "bench" / "results" / ("load-parity-smoke.json" if args.smoke
                                                      else "load-parity.json"))
     results = []
     with tempfile.TemporaryDirectory(prefix="dossier-load-parity-") as tmp:
-        built = _samples(Path(tmp) / "samples")
-        for name in args.sample or sorted(SELECTIONS):
-            bundle = _bundle(built, name, Path(tmp), args.tiny)
-            r = _parity(bundle, rounds, samples)
-            results.append(r)
-            print(f"{name}: served/tuner {r['ratio_served_to_tuner']:.4f} "
-                  f"[{r['ratio_ci95'][0]:.4f}, {r['ratio_ci95'][1]:.4f}] over {r['rounds']} "
-                  f"rounds, {r['samples_per_engine']} samples each; served "
-                  f"{r['served_ms']['median']:.3f} ms, tuner {r['tuner_ms']['median']:.3f} ms"
-                  + (f", recorded {r['recorded_ms']['median']:.3f} ms"
-                     if r["recorded_ms"] else ""))
+        if args.bundle:
+            for bundle in args.bundle:
+                results.append(_parity(bundle, rounds, samples))
+                print(_line(bundle.name, results[-1]))
+        else:
+            built = _samples(Path(tmp) / "samples")
+            for name in args.sample or sorted(SELECTIONS):
+                results.append(_parity(_bundle(built, name, Path(tmp), args.smoke), rounds,
+                                       samples))
+                print(_line(name, results[-1]))
     result = {
         "benchmark": "dossier.load parity: an engine served through dossier.load against the "
                      "same engine in the tuner's timing procedure",
         "procedure": "dossier.timing.sample_rounds over [tuner, served], each loaded afresh "
-                     "per block; dossier.timing.compare with the tuner as the baseline; "
+                     "per block where the backend reloads per block, else once and kept; "
+                     "dossier.timing.compare with the tuner as the baseline; "
                      "ratio = served / tuner latency = 1 / speedup",
-        "target": list(TARGET), "tiny": args.tiny, "rounds": rounds,
+        "provenance": made, "target": list(TARGET), "smoke": args.smoke, "rounds": rounds,
         "samples_per_engine": samples,
         "host": {"machine": platform.machine(), "python": platform.python_version(),
                  "cpus": os.cpu_count()},

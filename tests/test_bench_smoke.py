@@ -53,6 +53,15 @@ def test_bundle_bench(tmp_path: Path) -> None:
     assert data["memory"]["bundle"]["peak_mib"] > 0
 
 
+def test_load_parity(tmp_path: Path) -> None:
+    data = _script("load_parity.py", tmp_path, "--sample", "convnet")
+    (r,) = data["results"]
+    assert r["backend"] == "onnxruntime" and r["loaded"] == "per block"
+    assert r["rounds"] == 4 and r["samples_per_engine"] == 40 and r["load_s_median"] > 0
+    lo, hi = r["ratio_ci95"]
+    assert 0 < lo <= r["ratio_served_to_tuner"] <= hi
+
+
 def test_orchestration(tmp_path: Path) -> None:
     data = _script("orchestration.py", tmp_path)
     assert data["samples"] == ["convnet"]

@@ -17,6 +17,8 @@
 #   bundle=RUN         bundle run RUN of this tag (or, for a repeated step such as
 #                      resnet50_b1-calib, its last run that shipped a gain), verify it
 #                      (--recheck --rebench), explain it as HTML into $OUT
+#   serve=RUN          bundle run RUN as bundle= picks it, then time to first inference after
+#                      dossier.load in 3 fresh processes and bench/load_parity.py on it
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
 #                      this tag's runs, e.g. resnet50_b1-full or resnet50_b1-aa-00)
@@ -124,6 +126,7 @@ tune() {  # tune CONFIG STRATEGIES
 }
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 calib() { run "calib-$1" 90 "$PY" bench/h200/steps.py calib --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+serve() { run "serve-$1" 60 "$PY" bench/h200/steps.py serve --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
 bundle() { run "bundle-$1" 60 "$PY" bench/h200/steps.py bundle --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
 eager() { run eager 60 "$PY" bench/h200/steps.py eager --work "$WORK" --tag "$TAG" --configs "$1"; }
 
@@ -142,6 +145,7 @@ for step in "$@"; do
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
         calib=*:*) x=${step#calib=}; calib "${x%%:*}" "${x#*:}" ;;
         bundle=*) bundle "${step#bundle=}" ;;
+        serve=*) serve "${step#serve=}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
         gpu2) tune resnet50_b1 full; aa resnet50_b1 10 ;;
         gpu3) tune bert_b1 fast; tune resnet50_b32 fast; tune bert_b32 fast ;;

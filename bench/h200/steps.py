@@ -10,6 +10,8 @@ a failure instead of raising, so the next step still runs.
     steps.py calib  --work W --config C --reps N --json FILE [--timeout S]
     steps.py fresh  --run RUN_DIR --json FILE
     steps.py bundle --run RUN_DIR --out DIR --json FILE [--timeout S]
+    steps.py serve  --run RUN_DIR --out DIR --json FILE [--timeout S]
+    steps.py first  --bundle BUNDLE --json FILE
     steps.py merge  --dir DIR --out FILE [--tag TAG]
 
 ``eager`` times the model in PyTorch eager and under ``torch.compile`` (default mode) with
@@ -650,6 +652,82 @@ def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
     return rec
 
 
+# ---------------------------------------------------------------------------------- serving
+def step_first(bundle: Path) -> dict:
+    """In this (fresh) process: import, ``dossier.load(bundle)`` (verification, the package
+    loader, no ISA probe), the first call on the first validation pair's host arrays (with a
+    CUDA-graph route, the capture; numpy out, so the call ends synchronized), then a second."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    import dossier
+    from dossier.validation import load_validation_set
+
+    imported = time.perf_counter() - t0
+    pair = load_validation_set(bundle / "validation").pairs[0]
+    t1 = time.perf_counter()
+    engine = dossier.load(bundle)
+    t2 = time.perf_counter()
+    out = engine(pair.inputs)
+    t3 = time.perf_counter()
+    engine(pair.inputs)
+    t4 = time.perf_counter()
+    err = max(float(np.max(np.abs(out[n].astype(np.float64) - pair.references[n])))
+              for n in pair.references)
+    return {"step": "first", "bundle": bundle.name, "route": engine.route,
+            "verdict": engine.report.verdict.value, "import_s": round(imported, 3),
+            "load_s": round(t2 - t1, 3), "first_call_s": round(t3 - t2, 3),
+            "time_to_first_inference_s": round(t3 - t1, 3),
+            "second_call_ms": round((t4 - t3) * 1e3, 3), "max_abs_error": err, "ok": True}
+
+
+def step_serve(run_dir: Path, out: Path, timeout: float, firsts: int = 3,
+               rounds: int = 20) -> dict:
+    """Serve what was measured, on this machine (issue 26): bundle a finished search
+    (:func:`_shipped_run`), then ``firsts`` fresh processes of :func:`step_first` (time to
+    first inference after ``dossier.load``) and bench/load_parity.py on the bundle (the served
+    engine against the tuner's procedure, torch tensors on the GPU)."""
+    t0 = time.perf_counter()
+    run_dir = _shipped_run(run_dir)
+    rec: dict[str, Any] = {"step": "serve", "run_dir": str(run_dir), "firsts": []}
+    folder = run_dir.parent / f"{run_dir.name}-served"
+    if folder.exists():
+        shutil.rmtree(folder)
+    made = _cli(["bundle", str(run_dir), "--out", str(folder), "--json"], timeout)
+    found = sorted(folder.glob("*.dossier"))
+    if made["rc"] != 0 or not found:
+        return {**rec, "bundle": made, "ok": False}
+    bundle = found[0]
+    rec["bundle_path"] = bundle.name
+    for i in range(firsts):
+        file = out / f"first-{run_dir.name}-{i}.json"
+        p0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(Path(__file__)), "first", "--bundle",  # noqa: S603
+                               str(bundle), "--json", str(file)], capture_output=True,
+                              text=True, timeout=max(timeout - (time.perf_counter() - t0), 30),
+                              check=False)
+        row = _read_record(file) if file.is_file() else {"ok": False,
+                                                          "stderr": proc.stderr[-2000:]}
+        row["process_wall_s"] = round(time.perf_counter() - p0, 3)
+        rec["firsts"].append(row)
+    parity = out / f"load-parity-{run_dir.name}.json"
+    left = timeout - (time.perf_counter() - t0)
+    try:
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "load_parity.py"),  # noqa: S603
+                               "--bundle", str(bundle), "--rounds", str(rounds), "--samples",
+                               str(rounds * 20), "--out", str(parity)], capture_output=True,
+                              text=True, timeout=max(left, 30), check=False)
+        rec["parity"] = (_read_record(parity) if parity.is_file()
+                         else {"ok": False, "stderr": proc.stderr[-3000:]})
+    except subprocess.TimeoutExpired:
+        rec["parity"] = {"ok": False, "error": "timed out"}
+    ttfi = [r.get("time_to_first_inference_s") for r in rec["firsts"] if r.get("ok")]
+    rec["time_to_first_inference_s"] = sorted(ttfi)
+    rec["ok"] = bool(ttfi) and "results" in rec["parity"]
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
 # ------------------------------------------------------------------------------------ merge
 def _read_record(path: Path) -> dict:
     try:
@@ -673,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     default_work = REPO_ROOT / "bench" / "work" / "h200"
-    for name in ("env", "eager", "tune", "aa", "calib", "fresh", "bundle", "merge"):
+    for name in ("env", "eager", "tune", "aa", "calib", "fresh", "bundle", "serve", "first",
+                 "merge"):
         p = sub.add_parser(name)
         if name != "merge":
             p.add_argument("--json", type=Path, required=True)
@@ -693,9 +772,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--no-fresh", action="store_true")
         if name in ("aa", "calib"):
             p.add_argument("--reps", type=int, default=10)
-        if name in ("fresh", "bundle"):
+        if name in ("fresh", "bundle", "serve"):
             p.add_argument("--run", type=Path, required=True)
-        if name == "bundle":
+        if name == "first":
+            p.add_argument("--bundle", type=Path, required=True)
+        if name in ("bundle", "serve"):
             p.add_argument("--out", type=Path, required=True)
             p.add_argument("--timeout", type=float, default=300.0)
         if name == "merge":
@@ -724,6 +805,10 @@ def main(argv: list[str] | None = None) -> int:
                 rec = {"step": "fresh", **_failure(exc)}
         elif args.cmd == "bundle":
             rec = step_bundle(args.run, args.out, args.timeout)
+        elif args.cmd == "serve":
+            rec = step_serve(args.run, args.out, args.timeout)
+        elif args.cmd == "first":
+            rec = step_first(args.bundle)
         else:
             step_merge(args.dir, args.out, args.tag)
             return 0
