@@ -25,14 +25,6 @@ import pyarrow as pa
 
 from dossier import __version__
 from dossier.bundle import tables
-from dossier.bundle._files import (
-    begin_staging,
-    copy_file_hashed,
-    fsync_path,
-    fsync_tree,
-    rename_noreplace,
-    write_durable,
-)
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
     FORMAT_VERSION,
@@ -50,6 +42,14 @@ from dossier.bundle.manifest import (
 )
 from dossier.diskfull import output_error
 from dossier.errors import DossierError, ModelError, OutputError
+from dossier.files import (
+    begin_staging,
+    copy_file_hashed,
+    fsync_path,
+    fsync_tree,
+    rename_noreplace,
+    write_durable,
+)
 from dossier.hashing import digest_file
 from dossier.load_config import LoadConfig
 from dossier.trial import TrialRecord
