@@ -1,8 +1,8 @@
 """The one bundle builder: a :class:`BundleContent` in, ``DIR/NAME-VERSION.dossier`` out.
 
 Whatever a bundle comes from (a finished run folder, :mod:`dossier.bundle.writer`; a trtexec
-tuning cache, :mod:`dossier.importer`), it is first described as a :class:`BundleContent`
-(everything checked, nothing written), then :func:`build_bundle` writes it: the bundle is
+tuning cache, :mod:`dossier.backends.tensorrt.importer`), it is first described as a
+:class:`BundleContent` (everything checked, nothing written), then :func:`build_bundle` writes it: the bundle is
 staged in a folder next to the target (``DIR/.NAME-VERSION.dossier.staging-*``, same file
 system), every file is written, fsynced and hashed as it is written (a copied file is checked
 against the digest recorded for it), ``model.json`` is made from the model files as copied, the
