@@ -300,7 +300,8 @@ def test_load_configuration_and_engine_flags_are_the_ones_the_search_recorded(
     assert any(t.engine for t in trials)
     for t in trials:
         assert (t.load is not None and t.engine_flags is not None) is bool(t.engine), t
-    shipped = json.loads((rel["convnet"].bundle / "manifest.json").read_text())["engines"]["shipped"]
+    manifest = json.loads((rel["convnet"].bundle / "manifest.json").read_text())
+    shipped = manifest["engines"]["shipped"]
     recorded = next(t for t in trials if t.index == shipped["trial_index"])
     assert recorded.load is not None and shipped["load"] == recorded.load.model_dump(mode="json")
     assert shipped["flags"] == recorded.engine_flags
