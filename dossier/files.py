@@ -1,7 +1,7 @@
 """Durable file writes: streamed copy-and-hash, fsynced new files, no-replace renames, staging
 entries and their clean-up.
 
-Every writer of outputs (bundles, archives, signatures, keys, validation sets, pulled blobs,
+The writers of outputs (bundles, archives, signatures, keys, validation sets, pulled blobs,
 reports, schemas, the build cache) writes through these: a new file is written exclusively
 (``xb``) and fsynced, a finished staging entry is renamed into place without replacing what is
 there (:func:`rename_noreplace`) and its folder fsynced, so a kill or a crash leaves either the
