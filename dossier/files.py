@@ -2,7 +2,7 @@
 entries and their clean-up.
 
 The writers of outputs (bundles, archives, signatures, keys, validation sets, pulled blobs,
-reports, schemas, the build cache) writes through these: a new file is written exclusively
+reports, schemas, the build cache) write through these: a new file is written exclusively
 (``xb``) and fsynced, a finished staging entry is renamed into place without replacing what is
 there (:func:`rename_noreplace`) and its folder fsynced, so a kill or a crash leaves either the
 old state or the new one, and at most a staging entry that the next writer removes
