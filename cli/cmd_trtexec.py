@@ -48,7 +48,7 @@ def import_trtexec(
     the tuning host is unknown (verify cannot compare it, so it never says VALID).
     The original cache is kept verbatim under trtexec/. A file that is not a TensorRT plan is
     refused (exit 3), and nothing is written."""
-    from dossier.importer import import_trtexec as run_import
+    from dossier.backends.tensorrt.importer import import_trtexec as run_import
     from dossier_cli.cmd_bundle import _report_written
 
     written = run_import(tuning_cache, out_dir, engine=engine, baseline_engine=baseline_engine,
@@ -69,7 +69,7 @@ def export_trtexec_cache(
     line, one line per baseline and search trial. What the format cannot hold is said on
     stderr. The file is for reading and auditing with trtexec-aware tools, not for
     trtexec --continue (its argv is empty unless the bundle was imported from trtexec)."""
-    from dossier.importer import export_trtexec_cache as run_export
+    from dossier.backends.tensorrt.importer import export_trtexec_cache as run_export
 
     done = run_export(source, out_file)
     pick = ("no row passes trtexec's rule" if done.winner is None else

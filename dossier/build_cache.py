@@ -40,7 +40,8 @@ from typing import Any, BinaryIO, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dossier import __version__
-from dossier.bundle._files import (
+from dossier.errors import InputError
+from dossier.files import (
     copy_file_hashed,
     copy_hashed,
     fsync_path,
@@ -49,7 +50,6 @@ from dossier.bundle._files import (
     rename_noreplace,
     write_durable,
 )
-from dossier.errors import InputError
 from dossier.hashing import digest_json, digest_stream
 from dossier.names import folder_problem
 

@@ -179,6 +179,7 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
             comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
             sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
             engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
+            load=t.load, engine_flags=t.engine_flags,
             extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
     return out
 

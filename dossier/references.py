@@ -35,9 +35,9 @@ import numpy as np
 
 from dossier.backends.interface import ModelSignature
 from dossier.backends.onnx_model import onnx_signature
-from dossier.bundle._files import begin_staging, fsync_tree, rename_noreplace
 from dossier.diskfull import output_error
 from dossier.errors import InputError, ModelError, OutputError, ValidationSetError
+from dossier.files import begin_staging, fsync_tree, rename_noreplace
 from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
 from dossier.validation import ValidationSet, load_validation_set

@@ -143,8 +143,8 @@ def write_schemas(folder: Path) -> list[Path]:
     The changed files are written beside their targets first and renamed into place only once
     all of them are written, so a full disk leaves the folder as it was (DiskFullError, exit 74;
     other failures OutputError, exit 7)."""
-    from dossier.bundle._files import new_staging, remove_stale_staging
     from dossier.diskfull import output_error
+    from dossier.files import new_staging, remove_stale_staging
 
     folder = Path(folder)
     files = generate()

@@ -83,12 +83,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle._files import (
-    new_staging,
-    remove_stale_staging,
-    rename_noreplace,
-    write_durable,
-)
 from dossier.bundle.archive import scan_members
 from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
 from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
@@ -119,6 +113,12 @@ from dossier.errors import (
     OutputError,
     SignatureError,
     UnsafeArchiveError,
+)
+from dossier.files import (
+    new_staging,
+    remove_stale_staging,
+    rename_noreplace,
+    write_durable,
 )
 from dossier.hashing import BLAKE3, SHA256, canonical_json, feed, new_hasher
 from dossier.sigfile import SIGNATURE_SUFFIX, signature_path

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dossier.load_config import LoadConfig
+
 
 class Outcome(str, enum.Enum):
     """How a trial ended."""
@@ -192,6 +194,15 @@ class TrialRecord(_Model):
     """UTC start time, ISO 8601."""
     extra: dict[str, str] = Field(default_factory=dict)
     """Backend facts about the built engine (e.g. plan header fields)."""
+    load: LoadConfig | None = None
+    """How production should load the kept engine: the backend's production load configuration
+    for this route, taken from the backend the search ran (its builder options included) when
+    the trial was recorded. None when no engine was kept, and in records written before it was
+    recorded (bundling such a run asks the backend installed then)."""
+    engine_flags: dict[str, bool] | None = None
+    """Boolean facts about the kept engine that the verify policy uses (e.g. TensorRT's
+    ``version_compatible``), recorded like ``load``; None when no engine was kept, and in
+    records written before they were recorded."""
 
     @property
     def admissible(self) -> bool:

@@ -406,7 +406,9 @@ class Tuner:
             build_s=result.build_s,
             engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,
-            extra={k: str(v) for k, v in result.facts.items()})
+            extra={k: str(v) for k, v in result.facts.items()},
+            load=self.p.backend.production_load(route, self.p.db) if kept else None,
+            engine_flags=dict(self.p.backend.engine_facts(route, self.p.db)) if kept else None)
 
     def confirm(self, chosen: list[TrialRecord]) -> str:
         """Re-measure the chosen candidates in measuring processes of their own

@@ -290,6 +290,59 @@ def test_baseline_engine_ships_alongside_a_winner(rel: dict[str, h.Released],
     assert "speedup      1.500x [1.250, 1.750] (95% CI), p=0.001" in text
 
 
+def test_load_configuration_and_engine_flags_are_the_ones_the_search_recorded(
+        rel: dict[str, h.Released], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search records a kept engine's production load configuration and engine flags with
+    its trial, from the backend it ran; the writer ships those and asks no backend."""
+    run = _copy_run(rel, tmp_path)
+    cache = run / "tuning-cache.jsonl"
+    trials = TuningCache.open(cache).trials
+    assert any(t.engine for t in trials)
+    for t in trials:
+        assert (t.load is not None and t.engine_flags is not None) is bool(t.engine), t
+    manifest = json.loads((rel["convnet"].bundle / "manifest.json").read_text())
+    shipped = manifest["engines"]["shipped"]
+    recorded = next(t for t in trials if t.index == shipped["trial_index"])
+    assert recorded.load is not None and shipped["load"] == recorded.load.model_dump(mode="json")
+    assert shipped["flags"] == recorded.engine_flags
+
+    def mark(r: dict) -> dict:
+        if r["kind"] == "trial" and r.get("load"):
+            r["load"]["note"] = f"recorded for trial {r['index']}"
+            r["engine_flags"] = {"recorded": True}
+        return r
+
+    def no_backend(name: str) -> None:
+        raise AssertionError(f"the writer asked the backend {name}")
+
+    h.rewrite_cache(cache, mark)
+    monkeypatch.setattr("dossier.backends.get_backend", no_backend)
+    e = write_bundle(run, tmp_path / "out").manifest.engines.shipped
+    assert e.load is not None and e.load.note == f"recorded for trial {e.trial_index}"
+    assert e.flags == {"recorded": True}
+
+
+def test_trials_recorded_without_load_configuration_still_bundle(rel: dict[str, h.Released],
+                                                                 tmp_path: Path) -> None:
+    """A run tuned before trials recorded ``load`` and ``engine_flags`` still bundles: the
+    writer asks the backend, which gives what the search records now."""
+    run = _copy_run(rel, tmp_path)
+
+    def strip(r: dict) -> dict:
+        if r["kind"] == "trial":
+            del r["load"], r["engine_flags"]
+        return r
+
+    h.rewrite_cache(run / "tuning-cache.jsonl", strip)
+    assert all(t.load is None and t.engine_flags is None
+               for t in TuningCache.open(run / "tuning-cache.jsonl").trials)
+    got = write_bundle(run, tmp_path / "out").manifest.engines.model_dump(mode="json")
+    want = json.loads((rel["convnet"].bundle / "manifest.json").read_text())["engines"]
+    assert got["shipped"]["load"] is not None
+    assert (got["shipped"]["load"], got["shipped"]["flags"]) == (want["shipped"]["load"],
+                                                                 want["shipped"]["flags"])
+
+
 def test_engine_changed_since_the_search_is_refused(rel: dict[str, h.Released],
                                                    tmp_path: Path) -> None:
     run = _copy_run(rel, tmp_path)

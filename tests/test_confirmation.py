@@ -174,6 +174,28 @@ def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
     assert "measure-0.log" in (err.value.hint or "")
 
 
+def test_measuring_processes_run_under_the_trial_memory_limit(engines: dict[str, Path],
+                                                             samples_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """A measuring process is a worker child like a trial's (dossier.child), with the trial
+    memory limit: its request carries the limit, and a limit too small to load the engine ends
+    the process, a clear error; the same process under a workable limit measures."""
+    vset = samples_dir / "convnet" / "validation"
+    pair = ((engines[FAST], FAST), [(engines[SLOW], SLOW)])
+    tight = SETTINGS.model_copy(update={"trial_memory_limit_mb": 64})
+    measure = confirmation.local_processes("onnxruntime", vset, tight, work=tmp_path / "tight")
+    with pytest.raises(TuneError,
+                       match="measuring process 1 ended (runtime_error: MemoryError|crashed)"):
+        confirmation.confirm(*pair, tight, measure, fixed=1)
+    assert json.loads((tmp_path / "tight" / "measure-0.request.json").read_text())[
+        "memory_mb"] == 64
+    roomy = SETTINGS.model_copy(update={"trial_memory_limit_mb": 1 << 16})
+    measure = confirmation.local_processes("onnxruntime", vset, roomy, work=tmp_path / "roomy")
+    assert confirmation.confirm(*pair, roomy, measure, fixed=2).processes == 2
+    assert json.loads((tmp_path / "roomy" / "measure-0.request.json").read_text())[
+        "memory_mb"] == 1 << 16
+
+
 def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", strategy="full", selection="-graph_optimization_level=[all|disable_all]")
     spec = spec.model_copy(update={"timing": spec.timing.model_copy(update={

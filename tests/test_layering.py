@@ -133,7 +133,7 @@ def test_no_import_cycle_in_the_library() -> None:
     ("dossier.bundle.reader", "dossier.bundle.integrity"),
     ("dossier.bundle.integrity", "dossier.bundle.pack"),
     ("dossier.bundle.builder", "dossier.bundle.writer"),
-    ("dossier.bundle.builder", "dossier.importer"),
+    ("dossier.bundle.builder", "dossier.backends.tensorrt.importer"),
 ])
 def test_bundle_layers(lower: str, upper: str) -> None:
     """Each bundle layer builds on the one below and never imports one above it."""
@@ -152,3 +152,64 @@ def test_bundle_layers(lower: str, upper: str) -> None:
 
     assert reaches(upper, lower), f"{upper} does not build on {lower}"
     assert not reaches(lower, upper), f"{lower} imports {upper}, a layer above it"
+
+
+# ------------------------------------------------------------------------ bundle/ and backends/
+BUNDLE_BACKENDS_ALLOWED: dict[tuple[str, str], str] = {
+    ("dossier.bundle.writer", "dossier.backends"):
+        "bundling a run whose trials were recorded before they carried their load configuration "
+        "and engine flags (TrialRecord.load, engine_flags) asks the backend for them: one "
+        "import inside writer._ask_backend, run for such runs only",
+    ("dossier.backends.tensorrt.importer", "dossier.bundle"):
+        "the trtexec import describes a BundleContent and the export reads a bundle: the one "
+        "backend module above bundle/, which nothing else in backends/ imports",
+}
+"""Edges between bundle/ and backends/ that remain, (module, package it may import) -> why. A
+new edge fails, and so does one listed here once it is gone (remove it here)."""
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _crossings(graph: dict[str, set[str]], source: str, target: str,
+               allowed: set[tuple[str, str]]) -> list[list[str]]:
+    """For each module of package ``source`` that reaches one of package ``target`` over edges
+    not ``allowed``: the shortest such chain of imports."""
+    found = []
+    for start in sorted(m for m in graph if _within(m, source)):
+        came: dict[str, str | None] = {start: None}
+        todo = [start]
+        while todo:
+            m = todo.pop(0)
+            if _within(m, target):
+                chain = [m]
+                while (up := came[chain[-1]]) is not None:
+                    chain.append(up)
+                found.append(chain[::-1])
+                break
+            for w in sorted(graph.get(m, ())):
+                if w not in came and not any(m == a and _within(w, b) for a, b in allowed):
+                    came[w] = m
+                    todo.append(w)
+    return found
+
+
+def test_bundle_and_backends_do_not_import_each_other() -> None:
+    """bundle/ never imports backends/ and backends/ never bundle/, directly or through another
+    module (at run time, function-level imports included), but for BUNDLE_BACKENDS_ALLOWED."""
+    fake = {"dossier.bundle.a": {"dossier.verify"}, "dossier.verify": {"dossier.backends.x"},
+            "dossier.backends.x": set()}
+    assert _crossings(fake, "dossier.bundle", "dossier.backends", set()) == [
+        ["dossier.bundle.a", "dossier.verify", "dossier.backends.x"]]  # the check can fail
+    assert _crossings(fake, "dossier.bundle", "dossier.backends",
+                      {("dossier.verify", "dossier.backends")}) == []
+    graph = import_graph()
+    allowed = set(BUNDLE_BACKENDS_ALLOWED)
+    for source, target in (("dossier.bundle", "dossier.backends"),
+                           ("dossier.backends", "dossier.bundle")):
+        chains = _crossings(graph, source, target, allowed)
+        assert chains == [], [" -> ".join(c) for c in chains]
+    stale = [(a, b) for a, b in sorted(allowed)
+             if not any(_within(w, b) for w in graph.get(a, ()))]
+    assert stale == [], "an allowed edge is gone: remove it from BUNDLE_BACKENDS_ALLOWED"

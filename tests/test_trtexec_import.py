@@ -1,4 +1,5 @@
-"""``dossier import trtexec`` and ``dossier export trtexec-cache`` (dossier.importer).
+"""``dossier import trtexec`` and ``dossier export trtexec-cache``
+(:mod:`dossier.backends.tensorrt.importer`).
 
 Fixtures are written by hand, not captured from TensorRT:
 
@@ -24,12 +25,16 @@ from typer.testing import CliRunner
 
 from dossier.audit import explain
 from dossier.backends import default_policy
+from dossier.backends.tensorrt.importer import (
+    export_trtexec_cache,
+    import_trtexec,
+    unknown_fingerprint,
+)
 from dossier.backends.tensorrt.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from dossier.bundle import check_integrity, open_bundle
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
 from dossier.fingerprint import CpuInfo, Fingerprint, GpuInfo, OsInfo, PythonInfo
-from dossier.importer import export_trtexec_cache, import_trtexec, unknown_fingerprint
 from dossier.policy import Verdict, diff
 from dossier.routes import Route
 from dossier_cli.main import app

@@ -38,9 +38,9 @@ from dossier.audit.explain import (
     shown_verdict,
     test_name,
 )
-from dossier.bundle._files import begin_staging, write_durable
 from dossier.diskfull import host_io
 from dossier.errors import BackendUnavailableError, OutputError
+from dossier.files import begin_staging, write_durable
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from dossier.bundle._files import copy_digests, write_durable
 from dossier.bundle.manifest import MANIFEST_MAX_BYTES, MANIFEST_NAME, FileEntry, parse_manifest
 from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleFormatError, IntegrityError, OutputError, UnsafeArchiveError
+from dossier.files import copy_digests, write_durable
 from dossier.hashing import ALGORITHM, new_hasher
 
 _T = TypeVar("_T")

@@ -1,8 +1,8 @@
 """The one bundle builder: a :class:`BundleContent` in, ``DIR/NAME-VERSION.dossier`` out.
 
 Whatever a bundle comes from (a finished run folder, :mod:`dossier.bundle.writer`; a trtexec
-tuning cache, :mod:`dossier.importer`), it is first described as a :class:`BundleContent`
-(everything checked, nothing written), then :func:`build_bundle` writes it: the bundle is
+tuning cache, :mod:`dossier.backends.tensorrt.importer`), it is first described as a
+:class:`BundleContent` (everything checked, nothing written), then :func:`build_bundle` writes it: the bundle is
 staged in a folder next to the target (``DIR/.NAME-VERSION.dossier.staging-*``, same file
 system), every file is written, fsynced and hashed as it is written (a copied file is checked
 against the digest recorded for it), ``model.json`` is made from the model files as copied, the
@@ -25,14 +25,6 @@ import pyarrow as pa
 
 from dossier import __version__
 from dossier.bundle import tables
-from dossier.bundle._files import (
-    begin_staging,
-    copy_file_hashed,
-    fsync_path,
-    fsync_tree,
-    rename_noreplace,
-    write_durable,
-)
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
     FORMAT_VERSION,
@@ -50,6 +42,14 @@ from dossier.bundle.manifest import (
 )
 from dossier.diskfull import output_error
 from dossier.errors import DossierError, ModelError, OutputError
+from dossier.files import (
+    begin_staging,
+    copy_file_hashed,
+    fsync_path,
+    fsync_tree,
+    rename_noreplace,
+    write_durable,
+)
 from dossier.hashing import digest_file
 from dossier.load_config import LoadConfig
 from dossier.trial import TrialRecord

@@ -13,12 +13,12 @@ import os
 import tarfile
 from pathlib import Path
 
-from dossier.bundle._files import begin_staging, fsync_path, rename_noreplace
 from dossier.bundle.integrity import check_integrity
 from dossier.bundle.manifest import ARCHIVE_SUFFIX, BUNDLE_SUFFIX, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.diskfull import output_error
 from dossier.errors import IntegrityError, OutputError
+from dossier.files import begin_staging, fsync_path, rename_noreplace
 from dossier.hashing import CHUNK
 from dossier.lock import bundle_lock
 from dossier.names import inside

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from dossier.bundle import archive as _archive
-from dossier.bundle._files import remove_stale
 from dossier.bundle.archive import ArchiveIndex, extract_index, index_archive
 from dossier.bundle.manifest import (
     CACHE_NAME,
@@ -42,6 +41,7 @@ from dossier.bundle.manifest import (
 )
 from dossier.diskfull import check_room, host_io
 from dossier.errors import BundleError, BundleFormatError
+from dossier.files import remove_stale
 
 if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
     import pyarrow as pa

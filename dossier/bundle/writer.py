@@ -52,6 +52,7 @@ from dossier.errors import (
     ValidationSetError,
 )
 from dossier.knobs import KnobDatabase
+from dossier.load_config import LoadConfig
 from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Route, Selection
 from dossier.spec import ShapeEntry
@@ -196,11 +197,13 @@ class _Plan:
         changed = InputError(f"engine {src} changed since the search (its xxh3-128 is not the "
                              "one the tuning cache recorded)",
                              hint="bundle the run folder dossier tune wrote, unchanged")
+        load, flags = trial.load, trial.engine_flags
+        if load is None or flags is None:  # recorded before the search recorded them
+            load, flags = _ask_backend(h.backend, self.db, trial.route)
         return EngineFile(Copy(src, f"engine/{h.release}{tag}{src.suffix}", trial.engine_digest,
                                changed),
                           route=trial.route, trial_index=trial.index, facts=dict(trial.extra),
-                          flags=_flag_source(h.backend, self.db)(trial.route),
-                          load=_load_source(h.backend, self.db)(trial.route))
+                          flags=dict(flags), load=load)
 
     def _validation(self) -> list[Copy | Data | Table]:
         h = self.cache.header
@@ -283,31 +286,19 @@ def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],
     return out
 
 
-def _load_source(backend: str, db: KnobDatabase):  # type: ignore[no-untyped-def]
-    """Production load configuration by route; None for a backend this host does not
-    register."""
-    from dossier.backends import get_backend
+def _ask_backend(backend: str, db: KnobDatabase,
+                 route: str) -> tuple[LoadConfig | None, dict[str, bool]]:
+    """The production load configuration and engine flags of a trial recorded before the search
+    recorded them (:attr:`TrialRecord.load`): asked of ``backend`` as this host registers it,
+    with its default builder options; none for a backend this host does not register."""
+    from dossier.backends import get_backend  # old records only (tests/test_layering.py)
 
     try:
         impl = get_backend(backend)
     except SelectionError:
-        return lambda route: None
-    return lambda route: impl.production_load(Route.parse(route), db)
-
-
-def _flag_source(backend: str, db: KnobDatabase):  # type: ignore[no-untyped-def]
-    """Engine flags by route; none for a backend this host does not register."""
-    from dossier.backends import get_backend
-
-    try:
-        impl = get_backend(backend)
-    except SelectionError:
-        return lambda route: {}
-
-    def flags(route: str) -> dict[str, bool]:
-        return dict(impl.engine_facts(Route.parse(route), db))
-
-    return flags
+        return None, {}
+    parsed = Route.parse(route)
+    return impl.production_load(parsed, db), dict(impl.engine_facts(parsed, db))
 
 
 def _finished_at(cache: TuningCache) -> str:

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
 from dossier.builds import COMPILE_THREADS_ENV, Build, build_request, with_build_phases
-from dossier.bundle._files import remove_stale
 from dossier.child import run_child
 from dossier.errors import BackendUnavailableError, InputError, TuneError
+from dossier.files import remove_stale
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route

@@ -37,13 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle._files import (
-    begin_staging,
-    fsync_path,
-    fsync_tree,
-    rename_noreplace,
-    write_durable,
-)
 from dossier.bundle.integrity import BundleScan, Scanned, check_integrity, scan_bundle
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
@@ -61,6 +54,13 @@ from dossier.errors import (
     IntegrityError,
     OutputError,
     SignatureError,
+)
+from dossier.files import (
+    begin_staging,
+    fsync_path,
+    fsync_tree,
+    rename_noreplace,
+    write_durable,
 )
 from dossier.hashing import ALGORITHM, BLAKE3, SHA256, canonical_json, digest_bytes
 from dossier.names import folder_problem, inside

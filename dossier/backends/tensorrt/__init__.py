@@ -1,8 +1,10 @@
 """The TensorRT backend (enterprise TensorRT >= 11.1): :mod:`.backend` (build, load, the build
 route), :mod:`.knobs` (the ``all_build_routes`` JSON), :mod:`.options` (builder options,
 optimization profiles), :mod:`.plan` (plan headers), :mod:`.runner` (the engine on the GPU),
-:mod:`.policy` (verify rules, host requirements), :mod:`.trtexec` (trtexec tuning caches).
-Importing it imports neither tensorrt nor cuda-python."""
+:mod:`.policy` (verify rules, host requirements), :mod:`.trtexec` (trtexec tuning caches),
+:mod:`.importer` (a trtexec search as a bundle, a search as a trtexec cache: it builds on
+:mod:`dossier.bundle`, so nothing here imports it). Importing it imports neither tensorrt nor
+cuda-python."""
 
 from dossier.backends.tensorrt.backend import (
     BINDINGS_CHECKED,

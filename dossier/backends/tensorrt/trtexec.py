@@ -29,15 +29,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dossier.bundle._files import (
+from dossier.cache import FileIdentity
+from dossier.diskfull import output_error
+from dossier.errors import InputError, OutputError, SelectionError
+from dossier.files import (
     new_staging,
     remove_stale_staging,
     rename_noreplace,
     write_durable,
 )
-from dossier.cache import FileIdentity
-from dossier.diskfull import output_error
-from dossier.errors import InputError, OutputError, SelectionError
 from dossier.hashing import digest_file
 from dossier.routes import Route
 from dossier.trial import Outcome, TrialRecord

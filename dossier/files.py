@@ -1,5 +1,13 @@
-"""File plumbing for bundles: streamed copy-and-hash, durable writes, no-replace renames,
-staging folders and their clean-up."""
+"""Durable file writes: streamed copy-and-hash, fsynced new files, no-replace renames, staging
+entries and their clean-up.
+
+The writers of outputs (bundles, archives, signatures, keys, validation sets, pulled blobs,
+reports, schemas, the build cache) write through these: a new file is written exclusively
+(``xb``) and fsynced, a finished staging entry is renamed into place without replacing what is
+there (:func:`rename_noreplace`) and its folder fsynced, so a kill or a crash leaves either the
+old state or the new one, and at most a staging entry that the next writer removes
+(:func:`remove_stale_staging`). What a full disk means is :mod:`dossier.diskfull`'s.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from dossier.diskfull import output_error
 from dossier.hashing import ALGORITHM, CHUNK, feed, new_hasher
 
 STAGING_MARK = ".staging-"
@@ -141,8 +150,6 @@ def new_staging(folder: Path, final_name: str, *, directory: bool) -> Path:
 def begin_staging(out_dir: Path, final_name: str, *, directory: bool) -> Path:
     """Create ``out_dir`` if needed, remove what killed writers left there, and return a new
     staging entry for ``final_name``. OutputError when ``out_dir`` cannot be created."""
-    from dossier.diskfull import output_error
-
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -199,5 +206,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["CHUNK", "copy_digests", "copy_file_hashed", "copy_hashed", "fsync_path", "fsync_tree",
-           "new_staging", "remove_stale", "remove_stale_staging", "rename_noreplace", "write_durable"]
+__all__ = ["CHUNK", "STAGING_MARK", "begin_staging", "copy_digests", "copy_file_hashed",
+           "copy_hashed", "fsync_path", "fsync_tree", "new_staging", "remove_stale",
+           "remove_stale_staging", "rename_noreplace", "write_durable"]
