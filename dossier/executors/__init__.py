@@ -12,11 +12,15 @@ driver alone writes the tuning cache, in trial order.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dossier.backends import Backend
 from dossier.errors import InputError
 from dossier.executors.interface import Scheduler
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dossier.backends import Backend
 
 EXECUTORS = ("local", "ray")
 
