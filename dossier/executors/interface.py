@@ -34,8 +34,9 @@ class Scheduler(Protocol):
     def trial(self, route: Route, index: int, job: TrialJob,
               started: Callable[[], None]) -> tuple[WorkerResult, float]:
         """Trial ``index``'s result, and its build plus measure seconds; ``started`` is
-        called as its measurement starts. An ``ok`` trial's engine is written to
-        ``job.req.engine``."""
+        called when the trial's turn comes (locally: once its build is done, as its
+        measurement starts). An ``ok`` trial's engine is written to ``job.req.engine``; a
+        ``job.reuse`` engine is placed there before the measure job starts."""
 
     def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
         """The confirmation's measuring processes (:mod:`dossier.confirmation`), each run on
