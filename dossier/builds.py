@@ -4,7 +4,8 @@ A trial is a build job and a measure job. Builds of different routes run concurr
 ``jobs`` at a time, each in its own worker process writing its engine under the run's work
 folder; measurement stays one trial at a time, in the strategy's order, and every running build
 is paused (SIGSTOP to its process group) while a trial is measured, so builds never share the
-machine with a timing. Routes with the same build-time knobs share one build. Nothing a build
+machine with a timing. Routes with the same build key (:mod:`dossier.build_plan`) share one
+build. Nothing a build
 job produces is recorded until its route is measured: a search killed with builds in flight
 rebuilds them when it continues.
 
@@ -16,15 +17,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dossier.backends import Backend
-from dossier.build_cache import BuildCache, BuildIdentity
+from dossier.build_cache import BuildCache
+from dossier.build_plan import BuildKey, BuildPlan
 from dossier.child import Child
 from dossier.routes import Route
-from dossier.worker import BuiltResult, MeasuredResult, WorkerRequest, WorkerResult
+from dossier.worker import BuiltResult, MeasuredResult, WorkerResult
 
 COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 """Set for each build when several run at once: the cores shared out between them."""
@@ -65,9 +67,9 @@ def default_build_jobs(backend: Backend) -> int:
 
 @dataclass
 class Build:
-    """One build job (shared by the routes with the same build-time knobs)."""
+    """One build job (shared by the routes with the same build key)."""
 
-    key: Hashable
+    key: BuildKey | None
     route: Route
     engine: Path
     child: Child | None = None
@@ -100,34 +102,31 @@ class Build:
 class Builds:
     """The build queue of one search."""
 
-    def __init__(self, jobs: int, work: Path, suffix: str,
-                 start: Callable[[Build, str], Child], key: Callable[[Route], Hashable],
-                 cache: BuildCache | None = None,
-                 identity: Callable[[Route], BuildIdentity] | None = None) -> None:
-        """``cache`` and ``identity`` (the build identity of a route): take stored engines and
-        store finished builds (both or neither)."""
+    def __init__(self, jobs: int, work: Path, plan: BuildPlan,
+                 start: Callable[[Build, str], Child], cache: BuildCache | None = None) -> None:
+        """``plan``: the search's builds (their keys, engine names and build-cache
+        identities); ``start``: starts a build job's process; ``cache``: take stored engines
+        and store finished builds."""
         self.jobs = max(1, jobs)
-        self.cache = cache if identity is not None else None
-        self._identity = identity
+        self.cache = cache
+        self.plan = plan
         self.folder = work / "builds"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.suffix = suffix
         self._start = start
-        self._key = key
-        self._by_key: dict[Hashable, Build] = {}
+        self._by_key: dict[BuildKey, Build] = {}
         self._queue: list[Build] = []
         self._running: list[Build] = []
         self._paused_at: float | None = None
 
     def want(self, route: Route, index: int) -> None:
-        """Queue ``route``'s build unless one with its build-time knobs exists. ``index`` is the
+        """Queue ``route``'s build unless one with its build key exists. ``index`` is the
         trial index the route will be measured as: the engine is built under the trial's file
-        name (some compilers write the name into the engine)."""
-        key = self._key(route)
+        name (:meth:`BuildPlan.engine_name`)."""
+        key = self.plan.key(route)
         if key in self._by_key:
             return
         n = len(self._by_key)
-        build = Build(key, route, self.folder / f"build-{n:04d}" / f"trial-{index:04d}{self.suffix}")
+        build = Build(key, route, self.folder / f"build-{n:04d}" / self.plan.engine_name(index))
         build.engine.parent.mkdir(parents=True, exist_ok=True)
         self._by_key[key] = build
         if not self._from_cache(build):
@@ -135,10 +134,10 @@ class Builds:
         self.pump()
 
     def _from_cache(self, build: Build) -> bool:
-        if self.cache is None or self._identity is None:
+        if self.cache is None:
             return False
         t0 = time.perf_counter()
-        entry = self.cache.get(self._identity(build.route), build.engine)
+        entry = self.cache.get(self.plan.identity(build.route), build.engine)
         if entry is None:
             return False
         build.cached = True
@@ -148,10 +147,10 @@ class Builds:
         return True
 
     def _store(self, build: Build) -> None:
-        if self.cache is None or self._identity is None or build.cached \
+        if self.cache is None or build.cached \
                 or not isinstance(build.result, BuiltResult) or not build.engine.is_file():
             return
-        self.cache.put(self._identity(build.route), build.engine, build.build_s or 0.0,
+        self.cache.put(self.plan.identity(build.route), build.engine, build.build_s or 0.0,
                        build.result.facts)
 
     def pump(self) -> None:
@@ -170,7 +169,7 @@ class Builds:
     def wait(self, route: Route, index: int) -> Build:
         """``route``'s finished build (queued and started first if needed)."""
         self.want(route, index)
-        build = self._by_key[self._key(route)]
+        build = self._by_key[self.plan.key(route)]
         if build in self._queue:  # measurement waits for it: it goes first
             self._queue.remove(build)
             self._queue.insert(0, build)
@@ -211,12 +210,6 @@ class Builds:
             b.child.kill()
         self._running.clear()
         self._queue.clear()
-
-
-def build_request(req: WorkerRequest, build: Build) -> WorkerRequest:
-    """The build job's request, from the search's trial request."""
-    return req.model_copy(update={"mode": "build", "route": build.route.text(),
-                                  "engine": str(build.engine)})
 
 
 def with_build_phases(result: WorkerResult, build: Build) -> WorkerResult:

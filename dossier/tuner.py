@@ -18,26 +18,19 @@ from pathlib import Path
 
 from dossier import __version__, confirmation
 from dossier.backends import Backend, get_backend
-from dossier.build_cache import BuildCache, BuildIdentity, host_identity, open_build_cache
-from dossier.builds import (
-    COMPILE_THREADS_ENV,
-    Build,
-    Builds,
-    build_request,
-    default_build_jobs,
-    usable_cores,
-    with_build_phases,
-)
+from dossier.build_cache import BuildCache, open_build_cache
+from dossier.build_plan import BuildPlan
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
-from dossier.child import Child, run_child
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
-from dossier.executors import Executor, open_executor
+from dossier.executors import Scheduler, open_scheduler
+from dossier.executors.local import LocalScheduler
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
-from dossier.knobs import KnobDatabase, KnobPhase
+from dossier.job_requests import JobRequests
+from dossier.knobs import KnobDatabase
 from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
@@ -45,13 +38,7 @@ from dossier.strategies import Strategy, get_strategy
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
-from dossier.worker import (
-    BuiltResult,
-    FailedResult,
-    JudgedResult,
-    WorkerRequest,
-    WorkerResult,
-)
+from dossier.worker import FailedResult, JudgedResult, WorkerResult
 
 CACHE_NAME = "tuning-cache.jsonl"
 KNOBS_NAME = "knobs.json"
@@ -219,16 +206,14 @@ class Tuner:
 
     def __init__(self, p: Prepared, run_dir: Path, cache: TuningCache,
                  observer: TuneObserver | None = None, warm_start: list[Route] | None = None,
-                 build_jobs: int | None = None, executor: Executor | None = None,
+                 build_jobs: int | None = None, executor: Scheduler | None = None,
                  build_cache: BuildCache | None = None,
                  host: Fingerprint | None = None) -> None:
-        """``build_jobs``: concurrent builds (None: :func:`default_build_jobs`). Builds run in
-        their own processes, ahead of measurement, when there are several jobs, the backend
-        builds separately or there is a ``build_cache``; otherwise one process builds and
-        measures each trial. ``executor``: where build and measure jobs run (None: here, as
-        described; see :mod:`dossier.executors`). ``host``: this host's fingerprint when the
-        caller has collected it (the build cache's key needs it; None: collected when
-        needed)."""
+        """``executor``: where build and measure jobs run (None: here, by a
+        :class:`~dossier.executors.local.LocalScheduler` with ``build_jobs`` concurrent
+        builds and the ``build_cache``; see :mod:`dossier.executors`). ``host``: this host's
+        fingerprint when the caller has collected it (the build cache's key needs it; None:
+        collected when needed)."""
         self.p, self.run_dir, self.cache = p, run_dir, cache
         self.warm_start = list(warm_start or [])
         self.observer = observer or TuneObserver()
@@ -237,91 +222,28 @@ class Tuner:
         self.work.mkdir(exist_ok=True)
         self.engines.mkdir(exist_ok=True)
         self.ran = 0
-        self.executor = executor
-        jobs = default_build_jobs(p.backend) if build_jobs is None else build_jobs
-        self.builds: Builds | None = None
-        if executor is not None:
-            executor.attach(self)
-        elif jobs > 1 or p.backend.separate_build or build_cache is not None:
-            self.builds = Builds(jobs, self.work, p.backend.engine_suffix, self._start_build,
-                                 self._build_key, build_cache,
-                                 self._build_identity if build_cache is not None else None)
-        self._host: dict[str, object] | None = host_identity(host) if host is not None else None
-
-    def _request(self, **kw: object) -> WorkerRequest:
-        s = self.p.spec
-        return WorkerRequest(backend=self.p.backend.name, model=str(self.p.model),
-                             validation=str(self.p.vset.path), metric=s.tune.metric,
-                             threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
-                             timing=s.timing, baseline_route=self.p.baseline.text(),
-                             builder=s.builder, shapes=s.shapes, knobs=self.p.db,
-                             result=str(self.work / "result.json"),
-                             stage=str(self.work / "stage"), **kw)
-
-    def _baseline_engine(self) -> Path | None:
-        base = next((t for t in self.cache.trials if t.role == "baseline"), None)
-        return self.run_dir / base.engine if base and base.engine else None
-
-    def trial_request(self, route: Route, index: int, role: str) -> WorkerRequest:
-        """The measure job of trial ``index``: its engine file, the baseline engine to time it
-        against, and an earlier trial's engine with the same build-time knobs to reuse."""
-        engine = self.engines / f"trial-{index:04d}{self.p.backend.engine_suffix}"
-        base_engine = self._baseline_engine() if role != "baseline" else None
-        same = self._same_build(route)
-        return self._request(mode="trial", route=route.text(), engine=str(engine),
-                             baseline_engine=str(base_engine) if base_engine else None,
-                             reuse_engine=str(self.run_dir / same.engine)
-                             if same and same.engine else None,
-                             reuse_facts=dict(same.extra) if same else {})
+        self.plan = BuildPlan(p.backend, p.db, model_digest=cache.header.model.digest,
+                              builder=p.spec.builder, shapes=p.spec.shapes, host=host)
+        self.requests = JobRequests(p.spec, p.backend.name, p.model, p.vset.path, p.baseline,
+                                    p.db, self.plan, cache, run_dir, self.engines, self.work)
+        self.scheduler: Scheduler = executor if executor is not None else \
+            LocalScheduler(p.backend, build_jobs, build_cache)
+        self.scheduler.attach(self.requests)
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
-        """Build (or take the build job's engine), then measure one route in a child process,
-        and append its record."""
+        """Build (or take the build job's engine, or an earlier trial's), then measure one
+        route in a child process, and append its record."""
         index = len(self.cache.trials)
-        req = self.trial_request(route, index, role)
-        engine = Path(req.engine or "")
-        base_engine = Path(req.baseline_engine) if req.baseline_engine else None
-        same = self._same_build(route)
-        if self.executor is not None:
+        job = self.requests.trial(route, index, role)
+        started: list[str] = []
+
+        def start() -> None:
             self.observer.trial_started(index, route.text(), role)
-            started = _now()
-            remote, trial_s = self.executor.trial(route, index, req)
-            return self._append(index, route, role, remote, engine, trial_s, started)
-        build: Build | None = None
-        if self.builds is not None and same is None:
-            build = self.builds.wait(route, index)
-        self.observer.trial_started(index, route.text(), role)
-        started = _now()
-        t0 = time.perf_counter()
-        timing = self.p.spec.timing
-        name = f"trial-{index:04d}"
-        env = self._loader_env(base_engine)
-        result: WorkerResult
-        if build is not None and build.result is not None \
-                and not isinstance(build.result, BuiltResult):
-            result = build.result  # the build failed: that is the trial's outcome
-        else:
-            if build is not None:
-                assert isinstance(build.result, BuiltResult)
-                _place(build.engine, engine)
-                env = {**env, **self._loader_env(engine)}
-                req = req.model_copy(update={"prebuilt_build_s": build.build_s,
-                                             "reuse_facts": {k: str(v) for k, v in
-                                                             build.result.facts.items()}})
-            elif same is not None and same.engine:
-                env = {**env, **self._loader_env(self.run_dir / same.engine)}
-            if self.builds is not None:
-                self.builds.pause()  # nothing else runs while a trial is timed
-            try:
-                result = run_child(req, self.work, name, timing.trial_timeout_s,
-                                   timing.trial_memory_limit_mb, env)
-            finally:
-                if self.builds is not None:
-                    self.builds.resume()
-            if build is not None:
-                result = with_build_phases(result, build)
-        trial_s = time.perf_counter() - t0 + (build.spent_s if build else 0.0)
-        return self._append(index, route, role, result, engine, trial_s, started)
+            started.append(_now())
+
+        result, trial_s = self.scheduler.trial(route, index, job, start)
+        return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
+                            started[0] if started else _now())
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
                 trial_s: float, started: str) -> TrialRecord:
@@ -332,46 +254,6 @@ class Tuner:
         self.ran += 1
         self.observer.trial_finished(record)
         return record
-
-    def _loader_env(self, engine: Path | None) -> dict[str, str]:
-        return self.p.backend.loader_env(engine)
-
-    def _start_build(self, build: Build, name: str) -> Child:
-        timing = self.p.spec.timing
-        req = build_request(self._request(mode="build"), build)
-        env = {}
-        if self.builds is not None and self.builds.jobs > 1:  # share the cores between builds
-            env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
-        return Child(req, self.work, name, timing.trial_timeout_s, timing.trial_memory_limit_mb,
-                     env)
-
-    def _build_key(self, route: Route) -> tuple[tuple[str, str], ...]:
-        db = self.p.db
-        return tuple((k, v) for k, v in route.effective(db).items()
-                     if db.get(k).phase is KnobPhase.BUILD)
-
-    def _build_identity(self, route: Route) -> BuildIdentity:
-        """What ``route``'s build depends on (the build cache's key)."""
-        if self._host is None:
-            self._host = host_identity(collect(include_compiler=self.p.backend.fingerprint_compiler))
-        s = self.p.spec
-        return BuildIdentity(
-            backend=self.p.backend.name, tuner_version=self.p.db.tuner_version,
-            stack=self.p.backend.stack(), host=self._host,
-            model_digest=self.cache.header.model.digest, builder=s.builder,
-            shapes=[e.model_dump(mode="json") for e in s.shapes],
-            build_knobs=sorted(self._build_key(route)),
-            engine_suffix=self.p.backend.engine_suffix)
-
-    def _same_build(self, route: Route) -> TrialRecord | None:
-        """An earlier admissible trial whose build-time knobs equal ``route``'s: its engine is
-        the same compiler output, so it is reused instead of rebuilt (load-time knobs differ)."""
-        key = self._build_key(route)
-        for t in self.cache.trials:
-            if t.role != "confirm" and t.engine and (self.run_dir / t.engine).is_file() \
-                    and self._build_key(Route.parse(t.route)) == key:
-                return t
-        return None
 
     def _record(self, index: int, route: Route, role: str, result: WorkerResult,
                 engine: Path, trial_s: float, started: str) -> TrialRecord:
@@ -420,13 +302,8 @@ class Tuner:
         timing = self.p.spec.timing
         started = _now()
         engines = [(self.run_dir / t.engine, t.route) for t in [base, *chosen]]  # type: ignore[operator]
-        env = {k: v for e, _ in engines for k, v in self._loader_env(e).items()}
-        if self.executor is not None:  # the measuring processes on one measure worker
-            measure = self.executor.measure_process(timing, env)
-        else:
-            measure = confirmation.local_processes(
-                self.p.backend.name, self.p.vset.path, timing, builder=self.p.spec.builder,
-                shapes=self.p.spec.shapes, work=self.work / "confirm", env=env, knobs=self.p.db)
+        env = {k: v for e, _ in engines for k, v in self.p.backend.loader_env(e).items()}
+        measure = self.scheduler.measure_process(timing, env)
         result = confirmation.confirm(engines[0], engines[1:], timing, measure,
                                       on_process=self.observer.measured_process)
         for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),
@@ -437,10 +314,8 @@ class Tuner:
 
     def _queue_builds(self, results: dict[str, TrialRecord]) -> None:
         """Queue the builds of every route known to come (all of them for strategies that plan
-        ahead; for mixed, phase 2's once phase 1 is measured)."""
-        pool = self.executor if self.executor is not None else self.builds
-        if pool is None:
-            return
+        ahead; for mixed, phase 2's once phase 1 is measured), but those of routes that reuse
+        an earlier trial's engine."""
         s = self.p
         index, seen = len(self.cache.trials), set(results)
         for route in itertools.chain([s.baseline], self.warm_start,
@@ -448,8 +323,8 @@ class Tuner:
             if route.text() in seen:
                 continue
             seen.add(route.text())
-            if self._same_build(route) is None:
-                pool.want(route, index)
+            if self.plan.reuse(route, self.cache.trials, self.run_dir) is None:
+                self.scheduler.want(route, index)
             index += 1  # measured in this order, one trial index each
 
     def _measure_all(self, results: dict[str, TrialRecord]) -> None:
@@ -482,10 +357,7 @@ class Tuner:
         try:
             self._measure_all(results)
         finally:
-            if self.builds is not None:
-                self.builds.close()
-            if self.executor is not None:
-                self.executor.drop_pending()
+            self.scheduler.drop_pending()
         if self.cache.decision is not None:
             return self.cache.decision
         confirmed = {t.route for t in self.cache.trials if t.role == "confirm"}
@@ -557,7 +429,8 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     if not resume and out.exists() and any(e.name != RUN_LOCK for e in out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")
-    ex = open_executor(executor, address, p)  # before any file: a cluster that refuses writes none
+    # before any file: a cluster that refuses writes none
+    ex = open_scheduler(executor, address, p.backend, p.model, p.vset.path)
     try:
         if not resume:
             out.mkdir(parents=True, exist_ok=True)
@@ -598,7 +471,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     return TuneResult(out, cache, decision, tuner.ran, notes)
 
 
-def _close(ex: Executor | None) -> None:
+def _close(ex: Scheduler | None) -> None:
     if ex is not None:
         ex.close()
 
@@ -609,16 +482,6 @@ def _clear_failed_start(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
     for name in (ENGINES, WORK):
         shutil.rmtree(out / name, ignore_errors=True)
-
-
-def _place(built: Path, engine: Path) -> None:
-    """The build job's engine as the trial's (a hard link, or a copy across file systems); the
-    build's file stays for other routes with the same build-time knobs."""
-    engine.unlink(missing_ok=True)
-    try:
-        os.link(built, engine)
-    except OSError:
-        shutil.copyfile(built, engine)
 
 
 def _write_json(path: Path, text: str) -> None:

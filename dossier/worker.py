@@ -34,6 +34,18 @@ if TYPE_CHECKING:
     from dossier.validation import ValidationSet
 
 
+class Prebuilt(BaseModel):
+    """An engine a trial takes instead of building it (see :mod:`dossier.build_plan`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    build_s: float | None = None
+    """Its build time, when a build job of this search built it; None for an earlier trial's
+    engine (no build time is spent on this trial)."""
+    facts: dict[str, str] = {}
+    """Its build facts."""
+
+
 class WorkerRequest(AccuracyRule):
     """What the parent asks a child to do (the accuracy rule to judge by among it)."""
 
@@ -50,12 +62,9 @@ class WorkerRequest(AccuracyRule):
     baseline_engine: str | None = None
     route: str | None = None
     engine: str | None = None
-    reuse_engine: str | None = None
-    """An engine built earlier with the same build-time knobs: copied instead of rebuilt."""
-    reuse_facts: dict[str, str] = {}
-    """The build facts of that engine."""
-    prebuilt_build_s: float | None = None
-    """Set when ``engine`` was built by an earlier ``build`` process: its build time."""
+    prebuilt: Prebuilt | None = None
+    """Set when ``engine`` is in place already (a build job's, or an earlier trial's with the
+    same build key): the trial builds nothing."""
     result: str
     stage: str
     spawned_at: float = 0.0
@@ -233,8 +242,9 @@ def _same(fn: Timed) -> Timed:
 
 
 def run_trial(req: WorkerRequest) -> dict[str, Any]:
-    """Build, validate and time one route; return the raw result."""
-    from dossier.backends import BuildError, EngineRuntimeError
+    """Build (unless the engine is in place), validate and time one route; return the raw
+    result."""
+    from dossier.backends import BuildError, BuildInfo, EngineRuntimeError
     from dossier.routes import Route
     from dossier.timing import flatten, sample_rounds, warm_up
     from dossier.validation import judge
@@ -245,17 +255,8 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     _stage(req, "build")
     t0 = time.perf_counter()
     try:
-        if req.prebuilt_build_s is not None:  # built by a separate process already
-            from dossier.backends import BuildInfo
-
-            info = BuildInfo(dict(req.reuse_facts))
-        elif req.reuse_engine:  # same build-time knobs as an earlier trial: same compiler output
-            import shutil
-
-            from dossier.backends import BuildInfo
-
-            shutil.copyfile(req.reuse_engine, engine)
-            info = BuildInfo({**req.reuse_facts, "reused_engine": Path(req.reuse_engine).name})
+        if req.prebuilt is not None:  # a build job's engine, or an earlier trial's: in place
+            info = BuildInfo(dict(req.prebuilt.facts))
         else:
             info = backend.build(Path(req.model), route, engine)
     except BuildError as exc:
@@ -264,8 +265,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     except MemoryError:
         return {"outcome": "crashed", "reason": "out of memory during build",
                 "build_s": time.perf_counter() - t0}
-    build_s = (req.prebuilt_build_s if req.prebuilt_build_s is not None
-               else None if req.reuse_engine else time.perf_counter() - t0)
+    build_s = req.prebuilt.build_s if req.prebuilt is not None else time.perf_counter() - t0
     base: dict[str, Any] = {"build_s": build_s, "facts": info.facts}
     try:
         _stage(req, "load")

@@ -266,6 +266,7 @@ def test_a_search_with_a_build_cache_collects_the_host_once(sample, tmp_path: Pa
                                                              monkeypatch) -> None:
     """The key needs the host's facts, and so does the run folder's fingerprint.json: one
     collection serves both (for the torch backend it costs an import of torch)."""
+    import dossier.build_plan as build_plan_module
     import dossier.tuner as tuner_module
 
     calls = []
@@ -275,7 +276,8 @@ def test_a_search_with_a_build_cache_collects_the_host_once(sample, tmp_path: Pa
         calls.append(kwargs)
         return real(**kwargs)
 
-    monkeypatch.setattr(tuner_module, "collect", counting)
+    for module in (tuner_module, build_plan_module):  # the run folder's, and the key's
+        monkeypatch.setattr(module, "collect", counting)
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
     res = tune(spec, tmp_path / "one", build_cache=tmp_path / "builds")
     assert res.notes[-1].endswith("0 engine(s) taken, 2 stored")

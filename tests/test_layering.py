@@ -213,3 +213,164 @@ def test_bundle_and_backends_do_not_import_each_other() -> None:
     stale = [(a, b) for a, b in sorted(allowed)
              if not any(_within(w, b) for w in graph.get(a, ()))]
     assert stale == [], "an allowed edge is gone: remove it from BUNDLE_BACKENDS_ALLOWED"
+
+
+# ------------------------------------------------------------------------------ private names
+PRIVATE_ALLOWED: set[tuple[str, str]] = set()
+"""(importer, private name) pairs still to be removed: a new one fails, and so does one listed
+here once it is gone (remove it here)."""
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _owner(path: str, mods: dict[str, Path]) -> str | None:
+    """The package a dotted name is private to (None for a public name): the package that
+    holds its first private part (``dossier.bundle`` for ``dossier.bundle._files.x`` and for
+    ``dossier.bundle.writer._stage``). The root package is the whole library, not a package
+    in this sense: a private name of a top-level module is that module's own
+    (``dossier.tuner`` for ``dossier.tuner._header``)."""
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if _is_private(part):
+            prefix = ".".join(parts[:i])
+            is_package = prefix in mods and mods[prefix].name == "__init__.py"
+            parent = prefix.rpartition(".")[0]
+            return prefix if is_package or parent == "dossier" else parent
+    return None
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]`` (None for anything but names and attributes)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else [*head, node.attr]
+    return None
+
+
+def private_uses(root: Path = ROOT) -> set[tuple[str, str]]:
+    """(module, private name) for each private name of another package that a library module
+    imports (``from dossier.x import _y``, ``import dossier.x._y``, ``from dossier.x._y import
+    z``) or reaches as an attribute of a dossier module it imported (``confirmation._y``). Type
+    checking imports count too: they couple the same."""
+    mods = _modules(root)
+    found: set[tuple[str, str]] = set()
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        bound: dict[str, str] = {}  # local name -> the dossier module it is
+        names: list[str] = []
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "dossier":
+                        names.append(a.name)
+                        bound[a.asname or a.name.split(".")[0]] = \
+                            a.name if a.asname else "dossier"
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                if base.split(".")[0] != "dossier":
+                    continue
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    names.append(full)
+                    if full in mods:
+                        bound[a.asname or a.name] = full
+        for node in ast.walk(tree):
+            parts = _dotted(node) if isinstance(node, ast.Attribute) else None
+            if parts and parts[0] in bound and not isinstance(node.ctx, ast.Store):
+                names.append(".".join([bound[parts[0]], *parts[1:]]))
+        for name in names:
+            owner = _owner(name, mods)
+            if owner is not None and owner != package:
+                parts = name.split(".")
+                first = next(i for i, p in enumerate(parts) if _is_private(p))
+                found.add((mod, ".".join(parts[: first + 1])))
+    return found
+
+
+def test_the_detector_finds_a_private_name(tmp_path: Path) -> None:
+    """The check can fail: a private name imported, or reached through a module, from another
+    package is found; one used inside its own package, or a dunder, is not."""
+    pkg = tmp_path / "dossier"
+    (pkg / "bundle").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("__version__ = '1'\n")
+    (pkg / "bundle" / "__init__.py").write_text("")
+    (pkg / "bundle" / "_files.py").write_text("def write(): pass\n")
+    (pkg / "bundle" / "writer.py").write_text("from dossier.bundle._files import write\n")
+    (pkg / "tuner.py").write_text("def _header(): pass\n")
+    (pkg / "cli.py").write_text("from dossier import __version__, tuner\n"
+                                "from dossier.bundle import _files\nx = tuner._header()\n")
+    (pkg / "lock.py").write_text("def f():\n    from dossier.tuner import _header\n")
+    assert private_uses(pkg) == {("dossier.cli", "dossier.tuner._header"),
+                                 ("dossier.cli", "dossier.bundle._files"),
+                                 ("dossier.lock", "dossier.tuner._header")}
+
+
+def test_no_private_name_is_used_across_packages() -> None:
+    found = private_uses()
+    assert found - PRIVATE_ALLOWED == set(), sorted(found - PRIVATE_ALLOWED)
+    assert PRIVATE_ALLOWED - found == set(), "a listed use is gone: remove it from " \
+        f"PRIVATE_ALLOWED: {sorted(PRIVATE_ALLOWED - found)}"
+
+
+# ------------------------------------------------------------------------------ upward imports
+SEARCH = {"dossier.tuner", "dossier.retune"}
+"""What runs a search: it asks the build plan, the request factory and a scheduler."""
+BELOW_THE_SEARCH = ("dossier.executors", "dossier.backends", "dossier.strategies",
+                    "dossier.build_plan", "dossier.job_requests", "dossier.builds",
+                    "dossier.build_cache", "dossier.worker", "dossier.child",
+                    "dossier.confirmation")
+"""Modules (and packages) a search uses: none of them imports what runs it, not even for type
+checking (that is how the scheduler used to reach into the tuner)."""
+
+
+def _all_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the dossier modules it imports, type-checking imports included."""
+    mods = _modules(root)
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out[mod] |= {a.name for a in node.names if a.name in mods}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    target = full if full in mods else base if base in mods else None
+                    if target is not None:
+                        out[mod].add(target)
+    return out
+
+
+def _under(mod: str, prefixes: tuple[str, ...]) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def test_nothing_below_the_search_imports_it() -> None:
+    graph = _all_imports()
+    assert set(BELOW_THE_SEARCH) <= set(graph) and SEARCH <= set(graph)
+    upward = sorted((m, t) for m, targets in graph.items() if _under(m, BELOW_THE_SEARCH)
+                    for t in targets & SEARCH)
+    assert upward == [], upward
+
+
+def test_the_upward_detector_counts_type_checking_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "dossier"
+    (pkg / "executors").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tuner.py").write_text("")
+    (pkg / "executors" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dossier.tuner import T\n")
+    assert _all_imports(pkg)["dossier.executors"] == {"dossier.tuner"}
+    assert import_graph(pkg)["dossier.executors"] == set()  # the cycle check leaves it out

@@ -1,7 +1,10 @@
-"""Executors: where the build and measure jobs of a search run.
+"""Schedulers: where the build and measure jobs of a search run (``--executor``).
 
-The local executor is the tuner itself (no object here): build jobs in worker processes on this
-host (:mod:`dossier.builds`), each trial measured in a child process (:mod:`dossier.child`).
+Each scheduler implements :class:`~dossier.executors.interface.Scheduler`. It gets the jobs'
+requests from a :class:`~dossier.job_requests.JobRequests` and which routes share a build from
+the search's :class:`~dossier.build_plan.BuildPlan`, never from the tuner. The local one
+(:mod:`dossier.executors.local`) runs build jobs in worker processes on this host
+(:mod:`dossier.builds`) and measures each trial in a child process (:mod:`dossier.child`);
 :mod:`dossier.executors.ray_cluster` runs the same jobs, through the same worker code, on a Ray
 cluster: builds as Ray tasks on CPU workers, measurement on one actor per GPU. Either way the
 driver alone writes the tuning cache, in trial order.
@@ -9,60 +12,32 @@ driver alone writes the tuning cache, in trial order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dossier.errors import InputError
+from dossier.executors.interface import Scheduler
 
 if TYPE_CHECKING:
-    from dossier.confirmation import MeasureProcess
-    from dossier.fingerprint import Fingerprint
-    from dossier.routes import Route
-    from dossier.timing import TimingSettings
-    from dossier.tuner import Prepared, Tuner
-    from dossier.worker import WorkerRequest, WorkerResult
+    from pathlib import Path
+
+    from dossier.backends import Backend
 
 EXECUTORS = ("local", "ray")
 
 
-class Executor(Protocol):
-    """Runs the jobs of one search for a :class:`~dossier.tuner.Tuner`."""
-
-    notes: list[str]
-    """One line per event the user should know of (a refused worker, a re-queued trial)."""
-
-    def fingerprint(self) -> Fingerprint:
-        """The fingerprint of the host that measures (written to the run folder)."""
-
-    def attach(self, tuner: Tuner) -> None:
-        """The search the jobs are for (its requests, engines and run folder)."""
-
-    def want(self, route: Route, index: int) -> None:
-        """``route`` will be measured as trial ``index``: its jobs may start ahead."""
-
-    def trial(self, route: Route, index: int, req: WorkerRequest) -> tuple[WorkerResult, float]:
-        """Trial ``index``'s result, and its build plus measure seconds; an ``ok`` trial's engine
-        is written to ``req.engine`` (checked against its digest)."""
-
-    def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
-        """The confirmation's measuring processes (:mod:`dossier.confirmation`), each run on
-        one device; ``env``: what the driver's processes would need (a worker computes its
-        own)."""
-
-    def drop_pending(self) -> None:
-        """Forget jobs started ahead (the search ends or failed)."""
-
-    def close(self) -> None:
-        """Release the workers (and a Ray instance started for this search)."""
-
-
-def open_executor(name: str, address: str | None, p: Prepared) -> Executor | None:
-    """The executor ``name`` for the search ``p`` (None for the local one)."""
+def open_scheduler(name: str, address: str | None, backend: Backend, model: Path,
+                   validation: Path) -> Scheduler | None:
+    """The remote scheduler ``name`` for a search of ``model`` judged on the validation set at
+    ``validation`` (None for the local one, which the tuner makes itself)."""
     if name == "local":
         if address is not None:
             raise InputError("--address is for --executor ray")
         return None
     if name == "ray":
-        from dossier.executors.ray_cluster import RayExecutor
+        from dossier.executors.ray_cluster import RayScheduler
 
-        return RayExecutor.open(address, p)
+        return RayScheduler.open(address, backend, model, validation)
     raise InputError(f"unknown executor {name!r} (choose from {', '.join(EXECUTORS)})")
+
+
+__all__ = ["EXECUTORS", "Scheduler", "open_scheduler"]

@@ -1,4 +1,4 @@
-"""The Ray executor: one search over the CPUs and GPUs of a Ray cluster.
+"""The Ray scheduler: one search over the CPUs and GPUs of a Ray cluster.
 
 - **Build jobs** are Ray tasks (the backend's build cores each, as many at once as the
   cluster's CPUs allow; ``--build-jobs`` does not apply), run through the same worker code as
@@ -34,23 +34,29 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
-from dossier.builds import COMPILE_THREADS_ENV, Build, build_request, with_build_phases
+from dossier.builds import COMPILE_THREADS_ENV, Build, with_build_phases
 from dossier.child import run_child
 from dossier.errors import BackendUnavailableError, InputError, TuneError
 from dossier.files import remove_stale
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.routes import Route
-from dossier.worker import RESULT, BuiltResult, FailedResult, WorkerRequest, WorkerResult
+from dossier.worker import RESULT, BuiltResult, FailedResult, Prebuilt, WorkerRequest, WorkerResult
 
 if TYPE_CHECKING:
     from ray import ObjectRef
+
+    from dossier.backends import Backend
+    from dossier.build_plan import BuildKey
+    from dossier.confirmation import MeasureProcess
+    from dossier.job_requests import JobRequests, TrialJob
+    from dossier.timing import TimingSettings
 
 ATTEMPTS = 2
 """Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
@@ -196,19 +202,18 @@ class MeasureWorker:
         work.mkdir(parents=True)
         engine = work / Path(req.engine or "").name
         update: dict[str, Any] = {"model": str(self.model), "validation": str(self.vset),
-                                  "engine": str(engine), "reuse_engine": None,
-                                  "baseline_engine": None}
+                                  "engine": str(engine), "baseline_engine": None}
         if meta.get("baseline_digest"):
             update["baseline_engine"] = str(self._keep(meta["baseline_name"],
                                                        meta["baseline_digest"], baseline_data))
+        src: Path | None = None
         if meta["mode"] == "built":
             _write_checked(engine, engine_data or b"", meta["engine_digest"])
-            update.update(prebuilt_build_s=meta["build_s"], reuse_facts=meta["facts"])
-        elif meta["mode"] == "reuse":
+        elif meta["mode"] == "reuse":  # an earlier trial's engine, kept on this node
             src = self._keep(meta["reuse_name"], meta["engine_digest"], engine_data)
-            update.update(reuse_engine=str(src), reuse_facts=meta["facts"])
+            shutil.copyfile(src, engine)
         req = req.model_copy(update=update)
-        env = self._env(req.baseline_engine, engine, req.reuse_engine)
+        env = self._env(req.baseline_engine, engine, src)
         result = run_child(req, work, name, req.timing.trial_timeout_s,
                            req.timing.trial_memory_limit_mb, env)
         if hasattr(result, "facts"):
@@ -262,7 +267,7 @@ class _Build:
 class _Job:
     route: Route
     index: int
-    req: WorkerRequest
+    trial: TrialJob
     role: str
     build: _Build | None
     after: int | None = None
@@ -275,29 +280,31 @@ class _Job:
     stale: bool = False
 
 
-class RayExecutor:
+class RayScheduler:
     """Build tasks and measure actors on a Ray cluster, for one search."""
 
-    def __init__(self, ray: Any, p: Any, started: bool) -> None:
-        self.ray, self.p, self.started = ray, p, started
+    def __init__(self, ray: Any, backend: Backend, model: Path, validation: Path,
+                 started: bool) -> None:
+        self.ray, self.backend, self.started = ray, backend, started
+        self.model, self.validation = Path(model), Path(validation)
         self.notes: list[str] = []
-        self.tuner: Any = None
-        self._builds: dict[Any, _Build] = {}
+        self._requests: JobRequests | None = None
+        self._builds: dict[BuildKey, _Build] = {}
         self._jobs: dict[tuple[str, int], _Job] = {}
         self._wanted: dict[tuple[str, int], Route] = {}
         self._workers: list[_Worker] = []
         self._blobs: dict[Path, tuple[str, Any]] = {}
         self._inputs = self._pack_inputs()
-        self._compiler = p.backend.fingerprint_compiler
+        self._compiler = backend.fingerprint_compiler
         # the run's facts: the driver's where it knows them (its GPU, if any, is not used),
         # the first measure worker's for the rest
         self._reference = stack_facts(collect(include_gpu=False, include_compiler=self._compiler),
-                                      None, p.backend.stack())
+                                      None, backend.stack())
         resources = ray.cluster_resources()
         gpus = resources.get("GPU", 0)
         # one CPU stays with the measure worker on a cluster without GPUs
         spare = int(resources.get("CPU", 1)) - (0 if gpus >= 1 else 1)
-        self._build_cpus = max(1, min(p.backend.build_cores, spare))
+        self._build_cpus = max(1, min(backend.build_cores, spare))
         self._options: dict[str, Any] = ({"num_gpus": 1, "num_cpus": 0} if gpus >= 1
                                          else {"num_cpus": 1})
         self._fp: Fingerprint | None = None
@@ -308,9 +315,11 @@ class RayExecutor:
                             + "; ".join(self.notes))
 
     @classmethod
-    def open(cls, address: str | None, p: Any) -> RayExecutor:
+    def open(cls, address: str | None, backend: Backend, model: Path,
+             validation: Path) -> RayScheduler:
         """Connect to the cluster at ``address`` (None: a Ray instance already started in this
-        process, else a new local one) and start one measure worker per GPU."""
+        process, else a new local one) and start one measure worker per GPU, each given the
+        model and the validation set."""
         ray = _ray()
         started = False
         if not ray.is_initialized():
@@ -325,7 +334,7 @@ class RayExecutor:
                                 f"{_first_line(exc)}") from exc
             started = True
         try:
-            return cls(ray, p, started)
+            return cls(ray, backend, model, validation, started)
         except BaseException:
             if started:
                 ray.shutdown()
@@ -333,11 +342,10 @@ class RayExecutor:
 
     def _pack_inputs(self) -> ObjectRef[dict[str, Any]]:
         """The model and validation set, in Ray's object store once for every actor."""
-        p = self.p
         files: dict[str, tuple[str, bytes]] = {}
-        model = Path(p.model)
+        model = self.model
         files[model.name] = (digest_file(model)[0], model.read_bytes())
-        vroot = Path(p.vset.path)
+        vroot = self.validation
         for f in sorted(vroot.rglob("*")):
             if f.is_file():
                 files[f"validation/{f.relative_to(vroot)}"] = (digest_file(f)[0], f.read_bytes())
@@ -350,7 +358,7 @@ class RayExecutor:
         ray = self.ray
         cls = ray.remote(MeasureWorker).options(max_restarts=0, max_concurrency=1,
                                                 **self._options)
-        handle = cls.remote(self._inputs, self.p.backend.name, self._compiler)
+        handle = cls.remote(self._inputs, self.backend.name, self._compiler)
         try:
             hello = ray.get(handle.hello.remote(), timeout=START_S)
         except ray.exceptions.GetTimeoutError:
@@ -383,20 +391,26 @@ class RayExecutor:
         """The process ids of the measure workers (for tests that kill one)."""
         return [w.hello["pid"] for w in self._workers]
 
-    def attach(self, tuner: Any) -> None:
-        self.tuner = tuner
+    @property
+    def requests(self) -> JobRequests:
+        """The search's request factory (set by :meth:`attach`)."""
+        assert self._requests is not None, "attach the search first"
+        return self._requests
+
+    def attach(self, requests: JobRequests) -> None:
+        self._requests = requests
 
     # -- jobs
     def _build(self, route: Route, index: int) -> _Build | None:
-        """``route``'s build job, started unless one with its build-time knobs was (None where
+        """``route``'s build job, started unless one with its build key was (None where
         builds time kernels on the device: the measure job builds on its GPU)."""
-        if self.p.backend.build_cores <= 0:
+        if self.backend.build_cores <= 0:
             return None
-        key = self.tuner._build_key(route)
+        plan = self.requests.plan
+        key = plan.key(route)
         b = self._builds.get(key)
         if b is None:
-            name = Path(f"trial-{index:04d}{self.p.backend.engine_suffix}")
-            req = build_request(self.tuner._request(mode="build"), Build(key, route, name))
+            req = self.requests.build(route, Path(plan.engine_name(index)))
             task = self.ray.remote(build_task).options(num_cpus=self._build_cpus,
                                                        max_retries=ATTEMPTS - 1, num_returns=2)
             meta, data = task.remote(req.model_dump_json(), self._inputs, self._build_cpus)
@@ -404,7 +418,7 @@ class RayExecutor:
         return b
 
     def _baseline_ready(self) -> bool:
-        base = self.tuner._baseline_engine()
+        base = self.requests.baseline_engine()
         return base is not None and base.is_file()
 
     def want(self, route: Route, index: int) -> None:
@@ -412,11 +426,12 @@ class RayExecutor:
         self._wanted[(route.text(), index)] = route
         self._pump()
 
-    def _job(self, route: Route, index: int, req: WorkerRequest, role: str) -> _Job:
-        key = self.tuner._build_key(route)
+    def _job(self, route: Route, index: int, trial: TrialJob, role: str) -> _Job:
+        plan = self.requests.plan
+        key = plan.key(route)
         after = [j.index for j in self._jobs.values() if not j.stale and j.index < index
-                 and self.tuner._build_key(j.route) == key]
-        job = _Job(route, index, req, role, None if req.reuse_engine else
+                 and plan.key(j.route) == key]
+        job = _Job(route, index, trial, role, None if trial.reuse else
                    self._build(route, index), max(after) if after else None)
         self._jobs[(route.text(), index)] = job
         return job
@@ -442,13 +457,13 @@ class RayExecutor:
 
     def _ready(self, job: _Job) -> bool:
         """Whether ``job`` can be sent to a measure worker (settles it when it needs none). A
-        route with the build-time knobs of an earlier one waits until that one is recorded,
-        then reuses its engine as the local executor does (when it passed)."""
-        if job.after is not None and job.after >= len(self.tuner.cache.trials):
+        route with the build key of an earlier one waits until that one is recorded, then
+        reuses its engine as the local scheduler does (when it passed)."""
+        if job.after is not None and job.after >= self.requests.recorded():
             return False
         if job.role != "baseline":
-            job.req = self.tuner.trial_request(job.route, job.index, job.role)
-        if job.req.reuse_engine:
+            job.trial = self.requests.trial(job.route, job.index, job.role)
+        if job.trial.reuse:
             return True
         if job.build is None:
             job.build = self._build(job.route, job.index)
@@ -463,34 +478,36 @@ class RayExecutor:
             return False
         return True
 
-    def _meta(self, job: _Job) -> tuple[dict[str, Any], Any, Any]:
-        req = job.req
-        meta: dict[str, Any] = {"mode": "none", "facts": {}}
+    def _meta(self, job: _Job) -> tuple[WorkerRequest, dict[str, Any], Any, Any]:
+        """The measure job's request (``prebuilt`` set when its engine is sent along), how
+        its engine and the baseline's travel, and their object references."""
+        req, reuse = job.trial.req, job.trial.reuse
+        meta: dict[str, Any] = {"mode": "none"}
         base_data = engine_data = None
         if req.baseline_engine:
             base = Path(req.baseline_engine)
             digest, base_data = self._blob(base)
             meta.update(baseline_name=base.name, baseline_digest=digest)
-        if req.reuse_engine:
-            digest, engine_data = self._blob(Path(req.reuse_engine))
-            meta.update(mode="reuse", reuse_name=Path(req.reuse_engine).name,
-                        engine_digest=digest, facts=req.reuse_facts)
+        if reuse is not None:
+            digest, engine_data = self._blob(reuse)
+            meta.update(mode="reuse", reuse_name=reuse.name, engine_digest=digest)
         elif job.build is not None:
             b = job.build
             assert isinstance(b.result, BuiltResult)
-            meta.update(mode="built", engine_digest=b.digest, build_s=b.result.build_s,
-                        facts={k: str(v) for k, v in b.result.facts.items()})
+            meta.update(mode="built", engine_digest=b.digest)
+            req = req.model_copy(update={"prebuilt": Prebuilt(
+                build_s=b.result.build_s, facts={k: str(v) for k, v in b.result.facts.items()})})
             engine_data = b.data
-        return meta, engine_data, base_data
+        return req, meta, engine_data, base_data
 
     def _pump(self) -> None:
         """Collect finished measure jobs, then send waiting ones to free workers, in order."""
         ray = self.ray
         if self._wanted and self._baseline_ready():  # measure jobs go ahead once it is recorded
-            done = len(self.tuner.cache.trials)
+            done = self.requests.recorded()
             for (text, index), route in self._wanted.items():
                 if index >= done and (text, index) not in self._jobs:
-                    self._job(route, index, self.tuner.trial_request(route, index, "search"),
+                    self._job(route, index, self.requests.trial(route, index, "search"),
                               "search")
             self._wanted.clear()
         for w in list(self._workers):
@@ -515,9 +532,9 @@ class RayExecutor:
                 break
             if job.out is not None or job.ref is not None or job.stale or not self._ready(job):
                 continue
-            meta, engine_data, base_data = self._meta(job)
+            req, meta, engine_data, base_data = self._meta(job)
             job.mode = meta["mode"]
-            job.ref = free.handle.measure.remote(job.req.model_dump_json(), meta, engine_data,
+            job.ref = free.handle.measure.remote(req.model_dump_json(), meta, engine_data,
                                                  base_data)
             job.attempts += 1
             free.job = job
@@ -545,10 +562,13 @@ class RayExecutor:
         if not self._workers:
             raise TuneError(f"the {what} and no measure worker is left ({_first_line(exc)})")
 
-    def trial(self, route: Route, index: int, req: WorkerRequest) -> tuple[WorkerResult, float]:
+    def trial(self, route: Route, index: int, trial: TrialJob,
+              started: Callable[[], None]) -> tuple[WorkerResult, float]:
+        started()
+        req = trial.req
         job = self._jobs.get((route.text(), index))
         if job is None or job.stale:
-            job = self._job(route, index, req, "baseline" if req.baseline_engine is None
+            job = self._job(route, index, trial, "baseline" if req.baseline_engine is None
                             else "search")
         for other in self._jobs.values():  # routes planned for this index that did not come
             if other.index <= index and other is not job:
@@ -581,10 +601,10 @@ class RayExecutor:
         self._pump()
         return result, seconds + build_s
 
-    def measure_process(self, timing: Any, env: dict[str, str]) -> Any:
+    def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
         from dossier.confirmation import ProcessRun
 
-        spec = self.p.spec
+        spec = self.requests.spec
 
         def run(engines: Any, offset: int) -> ProcessRun:
             blobs = [self._blob(Path(p)) for p, _ in engines]

@@ -1,0 +1,50 @@
+"""The scheduler interface: where the build and measure jobs of a search run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from dossier.confirmation import MeasureProcess
+    from dossier.fingerprint import Fingerprint
+    from dossier.job_requests import JobRequests, TrialJob
+    from dossier.routes import Route
+    from dossier.timing import TimingSettings
+    from dossier.worker import WorkerResult
+
+
+class Scheduler(Protocol):
+    """Runs the jobs of one search. It gets their requests from the search's
+    :class:`~dossier.job_requests.JobRequests` and which routes share a build from its
+    :class:`~dossier.build_plan.BuildPlan`; the tuner alone records what they return."""
+
+    notes: list[str]
+    """One line per event the user should know of (a refused worker, a re-queued trial)."""
+
+    def fingerprint(self) -> Fingerprint:
+        """The fingerprint of the host that measures (written to the run folder)."""
+
+    def attach(self, requests: JobRequests) -> None:
+        """The search the jobs are for: the factory of their requests."""
+
+    def want(self, route: Route, index: int) -> None:
+        """``route`` will be measured as trial ``index``: its build may start ahead."""
+
+    def trial(self, route: Route, index: int, job: TrialJob,
+              started: Callable[[], None]) -> tuple[WorkerResult, float]:
+        """Trial ``index``'s result, and its build plus measure seconds; ``started`` is
+        called when the trial's turn comes (locally: once its build is done, as its
+        measurement starts). An ``ok`` trial's engine is written to ``job.req.engine``; a
+        ``job.reuse`` engine is placed there before the measure job starts."""
+
+    def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
+        """The confirmation's measuring processes (:mod:`dossier.confirmation`), each run on
+        one device; ``env``: what the driver's processes would need (a remote worker computes
+        its own)."""
+
+    def drop_pending(self) -> None:
+        """Forget jobs started ahead (the search ends or failed)."""
+
+    def close(self) -> None:
+        """Release the workers (and a Ray instance started for this search)."""

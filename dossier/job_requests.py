@@ -1,0 +1,79 @@
+"""The requests of one search's jobs: what a scheduler sends to the worker processes.
+
+A scheduler (:mod:`dossier.executors`) runs the build and measure jobs of a search; it gets
+their requests from a :class:`JobRequests`, never from the tuner itself. The requests follow
+the search's state: a trial's measure job names the baseline engine once the baseline trial is
+recorded, and the engine of an earlier trial with the same build key (:mod:`dossier.
+build_plan`) once that one is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dossier.build_plan import BuildPlan
+from dossier.cache import TuningCache
+from dossier.knobs import KnobDatabase
+from dossier.routes import Route
+from dossier.spec import ReleaseSpec
+from dossier.worker import Prebuilt, WorkerRequest
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """A trial's measure job."""
+
+    req: WorkerRequest
+    reuse: Path | None = None
+    """The engine of an earlier trial with the same build key, placed as ``req.engine`` before
+    the job starts (the request says so in ``prebuilt``); None: the engine is built."""
+
+
+class JobRequests:
+    """The request factory of one search (see the module's documentation)."""
+
+    def __init__(self, spec: ReleaseSpec, backend: str, model: Path, validation: Path,
+                 baseline: Route, db: KnobDatabase, plan: BuildPlan, cache: TuningCache,
+                 run_dir: Path, engines: Path, work: Path) -> None:
+        """``engines``: the run folder's engine folder; ``work``: its work folder (results,
+        logs, stage markers)."""
+        self.spec, self.backend, self.model, self.validation = spec, backend, model, validation
+        self.baseline, self.db, self.plan, self.cache = baseline, db, plan, cache
+        self.run_dir, self.engines, self.work = run_dir, engines, work
+
+    def request(self, **kw: object) -> WorkerRequest:
+        """A request with the search's settings, and ``kw``."""
+        s = self.spec
+        return WorkerRequest(backend=self.backend, model=str(self.model),
+                             validation=str(self.validation), metric=s.tune.metric,
+                             threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
+                             timing=s.timing, baseline_route=self.baseline.text(),
+                             builder=s.builder, shapes=s.shapes, knobs=self.db,
+                             result=str(self.work / "result.json"),
+                             stage=str(self.work / "stage"), **kw)
+
+    def build(self, route: Route, engine: Path) -> WorkerRequest:
+        """The build job of ``route``, writing ``engine``."""
+        return self.request(mode="build", route=route.text(), engine=str(engine))
+
+    def recorded(self) -> int:
+        """Trials recorded so far (the next trial's index)."""
+        return len(self.cache.trials)
+
+    def baseline_engine(self) -> Path | None:
+        """The baseline trial's engine, once that trial is recorded with one."""
+        base = next((t for t in self.cache.trials if t.role == "baseline"), None)
+        return self.run_dir / base.engine if base and base.engine else None
+
+    def trial(self, route: Route, index: int, role: str) -> TrialJob:
+        """The measure job of trial ``index``: its engine file, the baseline engine to time it
+        against, and an earlier trial's engine with the same build key to reuse."""
+        engine = self.engines / self.plan.engine_name(index)
+        base_engine = self.baseline_engine() if role != "baseline" else None
+        same = self.plan.reuse(route, self.cache.trials, self.run_dir)
+        req = self.request(mode="trial", route=route.text(), engine=str(engine),
+                           baseline_engine=str(base_engine) if base_engine else None,
+                           prebuilt=Prebuilt(facts=self.plan.reused_facts(same))
+                           if same is not None else None)
+        return TrialJob(req, self.run_dir / same.engine if same and same.engine else None)
