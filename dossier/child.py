@@ -11,6 +11,7 @@ trial) does not count against the limit.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
 from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
+
+logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 START_WAIT_S = 30.0
@@ -57,6 +60,8 @@ class Child:
             self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=log, env=full_env, start_new_session=True)
+        logger.debug("%s: %s process %d started; its log: %s", name, req.mode, self.proc.pid,
+                     self.log)
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -98,6 +103,8 @@ class Child:
             if self._paused_at is not None or self._left() > 0:
                 return None
             self.kill()
+            logger.info("%s: killed after %g s during %s; its log: %s", self.name, self.timeout,
+                        self._stage(), self.log)
             self._result = FailedResult(outcome="timeout", log_tail=self._tail(), reason=(
                 f"killed after {self.timeout:g} s during {self._stage()}"))
             return self._result

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import logging
 import os
 import platform
 import shutil
@@ -52,6 +53,8 @@ from dossier.worker import (
     WorkerRequest,
     WorkerResult,
 )
+
+logger = logging.getLogger(__name__)
 
 CACHE_NAME = "tuning-cache.jsonl"
 KNOBS_NAME = "knobs.json"
@@ -291,6 +294,8 @@ class Tuner:
         if self.builds is not None and same is None:
             build = self.builds.wait(route, index)
         self.observer.trial_started(index, route.text(), role)
+        logger.info("trial %d (%s) %s started; its log: %s", index, role, route,
+                    self.work / f"trial-{index:04d}.log")
         started = _now()
         t0 = time.perf_counter()
         timing = self.p.spec.timing
@@ -329,6 +334,8 @@ class Tuner:
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
+        logger.info("trial %d ended %s in %.2f s%s", index, record.outcome.value, trial_s,
+                    f" ({record.reason})" if record.reason else "")
         self.ran += 1
         self.observer.trial_finished(record)
         return record
