@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -181,3 +182,28 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
               memory_mb: int | None, env: Mapping[str, str] | None = None) -> WorkerResult:
     """Run one worker request in its own process and wait for its result."""
     return Child(req, work, name, timeout, memory_mb, env).wait()
+
+
+def keep_log(log: Path, as_log: Path) -> None:
+    """``log`` also as ``as_log`` (a hard link, else a copy; nothing when it is gone)."""
+    with contextlib.suppress(OSError):
+        as_log.unlink(missing_ok=True)
+        try:
+            os.link(log, as_log)
+        except OSError:
+            shutil.copyfile(log, as_log)
+
+
+def clear_work(work: Path, keep: Sequence[str]) -> None:
+    """Remove the work folder of a finished search but the (non-empty) logs of the children
+    named in ``keep`` (the trials that failed: what someone debugging them reads); the folder
+    goes when none is kept."""
+    kept = {f"{name}.log" for name in keep}
+    with contextlib.suppress(OSError):
+        for entry in list(work.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name not in kept or entry.stat().st_size == 0:  # an empty log says nothing
+                entry.unlink(missing_ok=True)
+        if not any(work.iterdir()):
+            work.rmdir()

@@ -31,7 +31,7 @@ from dossier.builds import (
 )
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
-from dossier.child import Child, run_child
+from dossier.child import Child, clear_work, keep_log, run_child
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
@@ -73,6 +73,9 @@ class TuneObserver:
 
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
+
+    def trial_log(self, index: int, path: Path) -> None:
+        """Trial ``index``'s worker log: what its process printed (kept when it fails)."""
 
     def confirming(self, routes: list[str]) -> None:
         """The best candidates are being re-timed against the baseline."""
@@ -296,6 +299,7 @@ class Tuner:
         self.observer.trial_started(index, route.text(), role)
         logger.info("trial %d (%s) %s started; its log: %s", index, role, route,
                     self.work / f"trial-{index:04d}.log")
+        self.observer.trial_log(index, self.work / f"trial-{index:04d}.log")
         started = _now()
         t0 = time.perf_counter()
         timing = self.p.spec.timing
@@ -305,6 +309,8 @@ class Tuner:
         if build is not None and build.result is not None \
                 and not isinstance(build.result, BuiltResult):
             result = build.result  # the build failed: that is the trial's outcome
+            if build.child is not None:  # and its log the trial's
+                keep_log(build.child.log, self.work / f"{name}.log")
         else:
             if build is not None:
                 assert isinstance(build.result, BuiltResult)
@@ -595,7 +601,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         _close(ex)
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
-    shutil.rmtree(tuner.work, ignore_errors=True)
+    clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
     if store is not None:
         notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "
