@@ -5,10 +5,12 @@ trial's worker log is named by tune's progress line and by explain."""
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import logging
 import pkgutil
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,17 @@ def test_verbosity_levels(sample, tmp_path: Path, flags: list[str], debug: bool)
     assert any(ln.startswith("INFO dossier.tuner: trial 0 (baseline)") for ln in lines)
     assert any(ln.startswith("DEBUG dossier.child: ") for ln in lines) is debug
     assert lines[-1].startswith(f"PASSED | dossier {flags[0]} tune ")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_closing_line_without_v(monkeypatch: pytest.MonkeyPatch) -> None:
+    for stream, shown in ((_Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        logs.close_command("tune", ["tune", "spec.toml"], 4, 2.0)
+        logs.close_command("explain", ["explain", "b"], 0, 2.0)  # not a long command
+        assert stream.getvalue() == ("FAILED (exit 4) | dossier tune spec.toml | 2.0 s\n"
+                                     if shown else "")
