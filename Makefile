@@ -3,9 +3,12 @@
 #   make test     set up .venv with torch and run the test suite (slow tests left out; tests
 #                 needing chromium or docker-registry skip without them), spread over
 #                 TEST_WORKERS processes (pytest-xdist; docs/testing.md)
+#   make test-ray   install the ray extra into .venv and run the tests marked ray (make test
+#                 leaves them out, so that it needs no Ray)
+#   make lint       ruff
 #   make typecheck  mypy, strict, on dossier/
-# CI runs .ci/run: it installs chromium and docker-registry, then runs make typecheck, make test
-# and mkdocs build --strict (the docs extra).
+# CI runs .ci/run: it installs chromium and docker-registry, then runs make typecheck, make lint,
+# make test, make test-ray and mkdocs build --strict (the docs extra).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,7 +22,7 @@ TEST_WORKERS ?= auto
 # in the order tests/conftest.py gives
 PYTEST_DIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup sample test test-all lint typecheck schemas clean
+.PHONY: setup sample test test-all test-ray lint typecheck schemas clean
 
 $(BIN)/dossier: pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
@@ -47,10 +50,17 @@ sample: $(BIN)/dossier
 	$(BIN)/dossier explain $(OUT)/convnet-1.dossier --html $(OUT)/convnet-1.report.html
 
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_DIST)
+	$(BIN)/python -m pytest -q $(PYTEST_DIST) -m 'not ray'
 
-test-all: setup
+test-all: setup $(VENV)/.installed-ray
 	$(BIN)/python -m pytest -q $(PYTEST_DIST) --run-slow
+
+$(VENV)/.installed-ray: $(BIN)/dossier
+	$(BIN)/python -m pip install -q -e '.[ray]'
+	touch $(VENV)/.installed-ray
+
+test-ray: setup $(VENV)/.installed-ray
+	$(BIN)/python -m pytest -q $(PYTEST_DIST) -m ray
 
 lint: setup
 	$(BIN)/ruff check dossier cli tests samples bench

@@ -5,21 +5,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from dossier import __version__
-from dossier.errors import DossierError, ExitCode
+from dossier.errors import DossierError, ExitCode, OutputError
+from dossier_cli import logs
 from dossier_cli.render import err, escape, line, out
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _EXIT_LABELS = {
-    ExitCode.OK: "ok/VALID", ExitCode.USAGE: "usage", ExitCode.INPUT: "bad input",
+    ExitCode.OK: "ok/VALID", ExitCode.DRIFT: "schema --check drift", ExitCode.USAGE: "usage",
+    ExitCode.INPUT: "bad input",
     ExitCode.TUNE: "search failed", ExitCode.BACKEND_UNAVAILABLE: "backend not installed",
     ExitCode.BUNDLE: "bad bundle", ExitCode.OUTPUT: "output exists/unwritable",
     ExitCode.SUBOPTIMAL: "SUBOPTIMAL", ExitCode.INVALID: "INVALID",
@@ -29,9 +33,8 @@ _EXIT_LABELS = {
 
 
 def _exit_codes() -> str:
-    """Every exit code, from :class:`ExitCode` (so a new code is never missing), and 1."""
+    """Every exit code, from :class:`ExitCode` (so a new code is never missing)."""
     codes = {int(c): _EXIT_LABELS.get(c, c.name.lower().replace("_", " ")) for c in ExitCode}
-    codes[1] = "schema --check drift"
     return ", ".join(f"{k} {v}" for k, v in sorted(codes.items()))
 
 
@@ -70,12 +73,49 @@ def _plain_metavars(cmd: Any, ctx: Any) -> Any:
     return cmd
 
 
+def _exit_status(exc: BaseException) -> int:
+    """The exit status ``exc`` ends the command with: typer's and click's exits and usage
+    errors carry theirs, SystemExit its code; an abort is 1, anything else a bug (70)."""
+    status = getattr(exc, "exit_code", None)
+    if isinstance(status, int):
+        return status
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 1 if type(exc).__name__ == "Abort" else int(ExitCode.INTERNAL)
+
+
 class _Group(TyperGroup):
     """A command group whose list shows each command's whole first paragraph (click would cut
     it to one line, ending in "..."), and whose commands' help names values plainly."""
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         return _plain_metavars(super().get_command(ctx, cmd_name), ctx)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            ctx.meta["dossier.args"] = list(args)
+        rest: list[str] = super().parse_args(ctx, args)
+        return rest
+
+    def invoke(self, ctx: Any) -> Any:
+        """The command, then (for the root, once it is done) the long commands' closing line
+        with its exit status (:func:`dossier_cli.logs.close_command`), and the log handlers
+        detached. The exit status is the command's, unchanged."""
+        if ctx.parent is not None:
+            return super().invoke(ctx)
+        start, code, usage = time.perf_counter(), 0, False
+        try:
+            return super().invoke(ctx)
+        except BaseException as exc:
+            code = _exit_status(exc)
+            usage = hasattr(exc, "show")  # a usage error, which click prints: nothing ran
+            raise
+        finally:
+            args = ctx.meta.get("dossier.args", [])
+            if not usage and not {"--help", "-h"} & set(args):
+                logs.close_command(ctx.invoked_subcommand, args, code,
+                                   time.perf_counter() - start)
+            logs.reset()
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []
@@ -150,5 +190,16 @@ def version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=version_callback,
-                                       is_eager=True, help="Print the version and exit.")) -> None:
+                                       is_eager=True, help="Print the version and exit."),
+          verbose: int = typer.Option(0, "--verbose", "-v", count=True, show_default=False,
+                                      help="Log more on stderr: -v what the command does "
+                                           "(trials, builds, cache hits, verify steps), -vv "
+                                           "debugging detail. Default: warnings only."),
+          log_file: Path = typer.Option(None, "--log-file", metavar="FILE",
+                                        help="Also append every log record, debugging detail "
+                                             "included, to FILE.")) -> None:
     """dossier: tune, bundle, verify and explain compiled inference engines."""
+    try:
+        logs.configure(verbose, log_file)
+    except OSError as exc:
+        fail(OutputError(f"cannot write the log file {log_file}: {exc.strerror or exc}"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +35,7 @@ class ProgressObserver(TuneObserver):
             # outside a terminal a bar is only noise (rich would print an empty line on stop)
             disable=not self.console.is_terminal)
         self.task: Any = None
+        self.logs: dict[int, Path] = {}
 
     def __enter__(self) -> ProgressObserver:
         self.progress.start()
@@ -51,11 +53,16 @@ class ProgressObserver(TuneObserver):
         if self.task is not None:
             self.progress.update(self.task, description=f"[{index}] {route or '(default)'}")
 
+    def trial_log(self, index: int, path: Path) -> None:
+        self.logs[index] = path
+
     def trial_finished(self, record: TrialRecord) -> None:
         if self.task is not None and record.role != "confirm":
             self.progress.advance(self.task)
-        if self.verbose:
-            self.console.print(trial_line(record))
+        log = self.logs.pop(record.index, None)
+        if self.verbose:  # a failure names its worker log
+            self.console.print(trial_line(record, log if record.outcome.value in FAILED
+                                          and _said_something(log) else None))
 
     def confirming(self, routes: list[str]) -> None:
         self.console.print(f"confirming {len(routes)} candidate(s) in measuring processes of "
@@ -68,12 +75,21 @@ class ProgressObserver(TuneObserver):
                 f"{len(open_routes)} candidate(s) undecided"))
 
 
+FAILED = frozenset({"build_failed", "crashed", "timeout", "runtime_error"})
+"""Outcomes whose line names the trial's worker log (a rejected trial ran: its losses say why)."""
 _STYLE = {"ok": "green", "rejected": "yellow", "build_failed": "red", "crashed": "red",
           "timeout": "red", "runtime_error": "red"}
 
 
-def trial_line(r: TrialRecord) -> str:
-    """One line per finished trial."""
+def _said_something(log: Path | None) -> bool:
+    try:
+        return log is not None and log.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def trial_line(r: TrialRecord, log: Path | None = None) -> str:
+    """One line per finished trial; ``log``: its worker log, named at the end."""
     style = _STYLE.get(r.outcome.value, "white")
     parts = [f"[{r.index:>3}] {r.role:<8}", f"[{style}]{r.outcome.value:<13}[/]"]
     if r.timing:
@@ -88,4 +104,6 @@ def trial_line(r: TrialRecord) -> str:
     parts.append(escape(r.route) or "(default route)")
     if r.reason:
         parts.append(f"[dim]({escape(r.reason)})[/]")
+    if log is not None:
+        parts.append(f"log: {escape(str(log))}")
     return "  ".join(parts)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import shutil
 import stat
@@ -52,6 +53,8 @@ from dossier.files import (
 )
 from dossier.hashing import digest_json, digest_stream
 from dossier.names import folder_problem
+
+logger = logging.getLogger(__name__)
 
 ENV = "DOSSIER_BUILD_CACHE"
 """Environment variable naming the build cache folder when ``--build-cache`` is not given."""
@@ -153,6 +156,7 @@ class BuildCache:
         key = identity.key()
         entry = self._entry(key)  # checked: its folder, it names this key, its identity
         if entry is None:
+            logger.debug("build cache %s: no entry %s", self.folder, key)
             return None
         src = self.folder / key / (ENGINE + identity.engine_suffix)
         try:
@@ -168,6 +172,7 @@ class BuildCache:
             dest.unlink(missing_ok=True)
             return None
         self.hits += 1
+        logger.info("build cache hit: %s copied to %s", self.folder / key, dest)
         return entry
 
     def _entry(self, key: str) -> BuildCacheEntry | None:
@@ -235,6 +240,7 @@ class BuildCache:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
         self.stored += 1
+        logger.info("build cache: stored %s as %s", engine, final)
         return True
 
 

@@ -15,6 +15,7 @@ stored engine instead of building, and every finished build is stored.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from dossier.build_plan import BuildKey, BuildPlan
 from dossier.child import Child
 from dossier.routes import Route
 from dossier.worker import BuiltResult, MeasuredResult, WorkerResult
+
+logger = logging.getLogger(__name__)
 
 COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
 """Set for each build when several run at once: the cores shared out between them."""
@@ -160,10 +163,13 @@ class Builds:
             b.result = b.child.poll()
             if b.result is not None:
                 self._running.remove(b)
+                logger.info("build of %s ended %s; its log: %s", b.route, b.result.outcome,
+                            b.child.log)
                 self._store(b)
         while self._queue and len(self._running) < self.jobs and self._paused_at is None:
             b = self._queue.pop(0)
             b.child = self._start(b, b.engine.parent.name)
+            logger.debug("build of %s started; its log: %s", b.route, b.child.log)
             self._running.append(b)
 
     def wait(self, route: Route, index: int) -> Build:

@@ -11,18 +11,22 @@ trial) does not count against the limit.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
 from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
+
+logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 START_WAIT_S = 30.0
@@ -57,6 +61,8 @@ class Child:
             self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
                 [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=log, env=full_env, start_new_session=True)
+        logger.debug("%s: %s process %d started; its log: %s", name, req.mode, self.proc.pid,
+                     self.log)
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -98,6 +104,8 @@ class Child:
             if self._paused_at is not None or self._left() > 0:
                 return None
             self.kill()
+            logger.info("%s: killed after %g s during %s; its log: %s", self.name, self.timeout,
+                        self._stage(), self.log)
             self._result = FailedResult(outcome="timeout", log_tail=self._tail(), reason=(
                 f"killed after {self.timeout:g} s during {self._stage()}"))
             return self._result
@@ -174,3 +182,28 @@ def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
               memory_mb: int | None, env: Mapping[str, str] | None = None) -> WorkerResult:
     """Run one worker request in its own process and wait for its result."""
     return Child(req, work, name, timeout, memory_mb, env).wait()
+
+
+def keep_log(log: Path, as_log: Path) -> None:
+    """``log`` also as ``as_log`` (a hard link, else a copy; nothing when it is gone)."""
+    with contextlib.suppress(OSError):
+        as_log.unlink(missing_ok=True)
+        try:
+            os.link(log, as_log)
+        except OSError:
+            shutil.copyfile(log, as_log)
+
+
+def clear_work(work: Path, keep: Sequence[str]) -> None:
+    """Remove the work folder of a finished search but the (non-empty) logs of the children
+    named in ``keep`` (the trials that failed: what someone debugging them reads); the folder
+    goes when none is kept."""
+    kept = {f"{name}.log" for name in keep}
+    with contextlib.suppress(OSError):
+        for entry in list(work.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name not in kept or entry.stat().st_size == 0:  # an empty log says nothing
+                entry.unlink(missing_ok=True)
+        if not any(work.iterdir()):
+            work.rmdir()

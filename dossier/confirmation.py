@@ -27,6 +27,7 @@ Each reading records the prediction interval for one new process: what ``verify 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +41,8 @@ from dossier.knobs import KnobDatabase
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
 from dossier.trial import Comparison, Outcome, TrialRecord
+
+logger = logging.getLogger(__name__)
 
 Status = Literal["confirmed", "futile", "undecided"]
 
@@ -147,6 +150,7 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                     tracks[j].status, tracks[j].look = "futile", n
                 if tracks[j].status != "undecided":
                     open_.remove(j)
+        logger.info("confirmation: %d measuring process(es), %d undecided", n, len(open_))
         if on_process is not None:
             on_process(n, looks[-1], [tracks[j].route for j in open_])
         if not open_ and n in looks:

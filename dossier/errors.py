@@ -45,6 +45,9 @@ class ExitCode(enum.IntEnum):
 
     OK = 0
     """Success; for ``verify``: every field VALID."""
+    DRIFT = 1
+    """``schema --check``: a schema file differs from what the models generate (or is missing
+    or extra); regenerate it with ``dossier schema``."""
     USAGE = 2
     """Command-line usage error (unknown option, missing argument)."""
     INPUT = 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import logging
 import os
 import platform
 import shutil
@@ -22,6 +23,7 @@ from dossier.build_cache import BuildCache, open_build_cache
 from dossier.build_plan import BuildPlan
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
+from dossier.child import clear_work
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
@@ -40,6 +42,8 @@ from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 from dossier.worker import FailedResult, JudgedResult, WorkerResult
 
+logger = logging.getLogger(__name__)
+
 CACHE_NAME = "tuning-cache.jsonl"
 KNOBS_NAME = "knobs.json"
 FINGERPRINT_NAME = "fingerprint.json"
@@ -57,6 +61,9 @@ class TuneObserver:
 
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
+
+    def trial_log(self, index: int, path: Path) -> None:
+        """Trial ``index``'s worker log: what its process printed (kept when it fails)."""
 
     def confirming(self, routes: list[str]) -> None:
         """The best candidates are being re-timed against the baseline."""
@@ -239,6 +246,9 @@ class Tuner:
 
         def start() -> None:
             self.observer.trial_started(index, route.text(), role)
+            log = self.work / f"trial-{index:04d}.log"
+            logger.info("trial %d (%s) %s started; its log: %s", index, role, route, log)
+            self.observer.trial_log(index, log)
             started.append(_now())
 
         result, trial_s = self.scheduler.trial(route, index, job, start)
@@ -251,6 +261,8 @@ class Tuner:
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
+        logger.info("trial %d ended %s in %.2f s%s", index, record.outcome.value, trial_s,
+                    f" ({record.reason})" if record.reason else "")
         self.ran += 1
         self.observer.trial_finished(record)
         return record
@@ -463,7 +475,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         _close(ex)
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
-    shutil.rmtree(tuner.work, ignore_errors=True)
+    clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
     if store is not None:
         notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "

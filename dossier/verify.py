@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import importlib
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +59,8 @@ if TYPE_CHECKING:
     from dossier.signing import SignatureCheck
     from dossier.timing import TimingSettings
     from dossier.worker import WorkerRequest
+
+logger = logging.getLogger(__name__)
 
 
 class _Lazy:
@@ -503,6 +506,7 @@ class _Run:
         step = Step(name=name, outcome=outcome, detail=detail, problems=list(problems),
                     verdict=verdict)
         self.steps.append(step)
+        logger.info("verify %s: %s: %s %s", self.source, name.value, outcome.value, detail)
         if self.on_step is not None:
             self.on_step(step)
 

@@ -92,6 +92,7 @@ def test_tensorrt_api_starts(tmp_path: Path) -> None:
     assert "--out" in res.stdout
 
 
+@pytest.mark.ray
 def test_ray_one_gpu_recipe(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     out = tmp_path / "out"

@@ -975,6 +975,7 @@ def test_a_spec_with_rounds_2000_gets_one_line_even_with_dry_run(samples_dir: Pa
 
 
 # ------------------------------------------------------------------------------ Ray (10)
+@pytest.mark.ray
 def test_ray_runs_from_a_folder_holding_a_folder_named_dossier(sample: Any, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:

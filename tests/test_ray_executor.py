@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'dossier[ray]')")
 
 from conftest import write_tiny_timing  # noqa: E402

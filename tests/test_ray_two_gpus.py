@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'dossier[ray]')")
 
 from test_ray_executor import _found  # noqa: E402

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import test_bundle_helpers as h
 
+from dossier.errors import ExitCode
 from dossier.schema import (
     SCHEMAS,
     check_schemas,
@@ -49,7 +50,7 @@ def test_schema_check_command(tmp_path: Path) -> None:
     (work / "fingerprint.schema.json").unlink()
     (work / "old.schema.json").write_text("{}\n")
     res = h.cli("schema", "--check", "--out", work)
-    assert res.exit_code == 1
+    assert res.exit_code == ExitCode.DRIFT == 1
     assert [line.rsplit("/", 1)[-1] for line in res.stderr.splitlines()
             if line.startswith("drifted:")] == ["bundle-manifest.v1.schema.json",
                                                 "fingerprint.schema.json", "old.schema.json"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -186,6 +187,10 @@ class RejectedTrial(_Model):
     """For build failures, crashes, timeouts and runtime errors: the error."""
     speedup: float | None
     """Its speedup over the baseline, when it was timed (rejected routes are timed too)."""
+    log: str | None = None
+    """Its worker log (``RUN/.work/trial-NNNN.log``: everything the trial's process printed),
+    when the run folder that made the bundle is at hand (given, or beside the bundle in
+    release's layout ``OUT/.runs/NAME-VERSION`` with the same tuning cache) and still holds it."""
 
 
 class OneKnobEffect(_Model):
@@ -496,6 +501,10 @@ class TrialFact(_Model):
     """Wall time of the trial."""
     shipped: bool
     """This trial's engine ships."""
+    log: str | None = None
+    """Its worker log (``RUN/.work/trial-NNNN.log``: everything the trial's process printed),
+    when the run folder that made the bundle is at hand (given, or beside the bundle in
+    release's layout ``OUT/.runs/NAME-VERSION`` with the same tuning cache) and still holds it."""
 
 
 class Explanation(_Model):
@@ -545,9 +554,11 @@ class Explanation(_Model):
 
 # ----------------------------------------------------------------------------------- compute
 def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
-            horizon_days: float | None = None, hosts: int | None = None) -> Explanation:
+            horizon_days: float | None = None, hosts: int | None = None,
+            run_dir: Path | None = None) -> Explanation:
     """The explanation of an opened bundle. The expected volume comes from the spec's
-    [deployment] section unless given here."""
+    [deployment] section unless given here. ``run_dir``: the run folder that made it, for the
+    trials' worker logs (None: the one beside the bundle, :func:`run_folder`, if any)."""
     from dossier.bundle.tables import KNOB_PREFIX
 
     cache = bundle.tuning_cache()
@@ -565,7 +576,38 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
                           fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
                           inferences_per_day=inferences_per_day, horizon_days=horizon_days,
-                          hosts=hosts)
+                          hosts=hosts, run_dir=run_dir if run_dir is not None
+                          else run_folder(bundle))
+
+
+def run_folder(bundle: Bundle) -> Path | None:
+    """The run folder that made ``bundle`` when it is still beside it in release's layout
+    (``OUT/.runs/NAME-VERSION`` next to ``OUT/NAME-VERSION.dossier``) and its tuning cache
+    starts with the bundle's header line (the same search); None otherwise."""
+    from dossier.bundle.manifest import CACHE_NAME
+    from dossier.errors import BundleError
+
+    folder = Path(bundle.source).parent / ".runs" / bundle.manifest.name
+    try:
+        with open(bundle.file(CACHE_NAME), "rb") as ours:
+            first = ours.readline(_HEADER_MAX)
+        with open(folder / CACHE_NAME, "rb") as theirs:
+            return folder if first and theirs.readline(_HEADER_MAX) == first else None
+    except (OSError, BundleError):
+        return None
+
+
+_HEADER_MAX = 1 << 22
+"""The most of a tuning cache's first line read to compare it (a header is a few KiB)."""
+
+
+def worker_log(run_dir: Path | None, t: TrialRecord) -> str | None:
+    """Trial ``t``'s worker log in ``run_dir`` when it is there (confirmation trials share
+    their measuring processes' logs: none of their own)."""
+    if run_dir is None or t.role == "confirm":
+        return None
+    log = Path(run_dir) / ".work" / f"trial-{t.index:04d}.log"
+    return str(log) if log.is_file() else None
 
 
 def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
@@ -573,12 +615,13 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                    knobs: Mapping[int, Mapping[str, str]] | None = None,
                    fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
                    inferences_per_day: float | None = None, horizon_days: float | None = None,
-                   hosts: int | None = None) -> Explanation:
+                   hosts: int | None = None, run_dir: Path | None = None) -> Explanation:
     """The explanation of a finished search (a tuning cache's records).
 
     ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
     without it they are read from the route texts. ``manifest`` adds the bundle's identity and
-    lineage; ``fingerprint`` the tuning host.
+    lineage; ``fingerprint`` the tuning host; ``run_dir`` (the run folder) the trials' worker
+    logs.
     """
     settings = header.timing
     trials = list(trials)
@@ -642,7 +685,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         runner_up=_runner_up(trials, decision, h2h),
         trial_counts=dict(sorted(counts.items())),
         confirm_trials=sum(t.role == "confirm" for t in trials),
-        rejected=[_rejected(t, header.threshold) for t in main if t.outcome is not Outcome.OK],
+        rejected=[_rejected(t, header.threshold, worker_log(run_dir, t)) for t in main
+                  if t.outcome is not Outcome.OK],
         knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
         knob_model=knob_model,
         aa_check=_aa(baseline, settings, decision.aa, vetoes=decision.aa_stops)
@@ -657,7 +701,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         cost=cost,
         payback=pay,
         trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index, settings,
-                            confirm_alpha) for t in trials],
+                            confirm_alpha).model_copy(update={"log": worker_log(run_dir, t)})
+                for t in trials],
         imported_from=imported,
     )
 
@@ -820,7 +865,7 @@ def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
                     source=source, winner_speedup=w, margin=w / r.speedup - 1)
 
 
-def _rejected(t: TrialRecord, threshold: float) -> RejectedTrial:
+def _rejected(t: TrialRecord, threshold: float, log: str | None = None) -> RejectedTrial:
     failures = []
     if t.outcome is Outcome.REJECTED:
         for pair, per in sorted((t.losses or {}).items()):
@@ -833,7 +878,7 @@ def _rejected(t: TrialRecord, threshold: float) -> RejectedTrial:
         index=t.index, route=t.route, outcome=t.outcome,
         reason=t.reason or t.outcome.value, failures=failures,
         error=None if t.outcome is Outcome.REJECTED else (t.reason or t.outcome.value),
-        speedup=t.comparison.speedup if t.comparison else None)
+        speedup=t.comparison.speedup if t.comparison else None, log=log)
 
 
 def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],

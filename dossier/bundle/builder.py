@@ -14,6 +14,7 @@ same folder removes; no half-written bundle is ever visible at ``DIR/NAME-VERSIO
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -53,6 +54,8 @@ from dossier.files import (
 from dossier.hashing import digest_file
 from dossier.load_config import LoadConfig
 from dossier.trial import TrialRecord
+
+logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------- content
@@ -255,6 +258,7 @@ def commit_bundle(out_dir: Path, target: Path,
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    logger.info("wrote %s (%d files)", target, len(manifest.files))
     return WrittenBundle(target, manifest)
 
 

@@ -25,7 +25,7 @@ from dossier.builds import (
     usable_cores,
     with_build_phases,
 )
-from dossier.child import Child, run_child
+from dossier.child import Child, keep_log, run_child
 from dossier.fingerprint import Fingerprint, collect
 from dossier.job_requests import JobRequests, TrialJob
 from dossier.routes import Route
@@ -90,6 +90,8 @@ class LocalScheduler:
         if build is not None and build.result is not None \
                 and not isinstance(build.result, BuiltResult):
             result = build.result  # the build failed: that is the trial's outcome
+            if build.child is not None:  # and its log the trial's
+                keep_log(build.child.log, self.requests.work / f"trial-{index:04d}.log")
         else:
             if build is not None:
                 assert isinstance(build.result, BuiltResult)

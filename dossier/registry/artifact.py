@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import stat
@@ -71,6 +72,8 @@ from dossier.registry.client import (
     sha256_bytes,
 )
 from dossier.registry.reference import DIGEST, Reference, parse_reference
+
+logger = logging.getLogger(__name__)
 
 ARTIFACT_TYPE = "application/vnd.dossier.bundle.v1"
 """The manifest's ``artifactType``."""
@@ -194,10 +197,13 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
         for source, digest, size in blobs:
             if digest in seen or client.has_blob(digest):
                 continue
+            logger.debug("push %s: uploading %s (%d bytes)", ref, digest, size)
             client.upload_blob(source, digest, size)
             seen.add(digest)
             uploaded += 1
         digest, _ = client.put_manifest(ref.target, body, OCI_MANIFEST)
+        logger.info("pushed %s as %s: %d of %d blobs uploaded", bundle.source, digest, uploaded,
+                    len(blobs))
         dossier_id = bundle.manifest.dossier_id
     sig_digest = None
     if signature is not None:
@@ -384,6 +390,8 @@ def fetch_bundle(source: str, *, insecure: bool = False, cache: Path | None = No
     folder = root / digest.replace(":", "-")  # a digest computed here: one plain name
     config = parse_artifact(body, str(ref.with_digest(digest))).config["digest"]
     pulled = _cached(folder, ref, digest, config)
+    logger.info("%s is %s: %s", source, digest, f"intact in the cache at {pulled.path}"
+                if pulled is not None else f"not in the cache {root}; pulling it")
     if pulled is None:
         with contextlib.suppress(FileExistsError):
             folder.mkdir(mode=0o700)

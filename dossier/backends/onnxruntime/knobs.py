@@ -92,24 +92,27 @@ def _captured_stderr() -> Iterator[list[str]]:
         out.append(b"".join(chunks).decode("utf-8", "replace"))
 
 
+PROBE_MODEL = bytes.fromhex(
+    "08083a3f0a0c0a0178120179220452656c75120570726f62655a130a0178120e0a0c080112080a0208010a"
+    "02080462130a0179120e0a0c080112080a0208010a02080442040a001011")
+"""The probe: the ONNX model y = Relu(x), x and y float [1, 4], opset 17, IR version 8, as
+``onnx.helper`` serializes it (tests/test_worker_imports.py builds it that way and compares).
+Kept as bytes so that reading the knob database, which every process that loads an engine
+without the search's database does (``verify --recheck``), needs no ``onnx`` import: about
+0.5 s, far longer than the probe session itself."""
+
+
 @functools.lru_cache(maxsize=1)
 def registered_transformers() -> tuple[str, ...]:
     """Graph transformer names this ORT build registers at ORT_ENABLE_ALL, from its verbose log."""
-    import onnx
-    import onnx.helper as oh
     import onnxruntime as ort
 
-    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
-    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
-    graph = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
     so = ort.SessionOptions()
     so.log_severity_level = 0
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     with _captured_stderr() as log:
-        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(PROBE_MODEL, so, providers=["CPUExecutionProvider"])
     return tuple(sorted(set(re.findall(r"GraphTransformer (\w+) modified", log[0]))))
-
 
 
 def knob_database(backend: str) -> KnobDatabase:
