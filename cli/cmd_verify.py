@@ -84,7 +84,8 @@ def verify(
     from dossier.verify import Outcome, Step, VerifyOptions, refused_report
     from dossier.verify import verify as run_verify
 
-    chosen = choose_format(fmt, as_json, Document.verify, "verify", output)
+    chosen = choose_format(fmt, as_json, Document.verify, "verify", output,
+                           styled=not integrity_only)  # integrity only: no text report
     threshold = _threshold_option(threshold, recheck)
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "

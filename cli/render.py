@@ -122,10 +122,11 @@ def output_option() -> Any:
 
 
 def choose_format(name: FormatName | None, as_json: bool, document: Document, command: str,
-                  output: Path | None) -> Format:
+                  output: Path | None, *, styled: bool = True) -> Format:
     """The format of ``--format`` (``--json`` is ``--format json``; default text), refused with
     one line and exit 2 where the command has no such format. Text is coloured and tables fold
-    to the terminal's width only when it goes to a terminal."""
+    to the terminal's width only when it goes to a terminal (and ``styled``: False where the
+    command prints no text report, so that rich is not loaded to ask)."""
     from dossier.errors import ExitCode
 
     if as_json and name not in (None, FormatName.json):
@@ -136,7 +137,7 @@ def choose_format(name: FormatName | None, as_json: bool, document: Document, co
     if document not in cls.documents:
         _usage(f"--format {chosen.value}: {command} has no {chosen.value} output (explain has "
                "the HTML report)", ExitCode.USAGE)
-    if (chosen is FormatName.text and output is None
+    if (chosen is FormatName.text and output is None and styled
             and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR"))):  # rich only then
         terminal = console(stderr=False)
         if terminal.is_terminal:
