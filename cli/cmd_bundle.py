@@ -8,9 +8,20 @@ from typing import Any
 
 import typer
 
+from dossier.errors import ExitCode
+from dossier.formats import Document, FormatName
 from dossier_cli.app import app, handled, on_interrupt
 from dossier_cli.cmd_tune import address_option, build_cache_option, executor_option, print_notes
-from dossier_cli.render import err, escape, out, print_json
+from dossier_cli.render import (
+    choose_format,
+    emit,
+    err,
+    escape,
+    format_option,
+    out,
+    output_option,
+    print_json,
+)
 
 
 def _report_written(written: Any, as_json: bool) -> None:
@@ -105,7 +116,10 @@ def release(
 @handled
 def inspect(
     path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .dossier.tar."),
-    as_json: bool = typer.Option(False, "--json", help="Print the overview as JSON on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="Print the overview as JSON on stdout "
+                                 "(the same as --format json)."),
+    fmt: FormatName = format_option(Document.overview),
+    output: Path = output_option(),
 ) -> None:
     """What a reviewer wants first: release, id, lineage, model, search, accuracy bar,
     baseline, shipped route with its speedup and interval (or why there is no gain), trial
@@ -113,84 +127,13 @@ def inspect(
     from dossier.bundle import open_bundle
     from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
+    chosen = choose_format(fmt, as_json, Document.overview, "inspect", output)
     # the manifest, and the records (per-output losses, load hints): never an engine
     with open_bundle(path, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:
         o = b.overview()
-    for note in o["notes"]:
+    for note in o.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    if as_json:
-        print_json(o)
-        return
-    for line in overview_lines(o):
-        out.print(line, markup=False, soft_wrap=True)
-
-
-def overview_lines(o: dict[str, Any]) -> list[str]:
-    """The overview as text lines."""
-    m, b = o["model"], o["baseline"]
-    lines = [
-        f"{o['release']} version {o['version']}" + (f": {o['description']}" if o["description"] else ""),
-        f"  dossier id   {o['dossier_id']}",
-        f"  parent       {o['parent'] or 'none'}",
-        f"  created      {o['created_at']} (dossier {o['tool_version']}, format {o['format_version']})",
-        f"  backend      {o['backend']}"
-        + (f" {o['engine_version']} (the plan's TensorRT; tuner {o['tuner_version']})"
-           if o.get("engine_version") else f" ({o['tuner_version']})"),
-        f"  model        {m['file_name']}, {m['size']} bytes, {m['algorithm']} {m['digest']}"
-        + (f", {m['external_data']} external data file(s)" if m["external_data"] else "")
-        + ("" if m["included"] else " (not included)"),
-        f"  search       {o['strategy']} over {o['selection']}",
-        f"  accuracy     {o['metric']} < {o['threshold']:g} on every output of "
-        f"{o['validation_pairs']} pair(s)"
-        + (f" (atol {o['atol']:g}, rtol {o['rtol']:g})" if o["metric"] == "l0" else ""),
-        f"  baseline     {b['route'] or '(default route)'}"
-        + (f"  baseline (trial {b['trial_index']}) {b['median_ms']:.3f} ms [{b['ci_low_ms']:.3f}, "
-           f"{b['ci_high_ms']:.3f}] (n={b['n']})" if b["median_ms"] is not None else ""),
-        f"  shipped      {o['winner']['route'] or '(default route)'}"
-        + ("  (the baseline)" if o["winner"]["is_baseline"] else ""),
-    ]
-    sp = o["speedup"]
-    if sp:
-        lines.append(f"  speedup      {sp['value']:.3f}x [{sp['ci_low']:.3f}, {sp['ci_high']:.3f}] "
-                     f"({sp['confidence']:.0%} CI), p={sp['p_value']:.2g}")
-    else:  # "no significant gain", or "not statistically checked" (a trtexec import)
-        lines.append(f"  speedup      {o['result']}")
-    lines.append(f"  why          {o['reason']}")
-    for key, label in (("aa", "A/A check   "), ("confirm_aa", "A/A confirm ")):
-        a = o.get(key)
-        if a:
-            lines.append(f"  {label} {a['speedup']:.3f}x [{a['speedup_ci_low']:.3f}, "
-                         f"{a['speedup_ci_high']:.3f}] (p={a['p_value']:.2g}, "
-                         + (f"{a['processes']} processes" if a.get("processes")
-                            else f"{a['rounds'] or '?'} rounds") + f", {a['procedure']}): "
-                         + ("two loads of one engine read apart" if a["significant"]
-                            else "no difference, as it should"))
-    lines.append(f"  load with    dossier.load({o['bundle']!r}) (verifies, then loads "
-                 "the engine as it was timed; dossier run BUNDLE -i inputs.npz tries it)")
-    if o.get("load"):
-        ld = o["load"]
-        lines.append(f"  raw loader   {ld['call'].replace('ENGINE', repr(o['winner']['engine']))}"
-                     + (f" ({', '.join(f'{k}={v}' for k, v in ld['options'].items())})"
-                        if ld["options"] else "") + " (no verification)")
-    if o["runner_up"]:
-        ru = o["runner_up"]
-        lines.append(f"  runner-up    {ru['route']}"
-                     + (f"  {ru['speedup']:.3f}x" if ru["speedup"] is not None else ""))
-    for i, x in enumerate(o.get("accuracy_by_output") or []):
-        loss = "NaN/Inf" if x["loss"] is None else f"{x['loss']:.3g}"
-        lines.append(("  losses       " if i == 0 else " " * 15)
-                     + f"{x['output']}: {o['metric']} {loss} (worst pair {x['pair']})")
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(o["trials"].items()))
-    cost = ("search unknown (the search record has no wall or build times)"
-            if o["search_wall_s"] is None else
-            f"search {o['search_wall_s']:.1f} s, builds {o['build_s_total']:.1f} s")
-    lines.append(f"  trials       {counts} (+{o['confirm_trials']} confirmation); {cost}")
-    host = o["tuning_host"]
-    lines.append("  tuning host  " + (", ".join(f"{k} {v}" for k, v in sorted(host.items()))
-                                      or "unknown"))
-    for w in o["warnings"]:
-        lines.append(f"  warning      {w}")
-    return lines
+    emit(chosen.overview(o), output)
 
 
 # ---------------------------------------------------------------------------------------- pack
@@ -232,7 +175,7 @@ def schema(
             err.print(f"drifted: {out_dir / name}", markup=False, soft_wrap=True)
         if drifted:
             err.print("regenerate with: dossier schema --out " + str(out_dir), markup=False)
-            raise typer.Exit(1)
+            raise typer.Exit(int(ExitCode.DRIFT))
         err.print(f"OK: {out_dir} is up to date", markup=False, soft_wrap=True)
         return
     for p in write_schemas(out_dir):

@@ -8,10 +8,17 @@ from pathlib import Path
 import typer
 
 from dossier.errors import BundleError, DossierError, ExitCode, InputError, SignatureError
+from dossier.formats import Document, FormatName
 from dossier_cli.app import app, handled, on_interrupt
-from dossier_cli.render import escape, fmt_speedup, line, out, print_json
-
-_COLOUR = {"VALID": "green", "SUBOPTIMAL": "yellow", "INVALID": "red"}
+from dossier_cli.render import (
+    choose_format,
+    emit,
+    format_option,
+    line,
+    out,
+    output_option,
+    print_json,
+)
 
 
 @app.command()
@@ -38,7 +45,9 @@ def verify(
                               "--rebench still run here."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged fields too."),
     as_json: bool = typer.Option(False, "--json", help="The report as JSON on stdout (for fleet "
-                                 "automation)."),
+                                 "automation; the same as --format json)."),
+    fmt: FormatName = format_option(Document.verify),
+    output: Path = output_option(),
     require_signature: bool = typer.Option(False, "--require-signature", help="Refuse (exit 13) "
                                            "a bundle that is not signed by a --trusted-key."),
     trusted_keys: list[Path] = typer.Option([], "--trusted-key", metavar="PUB", help="Ed25519 public key (PEM) "
@@ -75,6 +84,8 @@ def verify(
     from dossier.verify import Outcome, Step, VerifyOptions, refused_report
     from dossier.verify import verify as run_verify
 
+    chosen = choose_format(fmt, as_json, Document.verify, "verify", output,
+                           styled=not integrity_only)  # integrity only: no text report
     threshold = _threshold_option(threshold, recheck)
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
@@ -86,6 +97,7 @@ def verify(
                             require_signature=require_signature, signature=signature,
                             insecure=insecure)
     printed: list[Step] = []
+    where = f"the host of {host}" if host else "this host"
 
     def said(step: Step) -> None:  # the OK/FAIL lines on stderr, as each step ends
         if step.outcome is Outcome.WARNED and step.name.value == "fetch":
@@ -104,18 +116,17 @@ def verify(
         result = run_verify(str(path), options, on_step=said)
     except DossierError as exc:
         partial = refused_report(exc)
-        if as_json and partial is not None:
-            print_json(partial.model_dump(mode="json"))
+        if partial is not None and chosen.name != FormatName.text:  # the refusal, as a report
+            emit(chosen.verify_report(partial, where=where), output)
         if printed:
             raise typer.Exit(int(exc.exit_code)) from None
         if isinstance(exc, (BundleError, SignatureError)) and not _fetch_failed(partial):
             line(f"FAIL: {exc.diagnostics()}")  # unreadable, unsafe, unsigned...: one line
             raise typer.Exit(int(exc.exit_code)) from None
         raise  # the registry's errors, bad input: one "error:" line from handled
-    if as_json:
-        print_json(result.model_dump(mode="json"))
-    elif result.verdict is not None:
-        _render(result, show_all, f"the host of {host}" if host else "this host")
+    text = chosen.verify_report(result, show_all=show_all, where=where)
+    if text or output is not None:
+        emit(text, output)
     raise typer.Exit(result.exit_code)
 
 
@@ -140,55 +151,6 @@ def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
 def _fetch_failed(report) -> bool:  # type: ignore[no-untyped-def]
     return report is not None and any(s.name.value == "fetch" and s.outcome.value == "failed"
                                       for s in report.steps)
-
-
-def _render(result, show_all: bool,  # type: ignore[no-untyped-def]
-            where: str = "this host") -> None:
-    from rich.table import Table
-
-    from dossier.policy import collapse
-
-    if show_all:
-        groups = [([f], f) for f in result.findings]
-    else:  # one row for many fields with the same verdict and reason ("cannot be compared")
-        groups = collapse(result.findings) + [([f], f) for f in result.findings
-                                               if f.changed and f.verdict.value == "VALID"]
-    rows = [g for g, _ in groups]
-    table = Table(title=f"environment: {result.release} ({result.backend}) on {where}")
-    for col in ("field", "bundle", "host", "verdict", "reason"):
-        table.add_column(col, overflow="fold")
-    for group, f in groups:
-        c = _COLOUR[f.verdict.value]
-        many = len(group) > 1
-        table.add_row(escape(f"{len(group)} fields: " + ", ".join(x.field for x in group)
-                             if many else f.field),
-                      "-" if many else escape(str(f.bundle_value)),
-                      "-" if many else escape(str(f.host_value)),
-                      f"[{c}]{f.verdict.value}[/]", escape(f.reason))
-    unchanged = sum(1 for f in result.findings if not f.changed)
-    if rows:
-        out.print(table)
-    out.print(f"{unchanged} of {len(result.findings)} fields unchanged on {where}", markup=False)
-    if result.recheck is not None:
-        r = result.recheck
-        state = "passed" if r.passed else "FAILED"
-        worst = f"{r.worst_loss:.3g}" if r.worst_loss is not None else "-"
-        out.print(f"accuracy re-check {state}: worst {r.metric} loss {worst} "
-                  f"(threshold {r.threshold:.3g}, recorded {r.recorded_worst_loss})"
-                  + (f": {r.failure}" if r.failure else ""), markup=False)
-    if result.rebench is not None:
-        rb = result.rebench
-        c = rb.comparison
-        out.print(f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
-                  f"{rb.baseline.median_ms:.3f} ms"
-                  + (f", {fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
-                  + (" (each round's ratio between {:.3f}x and {:.3f}x)".format(*c.round_range())
-                     if c and c.round_range() else "")
-                  + f"; {rb.reason}", markup=False)
-    colour = _COLOUR[result.verdict.value]
-    out.print(f"verdict: [bold {colour}]{result.verdict.value}[/]")
-    for reason in result.reasons:
-        out.print(f"  - {escape(reason)}", soft_wrap=True)
 
 
 @app.command()

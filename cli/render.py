@@ -1,6 +1,7 @@
 """Rendering for the CLI: status and progress go to stderr, reports to stdout.
 
-Imported by every command module when the CLI starts, so it imports neither the library nor rich:
+Imported by every command module when the CLI starts, so it imports neither rich nor more of
+the library than :mod:`dossier.formats` (whose formats are imported when chosen):
 the consoles :data:`err` and :data:`out` are made (and rich imported) the first time a command
 prints through them; :func:`line` writes a plain line without rich. The search's progress display
 is :mod:`dossier_cli.progress`, imported by the commands that search.
@@ -12,23 +13,17 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dossier.formats import Document, FormatName, format_class
+from dossier.formats.escaping import printable
+from dossier.formats.text import UNWRAPPED
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-UNWRAPPED = 10_000
-"""Console width outside a terminal: wide enough that nothing is wrapped or cut."""
-_CONTROLS = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-             for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029) if c not in (0x09, 0x0A)}
-
-
-def printable(text: str) -> str:
-    """``text`` with every control character but tab and newline written as ``\\xHH``: a name
-    or message from a bundle or a registry cannot move the cursor, clear the screen, set the
-    terminal's title or colour what follows. Every line the CLI prints passes through it
-    (:func:`line`, :func:`escape`, and the consoles :data:`err` and :data:`out`)."""
-    return text.translate(_CONTROLS)
+    from dossier.formats import Format
 
 
 @functools.cache
@@ -104,3 +99,66 @@ def row_label(r: Any) -> str:
         n = f" ({c.processes} processes)" if c.processes else ""
         return ("confirmed" if label == "faster" else "not confirmed") + n
     return {"faster": "screened faster", "slower": "screened slower"}.get(label, label)
+
+
+# ------------------------------------------------------------------------------ output formats
+def format_option(document: Document) -> Any:
+    """``--format``: the output format of a report (see :mod:`dossier.formats`)."""
+    import typer
+
+    html = ("html: the self-contained HTML report with plots (needs the report extra)"
+            if document is Document.explanation else "html: explain only")
+    return typer.Option(None, "--format", metavar="FORMAT", case_sensitive=False,
+                        help="text (default), json (the same as --json), markdown (GitHub-"
+                        f"flavoured, for a CI job summary), or {html}.")
+
+
+def output_option() -> Any:
+    """``--output FILE``: the report into a file instead of stdout."""
+    import typer
+
+    return typer.Option(None, "--output", metavar="FILE", help="Write the report (in --format) "
+                        "to this file instead of stdout, replaced atomically if it exists.")
+
+
+def choose_format(name: FormatName | None, as_json: bool, document: Document, command: str,
+                  output: Path | None, *, styled: bool = True) -> Format:
+    """The format of ``--format`` (``--json`` is ``--format json``; default text), refused with
+    one line and exit 2 where the command has no such format. Text is coloured and tables fold
+    to the terminal's width only when it goes to a terminal (and ``styled``: False where the
+    command prints no text report, so that rich is not loaded to ask)."""
+    from dossier.errors import ExitCode
+
+    if as_json and name not in (None, FormatName.json):
+        _usage(f"--json is --format json: give --json or --format {name.value}, not both",
+               ExitCode.USAGE)
+    chosen = FormatName.json if as_json else name or FormatName.text
+    cls = format_class(chosen)
+    if document not in cls.documents:
+        _usage(f"--format {chosen.value}: {command} has no {chosen.value} output (explain has "
+               "the HTML report)", ExitCode.USAGE)
+    if (chosen is FormatName.text and output is None and styled
+            and (sys.stdout.isatty() or os.environ.get("FORCE_COLOR"))):  # rich only then
+        terminal = console(stderr=False)
+        if terminal.is_terminal:
+            return cls(color=True, width=terminal.width)
+    return cls()
+
+
+def _usage(message: str, code: int) -> None:
+    import typer
+
+    line(f"error: {message}")
+    raise typer.Exit(int(code))
+
+
+def emit(text: str, output: Path | None) -> None:
+    """A rendered report on stdout, or into ``output`` (atomically; ``wrote FILE`` on stderr)."""
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from dossier.formats.output import write_output
+
+    write_output(output, text)
+    line(f"wrote {output}")

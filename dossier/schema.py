@@ -28,6 +28,7 @@ from pydantic_core import core_schema
 
 from dossier.audit import BundleDiff, Explanation
 from dossier.bundle.manifest import FORMAT_VERSION, Manifest, ModelIdentity, ValidationInfo
+from dossier.bundle.overview import Overview
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.spec import ReleaseSpec
@@ -50,6 +51,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
     "explanation.v1.schema.json": (Explanation, "serialization"),
     "bundle-diff.schema.json": (BundleDiff, "serialization"),
     "verify-report.schema.json": (VerifyReport, "serialization"),
+    "bundle-overview.schema.json": (Overview, "serialization"),
 }
 """File name -> (model, mode). Files dossier writes are described as written
 ("serialization"); the release spec, which people write, as accepted ("validation")."""

@@ -64,8 +64,8 @@ def test_golden_bundle_still_opens_passes_integrity_and_reads_its_tables() -> No
         assert b.fingerprint().python.version
         assert b.engine_path().is_file() and b.engine_path("baseline").is_file()
         o = b.overview()
-    assert o["winner"]["route"] and o["baseline"]["route"] == "-graph_optimization_level=all"
-    assert (o["gain"] and o["speedup"]) or (not o["gain"] and "no significant gain" in o["reason"])
+    assert o.winner.route and o.baseline.route == "-graph_optimization_level=all"
+    assert (o.gain and o.speedup) or (not o.gain and "no significant gain" in o.reason)
 
 
 def test_golden_bundle_packs_and_reopens(tmp_path: Path) -> None:
@@ -180,6 +180,6 @@ def test_public_names_are_exported_in_order() -> None:
     for name in names:
         assert getattr(dossier.bundle, name) is not None
     public = {n for n in vars(dossier.bundle) if not n.startswith("_")}
-    modules = {"archive", "builder", "integrity", "manifest", "model", "pack", "reader",
-               "tables", "writer", "annotations"}
+    modules = {"archive", "builder", "integrity", "manifest", "model", "overview", "pack",
+               "reader", "tables", "writer", "annotations"}
     assert public - modules == set(names)

@@ -380,7 +380,7 @@ def test_baseline_engine_ships_when_given(run: Path, tmp_path: Path) -> None:
         base = b.manifest.engines.baseline
         assert base is not None and base.trial_index == 0 and base.path.endswith(".baseline.plan")
         assert base.facts["plan_trt_version"] == "11.1.0.7"
-        assert b.overview()["baseline_engine"] is True
+        assert b.overview().baseline_engine is True
         assert check_integrity(b)
 
 
@@ -389,7 +389,7 @@ def test_winner_that_is_the_baseline_is_both_engines(run: Path, tmp_path: Path) 
     bundle = imported(run, tmp_path / "out")
     with open_bundle(bundle) as b:
         assert b.manifest.engines.baseline == b.manifest.engines.shipped
-        assert b.overview()["winner"]["is_baseline"] is True
+        assert b.overview().winner.is_baseline is True
 
 
 # ------------------------------------------------------------------------------------ export

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,7 @@ from dossier.audit.explain import (
     shown_verdict,
     test_name,
 )
-from dossier.diskfull import host_io
-from dossier.errors import BackendUnavailableError, OutputError
-from dossier.files import begin_staging, write_durable
+from dossier.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -154,26 +151,11 @@ def _template() -> jinja2.Template:
 
 
 def write_page(path: Path, page: str) -> None:
-    """Write the page to ``path`` (replaced if it exists) through a staging file renamed into
-    place: an interrupted write leaves the old file or none, never half a page. OutputError
-    when ``path`` is a folder or cannot be written; DiskFullError (exit 74) on a full disk."""
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"{path} is a folder", hint=f"give a file name, e.g. "
-                          f"{path / 'report.html'}")
-    staging = None
-    try:
-        with host_io(path.parent, f"writing {path}"):
-            staging = begin_staging(path.parent, path.name, directory=False)
-            write_durable(staging, page.encode("utf-8"))
-            os.replace(staging, path)
-            staging = None
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}",
-                          hint="check that its folder is writable") from exc
-    finally:
-        if staging is not None:
-            staging.unlink(missing_ok=True)
+    """Write the page to ``path`` (replaced if it exists) atomically: see
+    :func:`dossier.formats.output.write_output`."""
+    from dossier.formats.output import write_output
+
+    write_output(path, page, example="report.html")
 
 
 def _subtitle(e: Explanation) -> str:

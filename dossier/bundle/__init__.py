@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:  # the names below load with their module on first use
         parse_manifest,
     )
     from dossier.bundle.model import model_identity
+    from dossier.bundle.overview import Overview
     from dossier.bundle.pack import archive_name, pack_bundle, write_archive
     from dossier.bundle.reader import Bundle, open_bundle, read_bundle
     from dossier.bundle.writer import coverage_warnings, write_bundle
@@ -58,6 +59,7 @@ _FROM = {
                  "ExternalFile", "FileEntry", "Manifest", "ModelIdentity", "Summary",
                  "ValidationInfo", "parse_manifest"),
     "model": ("model_identity",),
+    "overview": ("Overview",),
     "pack": ("archive_name", "pack_bundle", "write_archive"),
     "reader": ("Bundle", "open_bundle", "read_bundle"),
     "writer": ("coverage_warnings", "write_bundle"),
@@ -96,6 +98,7 @@ __all__ = [
     "model_identity",
     "ModelIdentity",
     "open_bundle",
+    "Overview",
     "pack_bundle",
     "parse_manifest",
     "Problem",

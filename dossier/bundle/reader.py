@@ -46,6 +46,7 @@ from dossier.files import remove_stale
 if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
     import pyarrow as pa
 
+    from dossier.bundle.overview import OutputWorst, Overview
     from dossier.cache import TuningCache
     from dossier.fingerprint import Fingerprint
 
@@ -191,8 +192,10 @@ class Bundle:
                                     "trtexec, which keeps only the winner's engine)")
         return self.file(entry.path)
 
-    def _shipped_losses(self) -> list[dict[str, Any]] | None:
-        """Per output of the shipped route: its worst loss over the pairs and which pair."""
+    def shipped_losses(self) -> list[OutputWorst] | None:
+        """Per output of the shipped route: its worst loss over the pairs and which pair (None
+        when the records cannot be read or the route was not validated)."""
+        from dossier.bundle.overview import OutputWorst
         from dossier.errors import DossierError
         from dossier.validation import worst_by_output
 
@@ -204,73 +207,16 @@ class Bundle:
                         and t.role != "confirm"), None)
         if shipped is None or not shipped.losses:
             return None
-        return [{"output": o, "loss": v, "pair": p}
+        return [OutputWorst(output=o, loss=v, pair=p)
                 for o, (p, v) in worst_by_output(shipped.losses).items()]
 
-    def overview(self) -> dict[str, Any]:
-        """What a reviewer wants first, as plain data (``dossier inspect --json``)."""
-        m, s = self.manifest, self.manifest.summary
-        bt = s.baseline_timing
-        imported = m.engines.shipped.flags.get("tuning_host_unknown", False)
-        return {
-            "bundle": str(self.source),
-            "release": m.release,
-            "version": m.release_version,
-            "description": m.description,
-            "dossier_id": m.dossier_id,
-            "parent": m.parent,
-            "created_at": m.created_at,
-            "format_version": m.format_version,
-            "tool_version": m.tool_version,
-            "backend": m.backend,
-            "tuner_version": m.tuner_version,
-            "model": {"file_name": m.model.file_name, "size": m.model.size,
-                      "digest": m.model.digest, "algorithm": m.model.algorithm,
-                      "external_data": len(m.model.external_data), "included": m.model_included},
-            "strategy": s.strategy,
-            "selection": s.selection,
-            "metric": s.metric,
-            "threshold": s.threshold,
-            "atol": s.atol,
-            "rtol": s.rtol,
-            "validation_pairs": s.validation_pairs,
-            "engine_version": m.engines.shipped.facts.get("tensorrt_version"),
-            "baseline": {"route": s.baseline_route,
-                         "trial_index": m.engines.baseline.trial_index
-                         if m.engines.baseline is not None else 0,
-                         "median_ms": bt.median_ms if bt else None,
-                         "ci_low_ms": bt.ci_low_ms if bt else None,
-                         "ci_high_ms": bt.ci_high_ms if bt else None,
-                         "n": bt.n if bt else None},
-            "winner": {"route": s.shipped_route, "trial_index": s.shipped_index,
-                       "engine": m.engines.shipped.path,
-                       "is_baseline": m.engines.baseline is not None
-                       and m.engines.shipped.trial_index == m.engines.baseline.trial_index},
-            "baseline_engine": m.engines.baseline is not None,
-            "gain": s.gain,
-            "speedup": None if not s.gain or s.speedup is None else {
-                "value": s.speedup, "ci_low": s.speedup_ci_low, "ci_high": s.speedup_ci_high,
-                "confidence": s.confidence, "p_value": s.p_value},
-            "result": s.result,
-            "reason": s.reason,
-            "decision_rule": s.decision_rule,
-            "runner_up": None if s.runner_up_route is None else {
-                "route": s.runner_up_route, "speedup": s.runner_up_speedup},
-            "accuracy_by_output": self._shipped_losses(),
-            "aa": None if s.aa is None else s.aa.model_dump(mode="json"),
-            "confirm_aa": None if s.confirm_aa is None else s.confirm_aa.model_dump(mode="json"),
-            "load": None if m.engines.shipped.load is None
-            else m.engines.shipped.load.model_dump(mode="json"),
-            "trials": dict(s.trial_counts),
-            "confirm_trials": s.confirm_trials,
-            "search_wall_s": None if imported else s.search_wall_s,
-            "build_s_total": None if imported else s.build_s_total,
-            "warnings": list(m.warnings),
-            "notes": [*self.notes, *self._load_hints()],
-            "tuning_host": dict(m.tuning_host),
-        }
+    def overview(self) -> Overview:
+        """What a reviewer wants first (``dossier inspect``)."""
+        from dossier.bundle.overview import overview_of
 
-    def _load_hints(self) -> list[str]:
+        return overview_of(self)
+
+    def load_hints(self) -> list[str]:
         """How to load the shipped engine in one's own process, when it needs more than the
         backend's loader (an AOTInductor package that carries its own libstdc++)."""
         from dossier.errors import DossierError

@@ -1,0 +1,231 @@
+"""What a reviewer wants first about a bundle: :class:`Overview` (``dossier inspect``).
+
+Read from the manifest and the records (the shipped route's per-output losses, its load hint);
+never from an engine. The model is what ``inspect --json`` prints and what every output format
+of ``inspect`` renders (see :mod:`dossier.formats`); its schema is
+``schemas/bundle-overview.schema.json``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+from dossier.load_config import LoadConfig
+from dossier.trial import Reading
+
+if TYPE_CHECKING:
+    from dossier.bundle.reader import Bundle
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelFacts(_Model):
+    """The model the engines were built from, by identity."""
+
+    file_name: str
+    """Its file name."""
+    size: int
+    """Its size in bytes."""
+    digest: str
+    """Its digest (``algorithm``)."""
+    algorithm: str
+    """The digest's algorithm (xxh3-128)."""
+    external_data: int
+    """How many external data files it has."""
+    included: bool
+    """The model file is in the bundle (``bundle --no-model`` leaves it out)."""
+
+
+class BaselineFacts(_Model):
+    """The baseline route and its summary latency."""
+
+    route: str
+    """The baseline route ("" is the backend's default route)."""
+    trial_index: int
+    """Its trial (0 when the bundle has no baseline engine)."""
+    median_ms: float | None
+    """Its median latency; None when not timed (a trtexec import)."""
+    ci_low_ms: float | None
+    """Lower end of the median's interval."""
+    ci_high_ms: float | None
+    """Upper end."""
+    n: int | None
+    """Samples."""
+
+
+class WinnerFacts(_Model):
+    """The shipped route."""
+
+    route: str
+    """The route whose engine ships."""
+    trial_index: int
+    """Its trial."""
+    engine: str
+    """The engine file, relative to the bundle."""
+    is_baseline: bool
+    """The baseline's engine ships (there was no significant gain)."""
+
+
+class SpeedupFacts(_Model):
+    """The shipped route's speedup over the baseline, with its interval."""
+
+    value: float
+    """Baseline latency over shipped latency."""
+    ci_low: float | None
+    """Lower end of its interval."""
+    ci_high: float | None
+    """Upper end."""
+    confidence: float
+    """Confidence level of the interval."""
+    p_value: float | None
+    """The test's p-value."""
+
+
+class RunnerUpFacts(_Model):
+    """The next-best admissible route."""
+
+    route: str
+    """Its route."""
+    speedup: float | None
+    """Its speedup over the baseline (None: not timed)."""
+
+
+class OutputWorst(_Model):
+    """The shipped route's worst loss of one output tensor over the validation pairs."""
+
+    output: str
+    """Output tensor."""
+    loss: float | None
+    """The largest loss (None: the output held NaN or Inf)."""
+    pair: str
+    """The pair it came from."""
+
+
+class Overview(_Model):
+    """What a reviewer wants first: ``dossier inspect --json``."""
+
+    bundle: str
+    """What was opened: the bundle folder or its .dossier.tar."""
+    release: str
+    """Release name."""
+    version: int
+    """Release version."""
+    description: str
+    """The release's description."""
+    dossier_id: str
+    """The bundle's id (xxh3-128 of its manifest)."""
+    parent: str | None
+    """The dossier id of the release this one replaces."""
+    created_at: str
+    """When the bundle was written (UTC, ISO 8601)."""
+    format_version: str
+    """The bundle's format version (MAJOR.MINOR)."""
+    tool_version: str
+    """The dossier version that wrote it."""
+    backend: str
+    """Compiler backend."""
+    tuner_version: str
+    """The backend's compiler version at tune time."""
+    model: ModelFacts
+    """The model, by identity."""
+    strategy: str
+    """Search strategy."""
+    selection: str
+    """The knob selection searched."""
+    metric: str
+    """Accuracy metric."""
+    threshold: float
+    """Accuracy threshold: the metric must be below it on every output of every pair."""
+    atol: float
+    """Absolute tolerance (the l0 metric)."""
+    rtol: float
+    """Relative tolerance (the l0 metric)."""
+    validation_pairs: int
+    """Validation pairs."""
+    engine_version: str | None
+    """The shipped plan's TensorRT version (None for other backends)."""
+    baseline: BaselineFacts
+    """The baseline route."""
+    winner: WinnerFacts
+    """The shipped route."""
+    baseline_engine: bool
+    """The bundle carries the baseline's engine (a trtexec import does not)."""
+    gain: bool
+    """A route other than the baseline ships."""
+    speedup: SpeedupFacts | None
+    """The shipped route's speedup; None without a gain or when not statistically checked."""
+    result: str
+    """The result in words (the speedup, or "no significant gain")."""
+    reason: str
+    """Why this route ships."""
+    decision_rule: str
+    """The decision rule applied."""
+    runner_up: RunnerUpFacts | None
+    """The next-best admissible route."""
+    accuracy_by_output: list[OutputWorst] | None
+    """The shipped route's worst loss per output; None when the records have none."""
+    aa: Reading | None
+    """The baseline's A/A check, as the decision recorded it."""
+    confirm_aa: Reading | None
+    """The confirmation's A/A check."""
+    load: LoadConfig | None
+    """How to load the shipped engine as it was timed, without dossier."""
+    trials: dict[str, int]
+    """Baseline and search trials per outcome."""
+    confirm_trials: int
+    """Confirmation re-measurements."""
+    search_wall_s: float | None
+    """Wall time of the search; None when not recorded (a trtexec import)."""
+    build_s_total: float | None
+    """Build time summed over the trials; None when not recorded."""
+    warnings: list[str]
+    """Warnings recorded in the manifest."""
+    notes: list[str]
+    """What the reader wants said (a newer minor format, how to load the engine)."""
+    tuning_host: dict[str, str]
+    """The tuning host, in brief (the manifest's ``tuning_host``)."""
+
+
+def overview_of(bundle: Bundle) -> Overview:
+    """The overview of an opened bundle."""
+    m, s = bundle.manifest, bundle.manifest.summary
+    bt = s.baseline_timing
+    base, shipped = m.engines.baseline, m.engines.shipped
+    imported = shipped.flags.get("tuning_host_unknown", False)
+    return Overview(
+        bundle=str(bundle.source), release=m.release, version=m.release_version,
+        description=m.description, dossier_id=m.dossier_id, parent=m.parent,
+        created_at=m.created_at, format_version=m.format_version, tool_version=m.tool_version,
+        backend=m.backend, tuner_version=m.tuner_version,
+        model=ModelFacts(file_name=m.model.file_name, size=m.model.size, digest=m.model.digest,
+                         algorithm=m.model.algorithm, external_data=len(m.model.external_data),
+                         included=m.model_included),
+        strategy=s.strategy, selection=s.selection, metric=s.metric, threshold=s.threshold,
+        atol=s.atol, rtol=s.rtol, validation_pairs=s.validation_pairs,
+        engine_version=shipped.facts.get("tensorrt_version"),
+        baseline=BaselineFacts(route=s.baseline_route,
+                               trial_index=base.trial_index if base is not None else 0,
+                               median_ms=bt.median_ms if bt else None,
+                               ci_low_ms=bt.ci_low_ms if bt else None,
+                               ci_high_ms=bt.ci_high_ms if bt else None,
+                               n=bt.n if bt else None),
+        winner=WinnerFacts(route=s.shipped_route, trial_index=s.shipped_index,
+                           engine=shipped.path,
+                           is_baseline=base is not None and shipped.trial_index == base.trial_index),
+        baseline_engine=base is not None, gain=s.gain,
+        speedup=None if not s.gain or s.speedup is None else SpeedupFacts(
+            value=s.speedup, ci_low=s.speedup_ci_low, ci_high=s.speedup_ci_high,
+            confidence=s.confidence, p_value=s.p_value),
+        result=s.result, reason=s.reason, decision_rule=s.decision_rule,
+        runner_up=None if s.runner_up_route is None else RunnerUpFacts(
+            route=s.runner_up_route, speedup=s.runner_up_speedup),
+        accuracy_by_output=bundle.shipped_losses(), aa=s.aa, confirm_aa=s.confirm_aa,
+        load=shipped.load, trials=dict(s.trial_counts), confirm_trials=s.confirm_trials,
+        search_wall_s=None if imported else s.search_wall_s,
+        build_s_total=None if imported else s.build_s_total,
+        warnings=list(m.warnings), notes=[*bundle.notes, *bundle.load_hints()],
+        tuning_host=dict(m.tuning_host))

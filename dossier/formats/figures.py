@@ -1,0 +1,288 @@
+"""The figures that more than one output format shows, each written once: a figure reads the
+same, under the same name, in the text, the Markdown and (for ``explain``) the HTML.
+
+Everything here returns plain, unescaped text; a format escapes it for its medium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dossier.audit.explain import Explanation, HeadToHead, TrialFact
+    from dossier.bundle.overview import Overview
+    from dossier.policy import Finding
+    from dossier.trial import Reading
+    from dossier.verify import Rebench, Recheck, VerifyReport
+
+Rows = list[tuple[str, str]]
+"""(label, value) pairs; a label "" continues the row above."""
+
+
+def ci(value: float, lo: float | None, hi: float | None, unit: str = "x", digits: int = 3) -> str:
+    """``1.234x [1.200, 1.270]``."""
+    if lo is None or hi is None:
+        return f"{value:.{digits}f}{unit}"
+    return f"{value:.{digits}f}{unit} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def route(r: str | None) -> str:
+    """A route, or ``(default route)`` for the backend's default."""
+    return r or "(default route)"
+
+
+def loss_text(loss: float | None) -> str:
+    """A loss, or ``NaN/Inf`` for an output that held one."""
+    return "NaN/Inf" if loss is None else f"{loss:.3g}"
+
+
+# ------------------------------------------------------------------------------------ overview
+def overview_title(o: Overview) -> str:
+    """``NAME version N``."""
+    return f"{o.release} version {o.version}"
+
+
+def aa_text(a: Reading) -> str:
+    """An A/A reading as the overview shows it."""
+    return (f"{ci(a.speedup, a.speedup_ci_low, a.speedup_ci_high)} (p={a.p_value:.2g}, "
+            + (f"{a.processes} processes" if a.processes else f"{a.rounds or '?'} rounds")
+            + f", {a.procedure}): "
+            + ("two loads of one engine read apart" if a.significant
+               else "no difference, as it should"))
+
+
+def overview_rows(o: Overview) -> Rows:
+    """The overview, row by row: what ``inspect`` shows, in every format."""
+    m, b, w = o.model, o.baseline, o.winner
+    rows: Rows = [
+        ("dossier id", o.dossier_id),
+        ("parent", o.parent or "none"),
+        ("created", f"{o.created_at} (dossier {o.tool_version}, format {o.format_version})"),
+        ("backend", o.backend + (f" {o.engine_version} (the plan's TensorRT; tuner "
+                                 f"{o.tuner_version})" if o.engine_version
+                                 else f" ({o.tuner_version})")),
+        ("model", f"{m.file_name}, {m.size} bytes, {m.algorithm} {m.digest}"
+         + (f", {m.external_data} external data file(s)" if m.external_data else "")
+         + ("" if m.included else " (not included)")),
+        ("search", f"{o.strategy} over {o.selection}"),
+        ("accuracy", f"{o.metric} < {o.threshold:g} on every output of {o.validation_pairs} "
+         "pair(s)" + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.metric == "l0" else "")),
+        ("baseline", route(b.route)
+         + (f"  baseline (trial {b.trial_index}) {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms')}"
+            f" (n={b.n})" if b.median_ms is not None else "")),
+        ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")),
+    ]
+    sp = o.speedup
+    if sp is not None:
+        p = f", p={sp.p_value:.2g}" if sp.p_value is not None else ""
+        rows.append(("speedup", f"{ci(sp.value, sp.ci_low, sp.ci_high)} "
+                                f"({sp.confidence:.0%} CI){p}"))
+    else:  # "no significant gain", or "not statistically checked" (a trtexec import)
+        rows.append(("speedup", o.result))
+    rows.append(("why", o.reason))
+    for label, a in (("A/A check", o.aa), ("A/A confirm", o.confirm_aa)):
+        if a is not None:
+            rows.append((label, aa_text(a)))
+    rows.append(("load with", f"dossier.load({o.bundle!r}) (verifies, then loads the engine as "
+                              "it was timed; dossier run BUNDLE -i inputs.npz tries it)"))
+    if o.load is not None:
+        ld = o.load
+        rows.append(("raw loader", ld.call.replace("ENGINE", repr(w.engine))
+                     + (f" ({', '.join(f'{k}={v}' for k, v in ld.options.items())})"
+                        if ld.options else "") + " (no verification)"))
+    if o.runner_up is not None:
+        ru = o.runner_up
+        rows.append(("runner-up", ru.route + (f"  {ru.speedup:.3f}x" if ru.speedup is not None
+                                              else "")))
+    for i, x in enumerate(o.accuracy_by_output or []):
+        rows.append(("losses" if i == 0 else "",
+                     f"{x.output}: {o.metric} {loss_text(x.loss)} (worst pair {x.pair})"))
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(o.trials.items()))
+    cost = ("search unknown (the search record has no wall or build times)"
+            if o.search_wall_s is None or o.build_s_total is None else
+            f"search {o.search_wall_s:.1f} s, builds {o.build_s_total:.1f} s")
+    rows.append(("trials", f"{counts} (+{o.confirm_trials} confirmation); {cost}"))
+    rows.append(("tuning host", ", ".join(f"{k} {v}" for k, v in sorted(o.tuning_host.items()))
+                 or "unknown"))
+    rows += [("warning", x) for x in o.warnings]
+    return rows
+
+
+# ------------------------------------------------------------------------------------- explain
+def min_effect_text(h: HeadToHead) -> str:
+    """Whether the minimum effect of a gain was reached; a slowdown says so instead."""
+    if h.speedup < 1:
+        return f"minimum effect {h.min_effect:.0%}: a slowdown ({h.speedup:.3f}x), not a gain"
+    return f"minimum effect {h.min_effect:.0%} {'reached' if h.reaches_min_effect else 'not reached'}"
+
+
+def baseline_line(base: TrialFact) -> str:
+    """The summary's baseline figure, named the same in inspect, explain and the HTML."""
+    assert base.median_ms is not None
+    return (f"baseline (trial {base.index}) {ci(base.median_ms, base.ci_low_ms, base.ci_high_ms, ' ms')}"
+            f" (n={base.n}); each speedup compares a trial with the baseline timed alongside it")
+
+
+def volume_origin(source: str, given: Sequence[str] = ()) -> str:
+    """Where the payback's volume came from: inferences/day from --per-day or the spec, and
+    horizon and hosts each from its flag or else the spec's [deployment] (or its default)."""
+    parts = [f"inferences/day from {'--per-day' if source == 'flags' else 'the spec'}"]
+    flagged = [(flag, what) for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+               if flag in given]
+    parts += [f"{what} from {flag}" for flag, what in flagged]
+    rest = [what for flag, what in (("--horizon-days", "horizon"), ("--hosts", "hosts"))
+            if flag not in given]
+    if rest:
+        parts.append(f"{' and '.join(rest)} from the spec's [deployment] or "
+                     f"{'their defaults' if len(rest) > 1 else 'its default'}")
+    return "; ".join(parts)
+
+
+def cached_note(n: int) -> str:
+    """The build-cache note beside the build time."""
+    return (f" ({n} engine(s) from the build cache: built by an earlier search, whose build "
+            "time this counts)") if n else ""
+
+
+def head_to_head_rows(h: HeadToHead) -> Rows:
+    """The winner (or best candidate) against the baseline, row by row."""
+    from dossier.audit.explain import test_name
+
+    src = (("confirmation: measuring processes of their own, each with the baseline and "
+            "its A/A load" if h.processes else
+            "independent confirmation: one fresh process per engine")
+           if h.source == "confirmation" else "screening: its search trial")
+    unit = f"{h.processes} measuring processes" if h.processes else f"{h.rounds or '?'} rounds"
+    over = "the A/A load" if h.against == "aa" else "the baseline"
+    c, b = h.candidate, h.baseline
+    rows: Rows = [
+        ("candidate", f"{route(h.route)} (trial {h.trial_index})"),
+        ("measured", f"{src} (record {h.measured_in})"),
+        ("candidate", f"median {ci(c.median_ms, c.ci_low_ms, c.ci_high_ms, ' ms', 4)} (n={c.n})"),
+        ("baseline", f"median {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms', 4)} (n={b.n}), "
+                     f"timed alongside it in record {h.measured_in}"),
+        ("speedup", f"{ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} over {over} "
+                    f"({h.confidence:.0%} interval over {unit}"
+                    + (", includes 1.0)" if h.interval_includes_one else ")")),
+    ]
+    if h.round_ratio_low is not None and h.round_ratio_high is not None:
+        rows.append(("rounds", f"each round's ratio between {h.round_ratio_low:.3f}x and "
+                               f"{h.round_ratio_high:.3f}x"))
+    if h.generation_speedups:
+        rows.append(("processes", f"{len(h.generation_speedups)} process generations read "
+                     + ", ".join(f"{g:.3f}x" for g in h.generation_speedups)
+                     + "; the interval also covers a new generation's reading"))
+    if h.process_speedups:
+        rows.append(("processes", "each process read "
+                     + ", ".join(f"{g:.3f}x" for g in h.process_speedups)
+                     + (f"; a new process is expected to read {h.prediction_low:.3f}x to "
+                        f"{h.prediction_high:.3f}x ({h.confidence:.0%} prediction interval)"
+                        if h.prediction_low is not None and h.prediction_high is not None
+                        else "")))
+    rows.append(("test", f"{test_name(h.test)}: p={h.p_value:.3g} against alpha={h.alpha:.3g} "
+                         f"({'significant' if h.significant else 'not significant'}); "
+                         f"{min_effect_text(h)}"))
+    if h.verdict:
+        rows.append(("verdict", h.verdict))
+    return rows
+
+
+def environment_rows(e: Explanation) -> Rows:
+    """The tuning host, row by row (empty when unknown)."""
+    env = e.environment
+    if env is None:
+        return []
+    gpus = "; ".join(f"{g.name} (cc {g.compute_capability}, {g.memory_total_mib} MiB, "
+                     f"driver {g.driver_version})" for g in env.gpus) or "none"
+    return [("host", f"{env.hostname}"),
+            ("CPU", f"{env.cpu} ({env.cpu_vendor}), {env.cores} logical / "
+                    f"{env.physical_cores} physical cores; {' '.join(env.isa_flags)}"),
+            ("OS", f"{env.os}, kernel {env.kernel}, {env.machine}, glibc {env.glibc}"),
+            ("Python", env.python),
+            ("packages", ", ".join(f"{k} {v}" for k, v in env.packages.items())),
+            ("GPU", gpus + (f"; CUDA runtime {env.cuda_runtime}" if env.cuda_runtime else ""))]
+
+
+def cost_text(e: Explanation) -> str:
+    """What the search cost, in one line."""
+    c = e.cost
+    if e.imported_from:
+        return f"unknown: the {e.imported_from} records no wall or build times; {c.trials} trials"
+    return (f"search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s); "
+            f"builds {c.build_s:.1f} s{cached_note(c.cached_builds)}; "
+            f"measurement {c.measure_s:.1f} s (confirmation round {c.confirm_s:.1f} s); "
+            f"{c.trials} trials + {c.confirm_trials} confirmation")
+
+
+def volume_text(e: Explanation, given: Sequence[str]) -> str:
+    """The payback's volume and where it came from."""
+    pb = e.payback
+    return (f"volume: {pb.inferences_per_day:,.0f} inferences/day on {pb.hosts} host(s), "
+            f"horizon {pb.horizon_days:g} days ({volume_origin(pb.source, given)})")
+
+
+def accuracy_trials(e: Explanation) -> list[TrialFact]:
+    """The passing trials whose per-output accuracy is shown: the shipped one, the baseline and
+    the best candidate."""
+    return [t for t in e.trials if t.role != "confirm" and t.output_losses
+            and t.outcome.value == "ok" and (t.shipped or t.role == "baseline"
+                                             or (e.head_to_head is not None
+                                                 and t.index == e.head_to_head.trial_index))]
+
+
+def trial_part(e: Explanation, t: TrialFact) -> str:
+    """shipped, baseline or candidate."""
+    return "shipped" if t.shipped else "baseline" if t.role == "baseline" else "candidate"
+
+
+# -------------------------------------------------------------------------------------- verify
+def finding_groups(r: VerifyReport, show_all: bool) -> list[tuple[list[Finding], Finding]]:
+    """The environment's rows: every finding with ``show_all``; otherwise one row for many
+    fields with the same verdict and reason ("cannot be compared"), and each changed field
+    that stays VALID."""
+    from dossier.policy import collapse
+
+    if show_all:
+        return [([f], f) for f in r.findings]
+    return collapse(r.findings) + [([f], f) for f in r.findings
+                                   if f.changed and f.verdict.value == "VALID"]
+
+
+def group_field(group: Sequence[Finding], f: Finding) -> str:
+    """The field column of a row: the field, or ``N fields: a, b, ...``."""
+    if len(group) > 1:
+        return f"{len(group)} fields: " + ", ".join(x.field for x in group)
+    return f.field
+
+
+def environment_title(r: VerifyReport, where: str) -> str:
+    """The environment table's title."""
+    return f"environment: {r.release} ({r.backend}) on {where}"
+
+
+def unchanged_line(r: VerifyReport, where: str) -> str:
+    """``N of M fields unchanged on HOST``."""
+    unchanged = sum(1 for f in r.findings if not f.changed)
+    return f"{unchanged} of {len(r.findings)} fields unchanged on {where}"
+
+
+def recheck_line(rc: Recheck) -> str:
+    """The accuracy re-check's result."""
+    state = "passed" if rc.passed else "FAILED"
+    worst = f"{rc.worst_loss:.3g}" if rc.worst_loss is not None else "-"
+    return (f"accuracy re-check {state}: worst {rc.metric} loss {worst} "
+            f"(threshold {rc.threshold:.3g}, recorded {rc.recorded_worst_loss})"
+            + (f": {rc.failure}" if rc.failure else ""))
+
+
+def rebench_line(rb: Rebench) -> str:
+    """The re-timing's result."""
+    c = rb.comparison
+    spread = c.round_range() if c else None
+    return (f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
+            f"{rb.baseline.median_ms:.3f} ms"
+            + (f", {ci(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
+            + (f" (each round's ratio between {spread[0]:.3f}x and {spread[1]:.3f}x)"
+               if spread else "")
+            + f"; {rb.reason}")
