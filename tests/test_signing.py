@@ -449,7 +449,8 @@ def no_later_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail loudly if verify goes past the signature: integrity, the environment diff, or an
     engine loaded (every engine load runs in a child process started by run_child)."""
     import dossier.bundle
-    import dossier.tuner
+    import dossier.child
+    import dossier.executors.local
     import dossier.verify
 
     def boom(*_: object, **__: object) -> None:
@@ -458,7 +459,8 @@ def no_later_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dossier.bundle, "check_integrity", boom)
     monkeypatch.setattr(dossier.verify, "verify_bundle", boom)
     monkeypatch.setattr(dossier.verify, "collect", boom)
-    monkeypatch.setattr(dossier.tuner, "run_child", boom)
+    monkeypatch.setattr(dossier.child, "run_child", boom)  # verify --recheck's, imported late
+    monkeypatch.setattr(dossier.executors.local, "run_child", boom)  # a search's trials
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
