@@ -80,6 +80,7 @@ class Engine:
         self._names = frozenset(self._inputs)
         self._outputs = tuple(outputs)
         self._ndarray, self._native = np.ndarray, EngineRuntimeError
+        self._tensors = runner.takes_tensors
         self._route, self._bundle_id, self._backend = route, bundle_id, backend
         self._report = report
         self.lock = threading.Lock()
@@ -121,21 +122,26 @@ class Engine:
         out; torch tensors in (every input), torch tensors out where the engine runs on torch.
         InputError for a missing or an unknown input; EngineFailedError (exit 11) when the
         engine fails."""
-        given = {**feed, **named} if named and feed else (feed or named)
+        given = ({**feed, **named} if feed else named) if named else (feed or {})
         if given.keys() != self._names:
             missing = [n for n in self._inputs if n not in given]
             extra = sorted(n for n in given if n not in self._names)
             raise InputError(f"the engine takes inputs {list(self._inputs)}"
                              + (f"; missing {missing}" if missing else "")
                              + (f"; unknown {extra}" if extra else ""))
-        if self._runner.takes_tensors and all(map(_is_tensor, given.values())):
+        if self._tensors and all(map(_is_tensor, given.values())):
             with self.lock:
                 try:
                     return self._runner.run_tensors(given)
                 except self._native as exc:
                     raise EngineFailedError(f"the engine of {self._bundle_id} failed: "
                                             f"{exc}") from exc
-        arrays = {n: v if type(v) is self._ndarray else _host_array(v) for n, v in given.items()}
+        arrays = given
+        for v in given.values():
+            if type(v) is not self._ndarray:
+                arrays = {n: v if type(v) is self._ndarray else _host_array(v)
+                          for n, v in given.items()}
+                break
         with self.lock:
             try:
                 return self._runner.run(arrays)
