@@ -80,3 +80,23 @@ def test_verifying_an_aoti_bundle_imports_neither_the_tuner_nor_scipy(mlp_bundle
     assert {"dossier.verify", "dossier.backends.torch_inductor.backend"} <= names
     heavy = {"scipy", "dossier.tuner", "dossier.replicate", "pyarrow"} & names
     assert not heavy, heavy
+
+
+def test_loading_a_cpu_package_runs_no_host_probe(mlp_bundle: Path) -> None:
+    """A CPU package goes through the package loader, not ``aoti_load_package``: that one imports
+    torch._inductor and compiles a test program per CPU instruction set (seconds) only to log a
+    warning, and dossier's verification has judged the host's instruction sets already."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / ".shim")])}
+    code = "import sys, dossier; dossier.load(sys.argv[1]); print('loaded')"
+    res = subprocess.run([sys.executable, "-X", "importtime", "-c", code, str(mlp_bundle)],
+                         capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert res.returncode == 0 and "loaded" in res.stdout, res.stderr[-2000:]
+    names = {ln.split("|")[-1].strip() for ln in res.stderr.splitlines()
+             if ln.startswith("import time:")}
+    assert "torch" in names and "dossier.backends.torch_inductor.runner" in names
+    assert not {"torch._inductor", "torch._inductor.cpu_vec_isa"} & names

@@ -302,7 +302,7 @@ class TorchInductorBackend(Backend):
                                                            cxx_runtime.system_libstdcxx())
                                      + " (loading it without would crash this process)")
         # a corrupt package, a missing ISA, a driver: native errors, mapped by load()
-        compiled = load_package(engine, cuda=device.startswith("cuda"), single_threaded=graphs)
+        compiled = load_package(engine, single_threaded=graphs)
         return TorchInductorRunner(compiled, "cuda" if device.startswith("cuda") else "cpu",
                                    inputs, outputs, precision, cuda_graph=graphs)
 

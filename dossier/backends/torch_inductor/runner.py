@@ -32,20 +32,21 @@ class _PackageModel:
         return self._unflatten(self._loader.run(list(args)), self._out_spec)
 
 
-def load_package(engine: Path, *, cuda: bool, single_threaded: bool) -> Any:
-    """``aoti_load_package`` without its CPU probe for a CUDA package.
+def load_package(engine: Path, *, single_threaded: bool) -> Any:
+    """``aoti_load_package`` without its host probe.
 
     ``aoti_load_package`` compares the package's device facts with this host's, which calls
     ``pick_vec_isa()``: it compiles and runs a test program per CPU instruction set (35 s on an
-    H200 host, in every fresh process) only to log a warning. A CUDA package has no CPU kernels
-    and dossier compares hosts itself (the fingerprint), so a CUDA package is loaded by the
-    package loader directly. CPU packages (whose ISA matters) and torch versions without that
-    loader go through ``aoti_load_package``.
+    H200 host, 3 s on a 2-core CPU host, in every fresh process), and imports
+    ``torch._inductor`` (1-4 s), only to log a warning on a mismatch. dossier compares hosts
+    itself, before a load (the fingerprint: a CPU package on a host without the instruction
+    sets it was compiled for is INVALID), so every package is loaded by the package loader
+    directly; torch versions without that loader go through ``aoti_load_package``.
     """
     import torch
 
     loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
-    if cuda and loader is not None and hasattr(loader, "run"):
+    if loader is not None and hasattr(loader, "run"):
         try:
             return _PackageModel(loader(str(engine), "model", single_threaded, 1, -1))
         except TypeError:  # another signature in this torch: the public entry point
