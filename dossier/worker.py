@@ -283,10 +283,11 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         engines = timed_engines(backend, vset, pair, first)
         warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
         cand, ref = sample_rounds(engines, req.timing, 1)
-    except EngineRuntimeError as exc:
-        return {**base, "outcome": "runtime_error", "reason": str(exc)}
-    except MemoryError:
-        return {**base, "outcome": "crashed", "reason": "out of memory while running"}
+    except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
+        failed = {"build_s": build_s, "facts": info.facts}
+        if isinstance(exc, MemoryError):
+            return {**failed, "outcome": "crashed", "reason": "out of memory while running"}
+        return {**failed, "outcome": "runtime_error", "reason": str(exc)}
     outcome = "ok" if acc else "rejected"
     (samples, rounds), (base_samples, base_rounds) = flatten(cand), flatten(ref)
     return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": samples,

@@ -347,17 +347,3 @@ def test_run_bundle_in_the_library(bundle: Path, tmp_path: Path) -> None:
     done = run_bundle(bundle, check=True, host=_host(bundle, tmp_path))
     assert done.check is not None and done.check.passed and done.inputs_from.endswith("pair-000")
     assert done.summary()["outputs"] == {"logits": {"shape": [1, 10], "dtype": "float32"}}
-
-
-@pytest.mark.slow
-def test_the_parity_bench_runs_tiny(tmp_path: Path) -> None:
-    """``bench/load_parity.py --tiny``, the smoke run CI can afford (its numbers mean nothing)."""
-    out = tmp_path / "parity.json"
-    res = subprocess.run([sys.executable, str(h.REPO / "bench" / "load_parity.py"), "--tiny",
-                          "--sample", "convnet", "--out", str(out)], capture_output=True,
-                         text=True, timeout=600, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    data = json.loads(out.read_text())
-    (r,) = data["results"]
-    assert data["tiny"] and r["bundle"] == "convnet-1" and r["rounds"] == 4
-    assert r["ratio_served_to_tuner"] > 0 and r["served_ms"]["n"] == r["samples_per_engine"]

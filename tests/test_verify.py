@@ -132,9 +132,11 @@ def test_real_environment_change_is_invalid(bundle: Path, tmp_path: Path) -> Non
                    check=True)
     site_b = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                             check=True, capture_output=True, text=True).stdout.strip()
-    # everything else (dossier, numpy, pyarrow, ...) from this environment, after env B's own
+    # everything else (dossier, numpy, pyarrow, ...) from this environment, after env B's own:
+    # as a site directory, so that its own .pth files (the editable install's dossier_cli) run
     (Path(site_b) / "zz-dossier-deps.pth").write_text(
-        sysconfig.get_paths()["purelib"] + "\n" + str(Path(__file__).resolve().parents[1]) + "\n")
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+        + str(Path(__file__).resolve().parents[1]) + "\n")
     out = subprocess.run([str(py), "-m", "dossier_cli.main", "verify", str(bundle), "--json"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 11, out.stderr  # ExitCode.INVALID
