@@ -59,8 +59,10 @@ $(VENV)/.installed-ray: $(BIN)/dossier
 	$(BIN)/python -m pip install -q -e '.[ray]'
 	touch $(VENV)/.installed-ray
 
+# in one process: the Ray tests check what a search leaves in the temporary folder (its
+# measure workers' folders), which another Ray test running beside them would also write
 test-ray: setup $(VENV)/.installed-ray
-	$(BIN)/python -m pytest -q $(PYTEST_DIST) -m ray
+	$(BIN)/python -m pytest -q -p no:xdist -m ray
 
 lint: setup
 	$(BIN)/ruff check dossier cli tests samples bench
