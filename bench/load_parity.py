@@ -102,10 +102,9 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
 
     runner_device = ""
     feeds: list[Any] = [p.inputs for p in vset.pairs]
-    probe = backend.load(bundle / shipped.path, Route.parse(shipped.route))
-    device = str(getattr(probe, "device", "cpu"))
-    probe.close()
-    cuda = device.startswith("cuda") and probe.takes_tensors
+    first = backend.load(bundle / shipped.path, Route.parse(shipped.route))  # the tuner's
+    device = str(getattr(first, "device", "cpu"))
+    cuda = device.startswith("cuda") and first.takes_tensors
     if cuda:  # the serving process keeps its tensors on the device, as the tuner's runner does
         import torch
 
@@ -143,13 +142,15 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
         return backend.load(bundle / shipped.path, Route.parse(shipped.route))
 
     if backend.reload_per_block:  # loaded afresh for every block, as the tuner does
+        first.close()
+
         def served() -> Any:
             return served_timer(load_served())
 
         def tuner() -> Any:
             return _timers(load_tuner(), vset)
     else:  # loaded once and kept, as the tuner's worker does
-        kept_served, kept_tuner = served_timer(load_served()), _timers(load_tuner(), vset)
+        kept_served, kept_tuner = served_timer(load_served()), _timers(first, vset)
 
         def served() -> Any:
             return kept_served

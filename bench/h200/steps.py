@@ -615,6 +615,17 @@ def _shipped_run(run_dir: Path) -> Path:
     return (shipped or [f for _, f in finished])[-1]
 
 
+def _bundled(run_dir: Path, suffix: str, timeout: float) -> tuple[dict, Path | None]:
+    """``dossier bundle`` of ``run_dir`` into a fresh ``<run_dir>-<suffix>`` folder: the
+    command's record and the bundle made (None when it made none)."""
+    folder = run_dir.parent / f"{run_dir.name}-{suffix}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    made = _cli(["bundle", str(run_dir), "--out", str(folder), "--json"], timeout)
+    found = sorted(folder.glob("*.dossier"))
+    return made, (found[0] if made["rc"] == 0 and found else None)
+
+
 def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
     """Bundle a finished search (:func:`_shipped_run` picks one of a repeated step's runs),
     verify the bundle here (integrity, environment, the shipped engine's accuracy re-checked,
@@ -622,16 +633,10 @@ def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
     t0 = time.perf_counter()
     run_dir = _shipped_run(run_dir)
     rec: dict[str, Any] = {"step": "bundle", "run_dir": str(run_dir)}
-    folder = run_dir.parent / f"{run_dir.name}-bundle"
-    if folder.exists():
-        shutil.rmtree(folder)
-    made = _cli(["bundle", str(run_dir), "--out", str(folder), "--json"], timeout)
-    rec["bundle"] = made
-    found = sorted(folder.glob("*.dossier"))
-    if made["rc"] != 0 or not found:
+    rec["bundle"], bundle = _bundled(run_dir, "bundle", timeout)
+    if bundle is None:
         rec["ok"] = False
         return rec
-    bundle = found[0]
     rec["bundle_path"] = bundle.name
     rec["bundle_mb"] = round(sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file())
                              / 2**20, 1)
@@ -700,14 +705,9 @@ def step_serve(run_dir: Path, out: Path, timeout: float, firsts: int = 3,
     t0 = time.perf_counter()
     run_dir = _shipped_run(run_dir)
     rec: dict[str, Any] = {"step": "serve", "run_dir": str(run_dir), "firsts": []}
-    folder = run_dir.parent / f"{run_dir.name}-served"
-    if folder.exists():
-        shutil.rmtree(folder)
-    made = _cli(["bundle", str(run_dir), "--out", str(folder), "--json"], timeout)
-    found = sorted(folder.glob("*.dossier"))
-    if made["rc"] != 0 or not found:
+    made, bundle = _bundled(run_dir, "served", timeout)
+    if bundle is None:
         return {**rec, "bundle": made, "ok": False}
-    bundle = found[0]
     rec["bundle_path"] = bundle.name
     for i in range(2 * firsts):  # torch imported by dossier.load, then imported before it
         file = out / f"first-{run_dir.name}-{i}.json"

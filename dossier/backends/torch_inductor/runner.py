@@ -131,16 +131,19 @@ class TorchInductorRunner(Runner):
         CUDA graphs, the graph of their shapes (captured on first sight of the shapes)."""
         if isinstance(inputs, _Prepared):
             return inputs
-        missing = [n for n in self._inputs if n not in inputs]
-        if missing:
-            raise EngineRuntimeError(f"inputs {missing} are missing (the engine takes "
-                                     f"{self._inputs})")
+        self._check_names(inputs)
         torch = self._torch
         args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[n])).to(self._device)
                      for n in self._inputs)
         if self._cuda:
             torch.cuda.synchronize()
         return self._ready(args)
+
+    def _check_names(self, inputs: Mapping[str, Any]) -> None:
+        missing = [n for n in self._inputs if n not in inputs]
+        if missing:
+            raise EngineRuntimeError(f"inputs {missing} are missing (the engine takes "
+                                     f"{self._inputs})")
 
     def _ready(self, args: tuple[Any, ...]) -> _Prepared:
         """``args`` with the graph of their shapes (captured on first sight of the shapes)."""
@@ -199,10 +202,7 @@ class TorchInductorRunner(Runner):
         calls are). Inputs on another device are moved; with CUDA graphs they are copied into
         the static buffers and the outputs are copies of the static outputs, as in :meth:`run`."""
         torch = self._torch
-        missing = [n for n in self._inputs if n not in inputs]
-        if missing:
-            raise EngineRuntimeError(f"inputs {missing} are missing (the engine takes "
-                                     f"{self._inputs})")
+        self._check_names(inputs)
         if not all(isinstance(inputs[n], torch.Tensor) for n in self._inputs):
             raise EngineRuntimeError("run_tensors takes torch tensors")
         args = tuple(inputs[n].to(self._device).contiguous() for n in self._inputs)
