@@ -11,6 +11,7 @@ dossier's own errors and MemoryError (a crashed trial) pass unchanged.
 from __future__ import annotations
 
 import abc
+import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -324,8 +325,19 @@ class Backend(abc.ABC):
     native_errors: ClassVar[NativeErrors] = (Exception,)
     """Exception types the compiler raises for a failure it reports (a failed build, an engine
     that does not load); others propagate as bugs."""
+    runtime_modules: ClassVar[tuple[str, ...]] = ()
+    """The modules a process that loads this backend's engines imports (:meth:`import_runtime`)."""
 
     # ------------------------------------------------------------------ public, checked
+    def import_runtime(self) -> None:
+        """Import the library that loads this backend's engines, touching no device and no
+        engine: what a loading process may do while it waits for its turn or while its bundle
+        is being checked (``import torch`` alone takes seconds). Nothing when the library is
+        missing: :meth:`load` says so."""
+        if self.available():
+            for name in self.runtime_modules:
+                importlib.import_module(name)
+
     def knob_database(self) -> KnobDatabase:
         """Every knob this backend exposes on this host (read once per instance)."""
         db: KnobDatabase | None = self.__dict__.get("_knob_database")

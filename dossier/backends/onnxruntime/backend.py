@@ -39,6 +39,7 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
     engine_suffix = ".ort"
+    runtime_modules = ("onnxruntime",)
     requirement = "pip install onnxruntime"
 
     def available(self) -> bool:

@@ -161,6 +161,7 @@ class TensorRTBackend(Backend):
 
     name = "tensorrt"
     engine_suffix = ".plan"
+    runtime_modules = ("tensorrt",)
     requirement = ("pip install tensorrt cuda-python (enterprise TensorRT >= 11.1 on Linux with "
                    "an NVIDIA GPU; build routes are not in TensorRT-RTX nor on Windows)")
     build_cores = 0  # tactic selection times kernels on the GPU: concurrent builds disturb it
