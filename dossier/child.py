@@ -6,6 +6,10 @@ parent-death signal and memory limit set by the child itself at start (see
 :func:`dossier.worker.main`): no pre-exec hook runs between fork and exec. A child that exceeds
 its wall-clock limit is killed; time spent paused (SIGSTOP, while the parent measures another
 trial) does not count against the limit.
+
+A child started *on standby* (:meth:`Child.go`) runs its interpreter start, its imports and its
+backend's setup, then waits, loading nothing, until the parent hands it its final request: the
+confirmation starts its next measuring process so while one measures.
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ class Child:
     """One started worker process."""
 
     def __init__(self, req: WorkerRequest, work: Path, name: str, timeout: float,
-                 memory_mb: int | None, env: Mapping[str, str] | None = None) -> None:
+                 memory_mb: int | None, env: Mapping[str, str] | None = None, *,
+                 standby: bool = False) -> None:
+        """``standby``: start the process now, but let it do no more than its imports and
+        setup until :meth:`go`; its time limit counts from then."""
         self.name = name
         self.timeout = timeout
         self.log = work / f"{name}.log"
@@ -46,7 +53,7 @@ class Child:
             "spawned_at": time.time(), "parent_pid": os.getpid(), "memory_mb": memory_mb,
             "result": str(work / f"{name}.result.json"), "stage": str(work / f"{name}.stage")})
         self.work = work
-        req_path = work / f"{name}.request.json"
+        req_path = self._request_path = work / f"{name}.request.json"
         with host_io(work, f"starting {name}"):
             req_path.write_text(self.req.model_dump_json())
             Path(self.req.result).unlink(missing_ok=True)
@@ -57,12 +64,34 @@ class Child:
         self.paused_s = 0.0
         self._paused_at: float | None = None
         self._result: WorkerResult | None = None
+        self.standby = standby
+        args = [sys.executable, "-m", "dossier.worker", *(["--standby"] if standby else []),
+                str(req_path)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                [sys.executable, "-m", "dossier.worker", str(req_path)], stdin=subprocess.DEVNULL,
+                args, stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
                 stdout=log, stderr=log, env=full_env, start_new_session=True)
-        logger.debug("%s: %s process %d started; its log: %s", name, req.mode, self.proc.pid,
-                     self.log)
+        logger.debug("%s: %s process %d started%s; its log: %s", name, req.mode, self.proc.pid,
+                     " on standby" if standby else "", self.log)
+
+    def go(self, req: WorkerRequest) -> None:
+        """Hand a child on standby its final request (same backend and setup, e.g. other
+        engines or another rotation offset); its time limit starts now. A child that ended
+        while it waited is read as such by :meth:`wait`."""
+        if not self.standby or self.proc.stdin is None:
+            raise ValueError(f"{self.name} was not started on standby")
+        final = req.model_copy(update={k: getattr(self.req, k) for k in (
+            "spawned_at", "parent_pid", "memory_mb", "result", "stage")})
+        with host_io(self.work, f"starting {self.name}"):
+            tmp = self._request_path.with_suffix(".go.tmp")
+            tmp.write_text(final.model_dump_json())
+            os.replace(tmp, self._request_path)
+        self.req = final
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        self.standby = False
+        self.started = time.monotonic()
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -92,8 +121,13 @@ class Child:
         """Kill the child's process group and reap it."""
         self._signal(signal.SIGKILL)
         self.proc.wait()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
     def _left(self) -> float:
+        if self.standby:  # waiting for its turn: no limit runs yet
+            return self.timeout
         return self.timeout - (time.monotonic() - self.started - self.paused_s)
 
     def poll(self) -> WorkerResult | None:

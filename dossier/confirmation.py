@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from dossier.errors import TuneError
 from dossier.knobs import KnobDatabase
@@ -55,11 +55,20 @@ class ProcessRun:
     rounds: list[list[list[float]]]
     warmup_runs: list[int]
     wall_s: float
+    """From the parent's asking to its result (a process started ahead: from its turn)."""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage of the process, as it reported them (startup, setup, standby, load,
+    warm, time...)."""
 
 
-MeasureProcess = Callable[[Sequence[tuple[Path, str]], int], ProcessRun]
-"""Runs one measuring process over engines ((path, route) each: the baseline, its second load,
-the candidates) with the given rotation offset."""
+class MeasureProcess(Protocol):
+    """Runs one measuring process over ``engines`` ((path, route) each: the baseline, its
+    second load, the candidates) with rotation offset ``offset``; ``more``: another process
+    may follow this one. One with a ``close()`` method (a process started ahead of its turn)
+    is closed when the confirmation ends."""
+
+    def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
+                 more: bool = True) -> ProcessRun: ...
 
 
 @dataclass
@@ -93,6 +102,9 @@ class Confirmation:
     level: float
     stopped: str
     wall_s: float
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage, summed over the measuring processes, and ``process``: their walls
+    from their turns to their results."""
 
 
 def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: int) -> None:
@@ -118,6 +130,18 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     """Run measuring processes until every candidate is decided or the cap is reached (or
     exactly ``fixed`` processes, deciding once at the end: ``verify --rebench``).
     ``on_process(n, cap, open_routes)`` is called after each process."""
+    try:
+        return _confirm(baseline, candidates, settings, measure, on_process, fixed)
+    finally:
+        close = getattr(measure, "close", None)
+        if callable(close):
+            close()
+
+
+def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
+             settings: TimingSettings, measure: MeasureProcess,
+             on_process: Callable[[int, int, list[str]], None] | None,
+             fixed: int | None) -> Confirmation:
     t0 = time.perf_counter()
     k = len(candidates)
     looks = [fixed] if fixed else settings.looks()
@@ -128,10 +152,13 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     bound = math.log1p(settings.min_effect)
     n = 0
     stopped = ""
+    phases: dict[str, float] = {}
     while n < looks[-1]:
         engines = [baseline, baseline, *(candidates[j] for j in open_)]
-        run = measure(engines, n)
+        run = measure(engines, n, more=n + 1 < looks[-1])
         n += 1
+        for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
+            phases[key] = phases.get(key, 0.0) + value
         base, second = run.rounds[0], run.rounds[1]
         d_aa = process_log(base, second, settings.confidence)
         aa.logs.append(d_aa)
@@ -163,7 +190,7 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                    f"{n} measuring processes")
     aa.comparison = judge(aa, settings, settings.alpha, aa=True)
     return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
-                        stopped=stopped, wall_s=time.perf_counter() - t0)
+                        stopped=stopped, wall_s=time.perf_counter() - t0, phases_s=phases)
 
 
 def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
@@ -178,7 +205,7 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
         base_samples, base_rounds = flatten(track.baseline)
         out.append(TrialRecord(
             index=first_index + len(out), route=t.route, role="confirm", outcome=Outcome.OK,
-            trial_s=result.wall_s, started_at=started,
+            trial_s=result.wall_s, started_at=started, phases_s=result.phases_s,
             timing=summarize(samples, settings.confidence, track.warmup_runs),
             comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
             sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
@@ -191,34 +218,82 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
 def local_processes(backend: str, validation: Path, settings: TimingSettings, *,
                     builder: dict[str, Any] | None = None, shapes: Sequence[ShapeEntry] = (),
                     work: Path, env: dict[str, str] | None = None,
-                    knobs: KnobDatabase | None = None) -> MeasureProcess:
+                    knobs: KnobDatabase | None = None) -> LocalProcesses:
     """Measuring processes on this host: one worker child each (its timeout is the trial
     timeout, its memory limit the trial memory limit), requests and logs under ``work``;
     ``knobs``: the search's knob database, which each process then need not read again."""
-    from dossier.child import run_child
-    from dossier.worker import MeasuredResult, WorkerRequest
+    return LocalProcesses(backend, validation, settings, builder=builder, shapes=shapes,
+                          work=work, env=env, knobs=knobs)
 
-    work.mkdir(parents=True, exist_ok=True)
 
-    def run(engines: Sequence[tuple[Path, str]], offset: int) -> ProcessRun:
+class LocalProcesses:
+    """:class:`MeasureProcess` on this host (see :func:`local_processes`). With
+    ``confirm_prestart``, each process that may have a successor starts it on standby
+    (:class:`dossier.child.Child`) as it begins: the successor's interpreter start and imports
+    overlap this one's loads, this one starts timing only once they are done, and the
+    successor loads nothing until this one has ended."""
+
+    def __init__(self, backend: str, validation: Path, settings: TimingSettings, *,
+                 builder: dict[str, Any] | None, shapes: Sequence[ShapeEntry], work: Path,
+                 env: dict[str, str] | None, knobs: KnobDatabase | None) -> None:
+        from dossier.backends import get_backend
+        from dossier.worker import WorkerRequest
+
+        work.mkdir(parents=True, exist_ok=True)
+        self.work, self.env, self.settings = work, env, settings
+        self.prestart = (get_backend(backend).prestart_measuring
+                         if settings.confirm_prestart is None else settings.confirm_prestart)
+        self.base = WorkerRequest(
+            mode="measure", backend=backend, model="", validation=str(validation),
+            threshold=1.0,  # unused: a measuring process judges nothing
+            timing=settings, baseline_route="", builder=dict(builder or {}),
+            shapes=list(shapes), result="", stage="", knobs=knobs)
+        self.next: Any = None
+        """The process started on standby for the next turn (a Child), if any."""
+
+    def _request(self, engines: Sequence[tuple[Path, str]], offset: int) -> Any:
+        return self.base.model_copy(update={
+            "baseline_route": engines[0][1], "engines": [(str(p), r) for p, r in engines],
+            "offset": offset})
+
+    def _start(self, req: Any, offset: int, standby: bool) -> Any:
+        from dossier.child import Child
+
+        s = self.settings
+        return Child(req, self.work, f"measure-{offset}", s.trial_timeout_s,
+                     s.trial_memory_limit_mb, self.env, standby=standby)
+
+    def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
+                 more: bool = True) -> ProcessRun:
+        from dossier.worker import MeasuredResult
+
+        req = self._request(engines, offset)
         t0 = time.perf_counter()
-        req = WorkerRequest(mode="measure", backend=backend, model="", validation=str(validation),
-                            threshold=1.0,  # unused: a measuring process judges nothing
-                            timing=settings, baseline_route=engines[0][1],
-                            builder=dict(builder or {}), shapes=list(shapes),
-                            engines=[(str(p), r) for p, r in engines], offset=offset, result="",
-                            stage="", knobs=knobs)
-        name = f"measure-{offset}"
-        result = run_child(req, work, name, settings.trial_timeout_s,
-                           settings.trial_memory_limit_mb, env)
+        child, self.next = self.next, None
+        if more and self.prestart:
+            # its request is a guess at the engines (go() hands it the final one); this
+            # process times only once that one is past its imports
+            self.next = self._start(self._request(engines, offset + 1), offset + 1, standby=True)
+            req = req.model_copy(update={"then": (self.next.req.stage, self.next.proc.pid)})
+        if child is not None:
+            child.go(req)
+        else:
+            child = self._start(req, offset, standby=False)
+        result = child.wait()
+        wall = time.perf_counter() - t0
         if not isinstance(result, MeasuredResult):
+            self.close()
             raise TuneError(f"confirmation: measuring process {offset + 1} ended "
                             f"{result.outcome}: {getattr(result, 'reason', '')}".strip(),
-                            hint=f"its log is {work / (name + '.log')}")
-        return ProcessRun(rounds=result.rounds, warmup_runs=result.warmup_runs,
-                          wall_s=time.perf_counter() - t0)
+                            hint=f"its log is {child.log}")
+        return ProcessRun(rounds=result.rounds, warmup_runs=result.warmup_runs, wall_s=wall,
+                          phases_s=dict(result.phases_s))
 
-    return run
+    def close(self) -> None:
+        """Stop the process on standby, if any (the confirmation has ended)."""
+        child, self.next = self.next, None
+        if child is not None:
+            child.kill()
 
 
 def rule_text(settings: TimingSettings) -> str:

@@ -103,6 +103,12 @@ class TimingSettings(BaseModel):
     records hold 1 or 3 (their process generations)."""
     confirm_max_processes: int = Field(20, ge=1)
     """The cap: a confirmation still undecided after this many processes stops and says so."""
+    confirm_prestart: bool | None = None
+    """Start each measuring process's successor as it begins: the successor runs its
+    interpreter start and imports (``import torch`` takes seconds) while this one loads its
+    engines, this one starts timing only once those imports are done, and the successor loads
+    nothing until this one has ended, so processes still time one at a time. None: as the
+    backend says (on for engines whose loads take seconds: AOTInductor, TensorRT)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -80,6 +80,10 @@ class WorkerRequest(AccuracyRule):
     offset: int = 0
     """``measure``: which engine goes first in the first round (the rotation's start, so
     successive processes start with different engines)."""
+    then: tuple[str, int] | None = None
+    """``measure``: the process started on standby for the next turn, (its stage file, its
+    pid): this one starts timing only once that one has finished its imports (or ended), so
+    they never overlap the timing."""
     knobs: KnobDatabase | None = None
     """The search's knob database, read once by the parent: the child takes it instead of
     reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
@@ -343,9 +347,13 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     _stage(req, "load")
     pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
     engines = timed_engines(backend, vset, pairs)
-    _stage(req, "time")
+    if req.then is not None:
+        _stage(req, "wait")
+        _wait_for_standby(*req.then)
+    _stage(req, "warm")
     s = req.timing
     warm = [warm_up(e(), s, 1) for e in engines]
+    _stage(req, "time")
     k = len(engines)
     out: list[list[list[float]]] = [[] for _ in engines]
     for r in range(s.confirm_rounds):
@@ -363,6 +371,41 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
 
 
+def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:
+    """Import the backend's runtime, then wait (loading nothing) until the parent says go on
+    stdin, and return the final request it wrote to ``path``; leave at once on end of input
+    (the parent no longer needs this process)."""
+    _backend(req).import_runtime()
+    _stage(req, "standby")
+    if not sys.stdin.buffer.readline():
+        leave(0)
+    final = WorkerRequest.model_validate_json(path.read_text())
+    if final.mode != req.mode or final.backend != req.backend:
+        raise ValueError(f"a {req.mode} process of {req.backend} on standby was handed a "
+                         f"{final.mode} request of {final.backend}")
+    return final
+
+
+STANDBY_WAIT_S = 60.0
+"""The longest a measuring process waits for the next one's imports before timing anyway."""
+
+
+def _wait_for_standby(stage: str, pid: int) -> None:
+    """Return once the process ``pid`` (on standby, its stage file ``stage``) is past its
+    imports, has ended, or :data:`STANDBY_WAIT_S` has passed."""
+    until = time.monotonic() + STANDBY_WAIT_S
+    while time.monotonic() < until:
+        try:
+            if Path(stage).read_text() not in ("", "start", "setup"):
+                return
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return  # gone (or no /proc to ask): nothing left to wait for
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.005)
+
+
 _MODES = {"build": run_build, "trial": run_trial, "validate": run_validate,
           "measure": run_measure}
 
@@ -371,10 +414,14 @@ def main(argv: list[str]) -> int:
     """Entry point of the child process."""
     from dossier.diskfull import is_disk_full, probe
 
-    req = WorkerRequest.model_validate_json(Path(argv[1]).read_text())
+    standby = argv[1:2] == ["--standby"]
+    path = Path(argv[2] if standby else argv[1])
+    req = WorkerRequest.model_validate_json(path.read_text())
     _guard(req)
     startup = time.time() - req.spawned_at if req.spawned_at else None
     try:
+        if standby:
+            req = _stand_by(req, path)
         data = _MODES[req.mode](req)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is the trial's outcome
         if is_disk_full(exc):  # the host's fault, not the route's: say so by the exit status

@@ -34,7 +34,8 @@ class Simulated:
         self.block_sd, self.samples = block_sd, samples
         self.calls: list[list[str]] = []
 
-    def __call__(self, engines: Sequence[tuple[Path, str]], offset: int) -> ProcessRun:
+    def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
+                 more: bool = True) -> ProcessRun:
         self.calls.append([r for _, r in engines])
         state = float(np.exp(self.rng.normal(0, self.state_sd)))
         gain = float(np.exp(self.rng.normal(0, self.gain_sd)))

@@ -78,3 +78,115 @@ def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> No
         child.resume()
         os.killpg(child.proc.pid, signal.SIGKILL)
         child.proc.wait()
+
+
+def _measure_request(tmp: Path, samples_dir: Path, engine: Path, **kw: object) -> WorkerRequest:
+    timing = TimingSettings(confirm_rounds=2, confirm_warmup=1, confirm_runs=5,
+                            confirm_block_s=0.01, warmup_max_s=0.1, warmup_window=2)
+    return WorkerRequest(mode="measure", backend="onnxruntime", model="",
+                         validation=str(samples_dir / "convnet" / "validation"), threshold=1.0,
+                         timing=timing, baseline_route="", result="", stage="",
+                         **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def convnet_engine(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dossier.backends import get_backend
+    from dossier.routes import Route
+
+    out = tmp_path_factory.mktemp("engine") / "e.ort"
+    get_backend("onnxruntime").build(samples_dir / "convnet" / "model.onnx", Route.parse(""), out)
+    return out
+
+
+def test_a_child_on_standby_imports_then_waits_for_its_final_request(
+        tmp_path: Path, samples_dir: Path, convnet_engine: Path) -> None:
+    """Started on standby, a measuring process imports its backend's runtime and then waits,
+    having loaded nothing, however long; go() hands it the request it runs (other engines than
+    its provisional one), and its time limit counts from then."""
+    import time
+
+    from dossier.child import Child
+    from dossier.worker import MeasuredResult
+
+    guess = _measure_request(tmp_path, samples_dir, convnet_engine,
+                             engines=[(str(tmp_path / "not-there.ort"), "")])
+    child = Child(guess, tmp_path, "m", timeout=3.0, memory_mb=None, standby=True)
+    try:
+        deadline = time.monotonic() + 60
+        while child._stage() != "standby" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child._stage() == "standby" and child.proc.poll() is None
+        time.sleep(3.5)  # longer than its limit: waiting does not count
+        assert child.poll() is None and child.proc.poll() is None
+        final = _measure_request(tmp_path, samples_dir, convnet_engine,
+                                 engines=[(str(convnet_engine), "")] * 2, offset=1)
+        child.go(final)
+        result = child.wait()
+    finally:
+        child.kill()
+    assert isinstance(result, MeasuredResult), result
+    assert len(result.rounds) == 2 and all(len(r) == 2 for r in result.rounds)
+    assert result.phases_s["standby"] >= 3.5 and "load" in result.phases_s
+    assert {"warm", "time"} <= set(result.phases_s)
+
+
+def test_a_child_on_standby_that_fails_to_start_says_why_once_its_turn_comes(
+        tmp_path: Path, samples_dir: Path, convnet_engine: Path) -> None:
+    from dossier.child import Child
+
+    req = _measure_request(tmp_path, samples_dir, convnet_engine).model_copy(
+        update={"backend": "no-such-backend", "engines": [(str(convnet_engine), "")] * 2})
+    child = Child(req, tmp_path, "m", timeout=60.0, memory_mb=None, standby=True)
+    child.proc.wait(timeout=60)  # it ended during its setup, before its turn
+    child.go(req)  # the parent does not know yet: no error here
+    result = child.wait()
+    assert isinstance(result, FailedResult) and "during setup" in result.reason
+    with pytest.raises(ValueError, match="not started on standby"):
+        child.go(req)
+
+
+def test_a_child_on_standby_leaves_when_it_is_not_needed(
+        tmp_path: Path, samples_dir: Path, convnet_engine: Path) -> None:
+    from dossier.child import Child
+
+    req = _measure_request(tmp_path, samples_dir, convnet_engine,
+                           engines=[(str(convnet_engine), "")] * 2)
+    child = Child(req, tmp_path, "m", timeout=60.0, memory_mb=None, standby=True)
+    assert child.proc.stdin is not None
+    child.proc.stdin.close()  # end of input: the parent no longer needs it
+    assert child.proc.wait(timeout=60) == 0 and not (tmp_path / "m.result.json").exists()
+
+
+def test_a_measuring_process_waits_for_its_successors_imports(tmp_path: Path) -> None:
+    """Before timing, a measuring process waits while the process on standby for the next turn
+    is still in its setup (imports), and no longer once it is past it or has ended."""
+    import threading
+    import time
+
+    from dossier.worker import _wait_for_standby
+
+    stage = tmp_path / "next.stage"
+    stage.write_text("setup")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        timer = threading.Timer(0.4, lambda: stage.write_text("standby"))
+        timer.start()
+        t0 = time.monotonic()
+        _wait_for_standby(str(stage), sleeper.pid)
+        assert 0.35 < time.monotonic() - t0 < 5
+        stage.write_text("setup")
+        sleeper.kill()
+        sleeper.wait()  # reaped: its pid is gone
+        t0 = time.monotonic()
+        _wait_for_standby(str(stage), sleeper.pid)
+        assert time.monotonic() - t0 < 1
+        ended = subprocess.Popen(["true"])
+        time.sleep(0.3)  # ended, not yet reaped: a zombie
+        t0 = time.monotonic()
+        _wait_for_standby(str(stage), ended.pid)
+        assert time.monotonic() - t0 < 1
+        ended.wait()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

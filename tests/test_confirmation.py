@@ -151,9 +151,10 @@ def test_fixed_processes_decide_once_at_the_end() -> None:
 
 def test_measuring_processes_find_a_known_slowdown(engines: dict[str, Path], samples_dir: Path,
                                                   tmp_path: Path) -> None:
+    settings = SETTINGS.model_copy(update={"confirm_prestart": True})  # not ORT's default
     measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
-                                           SETTINGS, work=tmp_path / "w")
-    r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], SETTINGS, measure)
+                                           settings, work=tmp_path / "w")
+    r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure)
     assert r.processes == 3 and sorted(p.name for p in (tmp_path / "w").glob("*.log")) == [
         "measure-0.log", "measure-1.log", "measure-2.log"]
     c = r.candidates[0].comparison
@@ -161,6 +162,49 @@ def test_measuring_processes_find_a_known_slowdown(engines: dict[str, Path], sam
     assert r.candidates[0].status in ("futile", "undecided")  # 3 loaded processes may not tell
     assert len(r.candidates[0].samples) == 3 * SETTINGS.confirm_rounds  # rounds of 3 processes
     assert r.aa.comparison is not None and 0.8 < r.aa.comparison.speedup < 1.25
+    # each process but the last started its successor on standby and waited for its imports
+    # before timing; the successors waited for their turns
+    assert r.phases_s["standby"] > 0 and r.phases_s["wait"] >= 0
+    assert r.phases_s["process"] <= r.wall_s and r.phases_s["time"] > 0
+
+
+@pytest.mark.parametrize("prestart", [False, None], ids=["off", "onnxruntime-default"])
+def test_without_prestart_each_process_starts_at_its_turn(engines: dict[str, Path],
+                                                          samples_dir: Path, tmp_path: Path,
+                                                          prestart: bool | None) -> None:
+    """ONNX Runtime's loads take milliseconds: starting a successor ahead would save no more
+    than that, so its confirmation starts each process at its turn unless told otherwise."""
+    settings = SETTINGS.model_copy(update={"confirm_prestart": prestart})
+    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+                                           settings, work=tmp_path / "w")
+    r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure,
+                             fixed=2)
+    assert r.processes == 2 and "standby" not in r.phases_s and "wait" not in r.phases_s
+    assert r.phases_s["startup"] > 0 and r.phases_s["load"] > 0
+    assert get_backend("torch-inductor").prestart_measuring  # loads of seconds: on
+
+
+def test_a_confirmation_cut_short_stops_the_process_on_standby(engines: dict[str, Path],
+                                                              samples_dir: Path,
+                                                              tmp_path: Path) -> None:
+    """An error in the parent between processes (here: the observer raising) leaves no
+    process waiting on standby."""
+    settings = SETTINGS.model_copy(update={"confirm_prestart": True})
+    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+                                           settings, work=tmp_path / "w")
+
+    def stop(n: int, cap: int, open_routes: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure,
+                             on_process=stop)
+    assert measure.next is None
+    import subprocess
+
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "w" / "measure-1.request.json")],
+                          capture_output=True, text=True, check=False).stdout.split()
+    assert left == []
 
 
 def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,

@@ -336,6 +336,9 @@ def test_tune_pipeline_on_the_torch_mlp_sample(mlp_tuned) -> None:  # type: igno
     assert decision.reason
     knobs = json.loads((run / "knobs.json").read_text())
     assert knobs["backend"] == "torch-inductor"
+    confirms = [t for t in result.cache.trials if t.role == "confirm"]
+    assert confirms  # the confirmation's processes: each but the first started on standby
+    assert all(t.phases_s["standby"] > 0 and t.phases_s["process"] > 0 for t in confirms)
 
 
 # ---------------------------------------------------------------------------- slow

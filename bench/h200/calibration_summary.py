@@ -30,6 +30,26 @@ def _share(hits: int, n: int) -> dict:
     return {"hits": hits, "n": n, "ci": [round(ci.low, 3), round(ci.high, 3)]}
 
 
+def _start(c: dict) -> str:
+    """How its measuring processes started: each at its turn, or on standby ahead of it
+    (``confirm_prestart``; recorded since the phases were)."""
+    return "prestart" if "standby" in (c.get("phases_s") or {}) else "in turn"
+
+
+def _walls(conf: list[dict]) -> dict:
+    return {"median": round(statistics.median(c["wall_s"] for c in conf), 1),
+            "max": round(max(c["wall_s"] for c in conf), 1), "n": len(conf)}
+
+
+def _phases(conf: list[dict]) -> dict:
+    """Median seconds per measuring process of each phase, over the confirmations that
+    recorded phases (each confirmation's sum divided by its processes)."""
+    rows = [{k: v / c["processes"] for k, v in c["phases_s"].items()}
+            for c in conf if c.get("phases_s")]
+    keys = sorted({k for r in rows for k in r})
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 2) for k in keys}
+
+
 def summarise(files: list[Path]) -> dict:
     configs: dict[str, list[dict]] = {}
     tags = []
@@ -55,8 +75,11 @@ def summarise(files: list[Path]) -> dict:
             "lower_ends": [round(c["ci"][0], 3) for c in conf],
             "lowest_lower_end": round(min(c["ci"][0] for c in conf), 3),
             "processes": sorted({c["processes"] for c in conf}),
-            "confirmation_s": {"median": round(statistics.median(c["wall_s"] for c in conf), 1),
-                               "max": round(max(c["wall_s"] for c in conf), 1)},
+            "confirmation_s": _walls(conf),
+            "confirmation_s_by_start": {
+                start: _walls(group) for start in ("in turn", "prestart")
+                if (group := [c for c in conf if _start(c) == start])},
+            "process_phases_s": _phases(conf),
             "aa_readings": [round(c["aa"]["speedup"], 4) for c in conf if c.get("aa")],
             "aa_intervals_include_1": _share(
                 sum(c["aa"]["ci"][0] <= 1.0 <= c["aa"]["ci"][1] for c in conf if c.get("aa")),
@@ -71,6 +94,12 @@ def summarise(files: list[Path]) -> dict:
                 len(nxt)),
         }
     return out
+
+
+def _cost(c: dict) -> str:
+    by = c.get("confirmation_s_by_start") or {"in turn": c["confirmation_s"]}
+    return "; ".join(f"{start}: median {w['median']} s (max {w['max']} s, {w['n']})"
+                     for start, w in by.items())
 
 
 def markdown(s: dict) -> str:
@@ -88,11 +117,19 @@ def markdown(s: dict) -> str:
             f"{', '.join(f'{x:.2f}x' for x in c['speedups'])} | {c['lowest_lower_end']:.2f}x | "
             f"{min(aa):.3f}-{max(aa):.3f}x, interval holds 1.0 in "
             f"{c['aa_intervals_include_1']['hits']} of {c['aa_intervals_include_1']['n']} | "
-            f"median {c['confirmation_s']['median']} s (max {c['confirmation_s']['max']} s), "
+            f"{_cost(c)}, "
             f"{'/'.join(map(str, c['processes']))} processes | "
             f"{c['fresh_inside_prediction']['hits']} of {c['fresh_inside_prediction']['n']} | "
             f"{c['next_release_inside_prediction']['hits']} of "
             f"{c['next_release_inside_prediction']['n']} |")
+    phased = {n: c["process_phases_s"] for n, c in s["configs"].items() if c["process_phases_s"]}
+    if phased:
+        lines += ["", "Seconds per measuring process, medians over the confirmations that recorded "
+                  "them (`process`: from its turn to its result; `standby`: waiting, started "
+                  "ahead, before its turn; `wait`: for its successor's imports before timing):",
+                  ""]
+        lines += [f"- {n}: " + ", ".join(f"{k} {v}" for k, v in p.items())
+                  for n, p in phased.items()]
     return "\n".join(lines) + "\n"
 
 

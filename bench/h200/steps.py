@@ -528,6 +528,7 @@ def _confirm_reading(run_dir: Path) -> dict | None:
             "prediction": [c.prediction_low, c.prediction_high], "p_value": c.p_value,
             "level": c.level, "processes": c.processes, "process_speedups": c.process_speedups,
             "status": cand[-1].extra.get("confirmation"), "wall_s": cand[-1].trial_s,
+            "phases_s": {k: round(v, 3) for k, v in cand[-1].phases_s.items()},
             "aa": None if a is None else {"speedup": a.speedup,
                                           "ci": [a.speedup_ci_low, a.speedup_ci_high],
                                           "p_value": a.p_value}}

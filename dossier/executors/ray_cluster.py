@@ -240,7 +240,8 @@ class MeasureWorker:
             self.backend.name, self.vset, TimingSettings.model_validate_json(timing_json),
             builder=builder, shapes=[ShapeEntry.model_validate(x) for x in shapes],
             work=self.root / "confirm", env=self._env(*paths))
-        return asdict(measure(list(zip(paths, routes, strict=True)), offset))
+        # one process a call: no successor to start ahead on this worker
+        return asdict(measure(list(zip(paths, routes, strict=True)), offset, more=False))
 
 
 # --------------------------------------------------------------------------------- the driver
@@ -606,7 +607,7 @@ class RayScheduler:
 
         spec = self.requests.spec
 
-        def run(engines: Any, offset: int) -> ProcessRun:
+        def run(engines: Any, offset: int, /, *, more: bool = True) -> ProcessRun:
             blobs = [self._blob(Path(p)) for p, _ in engines]
             files = [(Path(p).name, d) for (p, _), (d, _) in zip(engines, blobs, strict=True)]
             for _ in range(ATTEMPTS):

@@ -161,6 +161,7 @@ class TensorRTBackend(Backend):
 
     name = "tensorrt"
     engine_suffix = ".plan"
+    prestart_measuring = True
     runtime_modules = ("tensorrt",)
     requirement = ("pip install tensorrt cuda-python (enterprise TensorRT >= 11.1 on Linux with "
                    "an NVIDIA GPU; build routes are not in TensorRT-RTX nor on Windows)")

@@ -87,6 +87,7 @@ class TorchInductorBackend(Backend):
     separate_build = True
     build_cores = 4
     build_memory_mb = 4096
+    prestart_measuring = True
     runtime_modules = ("torch",)
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
     fingerprint_compiler = True  # AOTInductor compiles and links with the host's C++ compiler
