@@ -8,7 +8,9 @@ constructor crashes. Two fixes work: build with a compiler that links libstdc++ 
 start the loading process with the system libstdc++ preloaded. :func:`choose` picks the first
 when such a compiler is found, else the second.
 
-Nothing here imports torch; compilers are probed by building a tiny shared object.
+Nothing here imports torch; compilers are probed by building a tiny shared object, once a
+process: a thread that asks while another thread probes waits for its answer (the host
+fingerprint is collected in a background thread while :func:`dossier.load` goes on).
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, ParamSpec, TypeVar, cast
 
 from dossier import elf
 
@@ -42,6 +47,27 @@ std::string dossier_probe(int x) { std::ostringstream s; s.imbue(std::locale());
   return s.str(); }
 """
 _MAX_MEMBER = 1 << 30
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Once(Generic[_P, _R]):
+    """``functools.cache`` whose misses are computed by one thread at a time: a second thread
+    asking for the same answer meanwhile waits for it instead of computing it again."""
+
+    def __init__(self, fn: Callable[_P, _R]) -> None:
+        cached = functools.cache(fn)
+        self._cached, self._clear = cast("Callable[_P, _R]", cached), cached.cache_clear
+        self._lock = threading.RLock()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return self._cached(*args, **kwargs)
+
+    def cache_clear(self) -> None:
+        """Forget the answers (tests)."""
+        self._clear()
 
 
 @dataclass(frozen=True)
@@ -113,7 +139,7 @@ def first_compiler() -> str | None:
     return shutil.which(exe)
 
 
-@functools.cache
+@_Once
 def probe(cxx: str) -> CompilerInfo | None:
     """Version of ``cxx`` and how the shared objects it builds link libstdc++; None when it does
     not run. Builds one tiny shared object (about a second)."""
@@ -138,7 +164,7 @@ def probe(cxx: str) -> CompilerInfo | None:
     return CompilerInfo(path=cxx, version=lines[0].strip(), libstdcxx=kind)
 
 
-@functools.cache
+@_Once
 def system_libstdcxx() -> str | None:
     """Path of the system ``libstdc++.so.6`` for this machine's word size (``ldconfig -p``)."""
     ldconfig = shutil.which("ldconfig") or next(
@@ -168,7 +194,7 @@ class CxxPlan:
     links it dynamically was found)."""
 
 
-@functools.cache
+@_Once
 def choose() -> CxxPlan:
     """The compiler to build with and whether loaders need a preload (probed once a process)."""
     first = first_compiler()

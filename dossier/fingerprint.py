@@ -13,7 +13,7 @@ import importlib.metadata
 import os
 import platform
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,9 @@ PACKAGES = (
       for s in _CUDA_SUFFIXES),
 )
 """Distributions whose installed versions are recorded (when installed)."""
+IMPORTED = ("torch",)
+"""Modules that :func:`collect` reads a fact from when they are imported already (torch's CUDA
+runtime version), never importing them."""
 
 _T = TypeVar("_T")
 
@@ -169,13 +172,21 @@ class Fingerprint(_Model):
     that inherit it; each TensorRT engine also records it."""
 
 
-def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fingerprint:
+def collect(*, include_gpu: bool = True, include_compiler: bool = False,
+            imported: Mapping[str, object] | None = None) -> Fingerprint:
     """Fingerprint this host. Never raises for a missing fact; never imports an engine library.
 
     Args:
         include_gpu: query NVML for GPUs (``pynvml`` from nvidia-ml-py, imported lazily).
         include_compiler: run the C++ compiler's ``--version`` (AOTInductor compiles with it).
+        imported: the modules of :data:`IMPORTED` taken as imported (default: those in
+            ``sys.modules`` now). A collection that runs in another thread is given the
+            caller's as they were when it started, so that what it records does not depend on
+            what the caller imports meanwhile (:func:`dossier.load` imports torch while the
+            fingerprint is collected).
     """
+    if imported is None:
+        imported = imported_now()
     packages = _packages()
     return Fingerprint(
         collected_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -185,12 +196,18 @@ def collect(*, include_gpu: bool = True, include_compiler: bool = False) -> Fing
         cpu=_cpu(),
         os=_os(),
         packages=packages,
-        cuda_runtime=_first(packages, "nvidia-cuda-runtime") or _torch_cuda(),
+        cuda_runtime=_first(packages, "nvidia-cuda-runtime") or _torch_cuda(imported),
         cudnn=_first(packages, "nvidia-cudnn"),
         gpus=_gpus() if include_gpu else [],
         **(_compiler() if include_compiler else {}),
         trt_internal_options=os.environ.get("TRT_INTERNAL_OPTIONS"),
     )
+
+
+def imported_now() -> dict[str, object]:
+    """The modules of :data:`IMPORTED` that this process has imported (``collect``'s
+    ``imported``)."""
+    return {name: sys.modules[name] for name in IMPORTED if sys.modules.get(name) is not None}
 
 
 def flatten(fp: Fingerprint) -> dict[str, str | None]:
@@ -315,8 +332,8 @@ def _first(packages: dict[str, str], stem: str) -> str | None:
     return next((packages[stem + s] for s in _CUDA_SUFFIXES if stem + s in packages), None)
 
 
-def _torch_cuda() -> str | None:
-    torch = sys.modules.get("torch")  # only if the caller imported it already; never import it
+def _torch_cuda(imported: Mapping[str, object]) -> str | None:
+    torch = imported.get("torch")  # only if the caller imported it already; never import it
     version = getattr(getattr(torch, "version", None), "cuda", None)
     return str(version) if version else None
 

@@ -24,6 +24,15 @@ package carries its own libstdc++ and it is not preloaded, with one CUDA graph p
 for a ``-cuda_graph=on`` route; TensorRT by deserializing the plan and creating one execution
 context.
 
+Time to first inference: the steps that do not depend on each other overlap. This host's
+fingerprint (a second, most of it the C++ compiler's probe of an AOTInductor bundle) is collected
+in a background thread while the calling thread imports the backend's runtime (``import
+torch``: seconds; :meth:`dossier.backends.Backend.import_runtime`, which touches no device and
+no engine) and then checks the signature and every file's integrity; the environment step
+takes the fingerprint when it is done. No engine byte is read before the checks and the verdict
+have passed: the runtime import is given the backend's name alone. A bundle refused by its
+checks has still had its runtime imported.
+
 Threads: an :class:`Engine` may be shared by threads. Calls are serialized by its lock (a
 captured CUDA graph replays over static buffers, and a TensorRT execution context runs one
 inference at a time), which is also how dossier timed it: one call at a time. A server that
@@ -33,6 +42,7 @@ wants calls in parallel loads one Engine per worker thread or process.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import warnings
@@ -53,6 +63,8 @@ if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
 
 OnSuboptimal = Literal["warn", "refuse", "ignore"]
+
+logger = logging.getLogger(__name__)
 
 
 class SuboptimalWarning(UserWarning):
@@ -237,10 +249,25 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         host=host if host is None or not isinstance(host, (str, os.PathLike)) else Path(host),
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
-        extract=True)  # the engine loaded is the copy whose bytes were checked
+        extract=True,  # the engine loaded is the copy whose bytes were checked
+        prepare_backend=import_runtime)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _judge(report, on_suboptimal)
         yield _load(bundle, report), bundle
+
+
+def import_runtime(backend: str) -> None:
+    """Import the runtime of the backend named ``backend`` (the bundle's manifest says which,
+    before it is checked): a known backend's :meth:`~dossier.backends.Backend.import_runtime`,
+    which reads no engine and touches no device. Raises nothing: an unknown backend, or a
+    runtime that is missing or fails to import, is reported by the load (or the verdict) in
+    its place."""
+    from dossier.backends import get_backend
+
+    try:
+        get_backend(backend).import_runtime()
+    except Exception as exc:  # said in the load's own words, after the checks
+        logger.debug("importing the runtime of %r ahead of the load failed: %s", backend, exc)
 
 
 def _judge(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
@@ -453,5 +480,5 @@ def _check(bundle: Bundle, pair: Any, outputs: Mapping[str, np.ndarray]) -> Chec
                  losses=dict(acc.losses[pair.name]), failure=acc.failure)
 
 
-__all__ = ["Check", "Engine", "OnSuboptimal", "RunResult", "SuboptimalWarning", "load",
-           "opened", "read_inputs", "run_bundle", "write_outputs"]
+__all__ = ["Check", "Engine", "OnSuboptimal", "RunResult", "SuboptimalWarning",
+           "import_runtime", "load", "opened", "read_inputs", "run_bundle", "write_outputs"]

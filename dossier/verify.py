@@ -18,6 +18,12 @@ in a child process for ``recheck`` and ``rebench``, so an engine that crashes th
 is a finding, not a crash of ``verify``. :func:`verified` keeps the checked bundle open for a
 loader (:func:`dossier.load`).
 
+Steps that do not depend on each other overlap: when this host's fingerprint is to be collected
+(no ``host`` given), it is collected in a background thread from the moment the bundle is open
+while the signature and integrity checks read the bundle, and taken at the environment step;
+``prepare_backend`` lets a loader do its own slow preparation (:func:`dossier.load` imports
+the backend's runtime) meanwhile. None of it reads an engine.
+
 Importing this module costs little (no numpy, no pyarrow, no backend): the environment step
 imports the backend's policy, the re-check and re-timing the worker and the timing procedure.
 """
@@ -29,6 +35,7 @@ import enum
 import importlib
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,8 +47,9 @@ from pydantic import BaseModel, ConfigDict, Field
 import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
+from dossier.bundle.manifest import FINGERPRINT_NAME
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
-from dossier.fingerprint import Fingerprint, collect, load_fingerprint
+from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
 from dossier.policy import (
     Finding,
@@ -55,6 +63,8 @@ from dossier.sigfile import signature_path
 from dossier.trial import Comparison, TimingSummary
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from dossier.registry.artifact import Pulled
     from dossier.signing import SignatureCheck
     from dossier.timing import TimingSettings
@@ -368,6 +378,27 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
                    inside=inside, regression=bool(reasons), reason=reason)
 
 
+def _compiler_recorded(bundle: Bundle) -> bool | None:
+    """Whether the bundle's tuning host recorded a C++ compiler (then this host's is probed
+    too), read ahead of the checks to start collecting this host's fingerprint early. None when
+    that cannot be told safely before the checks: an archive read lazily (reading would extract
+    a member), or a fingerprint.json that is not a regular file of its recorded size, or does
+    not parse. The environment step decides again on the checked file, and collects anew if
+    the two disagree."""
+    entry = bundle.manifest.table().get(FINGERPRINT_NAME)
+    if bundle.archive is not None or entry is None:
+        return None
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        with open(os.open(bundle.path / FINGERPRINT_NAME, flags), "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size != entry.size:
+                return None
+            return Fingerprint.model_validate_json(f.read(entry.size + 1)).compiler is not None
+    except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
+        return None
+
+
 def _names(group: Sequence[Finding], shown: int = 4) -> str:
     names = [f.field for f in group]
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown
@@ -409,6 +440,17 @@ class VerifyOptions:
     as far as the checks need."""
     workdir: Path | None = None
     """Where an archive is extracted (default: the system's temporary folder)."""
+    prepare_backend: Callable[[str], object] | None = None
+    """Called once, in the calling thread, with the manifest's backend name (e.g.
+    ``"torch-inductor"``) as soon as the bundle is open: after this host's fingerprint has
+    started to be collected in the background and before the signature and integrity checks,
+    so that what it does overlaps with them. :func:`dossier.load` imports the backend's
+    runtime there (:meth:`dossier.backends.Backend.import_runtime`: ``import torch`` takes
+    seconds). It is given the name alone, never the bundle, so nothing it does can read an
+    engine before the checks and the verdict have passed; it runs whether or not they then
+    refuse the bundle (it ran before they did). An exception it raises ends the verification
+    as one raised by the checks would (a DossierError as a refusal, with its report);
+    :func:`dossier.load`'s raises none."""
 
 
 StepObserver = Callable[[Step], None]
@@ -499,6 +541,12 @@ class _Run:
         self.signed: SignatureCheck | None = None
         self.signature_checked = False
         self.integrity: str | None = None
+        self.imported: dict[str, object] = {}
+        """What the caller had imported when the checks began (what the fingerprint reads)."""
+        self.host_future: Future[Fingerprint] | None = None
+        """This host's fingerprint, being collected in the background."""
+        self.host_compiler: bool | None = None
+        """The ``include_compiler`` it is being collected with."""
 
     # --------------------------------------------------------------------------- steps
     def _step(self, name: StepName, outcome: Outcome, detail: str, *,
@@ -550,8 +598,50 @@ class _Run:
 
     def checks(self, bundle: Bundle) -> VerifyReport:
         """Signature, integrity, then (unless integrity only) the environment and the optional
-        re-check and re-timing."""
+        re-check and re-timing; this host's fingerprint collected meanwhile, and
+        ``prepare_backend`` called before the checks. When this returns or raises, no thread
+        of the verification is left running."""
         self.bundle = bundle
+        self.current = StepName.SIGNATURE
+        self.imported = imported_now()  # before anything the verification imports itself
+        pool = self._collect_host(bundle)
+        try:
+            if self.opts.prepare_backend is not None:
+                self.opts.prepare_backend(bundle.manifest.backend)
+            return self._checks(bundle)
+        finally:
+            self.host_future = None
+            if pool is not None:  # a refusal before the environment step: not taken
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _collect_host(self, bundle: Bundle) -> ThreadPoolExecutor | None:
+        """Start collecting this host's fingerprint in a background thread, when the
+        environment step will need it and the bundle's tuning host says (safely, ahead of the
+        checks) whether the compiler is to be probed; the pool that runs it, or None."""
+        o = self.opts
+        if o.host is not None or o.integrity_only:
+            return None
+        include = _compiler_recorded(bundle)
+        if include is None:
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dossier-fingerprint")
+        self.host_future = pool.submit(collect, include_compiler=include, imported=self.imported)
+        self.host_compiler = include
+        return pool
+
+    def _host_here(self, tuning_host: Fingerprint) -> Fingerprint:
+        """This host's fingerprint: the one collected in the background when it was started
+        with what the checked tuning host asks for, else collected now. Either way collected
+        with the modules the caller had imported when the checks began."""
+        include = tuning_host.compiler is not None
+        future, self.host_future = self.host_future, None
+        if future is not None and self.host_compiler is include:
+            return future.result()  # what the collection raised, raised here
+        return collect(include_compiler=include, imported=self.imported)
+
+    def _checks(self, bundle: Bundle) -> VerifyReport:
         o = self.opts
         self.current = StepName.SIGNATURE
         scan = scan_bundle(bundle, self._digests(bundle.source))  # one read of every file
@@ -624,7 +714,7 @@ class _Run:
         elif o.host is not None:
             here = load_fingerprint(o.host)
         else:
-            here = collect(include_compiler=tuning_host.compiler is not None)
+            here = self._host_here(tuning_host)
         policy = default_policy(m.backend)
         if o.policy is not None:
             policy = load_policy(o.policy, policy)

@@ -6,7 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -91,6 +94,39 @@ def test_a_wrapper_compiler_that_embeds_libstdcxx_is_replaced_by_the_system_one(
         plan = cxx_runtime.choose()
         assert plan.override is None and plan.preload == cxx_runtime.system_libstdcxx()
     finally:
+        cxx_runtime.choose.cache_clear()
+
+
+def test_a_thread_asking_while_another_probes_waits_for_its_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host fingerprint is collected in a background thread while the loading thread goes
+    on: a second thread that asks for the plan meanwhile waits for the first one's probe
+    rather than building the probe's shared object a second time at once."""
+    calls: list[str] = []
+    release = threading.Event()
+
+    def slow_probe(cxx: str) -> cxx_runtime.CompilerInfo:
+        calls.append(cxx)
+        release.wait(10)
+        return cxx_runtime.CompilerInfo(cxx, "g++ 12", cxx_runtime.DYNAMIC)
+
+    monkeypatch.setattr(cxx_runtime, "probe", slow_probe)
+    monkeypatch.setattr(cxx_runtime, "first_compiler", lambda: "/opt/bin/g++")
+    cxx_runtime.choose.cache_clear()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(cxx_runtime.choose)
+            deadline = time.monotonic() + 10
+            while not calls and time.monotonic() < deadline:
+                time.sleep(0.01)
+            second = pool.submit(cxx_runtime.choose)
+            time.sleep(0.2)
+            assert calls == ["/opt/bin/g++"] and not second.done()  # waiting, not probing
+            release.set()
+            assert first.result(10) is second.result(10)
+        assert calls == ["/opt/bin/g++"]
+    finally:
+        release.set()
         cxx_runtime.choose.cache_clear()
 
 

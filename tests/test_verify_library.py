@@ -315,3 +315,12 @@ def test_verify_of_an_onnxruntime_bundle_imports_neither_the_tuner_nor_scipy(
     assert not heavy & names, heavy & names
     _, quick = _imported("verify", str(bundle), "--integrity-only")
     assert not {"numpy", "dossier.backends", "dossier.signing", "rich"} & quick
+
+
+def test_verify_collecting_this_hosts_fingerprint_imports_no_runtime(bundle: Path) -> None:
+    """This host's fingerprint collected (in a background thread): no engine library is
+    imported, as dossier.load imports one while its checks run."""
+    _, names = _imported("verify", str(bundle))
+    assert "dossier.verify" in names and "dossier.fingerprint" in names
+    runtimes = {n for n in names if n.split(".")[0] in ("onnxruntime", "torch", "tensorrt")}
+    assert not runtimes, runtimes
