@@ -17,7 +17,8 @@
 #   bundle=RUN         bundle run RUN of this tag (or, for a repeated step such as
 #                      resnet50_b1-calib, its last run that shipped a gain), verify it
 #                      (--recheck --rebench), explain it as HTML into $OUT
-#   serve=RUN          bundle run RUN as bundle= picks it, then time to first inference after
+#   serve=RUN          bundle run RUN as bundle= picks it (../TAG/RUN: a run of an earlier
+#                      tag on the same warm machine), then time to first inference after
 #                      dossier.load in 3 fresh processes and bench/load_parity.py on it
 #   procvar=RUN:N      process-to-process variance: N fresh-process re-measurements of the
 #                      baseline against itself and of the best route of run RUN (a folder of
@@ -91,7 +92,7 @@ merge() {
 run() {
     local name=$1 min=$2; shift 2
     N=$((N + 1))
-    local file; file="$RESULTS/$(printf %02d $N)-$name.json"
+    local file; file="$RESULTS/$(printf %02d $N)-${name//\//_}.json"  # serve=../TAG/RUN: no slash
     local budget; budget=$(left)
     if [ "$budget" -lt "$min" ]; then
         note "skip $name: ${budget}s left, it needs ${min}s"
