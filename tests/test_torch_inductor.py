@@ -410,6 +410,12 @@ def test_bench_scripts_run_on_a_cpu(tmp_path: Path) -> None:
     steps = {s["step"]: s for s in data["steps"]}
     assert steps["tune"]["ok"] and steps["tune"]["decision"] and steps["tune"]["fresh"]["ok"]
     assert steps["aa"]["reps_done"] == 2
+    assert steps["release"]["reps_done"] == 1 and steps["release"]["runs"][0]["confirmation"]
+    summary = tmp_path / "calibration"
+    subprocess.run([sys.executable, str(root / "bench" / "h200" / "calibration_summary.py"),
+                    str(out / "h200-t.json"), "--out", str(summary)], check=True)
+    assert json.loads(summary.with_suffix(".json").read_text())["releases"]["tiny_mlp_b8"][
+        "releases"] == 1
     md = tmp_path / "h200.md"
     subprocess.run([sys.executable, str(root / "bench" / "h200" / "summarize.py"), str(out),
                     "--out-json", str(tmp_path / "h200.json"), "--out-md", str(md)], check=True)

@@ -50,19 +50,44 @@ def _phases(conf: list[dict]) -> dict:
     return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 2) for k in keys}
 
 
-def summarise(files: list[Path]) -> dict:
+def _runs(files: list[Path], kind: str) -> tuple[list, dict[str, list[dict]]]:
+    """The tags, and per config the decided repetitions of the steps named ``kind``."""
     configs: dict[str, list[dict]] = {}
     tags = []
     for f in files:
         doc = json.loads(f.read_text())
         tags.append(doc.get("tag"))
         for step in doc.get("steps", []):
-            if step.get("step") != "calib":
+            if step.get("step") != kind:
                 continue
             for r in step.get("runs", []):
-                if r.get("ok") and r.get("confirmation"):
+                if r.get("ok") and (r.get("confirmation") or kind == "release"):
                     configs.setdefault(step["config"], []).append({**r, "tag": doc.get("tag")})
-    out: dict = {"files": [str(f) for f in files], "tags": tags, "configs": {}}
+    return tags, configs
+
+
+def releases(files: list[Path]) -> dict:
+    """The ``release`` steps (fast searches over every knob): per config, how many shipped the
+    CUDA-graph route, their readings, and the confirmation's time per candidate."""
+    out: dict = {}
+    for name, runs in _runs(files, "release")[1].items():
+        conf = [r["confirmation"] for r in runs if r.get("confirmation")]
+        graph = [r for r in runs if r.get("cuda_graph")]
+        out[name] = {
+            "releases": len(runs), "cuda_graph_shipped": _share(len(graph), len(runs)),
+            "shipped_routes": [r.get("shipped_route") if r.get("gain") else None for r in runs],
+            "speedups": [round(c["speedup"], 3) for c in conf],
+            "lower_ends": [round(c["ci"][0], 3) for c in conf],
+            "confirmation_s_per_candidate": [round(c["wall_s"] / max(c.get("candidates", 1), 1),
+                                                   1) for c in conf],
+        }
+    return out
+
+
+def summarise(files: list[Path]) -> dict:
+    tags, configs = _runs(files, "calib")
+    out: dict = {"files": [str(f) for f in files], "tags": tags, "configs": {},
+                 "releases": releases(files)}
     for name, runs in configs.items():
         runs.sort(key=lambda r: (r["tag"], r["rep"]))
         shipped = [r for r in runs if r.get("gain")]
@@ -122,6 +147,17 @@ def markdown(s: dict) -> str:
             f"{c['fresh_inside_prediction']['hits']} of {c['fresh_inside_prediction']['n']} | "
             f"{c['next_release_inside_prediction']['hits']} of "
             f"{c['next_release_inside_prediction']['n']} |")
+    if s.get("releases"):
+        lines += ["", "`release` steps (the `fast` search over every knob, repeated):", "",
+                  "| config | releases | shipped the CUDA-graph route | speedups (confirmation) "
+                  "| lower ends | confirmation per candidate |", "|---|---|---|---|---|---|"]
+        for name, r in s["releases"].items():
+            lines.append(
+                f"| {name} | {r['releases']} | {r['cuda_graph_shipped']['hits']} of "
+                f"{r['cuda_graph_shipped']['n']} | "
+                f"{', '.join(f'{x:.2f}x' for x in r['speedups'])} | "
+                f"{', '.join(f'{x:.2f}x' for x in r['lower_ends'])} | "
+                f"{', '.join(f'{x:.0f} s' for x in r['confirmation_s_per_candidate'])} |")
     phased = {n: c["process_phases_s"] for n, c in s["configs"].items() if c["process_phases_s"]}
     if phased:
         lines += ["", "Seconds per measuring process, medians over the confirmations that recorded "

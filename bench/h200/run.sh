@@ -14,6 +14,9 @@
 #                      cache: the first builds, the others measure)
 #   calib=C:N          N searches of config C's calibration spec (-cuda_graph=[off|on]), each
 #                      shipped gain re-measured independently (coverage); build cache as aa
+#   release=C:N        N fast searches of config C's search spec (release.toml: every knob),
+#                      build cache as aa: how often the CUDA-graph route ships with the
+#                      other knobs beside it
 #   bundle=RUN         bundle run RUN of this tag (or, for a repeated step such as
 #                      resnet50_b1-calib, its last run that shipped a gain), verify it
 #                      (--recheck --rebench), explain it as HTML into $OUT
@@ -126,6 +129,7 @@ tune() {  # tune CONFIG STRATEGIES
     done
 }
 aa() { run "aa-$1" 90 "$PY" bench/h200/steps.py aa --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
+release() { run "release-$1" 90 "$PY" bench/h200/steps.py release --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 calib() { run "calib-$1" 90 "$PY" bench/h200/steps.py calib --work "$WORK" --tag "$TAG" --config "$1" --reps "$2"; }
 serve() { run "serve-$1" 60 "$PY" bench/h200/steps.py serve --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
 bundle() { run "bundle-$1" 60 "$PY" bench/h200/steps.py bundle --run "$WORK/runs/$TAG/$1" --out "$OUT"; }
@@ -145,6 +149,7 @@ for step in "$@"; do
         tune=*:*) x=${step#tune=}; tune "${x%%:*}" "${x#*:}" ;;
         aa=*:*) x=${step#aa=}; aa "${x%%:*}" "${x#*:}" ;;
         calib=*:*) x=${step#calib=}; calib "${x%%:*}" "${x#*:}" ;;
+        release=*:*) x=${step#release=}; release "${x%%:*}" "${x#*:}" ;;
         bundle=*) bundle "${step#bundle=}" ;;
         serve=*) serve "${step#serve=}" ;;
         gpu1) specs "$ALL"; eager resnet50_b1,bert_b1,resnet50_b32,bert_b32; tune resnet50_b1 fast ;;
@@ -166,7 +171,7 @@ for step in "$@"; do
         plan3) tune bert_b32 full,fast,mixed ;;
         gpu7a) specs resnet50_b1,bert_b1; calib resnet50_b1 10 ;;
         gpu7b) calib bert_b1 5; aa resnet50_b1 10 ;;
-        smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2
+        smoke) specs tiny_mlp_b8; eager tiny_mlp_b8; tune tiny_mlp_b8 fast; aa tiny_mlp_b8 2; release tiny_mlp_b8 1
                calib tiny_mlp_b8 2 ;;
         *) note "unknown step $step"; echo "{\"step\": \"$step\", \"ok\": false, \"error\": \"unknown step\"}" \
                >"$RESULTS/$(printf %02d $((N += 1)))-unknown.json"; merge ;;
