@@ -677,41 +677,14 @@ def step_bundle(run_dir: Path, out: Path, timeout: float) -> dict:
 
 # ---------------------------------------------------------------------------------- serving
 def step_first(bundle: Path) -> dict:
-    """In this (fresh) process: import dossier, then (``BENCH_IMPORT_TORCH=1``) torch on its
-    own, timed apart (a serving process of a torch engine imports it anyway; the figure of
-    ``aoti_load_package`` this is compared with timed the call alone), then
-    ``dossier.load(bundle)`` (verification, the package loader, no ISA probe), the first call
-    on the first validation pair's host arrays (with a CUDA-graph route, the capture; numpy
-    out, so the call ends synchronized), then a second."""
-    t0 = time.perf_counter()
-    import numpy as np
+    """In this (fresh) process: ``bench/first_inference.py``'s ``first`` (import dossier, torch
+    apart with ``BENCH_IMPORT_TORCH=1``, ``dossier.load``, the first call, a second); the
+    figure of ``aoti_load_package`` this is compared with timed the call alone."""
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from first_inference import first
 
-    import dossier
-    from dossier.validation import load_validation_set
-
-    imported = time.perf_counter() - t0
-    torch_s = None
-    if os.environ.get("BENCH_IMPORT_TORCH") == "1":
-        t = time.perf_counter()
-        import torch  # noqa: F401
-
-        torch_s = round(time.perf_counter() - t, 3)
-    pair = load_validation_set(bundle / "validation").pairs[0]
-    t1 = time.perf_counter()
-    engine = dossier.load(bundle)
-    t2 = time.perf_counter()
-    out = engine(pair.inputs)
-    t3 = time.perf_counter()
-    engine(pair.inputs)
-    t4 = time.perf_counter()
-    err = max(float(np.max(np.abs(out[n].astype(np.float64) - pair.references[n])))
-              for n in pair.references)
-    return {"step": "first", "bundle": bundle.name, "route": engine.route,
-            "verdict": engine.report.verdict.value, "import_s": round(imported, 3),
-            "import_torch_s": torch_s,
-            "load_s": round(t2 - t1, 3), "first_call_s": round(t3 - t2, 3),
-            "time_to_first_inference_s": round(t3 - t1, 3),
-            "second_call_ms": round((t4 - t3) * 1e3, 3), "max_abs_error": err, "ok": True}
+    return {"step": "first", **first(bundle, import_torch=os.environ.get("BENCH_IMPORT_TORCH")
+                                     == "1"), "ok": True}
 
 
 def step_serve(run_dir: Path, out: Path, timeout: float, firsts: int = 3,
