@@ -81,9 +81,10 @@ class WorkerRequest(AccuracyRule):
     """``measure``: which engine goes first in the first round (the rotation's start, so
     successive processes start with different engines)."""
     then: tuple[str, int] | None = None
-    """``measure``: the process started on standby for the next turn, (its stage file, its
-    pid): this one starts timing only once that one has finished its imports (or ended), so
-    they never overlap the timing."""
+    """``measure`` and ``trial``: the process started on standby for the next turn (the next
+    measuring process, the next trial), (its stage file, its pid): this one starts timing
+    only once that one has finished its imports (or ended), so they never overlap the
+    timing."""
     knobs: KnobDatabase | None = None
     """The search's knob database, read once by the parent: the child takes it instead of
     reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
@@ -278,6 +279,9 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         outputs = {p.name: runner.run(p.inputs) for p in vset.pairs}
         acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
         base.update(losses=acc.losses, worst_loss=acc.worst)
+        if req.then is not None:  # the next trial's process is importing: not while timing
+            _stage(req, "wait")
+            _wait_for_standby(*req.then)
         _stage(req, "time")
         base_engine = Path(req.baseline_engine) if req.baseline_engine else engine
         # the baseline trial: an A/A check against a second load of itself
@@ -387,7 +391,8 @@ def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:
 
 
 STANDBY_WAIT_S = 60.0
-"""The longest a measuring process waits for the next one's imports before timing anyway."""
+"""The longest a measuring or trial process waits for the next one's imports before timing
+anyway."""
 
 
 def _wait_for_standby(stage: str, pid: int) -> None:
