@@ -248,7 +248,8 @@ def _same(fn: Timed) -> Timed:
 
 def run_trial(req: WorkerRequest) -> dict[str, Any]:
     """Build (unless the engine is in place), validate and time one route; return the raw
-    result."""
+    result. With ``then`` (the next trial's process on standby), wait for its imports once
+    both engines are loaded, before timing."""
     from dossier.backends import BuildError, BuildInfo, EngineRuntimeError
     from dossier.routes import Route
     from dossier.timing import flatten, sample_rounds, warm_up
@@ -279,9 +280,6 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         outputs = {p.name: runner.run(p.inputs) for p in vset.pairs}
         acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
         base.update(losses=acc.losses, worst_loss=acc.worst)
-        if req.then is not None:  # the next trial's process is importing: not while timing
-            _stage(req, "wait")
-            _wait_for_standby(*req.then)
         _stage(req, "time")
         base_engine = Path(req.baseline_engine) if req.baseline_engine else engine
         # the baseline trial: an A/A check against a second load of itself
@@ -289,6 +287,10 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         first = None if backend.reload_per_block else runner
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
         engines = timed_engines(backend, vset, pair, first)
+        if req.then is not None:  # the next trial's process imports: not while this one times
+            _stage(req, "wait")
+            _wait_for_standby(*req.then)
+            _stage(req, "time")
         warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
         cand, ref = sample_rounds(engines, req.timing, 1)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses

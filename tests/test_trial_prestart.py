@@ -160,3 +160,19 @@ def test_a_trial_whose_loader_environment_differs_starts_a_process_of_its_own(
     assert len(killed) == len(differs) + 1  # those standbys, and the last, unused one
     assert all(name.startswith("standby-") for name, _ in started)
     assert [e.get("DOSSIER_TEST_LOADER") for _, e in started] == [env[t.index] for t in trials]
+
+
+def test_with_build_jobs_the_first_trial_imports_while_its_build_runs(sample,
+                                                                    tmp_path: Path) -> None:
+    """Builds of their own (two build jobs): the first trial's process starts on standby while
+    its build is awaited, the others as the trial before begins; the builds paused while each
+    trial runs do not stop them; the results are those of a search without."""
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off",
+               build_jobs=2)
+    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on", build_jobs=2)
+    assert _found(on) == _found(off)
+    trials = [t for t in on.cache.trials if t.role != "confirm"]
+    assert all(t.phases_s["standby"] > 0 for t in trials)
+    assert any("startup_build" in t.phases_s for t in trials)  # built by build jobs
+    assert _standbys(tmp_path / "on" / ".work") == []

@@ -7,13 +7,14 @@ build's engine; every running build is paused while a trial is measured.
 
 With ``timing.trial_prestart`` (None: the backend's ``prestart_measuring``), each trial's
 process starts the next one's on standby as it begins (:class:`dossier.child.Child`): that one
-runs its interpreter start and its runtime's imports while this one builds, loads and
-validates, this one starts timing only once those imports are done, and that one loads nothing
-until its turn, when it is handed its final request (the next route is not known before). A
-standby is started under a neutral name (``standby-N``) and takes its trial's name, and log,
-at its turn. One whose environment would differ from its trial's (a reused engine's loader
-environment, set at exec) is not used: it is killed and the trial starts a process of its
-own. The standby started during the last trial is killed when the search ends or fails
+runs its interpreter start and its runtime's imports while this one builds, loads its engines
+and validates, this one starts timing only once those imports are done, and that one loads
+nothing until its turn, when it is handed its final request (the next route is not known
+before). A standby is started under a neutral name (``standby-N``) and takes its trial's name,
+and log, at its turn. One whose environment would differ from its trial's (a reused engine's
+loader environment, set at exec) is not used: it is killed and the trial starts a process of
+its own. The first trial's process starts on standby too while its build is awaited. The
+standby started during the last trial is killed when the search ends or fails
 (:meth:`LocalScheduler.drop_pending`); it dies with the search when that is killed.
 """
 
@@ -97,11 +98,13 @@ class LocalScheduler:
         req = job.req
         engine = Path(req.engine or "")
         build: Build | None = None
+        env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         if self.builds is not None and job.reuse is None:
+            if self.standby is None and self._prestart(req.timing):
+                self._stand_by(req, env)  # it imports while this trial's build is awaited
             build = self.builds.wait(route, index)
         started()
         t0 = time.perf_counter()
-        env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         result: WorkerResult
         if build is not None and build.result is not None \
                 and not isinstance(build.result, BuiltResult):
@@ -139,22 +142,27 @@ class LocalScheduler:
         """Run one trial's process: the one on standby when it can serve, else a fresh one;
         with prestart, the next trial's is started on standby first."""
         timing = req.timing
-        work = self.requests.work
         child = self._take(env)
         if self._prestart(timing):
-            # a guess at the next request: the setup is the search's, the rest comes at go()
-            guess = req.model_copy(update=dict.fromkeys(
-                ("route", "engine", "baseline_engine", "prebuilt", "then")))
-            nxt = Child(guess, work, f"standby-{self._standbys:04d}", timing.trial_timeout_s,
-                        timing.trial_memory_limit_mb, env, standby=True)
-            self._standbys += 1
-            self.standby = nxt, env
+            nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
         if child is None:
-            return run_child(req, work, name, timing.trial_timeout_s,
+            return run_child(req, self.requests.work, name, timing.trial_timeout_s,
                              timing.trial_memory_limit_mb, env)
         child.go(req, name=name)
         return child.wait()
+
+    def _stand_by(self, req: WorkerRequest, env: dict[str, str]) -> Child:
+        """Start a trial's process on standby in ``env``, its request a guess from ``req``:
+        the search's setup is right, the rest (route, engines) comes with go()."""
+        timing = req.timing
+        guess = req.model_copy(update=dict.fromkeys(
+            ("route", "engine", "baseline_engine", "prebuilt", "then")))
+        child = Child(guess, self.requests.work, f"standby-{self._standbys:04d}",
+                      timing.trial_timeout_s, timing.trial_memory_limit_mb, env, standby=True)
+        self._standbys += 1
+        self.standby = child, env
+        return child
 
     def _take(self, env: dict[str, str]) -> Child | None:
         """The process on standby, when it still waits and runs in ``env``; else None (one
