@@ -176,3 +176,26 @@ def test_with_build_jobs_the_first_trial_imports_while_its_build_runs(sample,
     assert all(t.phases_s["standby"] > 0 for t in trials)
     assert any("startup_build" in t.phases_s for t in trials)  # built by build jobs
     assert _standbys(tmp_path / "on" / ".work") == []
+
+
+def test_a_trial_whose_build_still_runs_starts_its_process_as_it_waits_for_it(
+        sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the next trial's build is still running as a trial begins (here: always said so),
+    that trial's process is not started then (which would make this one wait for its imports)
+    but as the wait for its build begins: every trial with a build runs in a prestarted
+    process, and none but the last waits for another's imports. A trial with no build to wait
+    for (it reuses an engine) then starts at its turn."""
+    from dossier.builds import Builds
+
+    monkeypatch.setattr(Builds, "pending", lambda self, route: True)
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    res = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "run",
+               build_jobs=2)
+    trials = [t for t in res.cache.trials if t.role != "confirm"]
+    assert len(trials) == 3 and all(t.outcome is Outcome.OK for t in trials)
+    reused = [bool(t.extra.get("reused_engine")) for t in trials]
+    assert reused.count(True) == 1
+    assert [t.phases_s.get("standby", 0) > 0 for t in trials] == [not r for r in reused]
+    # only the last (no next build known) started its successor as it began, and waited
+    assert ["wait" in t.phases_s for t in trials] == [False, False, True]
+    assert _standbys(tmp_path / "run" / ".work") == []

@@ -13,8 +13,10 @@ nothing until its turn, when it is handed its final request (the next route is n
 before). A standby is started under a neutral name (``standby-N``) and takes its trial's name,
 and log, at its turn. One whose environment would differ from its trial's (a reused engine's
 loader environment, set at exec) is not used: it is killed and the trial starts a process of
-its own. The first trial's process starts on standby too while its build is awaited. The
-standby started during the last trial is killed when the search ends or fails
+its own. When the next trial's build is still running as a trial begins (and for the first
+trial), the next trial's process starts on standby instead as the wait for that build begins:
+the import overlaps the build, not the trial before. The standby started during the last trial
+is killed when the search ends or fails
 (:meth:`LocalScheduler.drop_pending`); it dies with the search when that is killed.
 """
 
@@ -64,6 +66,7 @@ class LocalScheduler:
         self.standby: tuple[Child, dict[str, str]] | None = None
         """The next trial's process, started on standby, and the environment it runs in."""
         self._standbys = 0
+        self._wanted: dict[int, Route] = {}
 
     @property
     def requests(self) -> JobRequests:
@@ -90,6 +93,7 @@ class LocalScheduler:
                      timing.trial_memory_limit_mb, env)
 
     def want(self, route: Route, index: int) -> None:
+        self._wanted[index] = route
         if self.builds is not None:
             self.builds.want(route, index)
 
@@ -101,7 +105,9 @@ class LocalScheduler:
         env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         if self.builds is not None and job.reuse is None:
             if self.standby is None and self._prestart(req.timing):
-                self._stand_by(req, env)  # it imports while this trial's build is awaited
+                # the first trial, or one whose build was still running when the trial
+                # before began: its process imports while its build is awaited
+                self._stand_by(req, env)
             build = self.builds.wait(route, index)
         started()
         t0 = time.perf_counter()
@@ -126,7 +132,7 @@ class LocalScheduler:
             if self.builds is not None:
                 self.builds.pause()  # nothing else runs while a trial is timed
             try:
-                result = self._run(req, f"trial-{index:04d}", env)
+                result = self._run(req, index, env)
             finally:
                 if self.builds is not None:
                     self.builds.resume()
@@ -138,12 +144,17 @@ class LocalScheduler:
         return self.backend.prestart_measuring if timing.trial_prestart is None \
             else timing.trial_prestart
 
-    def _run(self, req: WorkerRequest, name: str, env: dict[str, str]) -> WorkerResult:
-        """Run one trial's process: the one on standby when it can serve, else a fresh one;
-        with prestart, the next trial's is started on standby first."""
+    def _run(self, req: WorkerRequest, index: int, env: dict[str, str]) -> WorkerResult:
+        """Run trial ``index``'s process: the one on standby when it can serve, else a fresh
+        one; with prestart, the next trial's is started on standby first, unless the next
+        trial is known to wait for its build (its process then starts as that wait begins,
+        and this trial need not wait for its imports)."""
         timing = req.timing
+        name = f"trial-{index:04d}"
         child = self._take(env)
-        if self._prestart(timing):
+        ahead = self._wanted.get(index + 1)
+        if self._prestart(timing) and not (
+                ahead is not None and self.builds is not None and self.builds.pending(ahead)):
             nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
         if child is None:
