@@ -13,11 +13,12 @@ nothing until its turn, when it is handed its final request (the next route is n
 before). A standby is started under a neutral name (``standby-N``) and takes its trial's name,
 and log, at its turn. One whose environment would differ from its trial's (a reused engine's
 loader environment, set at exec) is not used: it is killed and the trial starts a process of
-its own. When the next trial's build is still running as a trial begins (and for the first
-trial), the next trial's process starts on standby instead as the wait for that build begins:
-the import overlaps the build, not the trial before. The standby started during the last trial
-is killed when the search ends or fails
-(:meth:`LocalScheduler.drop_pending`); it dies with the search when that is killed.
+its own. With builds apart (:mod:`dossier.builds`), the next trial's process is started so only
+when its build is known to be done; otherwise (the next route is not known yet, its build still
+runs, and for the first trial) it starts on standby as the wait for that build begins: the
+import overlaps the build, not the trial before. A standby left unused is killed when the
+search ends or fails (:meth:`LocalScheduler.drop_pending`); it dies with the search when that
+is killed.
 """
 
 from __future__ import annotations
@@ -146,15 +147,16 @@ class LocalScheduler:
 
     def _run(self, req: WorkerRequest, index: int, env: dict[str, str]) -> WorkerResult:
         """Run trial ``index``'s process: the one on standby when it can serve, else a fresh
-        one; with prestart, the next trial's is started on standby first, unless the next
-        trial is known to wait for its build (its process then starts as that wait begins,
-        and this trial need not wait for its imports)."""
+        one; with prestart, the next trial's is started on standby first, unless its build
+        runs apart and is not known to be done (the next route is unknown, or its build still
+        runs): that process then starts as the wait for that build begins, and this trial
+        need not wait for its imports."""
         timing = req.timing
         name = f"trial-{index:04d}"
         child = self._take(env)
         ahead = self._wanted.get(index + 1)
-        if self._prestart(timing) and not (
-                ahead is not None and self.builds is not None and self.builds.pending(ahead)):
+        if self._prestart(timing) and (self.builds is None or (
+                ahead is not None and not self.builds.pending(ahead))):
             nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
         if child is None:
