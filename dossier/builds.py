@@ -172,6 +172,11 @@ class Builds:
             logger.debug("build of %s started; its log: %s", b.route, b.child.log)
             self._running.append(b)
 
+    def pending(self, route: Route) -> bool:
+        """Whether ``route``'s build is wanted and not yet finished (as of the last pump)."""
+        build = self._by_key.get(self.plan.key(route))
+        return build is not None and build.result is None
+
     def wait(self, route: Route, index: int) -> Build:
         """``route``'s finished build (queued and started first if needed)."""
         self.want(route, index)

@@ -9,7 +9,8 @@ trial) does not count against the limit.
 
 A child started *on standby* (:meth:`Child.go`) runs its interpreter start, its imports and its
 backend's setup, then waits, loading nothing, until the parent hands it its final request: the
-confirmation starts its next measuring process so while one measures.
+confirmation starts its next measuring process so while one measures, and the search its next
+trial's process while one trial runs.
 """
 
 from __future__ import annotations
@@ -74,12 +75,21 @@ class Child:
         logger.debug("%s: %s process %d started%s; its log: %s", name, req.mode, self.proc.pid,
                      " on standby" if standby else "", self.log)
 
-    def go(self, req: WorkerRequest) -> None:
+    def go(self, req: WorkerRequest, *, name: str | None = None) -> None:
         """Hand a child on standby its final request (same backend and setup, e.g. other
         engines or another rotation offset); its time limit starts now. A child that ended
-        while it waited is read as such by :meth:`wait`."""
+        while it waited is read as such by :meth:`wait`. ``name``: the name it goes by from
+        now on (started under a neutral one before it was known): its log is renamed to
+        match, its request, stage and result files keep the names it started with."""
         if not self.standby or self.proc.stdin is None:
             raise ValueError(f"{self.name} was not started on standby")
+        if name is not None and name != self.name:
+            log = self.work / f"{name}.log"
+            with host_io(self.work, f"starting {name}"), contextlib.suppress(FileNotFoundError):
+                os.replace(self.log, log)  # the process writes on into the same file
+            logger.debug("%s: process %d goes on as %s; its log: %s", self.name,
+                         self.proc.pid, name, log)
+            self.name, self.log = name, log
         final = req.model_copy(update={k: getattr(self.req, k) for k in (
             "spawned_at", "parent_pid", "memory_mb", "result", "stage")})
         with host_io(self.work, f"starting {self.name}"):

@@ -109,6 +109,11 @@ class TimingSettings(BaseModel):
     engines, this one starts timing only once those imports are done, and the successor loads
     nothing until this one has ended, so processes still time one at a time. None: as the
     backend says (on for engines whose loads take seconds: AOTInductor, TensorRT)."""
+    trial_prestart: bool | None = None
+    """The same for the search's trial processes: as each trial begins, the next trial's
+    process starts and imports its runtime, then waits, loading nothing, for its turn; this
+    trial starts timing only once those imports are done. None: as the backend says (as for
+    ``confirm_prestart``)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -81,9 +81,10 @@ class WorkerRequest(AccuracyRule):
     """``measure``: which engine goes first in the first round (the rotation's start, so
     successive processes start with different engines)."""
     then: tuple[str, int] | None = None
-    """``measure``: the process started on standby for the next turn, (its stage file, its
-    pid): this one starts timing only once that one has finished its imports (or ended), so
-    they never overlap the timing."""
+    """``measure`` and ``trial``: the process started on standby for the next turn (the next
+    measuring process, the next trial), (its stage file, its pid): this one starts timing
+    only once that one has finished its imports (or ended), so they never overlap the
+    timing."""
     knobs: KnobDatabase | None = None
     """The search's knob database, read once by the parent: the child takes it instead of
     reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
@@ -247,7 +248,8 @@ def _same(fn: Timed) -> Timed:
 
 def run_trial(req: WorkerRequest) -> dict[str, Any]:
     """Build (unless the engine is in place), validate and time one route; return the raw
-    result."""
+    result. With ``then`` (the next trial's process on standby), wait for its imports once
+    both engines are loaded, before timing."""
     from dossier.backends import BuildError, BuildInfo, EngineRuntimeError
     from dossier.routes import Route
     from dossier.timing import flatten, sample_rounds, warm_up
@@ -285,6 +287,10 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         first = None if backend.reload_per_block else runner
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
         engines = timed_engines(backend, vset, pair, first)
+        if req.then is not None:  # the next trial's process imports: not while this one times
+            _stage(req, "wait")
+            _wait_for_standby(*req.then)
+            _stage(req, "time")
         warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
         cand, ref = sample_rounds(engines, req.timing, 1)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
@@ -387,7 +393,8 @@ def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:
 
 
 STANDBY_WAIT_S = 60.0
-"""The longest a measuring process waits for the next one's imports before timing anyway."""
+"""The longest a measuring or trial process waits for the next one's imports before timing
+anyway."""
 
 
 def _wait_for_standby(stage: str, pid: int) -> None:

@@ -325,6 +325,10 @@ def test_tune_pipeline_on_the_torch_mlp_sample(mlp_tuned) -> None:  # type: igno
     assert [t.role for t in trials] == ["baseline", "search"]
     assert [t.route for t in trials] == ["-device=cpu -inductor:freezing=false",
                                          "-device=cpu -inductor:freezing=true"]
+    # trial_prestart is on for AOTInductor: each trial's process started on standby (the
+    # first's while its build ran, the second's as the first began or while its own build
+    # ran); the last started none (no next route)
+    assert all(t.phases_s["standby"] > 0 for t in trials) and "wait" not in trials[-1].phases_s
     for t in trials:
         assert t.outcome is Outcome.OK, t.reason
         assert t.worst_loss is not None and t.worst_loss < THRESHOLD

@@ -326,8 +326,9 @@ class Backend(abc.ABC):
     """Exception types the compiler raises for a failure it reports (a failed build, an engine
     that does not load); others propagate as bugs."""
     prestart_measuring: ClassVar[bool] = False
-    """The default of ``timing.confirm_prestart``: start each measuring process's successor
-    while it loads (worth it when loads take about as long as the runtime's import)."""
+    """The default of ``timing.confirm_prestart`` and ``timing.trial_prestart``: start each
+    measuring (trial) process's successor while it loads (worth it when loads take about as
+    long as the runtime's import)."""
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     """The modules a process that loads this backend's engines imports (:meth:`import_runtime`)."""
 

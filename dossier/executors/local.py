@@ -4,10 +4,26 @@ With one build job at a time, a backend that builds in the measuring process and
 cache, each trial is one child process that builds and measures. Otherwise builds run ahead of
 measurement, in parallel (:mod:`dossier.builds`), and each trial's measure job takes its
 build's engine; every running build is paused while a trial is measured.
+
+With ``timing.trial_prestart`` (None: the backend's ``prestart_measuring``), each trial's
+process starts the next one's on standby as it begins (:class:`dossier.child.Child`): that one
+runs its interpreter start and its runtime's imports while this one builds, loads its engines
+and validates, this one starts timing only once those imports are done, and that one loads
+nothing until its turn, when it is handed its final request (the next route is not known
+before). A standby is started under a neutral name (``standby-N``) and takes its trial's name,
+and log, at its turn. One whose environment would differ from its trial's (a reused engine's
+loader environment, set at exec) is not used: it is killed and the trial starts a process of
+its own. With builds apart (:mod:`dossier.builds`), the next trial's process is started so only
+when its build is known to be done; otherwise (the next route is not known yet, its build still
+runs, and for the first trial) it starts on standby as the wait for that build begins: the
+import overlaps the build, not the trial before. A standby left unused is killed when the
+search ends or fails (:meth:`LocalScheduler.drop_pending`); it dies with the search when that
+is killed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -30,7 +46,9 @@ from dossier.fingerprint import Fingerprint, collect
 from dossier.job_requests import JobRequests, TrialJob
 from dossier.routes import Route
 from dossier.timing import TimingSettings
-from dossier.worker import BuiltResult, Prebuilt, WorkerResult
+from dossier.worker import BuiltResult, Prebuilt, WorkerRequest, WorkerResult
+
+logger = logging.getLogger(__name__)
 
 
 class LocalScheduler:
@@ -46,6 +64,10 @@ class LocalScheduler:
         self.notes: list[str] = []
         self.builds: Builds | None = None
         self._requests: JobRequests | None = None
+        self.standby: tuple[Child, dict[str, str]] | None = None
+        """The next trial's process, started on standby, and the environment it runs in."""
+        self._standbys = 0
+        self._wanted: dict[int, Route] = {}
 
     @property
     def requests(self) -> JobRequests:
@@ -72,6 +94,7 @@ class LocalScheduler:
                      timing.trial_memory_limit_mb, env)
 
     def want(self, route: Route, index: int) -> None:
+        self._wanted[index] = route
         if self.builds is not None:
             self.builds.want(route, index)
 
@@ -80,12 +103,15 @@ class LocalScheduler:
         req = job.req
         engine = Path(req.engine or "")
         build: Build | None = None
+        env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         if self.builds is not None and job.reuse is None:
+            if self.standby is None and self._prestart(req.timing):
+                # the first trial, or one whose build was still running when the trial
+                # before began: its process imports while its build is awaited
+                self._stand_by(req, env)
             build = self.builds.wait(route, index)
         started()
         t0 = time.perf_counter()
-        timing = req.timing
-        env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         result: WorkerResult
         if build is not None and build.result is not None \
                 and not isinstance(build.result, BuiltResult):
@@ -107,14 +133,67 @@ class LocalScheduler:
             if self.builds is not None:
                 self.builds.pause()  # nothing else runs while a trial is timed
             try:
-                result = run_child(req, self.requests.work, f"trial-{index:04d}",
-                                   timing.trial_timeout_s, timing.trial_memory_limit_mb, env)
+                result = self._run(req, index, env)
             finally:
                 if self.builds is not None:
                     self.builds.resume()
             if build is not None:
                 result = with_build_phases(result, build)
         return result, time.perf_counter() - t0 + (build.spent_s if build else 0.0)
+
+    def _prestart(self, timing: TimingSettings) -> bool:
+        return self.backend.prestart_measuring if timing.trial_prestart is None \
+            else timing.trial_prestart
+
+    def _run(self, req: WorkerRequest, index: int, env: dict[str, str]) -> WorkerResult:
+        """Run trial ``index``'s process: the one on standby when it can serve, else a fresh
+        one; with prestart, the next trial's is started on standby first, unless its build
+        runs apart and is not known to be done (the next route is unknown, or its build still
+        runs): that process then starts as the wait for that build begins, and this trial
+        need not wait for its imports."""
+        timing = req.timing
+        name = f"trial-{index:04d}"
+        child = self._take(env)
+        ahead = self._wanted.get(index + 1)
+        if self._prestart(timing) and (self.builds is None or (
+                ahead is not None and not self.builds.pending(ahead))):
+            nxt = self._stand_by(req, env)
+            req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
+        if child is None:
+            return run_child(req, self.requests.work, name, timing.trial_timeout_s,
+                             timing.trial_memory_limit_mb, env)
+        child.go(req, name=name)
+        return child.wait()
+
+    def _stand_by(self, req: WorkerRequest, env: dict[str, str]) -> Child:
+        """Start a trial's process on standby in ``env``, its request a guess from ``req``:
+        the search's setup is right, the rest (route, engines) comes with go()."""
+        timing = req.timing
+        guess = req.model_copy(update=dict.fromkeys(
+            ("route", "engine", "baseline_engine", "prebuilt", "then")))
+        child = Child(guess, self.requests.work, f"standby-{self._standbys:04d}",
+                      timing.trial_timeout_s, timing.trial_memory_limit_mb, env, standby=True)
+        self._standbys += 1
+        self.standby = child, env
+        return child
+
+    def _take(self, env: dict[str, str]) -> Child | None:
+        """The process on standby, when it still waits and runs in ``env``; else None (one
+        that cannot serve is killed: a loader environment is set at exec, not later)."""
+        if self.standby is None:
+            return None
+        (child, its_env), self.standby = self.standby, None
+        if its_env == env and child.proc.poll() is None:
+            return child
+        logger.debug("%s: not used (%s); killed", child.name,
+                     "another environment" if its_env != env else "it ended while waiting")
+        child.kill()
+        return None
+
+    def _drop_standby(self) -> None:
+        if self.standby is not None:
+            (child, _), self.standby = self.standby, None
+            child.kill()
 
     def measure_process(self, timing: TimingSettings,
                         env: dict[str, str]) -> confirmation.MeasureProcess:
@@ -124,6 +203,7 @@ class LocalScheduler:
             shapes=r.spec.shapes, work=r.work / "confirm", env=env, knobs=r.db)
 
     def drop_pending(self) -> None:
+        self._drop_standby()  # no trial follows: the search has ended, or failed
         if self.builds is not None:
             self.builds.close()
 
