@@ -34,13 +34,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dossier.errors import TuneError
 from dossier.knobs import KnobDatabase
 from dossier.spec import ShapeEntry
 from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
 from dossier.trial import Comparison, Outcome, TrialRecord
+
+if TYPE_CHECKING:
+    from dossier.child import Child
+    from dossier.worker import WorkerRequest
 
 logger = logging.getLogger(__name__)
 
@@ -248,15 +252,15 @@ class LocalProcesses:
             threshold=1.0,  # unused: a measuring process judges nothing
             timing=settings, baseline_route="", builder=dict(builder or {}),
             shapes=list(shapes), result="", stage="", knobs=knobs)
-        self.next: Any = None
-        """The process started on standby for the next turn (a Child), if any."""
+        self.next: Child | None = None
+        """The process started on standby for the next turn, if any."""
 
-    def _request(self, engines: Sequence[tuple[Path, str]], offset: int) -> Any:
+    def _request(self, engines: Sequence[tuple[Path, str]], offset: int) -> WorkerRequest:
         return self.base.model_copy(update={
             "baseline_route": engines[0][1], "engines": [(str(p), r) for p, r in engines],
             "offset": offset})
 
-    def _start(self, req: Any, offset: int, standby: bool) -> Any:
+    def _start(self, req: WorkerRequest, offset: int, standby: bool) -> Child:
         from dossier.child import Child
 
         s = self.settings
