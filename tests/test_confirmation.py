@@ -161,7 +161,10 @@ def test_measuring_processes_find_a_known_slowdown(engines: dict[str, Path], sam
     assert c is not None and c.speedup < 0.9 and not c.faster
     assert r.candidates[0].status in ("futile", "undecided")  # 3 loaded processes may not tell
     assert len(r.candidates[0].samples) == 3 * SETTINGS.confirm_rounds  # rounds of 3 processes
-    assert r.aa.comparison is not None and 0.8 < r.aa.comparison.speedup < 1.25
+    # the A/A is a second load of the baseline: it reads far nearer 1 than the known slowdown
+    # (about 0.38x); 3 processes on a loaded 2-core host have read A/A means as low as 0.79x
+    assert r.aa.comparison is not None and r.aa.route == FAST
+    assert abs(math.log(r.aa.comparison.speedup)) < abs(math.log(c.speedup)) / 2
     # each process but the last started its successor on standby and waited for its imports
     # before timing; the successors waited for their turns
     assert r.phases_s["standby"] > 0 and r.phases_s["wait"] >= 0
