@@ -66,6 +66,7 @@ class Child:
         self._paused_at: float | None = None
         self._result: WorkerResult | None = None
         self.standby = standby
+        self.prestarted = standby
         args = [sys.executable, "-m", "dossier.worker", *(["--standby"] if standby else []),
                 str(req_path)]
         with open(self.log, "wb") as log:
@@ -102,6 +103,14 @@ class Child:
             self.proc.stdin.close()
         self.standby = False
         self.started = time.monotonic()
+
+    def ended_on_standby(self) -> bool:
+        """Whether this child, started on standby, has ended before it began its final
+        request (its last stage its start, its setup or its standby): it ran nothing of that
+        request, so its end says nothing of it (a stray signal, the host's memory killer, a
+        death between :meth:`go` and the request being read)."""
+        return self.prestarted and self.proc.poll() is not None \
+            and self._stage() in ("start", "setup", "standby")
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -281,9 +281,14 @@ class LocalProcesses:
             req = req.model_copy(update={"then": (self.next.req.stage, self.next.proc.pid)})
         if child is not None:
             child.go(req)
-        else:
+            result = child.wait()
+            if child.ended_on_standby():  # it measured nothing: a new process measures
+                logger.info("%s: ended on standby (%s); measuring in a new process", child.name,
+                            getattr(result, "reason", result.outcome))
+                child = None
+        if child is None:
             child = self._start(req, offset, standby=False)
-        result = child.wait()
+            result = child.wait()
         wall = time.perf_counter() - t0
         if not isinstance(result, MeasuredResult):
             self.close()

@@ -171,6 +171,23 @@ def test_measuring_processes_find_a_known_slowdown(engines: dict[str, Path], sam
     assert r.phases_s["process"] <= r.wall_s and r.phases_s["time"] > 0
 
 
+def test_a_measuring_process_that_died_on_standby_is_replaced(
+        engines: dict[str, Path], samples_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that ended on standby (here: killed just as its turn came) measured nothing:
+    a new process measures in its place, and the confirmation goes on to its looks."""
+    from test_trial_prestart import _killed_at_go
+
+    killed = _killed_at_go(monkeypatch)
+    settings = SETTINGS.model_copy(update={"confirm_prestart": True})
+    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+                                           settings, work=tmp_path / "w")
+    r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure)
+    assert killed == ["measure-1", "measure-2"] and r.processes == 3
+    assert len(r.aa.logs) == 3 and len(r.candidates[0].logs) == 3
+    assert "standby" not in r.phases_s  # every reading came from a process started at its turn
+
+
 @pytest.mark.parametrize("prestart", [False, None], ids=["off", "onnxruntime-default"])
 def test_without_prestart_each_process_starts_at_its_turn(engines: dict[str, Path],
                                                           samples_dir: Path, tmp_path: Path,

@@ -201,3 +201,38 @@ def test_a_trial_whose_build_still_runs_starts_its_process_as_it_waits_for_it(
     # none started its successor as it began (for the last, no next route is known)
     assert not any("wait" in t.phases_s for t in trials)
     assert _standbys(tmp_path / "run" / ".work") == []
+
+
+def _killed_at_go(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every process on standby dies (SIGKILL, as from the host's memory killer) just as its
+    turn comes, after the parent last saw it alive: the names of those killed."""
+    import os
+    import signal
+
+    from dossier.child import Child
+
+    go, killed = Child.go, []
+
+    def dies_first(self: Child, *args: object, **kw: object) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        killed.append(self.name)
+        go(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Child, "go", dies_first)
+    return killed
+
+
+def test_a_trial_whose_standby_died_runs_in_a_new_process(sample, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that ended on standby ran nothing of its trial: the trial runs in a new
+    process, and the search finds what one without prestart finds (no crash is put on a
+    route that never ran)."""
+    _, spec = sample("convnet", strategy="fast", selection=SELECTION)
+    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off")
+    killed = _killed_at_go(monkeypatch)
+    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on")
+    assert len(killed) == 2  # the second and third trials' processes
+    assert _found(on) == _found(off)
+    assert all(t.outcome is Outcome.OK for t in on.cache.trials if t.role != "confirm")
+    assert _standbys(tmp_path / "on" / ".work") == []

@@ -159,11 +159,15 @@ class LocalScheduler:
                 ahead is not None and not self.builds.pending(ahead))):
             nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
-        if child is None:
-            return run_child(req, self.requests.work, name, timing.trial_timeout_s,
-                             timing.trial_memory_limit_mb, env)
-        child.go(req, name=name)
-        return child.wait()
+        if child is not None:
+            child.go(req, name=name)
+            result = child.wait()
+            if not child.ended_on_standby():
+                return result
+            logger.info("%s: its process ended on standby (%s); the trial runs in a new one",
+                        name, getattr(result, "reason", result.outcome))
+        return run_child(req, self.requests.work, name, timing.trial_timeout_s,
+                         timing.trial_memory_limit_mb, env)
 
     def _stand_by(self, req: WorkerRequest, env: dict[str, str]) -> Child:
         """Start a trial's process on standby in ``env``, its request a guess from ``req``:
