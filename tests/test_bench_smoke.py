@@ -4,7 +4,7 @@ Each writes its results file with the command, date and host that produced it.
 
 Not here: bench/h200/ (GPU; ``bench/h200/run.sh smoke`` is tested in test_torch_inductor.py
 with --run-slow), bench/calibration.py, aa_check.py and bias_check.py (minutes of timing by
-design). bench/tensorrt_api.py needs a TensorRT bindings wheel and capstone, which CI does not
+design); trial_prestart.py's smoke builds two AOTInductor packages, so it runs with --run-slow. bench/tensorrt_api.py needs a TensorRT bindings wheel and capstone, which CI does not
 have: its pure parts are tested in test_tensorrt_api.py, and here it must at least start.
 """
 
@@ -71,6 +71,18 @@ def test_orchestration(tmp_path: Path) -> None:
     assert overhead["n"] == phases["trial"]["n"] >= 2 and overhead["median_s"] > 0
     assert overhead["median_s"] < phases["trial"]["median_s"]
     assert isinstance(data["goal_met"], bool)
+
+
+@pytest.mark.slow
+def test_trial_prestart(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    data = _script("trial_prestart.py", tmp_path)
+    assert data["engines_built_in_counted_searches"] == 0  # both ways from the build cache
+    on, off = data["on"], data["off"]
+    assert on["trials_per_search"] == off["trials_per_search"] == 2
+    assert "standby" in on["phases_after_the_first_trial"]
+    assert "standby" not in off["phases_after_the_first_trial"]
+    assert on["search_wall"]["n"] == off["search_wall"]["n"] == 1
 
 
 def test_cli_start(tmp_path: Path) -> None:
