@@ -260,3 +260,19 @@ def test_runner_checks_inputs_maps_native_errors_and_closes_once() -> None:
         _ToyRunner(RuntimeError("kernel failed")).timed(x)
     with pytest.raises(MemoryError):
         _ToyRunner(MemoryError()).run(x)
+
+
+def test_a_runner_that_takes_tensors_runs_them_itself() -> None:
+    """``run_tensors`` is offered (``dossier.load`` passes device tensors through) only where
+    the runner has its own ``run_tensors_impl``; the base one refuses."""
+    from dossier.backends.faulty.backend import _FaultyRunner
+    from dossier.backends.interface import Runner
+    from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
+    from dossier.backends.tensorrt.runner import TensorRTRunner
+    from dossier.backends.torch_inductor.runner import TorchInductorRunner
+
+    runners = (TorchInductorRunner, OnnxRuntimeRunner, TensorRTRunner, _FaultyRunner)
+    for cls in runners:
+        own = cls.run_tensors_impl is not Runner.run_tensors_impl
+        assert own == cls.takes_tensors, cls
+    assert TorchInductorRunner.takes_tensors  # the one that does, today

@@ -78,11 +78,24 @@ def test_each_format_is_a_class_chosen_by_name() -> None:
     assert all(format_class(n).documents == frozenset(Document)
                for n in ("text", "json", "markdown"))
     html = get_format("html")
-    assert html.supports(Document.explanation) and not html.supports(Document.overview)
+    assert Document.explanation in html.documents and Document.overview not in html.documents
     with pytest.raises(NotImplementedError, match="html format has no overview"):
         html.overview(_overview())
     with pytest.raises(ValueError):
         format_class("xml")
+
+
+def test_each_format_renders_every_document_it_claims() -> None:
+    """The base class's renderers refuse (NotImplementedError); a format claiming a document
+    must have its own, and the CLI offers a format only for the documents it claims."""
+    method = {Document.overview: "overview", Document.explanation: "explanation",
+              Document.verify: "verify_report"}
+    assert set(method) == set(Document)
+    for name in FormatName:
+        cls = format_class(name)
+        for document, attr in method.items():
+            own = getattr(cls, attr) is not getattr(Format, attr)
+            assert own == (document in cls.documents), (name, document)
 
 
 def test_inspect_json_is_the_overview_model_with_the_old_keys_and_its_schema() -> None:

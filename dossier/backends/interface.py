@@ -237,7 +237,8 @@ class Runner(abc.ABC):
 
     def run_tensors_impl(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """What :meth:`run_tensors` does; provided where :attr:`takes_tensors`."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} sets takes_tensors but has no "
+                                  "run_tensors_impl")
 
     def close(self) -> None:
         """Release the engine (once; later calls do nothing)."""

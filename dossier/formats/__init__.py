@@ -64,10 +64,6 @@ class Format:
     def __init__(self, *, color: bool = False, width: int | None = None) -> None:
         """``color`` and ``width`` apply to ``text`` (see :func:`get_format`)."""
 
-    def supports(self, document: Document) -> bool:
-        """Whether this format renders ``document``."""
-        return document in self.documents
-
     def overview(self, o: Overview) -> str:
         """The ``inspect`` overview."""
         raise NotImplementedError(f"the {self.name} format has no overview")
