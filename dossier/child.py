@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
-from dossier.worker import RESULT, FailedResult, WorkerRequest, WorkerResult
+from dossier.worker import IMPORTING, RESULT, FailedResult, WorkerRequest, WorkerResult
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Child:
         request, so its end says nothing of it (a stray signal, the host's memory killer, a
         death between :meth:`go` and the request being read)."""
         return self.prestarted and self.proc.poll() is not None \
-            and self._stage() in ("start", "setup", "standby")
+            and self._stage() in (*IMPORTING, "standby")
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -245,8 +245,7 @@ class LocalProcesses:
 
         work.mkdir(parents=True, exist_ok=True)
         self.work, self.env, self.settings = work, env, settings
-        self.prestart = (get_backend(backend).prestart_measuring
-                         if settings.confirm_prestart is None else settings.confirm_prestart)
+        self.prestart = get_backend(backend).prestarts(settings.confirm_prestart)
         self.base = WorkerRequest(
             mode="measure", backend=backend, model="", validation=str(validation),
             threshold=1.0,  # unused: a measuring process judges nothing

@@ -643,7 +643,6 @@ class _Run:
 
     def _checks(self, bundle: Bundle) -> VerifyReport:
         o = self.opts
-        self.current = StepName.SIGNATURE
         scan = scan_bundle(bundle, self._digests(bundle.source))  # one read of every file
         self.signed = self._signature(bundle, scan)
         self.signature_checked = True

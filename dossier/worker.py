@@ -287,10 +287,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         first = None if backend.reload_per_block else runner
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
         engines = timed_engines(backend, vset, pair, first)
-        if req.then is not None:  # the next trial's process imports: not while this one times
-            _stage(req, "wait")
-            _wait_for_standby(*req.then)
-            _stage(req, "time")
+        _let_the_next_import(req, "time")
         warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
         cand, ref = sample_rounds(engines, req.timing, 1)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
@@ -353,10 +350,7 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     _stage(req, "load")
     pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
     engines = timed_engines(backend, vset, pairs)
-    if req.then is not None:
-        _stage(req, "wait")
-        _wait_for_standby(*req.then)
-    _stage(req, "warm")
+    _let_the_next_import(req, "warm")
     s = req.timing
     warm = [warm_up(e(), s, 1) for e in engines]
     _stage(req, "time")
@@ -392,9 +386,21 @@ def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:
     return final
 
 
+IMPORTING = ("", "start", "setup")
+"""The stages of a process before its runtime is imported (then ``standby``, when started so,
+until its turn)."""
 STANDBY_WAIT_S = 60.0
 """The longest a measuring or trial process waits for the next one's imports before timing
 anyway."""
+
+
+def _let_the_next_import(req: WorkerRequest, then: str) -> None:
+    """With ``req.then`` (the next turn's process on standby), wait in stage ``wait`` for its
+    imports, so that they never overlap a timing; then enter stage ``then``."""
+    if req.then is not None:
+        _stage(req, "wait")
+        _wait_for_standby(*req.then)
+    _stage(req, then)
 
 
 def _wait_for_standby(stage: str, pid: int) -> None:
@@ -403,7 +409,7 @@ def _wait_for_standby(stage: str, pid: int) -> None:
     until = time.monotonic() + STANDBY_WAIT_S
     while time.monotonic() < until:
         try:
-            if Path(stage).read_text() not in ("", "start", "setup"):
+            if Path(stage).read_text() not in IMPORTING:
                 return
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):

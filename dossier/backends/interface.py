@@ -334,6 +334,11 @@ class Backend(abc.ABC):
     """The modules a process that loads this backend's engines imports (:meth:`import_runtime`)."""
 
     # ------------------------------------------------------------------ public, checked
+    def prestarts(self, setting: bool | None) -> bool:
+        """Whether processes start on standby under ``timing.confirm_prestart`` or
+        ``timing.trial_prestart`` set to ``setting`` (None: :attr:`prestart_measuring`)."""
+        return self.prestart_measuring if setting is None else setting
+
     def import_runtime(self) -> None:
         """Import the library that loads this backend's engines, touching no device and no
         engine: what a loading process may do while it waits for its turn or while its bundle

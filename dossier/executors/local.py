@@ -105,7 +105,7 @@ class LocalScheduler:
         build: Build | None = None
         env = self.backend.loader_env(Path(req.baseline_engine) if req.baseline_engine else None)
         if self.builds is not None and job.reuse is None:
-            if self.standby is None and self._prestart(req.timing):
+            if self.standby is None and self.backend.prestarts(req.timing.trial_prestart):
                 # the first trial, or one whose build was still running when the trial
                 # before began: its process imports while its build is awaited
                 self._stand_by(req, env)
@@ -141,10 +141,6 @@ class LocalScheduler:
                 result = with_build_phases(result, build)
         return result, time.perf_counter() - t0 + (build.spent_s if build else 0.0)
 
-    def _prestart(self, timing: TimingSettings) -> bool:
-        return self.backend.prestart_measuring if timing.trial_prestart is None \
-            else timing.trial_prestart
-
     def _run(self, req: WorkerRequest, index: int, env: dict[str, str]) -> WorkerResult:
         """Run trial ``index``'s process: the one on standby when it can serve, else a fresh
         one; with prestart, the next trial's is started on standby first, unless its build
@@ -155,7 +151,7 @@ class LocalScheduler:
         name = f"trial-{index:04d}"
         child = self._take(env)
         ahead = self._wanted.get(index + 1)
-        if self._prestart(timing) and (self.builds is None or (
+        if self.backend.prestarts(timing.trial_prestart) and (self.builds is None or (
                 ahead is not None and not self.builds.pending(ahead))):
             nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
