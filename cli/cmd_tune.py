@@ -38,7 +38,8 @@ def knobs(
     if as_json:
         print_json({"backend": db.backend, "tuner_version": db.tuner_version,
                     "digest": db.digest(),
-                    "knobs": [k.model_dump(mode="json") for k in items]})
+                    "knobs": [k.model_dump(mode="json") for k in items],
+                    "not_offered": b.knobs_not_offered()})
         return
     table = Table(title=f"{db.backend} knobs ({db.tuner_version}, {len(db.knobs)} knobs)")
     for col in ("knob", "allowed values", "default", "phase", "help"):
@@ -47,6 +48,8 @@ def knobs(
         table.add_row(escape("-" + k.name), escape(k.allowed_text().split("=", 1)[1]), k.default,
                       k.phase.value, escape(k.help + (" [numerics]" if k.changes_numerics else "")))
     out.print(table)
+    for why in b.knobs_not_offered().values():
+        out.print(f"not offered on this host: {escape(why)}")
 
 
 # ---------------------------------------------------------------------------------------- tune

@@ -31,8 +31,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dossier.audit.payback import Payback, payback
+from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
-from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
+from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.routes import Route
 from dossier.timing import PROCESS_TEST, TimingSettings
@@ -550,6 +551,10 @@ class Explanation(_Model):
     """Where the search record came from when dossier did not run the search ("trtexec tuning
     cache"); None for a dossier search. Such a record has no timing statistics, wall times or
     tuning host."""
+    trade: Trade | None = None
+    """The accuracy-speed trade: per route its worst loss per output and its speed, the
+    frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
+    :func:`dossier.audit.trade.informative`)."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -574,6 +579,7 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
              for r in rows}
     return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                          holdouts=cache.holdouts,
                           fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
                           inferences_per_day=inferences_per_day, horizon_days=horizon_days,
                           hosts=hosts, run_dir=run_dir if run_dir is not None
@@ -615,7 +621,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                    knobs: Mapping[int, Mapping[str, str]] | None = None,
                    fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
                    inferences_per_day: float | None = None, horizon_days: float | None = None,
-                   hosts: int | None = None, run_dir: Path | None = None) -> Explanation:
+                   hosts: int | None = None, run_dir: Path | None = None,
+                   holdouts: Sequence[HoldoutRecord] = ()) -> Explanation:
     """The explanation of a finished search (a tuning cache's records).
 
     ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
@@ -704,7 +711,15 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                             confirm_alpha).model_copy(update={"log": worker_log(run_dir, t)})
                 for t in trials],
         imported_from=imported,
+        trade=_trade(header, trials, decision, holdouts),
     )
+
+
+def _trade(header: CacheHeader, trials: Sequence[TrialRecord], decision: DecisionRecord,
+           holdouts: Sequence[HoldoutRecord]) -> Trade | None:
+    t = trade(trials, decision, header.threshold, header.metric, holdouts,
+              header.holdout.size if header.holdout else None)
+    return t if informative(t) else None
 
 
 def _knob_values(trials: Sequence[TrialRecord],
