@@ -250,7 +250,9 @@ class _Plan:
                 files += [Copy(root / name / "inputs.arrow", f"calibration/{name}/inputs.arrow")
                           for name, _ in data.samples]
         engine = self.run_dir / str(self.shipped.engine)
-        docs = _engine_documents(h.backend, engine)
+        # only a transformed engine has documents to read out (no backend asked otherwise)
+        docs = _engine_documents(h.backend, engine) \
+            if self.shipped.extra.get("quantization", "none") != "none" else {}
         files += [Data(f"engine/{name}", data) for name, data in sorted(docs.items())]
         if sets or docs:
             # the bundle's own folder names each set (the tuning host's paths stay behind)
