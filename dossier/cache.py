@@ -18,7 +18,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from dossier import __version__
-from dossier.datasets import DataSetIdentity
 from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
 from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
@@ -44,6 +43,20 @@ class FileIdentity(_Model):
     """Size in bytes."""
     digest: str
     """xxh3-128 of the content."""
+
+
+class DataSetIdentity(_Model):
+    """What a search records of one of its data sets: enough to name it and to notice that it
+    changed."""
+
+    role: str
+    """``calibration``, ``validation`` or ``holdout``."""
+    digest: str
+    """xxh3-128 over its tensors (:meth:`CalibrationSet.digest`, :meth:`ValidationSet.digest`)."""
+    size: int
+    """Samples (calibration) or pairs."""
+    path: str
+    """Where it was read from."""
 
 
 class CacheHeader(_Model):

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from dossier.cache import DataSetIdentity
 from dossier.diskfull import output_error
 from dossier.errors import InputError, OutputError, ValidationSetError
 from dossier.files import begin_staging, fsync_tree, rename_noreplace
@@ -68,22 +68,6 @@ class CalibrationSet:
     def feeds(self) -> list[dict[str, np.ndarray]]:
         """The inputs of every sample, in order (what a calibration reader hands out)."""
         return [dict(x) for _, x in self.samples]
-
-
-class DataSetIdentity(BaseModel):
-    """What a search records of one of its data sets: enough to name it and to notice that it
-    changed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    role: str
-    """``calibration``, ``validation`` or ``holdout``."""
-    digest: str
-    """xxh3-128 over its tensors (:meth:`CalibrationSet.digest`, :meth:`ValidationSet.digest`)."""
-    size: int
-    """Samples (calibration) or pairs."""
-    path: str
-    """Where it was read from."""
 
 
 def identity(role: str, data: CalibrationSet | ValidationSet) -> DataSetIdentity:

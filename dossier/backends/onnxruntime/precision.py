@@ -32,10 +32,9 @@ import json
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dossier.backends.interface import BuildError, first_line
-from dossier.datasets import CalibrationSet
 from dossier.hashing import digest_bytes
 from dossier.knobs import Knob, KnobPhase
 
@@ -64,6 +63,9 @@ EP_KNOB = "execution_provider"
 CPU, OPENVINO = "cpu", "openvino"
 OPENVINO_EP = "OpenVINOExecutionProvider"
 METADATA_KEY = "dossier.quantization"
+
+if TYPE_CHECKING:
+    from dossier.datasets import CalibrationSet
 
 
 def knobs() -> list[Knob]:
