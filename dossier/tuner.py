@@ -17,13 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dossier import __version__, confirmation
+from dossier import __version__, conditions, confirmation
 from dossier.backends import Backend, get_backend
 from dossier.build_cache import BuildCache, open_build_cache
 from dossier.build_plan import BuildPlan
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
 from dossier.cache_check import check_cache
 from dossier.child import clear_work
+from dossier.conditions import Conditions
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
@@ -251,13 +252,17 @@ class Tuner:
             self.observer.trial_log(index, log)
             started.append(_now())
 
+        t = self.p.spec.timing
+        watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s)
         result, trial_s = self.scheduler.trial(route, index, job, start)
         return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
-                            started[0] if started else _now())
+                            started[0] if started else _now(), watch.stop())
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
-                trial_s: float, started: str) -> TrialRecord:
+                trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
+        if seen is not None:  # what the host was doing meanwhile (dossier.conditions)
+            record = record.model_copy(update={"conditions": [seen]})
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)

@@ -15,12 +15,26 @@ from dossier.backends.interface import ModelSignature, TensorSpec
 from dossier.errors import ModelError
 
 
+def check_external_data(model: Path) -> None:
+    """Raise ModelError when an external data file the ONNX model ``model`` names is not a
+    file beside it (a missing ``model.onnx.data``)."""
+    from dossier.bundle.model import external_locations
+
+    missing = [x for x in external_locations(model) if not (model.parent / x).is_file()]
+    if missing:
+        raise ModelError(f"model {model} keeps its weights in {', '.join(missing)}, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not beside it",
+                         hint="copy the external data file(s) next to the model, under the "
+                              "name(s) the model gives")
+
+
 def onnx_signature(model: Path) -> ModelSignature:
     """The graph inputs (initializers excluded) and outputs of the ONNX file ``model``.
 
     Dimensions are ints when fixed, the symbolic name (``dim_param``) or None when dynamic.
-    External weights are not loaded. Raises ModelError when the file is missing, unreadable or
-    has no outputs.
+    External weights are not loaded, but each external data file the model names must be
+    beside it (``torch.onnx.export`` writes ``model.onnx`` and ``model.onnx.data``). Raises
+    ModelError when the file is missing, unreadable, has no outputs or lacks external data.
     """
     import onnx
     from onnx import helper
@@ -33,6 +47,7 @@ def onnx_signature(model: Path) -> ModelSignature:
         raise ModelError(f"model {model} is not a readable ONNX file ({exc})") from exc
     if not proto.graph.output:
         raise ModelError(f"model {model} is not a valid ONNX model (its graph has no outputs)")
+    check_external_data(Path(model))
     inits = {i.name for i in proto.graph.initializer}
 
     def spec(v: Any) -> TensorSpec:

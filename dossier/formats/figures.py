@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dossier.audit.explain import Explanation, HeadToHead, TrialFact
     from dossier.bundle.overview import Overview
+    from dossier.conditions import Summary as ConditionsSummary
     from dossier.policy import Finding
     from dossier.trial import Reading
     from dossier.verify import Rebench, Recheck, VerifyReport
@@ -49,7 +50,9 @@ def aa_text(a: Reading) -> str:
             + (f"{a.processes} processes" if a.processes else f"{a.rounds or '?'} rounds")
             + f", {a.procedure}): "
             + ("two loads of one engine read apart" if a.significant
-               else "no difference, as it should"))
+               else "no difference, as it should" if a.speedup_ci_low <= 1.0 <= a.speedup_ci_high
+               else "apart by less than the minimum effect (the interval excludes 1.0), "
+                    "below what the rule acts on"))
 
 
 def overview_rows(o: Overview) -> Rows:
@@ -69,9 +72,10 @@ def overview_rows(o: Overview) -> Rows:
         ("accuracy", f"{o.metric} < {o.threshold:g} on every output of {o.validation_pairs} "
          "pair(s)" + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.metric == "l0" else "")),
         ("baseline", route(b.route)
-         + (f"  baseline (trial {b.trial_index}) {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms')}"
-            f" (n={b.n})" if b.median_ms is not None else "")),
-        ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")),
+         + (f"  {o.baseline_latency.text()}" if o.baseline_latency is not None else "")),
+        ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")
+         + (f"  {o.shipped_latency.text()}" if o.shipped_latency is not None
+            and not w.is_baseline else "")),
     ]
     sp = o.speedup
     if sp is not None:
@@ -105,8 +109,27 @@ def overview_rows(o: Overview) -> Rows:
     rows.append(("trials", f"{counts} (+{o.confirm_trials} confirmation); {cost}"))
     rows.append(("tuning host", ", ".join(f"{k} {v}" for k, v in sorted(o.tuning_host.items()))
                  or "unknown"))
+    rows += conditions_rows(o.conditions, o.conditions_of)
     rows += [("warning", x) for x in o.warnings]
     return rows
+
+
+def conditions_rows(c: ConditionsSummary | None, of: str | None) -> Rows:
+    """The host's conditions while the decision was measured, and one line when it was busy."""
+    if c is None:
+        return [("conditions", "not recorded (a bundle from before they were)")]
+    rows: Rows = [("conditions", f"{of or 'search'}: {c.text()}")]
+    if c.busy:
+        rows.append(("busy host", busy_line(c, of)))
+    return rows
+
+
+def busy_line(c: ConditionsSummary, of: str | None) -> str:
+    """The one line a decision measured on a busy host gets."""
+    return (f"{c.busy} of {c.measurements} measurement(s) of the {of or 'search'} ran while "
+            "other processes kept the host busy: a contention-sensitive route (threads, "
+            "spinning, execution mode) may win or lose because of it; re-measure with "
+            "verify --rebench, or release with timing.quiet_host = \"wait\"")
 
 
 # ------------------------------------------------------------------------------------- explain

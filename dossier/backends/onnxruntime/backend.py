@@ -181,7 +181,7 @@ class OnnxRuntimeBackend(Backend):
             self._session(model, so, disabled)
             import onnx
 
-            graph = onnx.load(str(path)).graph
+            graph = onnx.load(str(path), load_external_data=False).graph
             return b"".join(f"{n.domain}:{n.op_type}:{list(n.input)}".encode() for n in graph.node)
 
     def check_route_impl(self, model: Path, route: Route, db: KnobDatabase) -> None:
