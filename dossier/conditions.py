@@ -183,41 +183,45 @@ def _own_cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime + _living_descendants()
 
 
+def _stat(d: Path) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of the process ``/proc/PID``; None when it is gone."""
+    try:
+        fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]), (float(fields[11]) + float(fields[12])) / _TICK  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descendant_table() -> dict[int, float]:
+    """pid -> CPU seconds of every living descendant of this process (Linux ``/proc``)."""
+    table = {int(d.name): got for d in Path("/proc").glob("[0-9]*")
+             if (got := _stat(d)) is not None}
+    me, out = os.getpid(), {}
+    for pid, (p, cpu) in table.items():
+        seen = 0
+        while p and p != me and seen < 64:
+            p, seen = table.get(p, (0, 0.0))[0], seen + 1
+        if p == me:
+            out[pid] = cpu
+    return out
+
+
 def _living_descendants() -> float:
     """CPU seconds of the descendants of this process still alive (children of ours that
     end during a watch are counted by RUSAGE_CHILDREN once waited for)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return 0.0
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(d.name)
-        parent[pid] = int(fields[1])
-        cpu[pid] = (float(fields[11]) + float(fields[12])) / _TICK  # utime, stime
-    me, total = os.getpid(), 0.0
-    for pid in parent:
-        p, seen = parent.get(pid, 0), 0
-        while p and p != me and seen < 64:
-            p, seen = parent.get(p, 0), seen + 1
-        if p == me:
-            total += cpu[pid]
-    return total
+    return sum(_descendant_table().values())
+
+
+def _number(f: Path) -> float | None:
+    try:
+        return float(f.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _cpu_mhz() -> float | None:
-    freqs = []
-    for f in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq"):
-        try:
-            freqs.append(float(f.read_text()) / 1000)
-        except (OSError, ValueError):
-            continue
+    freqs = [x / 1000 for f in Path("/sys/devices/system/cpu").glob(
+        "cpu[0-9]*/cpufreq/scaling_cur_freq") if (x := _number(f)) is not None]
     if not freqs:
         try:
             freqs = [float(line.split(":")[1]) for line in
@@ -253,21 +257,7 @@ def _gpus() -> list[GpuState]:
 
 
 def _descendants() -> set[int]:
-    proc, me = Path("/proc"), os.getpid()
-    parent: dict[int, int] = {}
-    for d in proc.glob("[0-9]*"):
-        try:
-            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    out = set()
-    for pid in parent:
-        p, seen = parent.get(pid, 0), 0
-        while p and p != me and seen < 64:
-            p, seen = parent.get(p, 0), seen + 1
-        if p == me:
-            out.add(pid)
-    return out
+    return set(_descendant_table())
 
 
 class Watch:

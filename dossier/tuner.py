@@ -60,6 +60,9 @@ class TuneObserver:
     def trial_started(self, index: int, route: str, role: str) -> None:
         """A trial's child process starts."""
 
+    def inferences_per_sample(self, n: int) -> None:
+        """A timed sample is one pass over ``n`` validation inputs (before ``started``)."""
+
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
 
@@ -370,6 +373,7 @@ class Tuner:
         if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
                 if s.strategy.plans_ahead else False:
             planned += 1
+        self.observer.inferences_per_sample(len(self.p.vset.pairs))
         self.observer.started(planned, len(results))
         try:
             self._measure_all(results)

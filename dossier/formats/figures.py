@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dossier.audit.explain import Explanation, HeadToHead, TrialFact
+    from dossier.audit.explain import Explanation, HeadToHead, Latency, OneKnobEffect, TrialFact
     from dossier.bundle.overview import Overview
     from dossier.conditions import Summary as ConditionsSummary
     from dossier.policy import Finding
@@ -143,8 +143,29 @@ def min_effect_text(h: HeadToHead) -> str:
 def baseline_line(base: TrialFact) -> str:
     """The summary's baseline figure, named the same in inspect, explain and the HTML."""
     assert base.median_ms is not None
-    return (f"baseline (trial {base.index}) {ci(base.median_ms, base.ci_low_ms, base.ci_high_ms, ' ms')}"
-            f" (n={base.n}); each speedup compares a trial with the baseline timed alongside it")
+    fig = base.latency.text() if base.latency is not None else f"{base.median_ms:.4g} ms a pass"
+    return (f"baseline (trial {base.index}, screening) {fig}; each speedup compares a trial "
+            "with the baseline timed alongside it")
+
+
+def latency_rows(e: Explanation) -> Rows:
+    """The shipped route's and the baseline's latency per inference (the confirmation's where
+    it measured them), as inspect shows them."""
+    rows: Rows = []
+    if e.shipped_latency is not None and e.decision.gain:
+        rows.append(("shipped", f"{route(e.decision.shipped_route)}  {e.shipped_latency.text()}"))
+    if e.baseline_latency is not None:
+        rows.append(("baseline", f"{route(e.decision.baseline_route)}  "
+                                 f"{e.baseline_latency.text()}"))
+    return rows
+
+
+def knob_effect_source(k: OneKnobEffect) -> str:
+    """Where a knob effect's figures come from, as printed beside it."""
+    if k.source == "confirmation":
+        return ("confirmation" + (f"; screening read {k.screened_speedup:.3f}x"
+                                  if k.screened_speedup is not None else ""))
+    return "screening only"
 
 
 def volume_origin(source: str, given: Sequence[str] = ()) -> str:
@@ -179,12 +200,17 @@ def head_to_head_rows(h: HeadToHead) -> Rows:
     unit = f"{h.processes} measuring processes" if h.processes else f"{h.rounds or '?'} rounds"
     over = "the A/A load" if h.against == "aa" else "the baseline"
     c, b = h.candidate, h.baseline
+
+    def lat(x: Latency) -> str:
+        if x.per_inference is not None:
+            return f"{x.per_inference.text()} (n={x.n})"
+        return f"median {ci(x.median_ms, x.ci_low_ms, x.ci_high_ms, ' ms', 4)} a pass (n={x.n})"
+
     rows: Rows = [
         ("candidate", f"{route(h.route)} (trial {h.trial_index})"),
         ("measured", f"{src} (record {h.measured_in})"),
-        ("candidate", f"median {ci(c.median_ms, c.ci_low_ms, c.ci_high_ms, ' ms', 4)} (n={c.n})"),
-        ("baseline", f"median {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms', 4)} (n={b.n}), "
-                     f"timed alongside it in record {h.measured_in}"),
+        ("candidate", lat(c)),
+        ("baseline", f"{lat(b)}, timed alongside it in record {h.measured_in}"),
         ("speedup", f"{ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} over {over} "
                     f"({h.confidence:.0%} interval over {unit}"
                     + (", includes 1.0)" if h.interval_includes_one else ")")),
@@ -303,9 +329,17 @@ def rebench_line(rb: Rebench) -> str:
     """The re-timing's result."""
     c = rb.comparison
     spread = c.round_range() if c else None
-    return (f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
-            f"{rb.baseline.median_ms:.3f} ms"
+    n = rb.latency.inferences_per_sample if rb.latency is not None else None
+    head = (f"re-timing: shipped {rb.latency.text()}, baseline "
+            f"{rb.baseline.median_ms / (n or 1):.4g} ms per inference"
+            if rb.latency is not None and n else
+            f"re-timing: shipped {rb.shipped.median_ms:.3f} ms a pass, baseline "
+            f"{rb.baseline.median_ms:.3f} ms a pass")
+    busy = ("" if rb.conditions is None else f"; conditions here: {rb.conditions.text()}"
+            + ("" if rb.recorded_conditions is None else
+               f"; when tuned: {rb.recorded_conditions.text()}"))
+    return (head
             + (f", {ci(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
             + (f" (each round's ratio between {spread[0]:.3f}x and {spread[1]:.3f}x)"
                if spread else "")
-            + f"; {rb.reason}")
+            + f"; {rb.reason}{busy}")

@@ -137,6 +137,9 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     reload_per_block = True
+    contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
+                                  "execution_mode", "intra_op_allow_spinning",
+                                  "inter_op_allow_spinning"})
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         eff = route.effective(db)
