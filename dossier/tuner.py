@@ -38,6 +38,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
+from dossier.threshold import check_threshold
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -126,6 +127,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     model = spec.model_path()
     signature = backend.signature(model)
     vset = load_validation_set(spec.resolve(spec.validation.path))
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
     for pair in vset.pairs:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
