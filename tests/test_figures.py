@@ -1,0 +1,199 @@
+"""Figures a reader can act on: per-inference latency from the confirmation, the conditions
+each measurement ran under, the cos metric at small scales, external-data ONNX models and
+thresholds that cannot reject anything."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _records import confirmed, screened
+from test_explain import SESSION, _header
+
+from dossier import conditions
+from dossier.audit import explain_search
+from dossier.conditions import Conditions, GpuState, Watch, summarize, wait_for_quiet
+from dossier.decision import decide
+from dossier.errors import ModelError, SpecError, TuneError
+from dossier.formats import figures as fig
+from dossier.latency import of_route, per_inference
+from dossier.threshold import check_threshold
+from dossier.timing import TimingSettings
+from dossier.validation import Pair, ValidationSet, loss
+
+SETTINGS = TimingSettings(confirm_top=2, confirm_processes=3, confirm_max_processes=6)
+
+
+def _search(speedups: dict[str, float], screened_at: dict[str, float]):  # type: ignore[no-untyped-def]
+    trials = [screened(0, "-a=x -b=p", 1.0, SETTINGS, role="baseline")]
+    trials += [screened(i, r, s, SETTINGS) for i, (r, s) in enumerate(screened_at.items(), 1)]
+    return confirmed(trials, SETTINGS, speedups, state_sd=0.05, block_sd=0.01)
+
+
+# ------------------------------------------------------------------------------------ latency
+def test_per_inference_divides_a_pass_by_its_inferences() -> None:
+    lat = per_inference([3.0, 3.0, 6.0, 3.0], 3, route="r", source="screening", trial_index=1)
+    assert lat is not None
+    assert lat.median_ms == pytest.approx(1.0) and lat.p99_ms == pytest.approx(1.97, rel=1e-2)
+    # 4 samples of 3 inferences in 15 ms: 800 inferences a second
+    assert lat.throughput_per_s == pytest.approx(800.0)
+    assert "ms per inference" in lat.text() and "screening only" in lat.text()
+    assert per_inference([], 3, route="r", source="screening", trial_index=1) is None
+
+
+def test_a_confirmed_route_shows_the_confirmation_reading_everywhere() -> None:
+    """Screening read the route 3x faster; the confirmation measured it at about 0.85x: the
+    latency, the knob effect, the trial table and the head-to-head all show the latter."""
+    trials, _ = _search({"-a=y -b=p": 0.85}, {"-a=y -b=p": 3.0})
+    confirm = [t for t in trials if t.role == "confirm" and t.route == "-a=y -b=p"][-1]
+    lat = of_route(trials, "-a=y -b=p", "-a=x -b=p", 4)
+    assert lat is not None and lat.source == "confirmation" and lat.trial_index == confirm.index
+    assert lat.median_ms == pytest.approx(float(np.median(confirm.samples_ms or [])) / 4)
+    base = of_route(trials, "-a=x -b=p", "-a=x -b=p", 4)
+    assert base is not None and base.source == "confirmation"
+    never = of_route(trials[:2], "-a=y -b=p", "-a=x -b=p", 4)
+    assert never is not None and never.source == "screening"
+
+    e = explain_search(_header(), trials, SESSION, decide(trials, SETTINGS))
+    (effect,) = [k for k in e.knob_effects if k.knob == "a"]
+    assert effect.source == "confirmation" and effect.speedup < 1.0
+    assert effect.screened_speedup == pytest.approx(3.0, rel=0.1)
+    assert f"screening read {effect.screened_speedup:.3f}x" in fig.knob_effect_source(effect)
+    fact = next(t for t in e.trials if t.index == 1)
+    assert fact.confirmed_speedup is not None and fact.confirmed_speedup < 1.0
+    assert fact.latency is not None and fact.latency.source == "screening"
+    assert e.baseline_latency is not None and e.baseline_latency.source == "confirmation"
+    h = e.head_to_head
+    assert h is not None and h.candidate.per_inference is not None
+    assert "ms per inference" in " ".join(v for _, v in fig.head_to_head_rows(h))
+
+
+def test_the_html_charts_take_the_confirmed_reading() -> None:
+    pytest.importorskip("plotly")
+    from dossier.audit.report import shown_speedup
+
+    trials, _ = _search({"-a=y -b=p": 0.85}, {"-a=y -b=p": 3.0})
+    e = explain_search(_header(), trials, SESSION, decide(trials, SETTINGS))
+    fact = next(t for t in e.trials if t.index == 1)
+    assert shown_speedup(fact) == fact.confirmed_speedup and shown_speedup(fact) < 1.0
+
+
+# --------------------------------------------------------------------------------- conditions
+def _cond(other: float | None, *, cores: int = 4, gpus: list[GpuState] | None = None) -> Conditions:
+    return Conditions(wall_s=2.0, cores=cores, load_1m=1.0, other_cpu_s=other, steal_s=0.0,
+                      cpu_mhz=None, gpus=gpus or [])
+
+
+def test_busy_is_other_processes_on_a_share_of_the_cores_or_a_gpu() -> None:
+    assert _cond(1.0).other_cores == pytest.approx(0.5) and not _cond(1.0).busy()
+    assert _cond(2.0).busy()  # 1 of 4 cores: the 25% share
+    assert not _cond(None).busy()
+    assert _cond(0.0, gpus=[GpuState(index=0, sm_clock_mhz=1980, mem_clock_mhz=None,
+                                     other_processes=1)]).busy()
+    s = summarize([_cond(1.0), None, _cond(4.0)])
+    assert s is not None and (s.measurements, s.busy) == (2, 1)
+    assert "1 on a busy host" in s.text() and summarize([None]) is None
+    rows = fig.conditions_rows(s, "confirmation")
+    assert rows[-1][0] == "busy host" and "quiet_host" in rows[-1][1]
+
+
+def test_a_watch_counts_other_processes_not_its_own_children(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    before = conditions._own_cpu()
+    subprocess.run([sys.executable, "-c", "sum(range(20_000_000))"], check=True)
+    assert conditions._own_cpu() - before > 0.05  # a child's CPU time is dossier's own
+    host = iter([(100.0, 1.0), (103.0, 1.5)])  # the host's busy and steal seconds
+    own = iter([10.0, 11.0])
+    monkeypatch.setattr(conditions, "_host_cpu", lambda: next(host))
+    monkeypatch.setattr(conditions, "_own_cpu", lambda: next(own))
+    got = Watch().stop()
+    assert got.other_cpu_s == pytest.approx(2.0) and got.steal_s == pytest.approx(0.5)
+
+
+def test_quiet_host_refuses_or_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    busy = [_cond(8.0), _cond(8.0), _cond(0.0)]
+    monkeypatch.setattr(conditions.Watch, "stop", lambda self: busy.pop(0))
+    assert wait_for_quiet("off", 0.25, 0) is None
+    with pytest.raises(TuneError, match="the host is busy"):
+        wait_for_quiet("refuse", 0.25, 60, sleep=lambda s: None)
+    quiet = wait_for_quiet("wait", 0.25, 60, sleep=lambda s: None)  # busy once, then quiet
+    assert quiet is not None and not quiet.busy() and busy == []
+
+
+# ---------------------------------------------------------------------------------------- cos
+def test_cos_is_scale_free_and_handles_a_true_zero() -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=1000) * 1e-9  # logits of a random-init network
+    out = ref * (1 + 1e-6 * rng.normal(size=1000))
+    small = loss("cos", out, ref)
+    assert small is not None and small < 1e-9  # was 1.0: the norms' product is below 1e-12
+    assert loss("cos", out * 1e9, ref * 1e9) == pytest.approx(small, abs=1e-12)
+    assert loss("cos", np.zeros(4), np.zeros(4)) == 0.0
+    assert loss("cos", np.zeros(4), np.ones(4)) == 1.0
+    assert loss("cos", -ref, ref) == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------------------ threshold
+def _vset(scale: float) -> ValidationSet:
+    ref = {"y": np.full((2, 3), scale, dtype=np.float32)}
+    return ValidationSet(Path("v"), (Pair("pair-000", {"x": np.ones(2)}, ref),))
+
+
+@pytest.mark.parametrize(("metric", "threshold"), [("cos", 2.5), ("l0", 1.5)])
+def test_a_threshold_above_the_metrics_range_is_refused(metric: str, threshold: float) -> None:
+    with pytest.raises(SpecError, match="cannot reject anything"):
+        check_threshold(metric, threshold, _vset(1.0))
+
+
+def test_a_threshold_above_the_references_scale_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="dossier.threshold"):
+        check_threshold("linf", 1e-4, _vset(1.0))
+        assert not caplog.records
+        check_threshold("linf", 1e-4, _vset(1e-9))
+    assert "all-zero output" in caplog.text and "linf" in caplog.text
+    check_threshold("cos", 1e-3, _vset(1e-9))  # bounded: the range says it all
+
+
+# ------------------------------------------------------------------------ external data
+def _external_model(folder: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = folder / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=0)
+    return path
+
+
+def test_external_data_models_are_read_and_a_missing_data_file_is_one_line(tmp_path: Path) -> None:
+    from dossier.backends.onnx_model import onnx_signature
+
+    model = _external_model(tmp_path)
+    assert [t.name for t in onnx_signature(model).outputs] == ["y"]
+    (tmp_path / "model.onnx.data").unlink()
+    with pytest.raises(ModelError, match=r"model\.onnx\.data, which is not beside it") as err:
+        onnx_signature(model)
+    assert "\n" not in str(err.value)
+
+
+def test_the_optimizer_check_reads_an_external_data_model(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    from dossier.backends import get_backend
+    from dossier.routes import Route
+
+    model = _external_model(tmp_path)
+    backend = get_backend("onnxruntime")
+    graph = backend._optimized_graph(model, Route.parse("-graph_optimization_level=all"))  # type: ignore[attr-defined]
+    assert b"MatMul" in graph
