@@ -117,9 +117,14 @@ def render_diff(d: Any) -> None:
         out.print(f"{tag}  {escape(side.release)} version {side.version}  id {side.dossier_id}  "
                   f"{escape(side.bundle)}", soft_wrap=True)
     out.print(f"   {escape(d.relation)}", soft_wrap=True)
+    for tag, side in (("A", d.a), ("B", d.b)):
+        out.print(f"   {tag} measured under {escape(side.conditions or 'unrecorded conditions')}"
+                  + (" [bold yellow](busy host)[/]" if side.busy else ""), soft_wrap=True)
     sections = {"release": "Release identity and lineage", "winner": "Shipped route",
-                "speedup": "Speedup", "accuracy": "Accuracy of the shipped route",
-                "environment": "Environment (tuning host)", "files": "Files"}
+                "speedup": "Speedup", "latency": "Latency of the shipped route (per inference)",
+                "accuracy": "Accuracy of the shipped route",
+                "environment": "Environment (tuning host)",
+                "conditions": "Conditions of the decision's measurements", "files": "Files"}
     by: dict[str, list[Any]] = {}
     for c in d.changes:
         by.setdefault(c.section, []).append(c)
