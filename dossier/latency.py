@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dossier.trial import TrialRecord
@@ -60,6 +59,8 @@ def per_inference(samples_ms: Sequence[float], inferences: int, *, route: str, s
                   trial_index: int) -> RouteLatency | None:
     """The figures of ``samples_ms`` (passes of ``inferences`` inferences each); None without
     samples."""
+    import numpy as np  # here: verify imports this module and must stay light
+
     x = np.asarray(samples_ms, dtype=float) / max(inferences, 1)
     if not len(x) or not np.all(np.isfinite(x)):
         return None

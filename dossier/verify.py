@@ -48,13 +48,11 @@ import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
 from dossier.bundle.manifest import FINGERPRINT_NAME
-from dossier.bundle.overview import decision_conditions
 from dossier.conditions import Summary as ConditionsSummary
-from dossier.conditions import summarize as summarize_conditions
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
-from dossier.latency import RouteLatency, of_route, per_inference
+from dossier.latency import RouteLatency
 from dossier.policy import (
     Finding,
     Verdict,
@@ -364,6 +362,10 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     s = m.summary
     p_lo = rec.prediction_low if rec is not None else None
     p_hi = rec.prediction_high if rec is not None else None
+    from dossier.bundle.overview import decision_conditions
+    from dossier.conditions import summarize as summarize_conditions
+    from dossier.latency import of_route, per_inference
+
     pairs = m.summary.validation_pairs
     lat_here = per_inference(base_s if track is None else flatten(track.samples)[0], pairs,
                              route=shipped.route, source="confirmation", trial_index=-1)

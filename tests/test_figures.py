@@ -197,3 +197,73 @@ def test_the_optimizer_check_reads_an_external_data_model(tmp_path: Path) -> Non
     backend = get_backend("onnxruntime")
     graph = backend._optimized_graph(model, Route.parse("-graph_optimization_level=all"))  # type: ignore[attr-defined]
     assert b"MatMul" in graph
+
+
+# ------------------------------------------------------------------------------ smaller items
+def test_an_aa_reading_whose_interval_excludes_one_is_not_called_no_difference() -> None:
+    from dossier.trial import Reading
+
+    def reading(lo: float, hi: float) -> Reading:
+        return Reading(trial_index=0, procedure="screening", speedup=1.005, speedup_ci_low=lo,
+                       speedup_ci_high=hi, p_value=0.01, rounds=16, significant=False)
+
+    assert "no difference" in fig.aa_text(reading(0.99, 1.02))
+    apart = fig.aa_text(reading(1.001, 1.008))
+    assert "no difference" not in apart and "excludes 1.0" in apart
+
+
+def test_the_latency_axis_is_per_inference_and_keeps_its_title() -> None:
+    pytest.importorskip("plotly")
+    from dossier.audit.report import latency_axis
+
+    axis = latency_axis([[0.2, 0.3, 0.25], [0.21, 0.35]])
+    assert axis["title_text"].startswith("ms per inference") and axis["automargin"] is True
+
+
+def test_knobs_names_the_contention_sensitive_ones() -> None:
+    pytest.importorskip("onnxruntime")
+    import json
+
+    from conftest import cli
+
+    table = cli("knobs", "intra_op_num_threads", columns=200).stdout
+    assert "[contention]" in table
+    data = json.loads(cli("knobs", "--json").stdout)
+    assert {"intra_op_num_threads", "intra_op_allow_spinning",
+            "execution_mode"} <= set(data["contention_knobs"])
+    assert "graph_optimization_level" not in data["contention_knobs"]
+
+
+def test_diff_shows_latency_and_conditions(tmp_path: Path) -> None:
+    """Two bundles of one search, one of them recorded on a busy host: diff names both the
+    latency per inference and the conditions."""
+    import shutil
+
+    from test_formats import GOLDEN
+
+    from dossier.audit import diff_bundles
+    from dossier.bundle import open_bundle
+
+    with open_bundle(GOLDEN) as a, open_bundle(GOLDEN) as b:
+        same = diff_bundles(a, b)
+    assert not [c for c in same.changes if c.section in ("latency", "conditions")]
+    copy = tmp_path / GOLDEN.name
+    shutil.copytree(GOLDEN, copy)
+    cache = copy / "tuning-cache.jsonl"
+    lines = cache.read_text().splitlines()
+    import json
+
+    busy = _cond(4.0).model_dump(mode="json")
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec.get("kind") == "trial":
+            rec["conditions"] = [busy]
+            rec["samples_ms"] = [x * 2 for x in rec.get("samples_ms") or []] or None
+        out.append(json.dumps(rec))
+    cache.write_text("\n".join(out) + "\n")
+    with open_bundle(GOLDEN) as a, open_bundle(copy) as b:
+        d = diff_bundles(a, b)
+    fields = {(c.section, c.field) for c in d.changes}
+    assert ("conditions", "busy") in fields and ("latency", "shipped median_ms") in fields
+    assert d.b.busy and d.a.busy is None and "busy host" in (d.b.conditions or "")
