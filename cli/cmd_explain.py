@@ -19,6 +19,10 @@ def _heading(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- explain
+EXPLAIN_READS = ("tuning-cache.jsonl", "routes.parquet", "fingerprint.json")
+"""The records explain reads beside the manifest (checked against the file table)."""
+
+
 @app.command()
 @handled
 def explain(
@@ -46,6 +50,7 @@ def explain(
     """
     from dossier.audit import explain as explain_bundle
     from dossier.bundle import open_bundle
+    from dossier.bundle.overview import altered_notes
     from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
     chosen = choose_format(fmt, as_json, Document.explanation, "explain", output)
@@ -55,6 +60,8 @@ def explain(
     samples = None
     with open_bundle(bundle, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:  # no engines
         facts = explain_bundle(b, **usage)  # type: ignore[arg-type]
+        for note in altered_notes(b, EXPLAIN_READS):
+            err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
         if html is not None or chosen.name == FormatName.html:
             from dossier.audit.report import samples_from_timings
 

@@ -267,3 +267,23 @@ def test_diff_shows_latency_and_conditions(tmp_path: Path) -> None:
     fields = {(c.section, c.field) for c in d.changes}
     assert ("conditions", "busy") in fields and ("latency", "shipped median_ms") in fields
     assert d.b.busy and d.a.busy is None and "busy host" in (d.b.conditions or "")
+
+
+def test_inspect_and_explain_say_when_a_bundle_was_edited(tmp_path: Path) -> None:
+    import shutil
+
+    from conftest import cli
+    from test_formats import GOLDEN
+
+    assert "edited" not in cli("inspect", GOLDEN).stderr
+    copy = tmp_path / GOLDEN.name
+    shutil.copytree(GOLDEN, copy)
+    cache = copy / "tuning-cache.jsonl"
+    cache.write_text(cache.read_text().replace('"worst_loss":', '"worst_loss": ', 1))
+    for command in ("inspect", "explain"):
+        r = cli(command, copy)
+        assert r.exit_code == 0 and r.stdout
+        assert "note: tuning-cache.jsonl does not match the manifest's file table" in r.stderr
+    manifest = copy / "manifest.json"
+    manifest.write_text(manifest.read_text().replace("Small conv net", "Small conv-net", 1))
+    assert "manifest.json no longer matches its dossier id" in cli("inspect", copy).stderr

@@ -218,6 +218,40 @@ def decision_conditions(trials: list[TrialRecord]) -> tuple[ConditionsSummary | 
     return got, "search" if got is not None else None
 
 
+RECORDS = ("tuning-cache.jsonl",)
+"""The files ``inspect`` reads beside the manifest (its per-output losses, latency and
+conditions come from the search record)."""
+
+
+def altered_notes(bundle: Bundle, files: tuple[str, ...] = RECORDS) -> list[str]:
+    """Notes for a bundle whose manifest no longer matches its dossier id, or whose ``files``
+    (those a view read) no longer match the manifest's file table: the view shows them as
+    found, and says so. Empty for an intact bundle (engines are not hashed here: ``dossier
+    verify`` checks every file)."""
+    from dossier.bundle.manifest import body_digest
+    from dossier.errors import DossierError
+    from dossier.hashing import digest_file
+
+    out = []
+    if body_digest(bundle.raw) != bundle.manifest.dossier_id:
+        out.append("manifest.json no longer matches its dossier id (edited after it was "
+                   "written?): what follows is shown as found; dossier verify checks the bundle")
+    table = bundle.manifest.table()
+    for rel in files:
+        entry = table.get(rel)
+        if entry is None:
+            continue
+        try:
+            digest, size = digest_file(bundle.file(rel))
+        except (OSError, DossierError):
+            continue  # missing or unreadable: reading it fails on its own, with its message
+        if (digest, size) != (entry.digest, entry.size):
+            out.append(f"{rel} does not match the manifest's file table (edited after the "
+                       "bundle was written?): what follows is shown as found; dossier verify "
+                       "checks the bundle")
+    return out
+
+
 def overview_of(bundle: Bundle) -> Overview:
     """The overview of an opened bundle."""
     from dossier.errors import DossierError
@@ -264,7 +298,8 @@ def overview_of(bundle: Bundle) -> Overview:
         load=shipped.load, trials=dict(s.trial_counts), confirm_trials=s.confirm_trials,
         search_wall_s=None if imported else s.search_wall_s,
         build_s_total=None if imported else s.build_s_total,
-        warnings=list(m.warnings), notes=[*bundle.notes, *bundle.load_hints()],
+        warnings=list(m.warnings),
+        notes=[*bundle.notes, *altered_notes(bundle), *bundle.load_hints()],
         tuning_host=dict(m.tuning_host),
         shipped_latency=of_route(trials, s.shipped_route, s.baseline_route, pairs),
         baseline_latency=of_route(trials, s.baseline_route, s.baseline_route, pairs),
