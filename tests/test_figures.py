@@ -287,3 +287,51 @@ def test_inspect_and_explain_say_when_a_bundle_was_edited(tmp_path: Path) -> Non
     manifest = copy / "manifest.json"
     manifest.write_text(manifest.read_text().replace("Small conv net", "Small conv-net", 1))
     assert "manifest.json no longer matches its dossier id" in cli("inspect", copy).stderr
+
+
+def test_validation_create_reads_an_external_data_model_and_records_no_host_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``validation create --model`` with an external-data model; the provenance (shipped in
+    every bundle) names files, not the tuning host's folders, and a reference function's
+    framework versions beside numpy's."""
+    import json
+
+    from conftest import cli
+
+    model = _external_model(tmp_path)
+    np.savez(tmp_path / "a.npz", x=np.ones((1, 4), np.float32))
+    r = cli("validation", "create", tmp_path / "set", "-i", tmp_path / "a.npz", "--reference",
+            "onnxruntime-cpu", "--model", model)
+    assert r.exit_code == 0, r.output
+    prov = json.loads((tmp_path / "set" / "provenance.json").read_text())
+    assert prov["model"]["file"] == "model.onnx" and prov["inputs"][0]["file"] == "a.npz"
+    assert str(tmp_path) not in json.dumps(prov)
+
+    (tmp_path / "myref.py").write_text(
+        "import scipy.special\n"
+        "def y(inputs):\n"
+        "    return {'y': scipy.special.expit(inputs['x']) * 0 + inputs['x'].sum()}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = cli("validation", "create", tmp_path / "set2", "-i", tmp_path / "a.npz", "--reference",
+            "myref:y")
+    assert r.exit_code == 0, r.output
+    versions = json.loads((tmp_path / "set2" / "provenance.json").read_text())["versions"]
+    assert set(versions) >= {"numpy", "scipy"}
+    (tmp_path / "model.onnx.data").unlink()
+    r = cli("validation", "create", tmp_path / "set3", "-i", tmp_path / "a.npz", "--reference",
+            "onnxruntime-cpu", "--model", model)
+    assert r.exit_code == 3 and "model.onnx.data, which is not beside it" in r.stderr
+    assert not (tmp_path / "set3").exists()
+
+
+def test_a_second_retune_into_one_folder_names_the_bundle(tmp_path: Path) -> None:
+    from conftest import cli
+    from test_formats import GOLDEN
+
+    out = tmp_path / "out"
+    (out / "convnet-2.dossier").mkdir(parents=True)
+    (out / ".runs" / "convnet-2").mkdir(parents=True)
+    (out / ".runs" / "convnet-2" / "tuning-cache.jsonl").write_text("{}\n")
+    r = cli("retune", GOLDEN, "--out", out)
+    assert r.exit_code == 7 and "convnet-2.dossier exists already" in r.stderr
+    assert "work folder" not in r.stderr
