@@ -335,3 +335,26 @@ def test_a_second_retune_into_one_folder_names_the_bundle(tmp_path: Path) -> Non
     r = cli("retune", GOLDEN, "--out", out)
     assert r.exit_code == 7 and "convnet-2.dossier exists already" in r.stderr
     assert "work folder" not in r.stderr
+
+
+def test_gpu_clocks_and_other_gpu_processes_from_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NVML: each GPU's clocks, and the compute processes on it that are not dossier's."""
+    import os
+    import sys
+    import types
+
+    class Proc:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+    nv = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetClockInfo=lambda h, which: {1: 1980, 2: 3201}[which],
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [Proc(os.getpid()), Proc(2 ** 22 + 7)])
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    (gpu,) = conditions._gpus()
+    assert (gpu.sm_clock_mhz, gpu.mem_clock_mhz, gpu.other_processes) == (1980, 3201, 1)
+    c = Conditions(wall_s=1.0, cores=16, load_1m=0.1, other_cpu_s=0.0, steal_s=None,
+                   cpu_mhz=None, gpus=[gpu])
+    assert c.busy() and "GPU 0 SM 1980 MHz, 1 other process(es)" in c.text()
