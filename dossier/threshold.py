@@ -1,8 +1,8 @@
 """Does the accuracy threshold reject anything? Checked before a search.
 
-A route is rejected when a loss reaches the threshold. Above the metric's range (``l0`` is a
-fraction, at most 1; ``cos``, 1 - cosine similarity, at most 2) nothing can reach it: the
-search is refused. For the unbounded metrics (``l1``, ``l2``, ``linf``), a threshold above the
+A route is rejected when a loss reaches the threshold. At or above the top of the metric's range
+(``l0`` is a fraction, at most 1; ``cos``, 1 - cosine similarity, at most 2) only an output as
+wrong as can be would reach it: the search is refused. For the unbounded metrics (``l1``, ``l2``, ``linf``), a threshold above the
 loss of an all-zero output on every output of every pair (its mean absolute value, mean square
 or largest magnitude) would let an engine that outputs nothing pass: that is warned about,
 naming the scale of the references.
@@ -36,13 +36,13 @@ def zero_output_loss(metric: str, vset: ValidationSet) -> float | None:
 
 
 def check_threshold(metric: str, threshold: float, vset: ValidationSet) -> None:
-    """Refuse a threshold no loss of ``metric`` can reach (SpecError); warn when an all-zero
+    """Refuse a threshold only the worst possible loss of ``metric`` reaches (SpecError); warn when an all-zero
     output would pass on every output of ``vset``."""
     top = RANGE.get(metric)
-    if top is not None and threshold > top:
-        raise SpecError(f"threshold {threshold:g} cannot reject anything: the {metric} loss "
-                        f"is at most {top:g}",
-                        hint=f"give a threshold at most {top:g} (e.g. 1e-3 for {metric})")
+    if top is not None and threshold >= top:
+        raise SpecError(f"threshold {threshold:g} cannot reject anything but an output as wrong "
+                        f"as can be: the {metric} loss is at most {top:g}",
+                        hint=f"give a threshold below {top:g} (e.g. 1e-3 for {metric})")
     zero = zero_output_loss(metric, vset)
     if zero is not None and threshold > zero:
         logger.warning("threshold %g is above the %s loss of an all-zero output on every output "

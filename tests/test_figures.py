@@ -144,7 +144,7 @@ def _vset(scale: float) -> ValidationSet:
     return ValidationSet(Path("v"), (Pair("pair-000", {"x": np.ones(2)}, ref),))
 
 
-@pytest.mark.parametrize(("metric", "threshold"), [("cos", 2.5), ("l0", 1.5)])
+@pytest.mark.parametrize(("metric", "threshold"), [("cos", 2.0), ("cos", 2.5), ("l0", 1.5)])
 def test_a_threshold_above_the_metrics_range_is_refused(metric: str, threshold: float) -> None:
     with pytest.raises(SpecError, match="cannot reject anything"):
         check_threshold(metric, threshold, _vset(1.0))
@@ -157,6 +157,7 @@ def test_a_threshold_above_the_references_scale_is_warned(caplog: pytest.LogCapt
         check_threshold("linf", 1e-4, _vset(1e-9))
     assert "all-zero output" in caplog.text and "linf" in caplog.text
     check_threshold("cos", 1e-3, _vset(1e-9))  # bounded: the range says it all
+    check_threshold("l0", 0.5, _vset(1e-9))
 
 
 # ------------------------------------------------------------------------ external data
