@@ -164,9 +164,12 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     seen: list[Conditions] = []
     while n < looks[-1]:
         engines = [baseline, baseline, *(candidates[j] for j in open_)]
-        watch = host.start(settings.quiet_host, settings.quiet_share, settings.quiet_wait_s)
+        # the conditions of this host: where the processes run here (not on a cluster's node)
+        watch = host.start(settings.quiet_host, settings.quiet_share, settings.quiet_wait_s) \
+            if isinstance(measure, LocalProcesses) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
-        seen.append(watch.stop())
+        if watch is not None:
+            seen.append(watch.stop())
         n += 1
         for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
             phases[key] = phases.get(key, 0.0) + value

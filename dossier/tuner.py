@@ -258,10 +258,12 @@ class Tuner:
             started.append(_now())
 
         t = self.p.spec.timing
-        watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s)
+        # what this host does meanwhile (dossier.conditions), where the trial runs here
+        watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s) \
+            if isinstance(self.scheduler, LocalScheduler) else None
         result, trial_s = self.scheduler.trial(route, index, job, start)
         return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
-                            started[0] if started else _now(), watch.stop())
+                            started[0] if started else _now(), watch.stop() if watch else None)
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
                 trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
