@@ -40,6 +40,7 @@ def knobs(
         print_json({"backend": db.backend, "tuner_version": db.tuner_version,
                     "digest": db.digest(),
                     "knobs": [k.model_dump(mode="json") for k in items],
+                    "not_offered": b.knobs_not_offered(),
                     "contention_knobs": sorted(b.contention_knobs)})
         return
     table = Table(title=f"{db.backend} knobs ({db.tuner_version}, {len(db.knobs)} knobs)")
@@ -51,6 +52,8 @@ def knobs(
                                             + (" [contention]" if k.name in b.contention_knobs
                                                else "")))
     out.print(table)
+    for why in b.knobs_not_offered().values():
+        out.print(f"not offered on this host: {escape(why)}")
 
 
 # ---------------------------------------------------------------------------------------- tune

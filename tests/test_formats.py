@@ -208,7 +208,8 @@ def test_explain_and_verify_markdown_are_tables_that_parse(tmp_path: Path) -> No
     html, tables = _gfm(page)
     assert html.startswith("<h2>convnet version 1: why this route</h2>")
     assert len(tables) >= 5 and all(len({len(r) for r in t}) == 1 for t in tables)
-    assert ["knob", "baseline value", "value", "speedup", "p", "verdict", "trial"] in [
+    assert ["knob", "baseline value", "value", "speedup", "p", "verdict", "measured",
+            "trial"] in [
         t[0] for t in tables]
     res = cli("verify", GOLDEN, "--host-fingerprint", GOLDEN / "fingerprint.json", "--format",
               "markdown", "--all")

@@ -31,8 +31,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from dossier.audit.payback import Payback, payback
+from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
-from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
+from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
 from dossier.conditions import Summary as ConditionsSummary
 from dossier.fingerprint import Fingerprint
 from dossier.latency import RouteLatency, of_record, of_route, per_inference
@@ -587,6 +588,10 @@ class Explanation(_Model):
     """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
     contention_knobs: list[str] = []
     """Knobs of the selection whose effect depends on what else runs on the host."""
+    trade: Trade | None = None
+    """The accuracy-speed trade: per route its worst loss per output and its speed, the
+    frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
+    :func:`dossier.audit.trade.informative`)."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -611,6 +616,7 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
              for r in rows}
     return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                          holdouts=cache.holdouts,
                           fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
                           inferences_per_day=inferences_per_day, horizon_days=horizon_days,
                           hosts=hosts, run_dir=run_dir if run_dir is not None
@@ -652,7 +658,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                    knobs: Mapping[int, Mapping[str, str]] | None = None,
                    fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
                    inferences_per_day: float | None = None, horizon_days: float | None = None,
-                   hosts: int | None = None, run_dir: Path | None = None) -> Explanation:
+                   hosts: int | None = None, run_dir: Path | None = None,
+                   holdouts: Sequence[HoldoutRecord] = ()) -> Explanation:
     """The explanation of a finished search (a tuning cache's records).
 
     ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
@@ -753,7 +760,15 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         conditions=cond, conditions_of=cond_of,
         contention_knobs=sorted(k for k in {k for v in values.values() for k in v}
                                 if k in contention),
+        trade=_trade(header, trials, decision, holdouts),
     )
+
+
+def _trade(header: CacheHeader, trials: Sequence[TrialRecord], decision: DecisionRecord,
+           holdouts: Sequence[HoldoutRecord]) -> Trade | None:
+    t = trade(trials, decision, header.threshold, header.metric, holdouts,
+              header.holdout.size if header.holdout else None)
+    return t if informative(t) else None
 
 
 def _knob_values(trials: Sequence[TrialRecord],

@@ -37,6 +37,7 @@ from dossier.audit.explain import (
     shown_verdict,
     test_name,
 )
+from dossier.audit.trade import TradePoint, point_line, trade_head
 from dossier.errors import BackendUnavailableError
 from dossier.formats import figures as fig_text
 
@@ -110,7 +111,14 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
          "is the baseline's median per inference (the confirmation's where it ran), and the "
          "blue dash on each trial the median of the baseline timed alongside it, which that "
          "trial's speedup is measured against."),
-        ("Speedup against accuracy loss", "plot-accuracy", _accuracy_figure(go, e),
+        ("Speedup against accuracy loss", "plot-accuracy",
+         _trade_figure(go, e) if e.trade else _accuracy_figure(go, e),
+         f"Worst {e.search.metric} loss of each validated route against its speedup (bars: "
+         f"{e.search.confidence:.0%} interval; the confirmation's reading where it measured "
+         "the route, else the screening's); routes at or right of the threshold line are "
+         "rejected, and were timed all the same; the line joins the frontier (no other "
+         "admissible route is both faster and more accurate); a route that failed the hold-out "
+         "set is circled in red." if e.trade else
          f"Worst {e.search.metric} loss of each timed trial against its speedup (bars: "
          f"{e.search.confidence:.0%} interval); routes at or right of the threshold line are "
          "rejected, and were timed all the same."),
@@ -144,7 +152,12 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
         shown_verdict=shown_verdict, latency_rows=fig_text.latency_rows(e),
         conditions_rows=fig_text.conditions_rows(e.conditions, e.conditions_of),
-        knob_source=fig_text.knob_effect_source)
+        knob_source=fig_text.knob_effect_source,
+        trade_lines=[*trade_head(e.trade), *(point_line(e.trade, p) for p in e.trade.points)]
+        if e.trade else [],
+        trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
+                      f"{e.trade.threshold:g}; speed over the baseline; fastest first"
+        if e.trade else "")
 
 
 @functools.cache
@@ -290,6 +303,63 @@ def _accuracy_figure(go: Any, e: Explanation) -> Any:
                      f"{floor:.1e}, NaN/Inf at {nan_x:.1e})")
     fig.update_yaxes(title_text="speedup over the baseline (x)")
     return fig
+
+
+def _trade_figure(go: Any, e: Explanation) -> Any:
+    """Speed against worst loss of every validated route (:class:`~dossier.audit.trade.Trade`):
+    the frontier joined, rejected routes apart, hold-out failures circled."""
+    t = e.trade
+    pts = [p for p in t.points if p.speedup is not None] if t else []
+    if t is None or not pts:
+        return None
+    thr = t.threshold
+    finite = [p.worst_loss for p in pts if p.worst_loss is not None and p.worst_loss > 0]
+    floor = min([*finite, thr]) / 100
+    nan_x = max([*finite, thr]) * 100
+
+    def x(p: Any) -> float:
+        return nan_x if p.worst_loss is None else max(p.worst_loss, floor)
+
+    fig = go.Figure()
+    for name, group, colour, symbol in (
+            ("admissible", [p for p in pts if p.outcome == "ok"], COLOURS["ok"], "circle"),
+            ("rejected for accuracy", [p for p in pts if p.outcome != "ok"],
+             COLOURS["rejected"], "diamond")):
+        if not group:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[x(p) for p in group], y=[p.speedup for p in group], mode="markers", name=name,
+            marker=dict(color=colour, symbol=symbol, size=11),
+            error_y=dict(type="data", symmetric=False, array=[_bars(p)[0] for p in group],
+                         arrayminus=[_bars(p)[1] for p in group], thickness=1),
+            hovertext=[f"{p.route or '(default route)'}<br>{p.reading}<br>worst loss "
+                       f"{_num(p.worst_loss)}" for p in group], hoverinfo="text+y"))
+    front = sorted((p for p in pts if p.frontier), key=x)
+    if len(front) > 1:
+        fig.add_trace(go.Scatter(x=[x(p) for p in front], y=[p.speedup for p in front],
+                                 mode="lines", name="frontier",
+                                 line=dict(color=COLOURS["ok"], dash="dot")))
+    failed = [p for p in pts if p.holdout_passed is False]
+    if failed:
+        fig.add_trace(go.Scatter(x=[x(p) for p in failed], y=[p.speedup for p in failed],
+                                 mode="markers", name="failed the hold-out set",
+                                 marker=dict(color="rgba(0,0,0,0)", size=22,
+                                             line=dict(color=COLOURS["build_failed"], width=2))))
+    fig.add_vline(x=thr, line_dash="dash", line_color=COLOURS["build_failed"],
+                  annotation_text=f"threshold {thr:g}", annotation_position="top")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#888888")
+    fig.update_xaxes(type="log", title_text=f"worst {t.metric} loss (log; 0 drawn at "
+                     f"{floor:.1e}, NaN/Inf at {nan_x:.1e})")
+    fig.update_yaxes(title_text="speedup over the baseline (x)")
+    return fig
+
+
+def _bars(p: TradePoint) -> tuple[float, float]:
+    """A trade point's error bars above and below its speedup."""
+    v = p.speedup or 0.0
+    hi = p.speedup_ci_high if p.speedup_ci_high is not None else v
+    lo = p.speedup_ci_low if p.speedup_ci_low is not None else v
+    return hi - v, v - lo
 
 
 def _search_figure(go: Any, e: Explanation) -> Any:

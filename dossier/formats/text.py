@@ -167,6 +167,7 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     if base is not None and base.median_ms is not None:
         p(f"  {escape(fig.baseline_line(base))}")
     _accuracy(page, e)
+    _trade(page, e)
     if e.rejected:
         page.heading(f"Rejected trials ({len(e.rejected)})")
         for t in e.rejected:
@@ -264,6 +265,21 @@ def _accuracy(page: _Page, e: Explanation) -> None:
         for x in t.output_losses:
             page.print(f"      {escape(x.output)}: {fig.loss_text(x.loss)} ({escape(x.pair)}; "
                        f"threshold {e.search.threshold:g})")
+
+
+def _trade(page: _Page, e: Explanation) -> None:
+    from dossier.audit.trade import point_line, trade_head
+
+    t = e.trade
+    if t is None:
+        return
+    page.heading(f"Accuracy against speed ({t.metric} < {t.threshold:g}; fastest first)")
+    for line in trade_head(t):
+        page.print(f"  {escape(line)}")
+    for pt in t.points:
+        page.print(f"  {escape(point_line(t, pt))}")
+        for x in pt.outputs:
+            page.print(f"      {escape(x.output)}: {fig.loss_text(x.loss)} ({escape(x.pair)})")
 
 
 def _verify(page: _Page, r: VerifyReport, show_all: bool, where: str) -> None:
