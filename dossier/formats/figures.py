@@ -117,7 +117,7 @@ def overview_rows(o: Overview) -> Rows:
 def conditions_rows(c: ConditionsSummary | None, of: str | None) -> Rows:
     """The host's conditions while the decision was measured, and one line when it was busy."""
     if c is None:
-        return [("conditions", "not recorded (a bundle from before they were)")]
+        return [("conditions", "not recorded in this bundle")]
     rows: Rows = [("conditions", f"{of or 'search'}: {c.text()}")]
     if c.busy:
         rows.append(("busy host", busy_line(c, of)))
