@@ -359,3 +359,9 @@ def test_gpu_clocks_and_other_gpu_processes_from_nvml(monkeypatch: pytest.Monkey
     c = Conditions(wall_s=1.0, cores=16, load_1m=0.1, other_cpu_s=0.0, steal_s=None,
                    cpu_mhz=None, gpus=[gpu])
     assert c.busy() and "GPU 0 SM 1980 MHz, 1 other process(es)" in c.text()
+
+
+def test_a_cos_loss_of_one_names_the_zero_output() -> None:
+    zero = loss("cos", np.zeros(3), np.ones(3))
+    assert zero == 1.0 and "all-zero output" in fig.loss_cause("cos", zero)
+    assert fig.loss_cause("cos", 0.5) == "" and fig.loss_cause("linf", 1.0) == ""

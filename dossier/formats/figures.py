@@ -38,6 +38,14 @@ def loss_text(loss: float | None) -> str:
     return "NaN/Inf" if loss is None else f"{loss:.3g}"
 
 
+def loss_cause(metric: str, loss: float | None) -> str:
+    """What a loss says beyond its value: a ``cos`` loss of exactly 1 is an all-zero output
+    (or reference), which has no direction; "" otherwise."""
+    if metric == "cos" and loss == 1.0:
+        return " (an all-zero output or reference: a zero vector has no direction)"
+    return ""
+
+
 # ------------------------------------------------------------------------------------ overview
 def overview_title(o: Overview) -> str:
     """``NAME version N``."""

@@ -147,7 +147,8 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
         for t in e.rejected:
             why = "; ".join(
                 (f"accuracy: {f.pair}, output {f.output!r}: {s.metric} loss "
-                 f"{fig.loss_text(f.loss)} >= threshold {f.threshold:g}" if f.loss is not None
+                 f"{fig.loss_text(f.loss)} >= threshold {f.threshold:g}"
+                 f"{fig.loss_cause(s.metric, f.loss)}" if f.loss is not None
                  else f"accuracy: {f.pair}, output {f.output!r}: NaN/Inf in the output "
                       f"(threshold {f.threshold:g})") for f in t.failures
             ) or f"error: {t.error or t.reason}"

@@ -176,7 +176,8 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
             for f in t.failures:
                 at = f"      accuracy: {escape(f.pair)}, output {escape(repr(f.output))}: "
                 p(at + (f"{escape(s.metric)} loss {fig.loss_text(f.loss)} >= threshold "
-                        f"{f.threshold:g}" if f.loss is not None else
+                        f"{f.threshold:g}{fig.loss_cause(s.metric, f.loss)}"
+                        if f.loss is not None else
                         f"NaN/Inf in the output (threshold {f.threshold:g})"))
             if not t.failures:
                 p(f"      error: {escape(t.error or t.reason)}")
