@@ -73,6 +73,10 @@ class ProgressObserver(TuneObserver):
         self.console.print(f"confirming {len(routes)} candidate(s) in measuring processes of "
                            "their own (each with the baseline and a second load of it, the A/A)")
 
+    def holdout(self, route: str) -> None:
+        self.console.print(f"checking {route or '(default route)'} on the hold-out set",
+                           markup=False)
+
     def measured_process(self, n: int, cap: int, open_routes: list[str]) -> None:
         if self.task is not None:
             self.progress.update(self.task, description=(

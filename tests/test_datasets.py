@@ -151,3 +151,93 @@ def test_the_hold_out_gate_keeps_a_route_that_breaks_out_of_range_from_shipping(
     else:  # the confirmation did not confirm it in 3 processes: it was never about to ship
         assert drift not in checks
     assert d.holdout is not None and d.holdout.route == d.shipped_route
+
+
+@pytest.fixture(scope="module")
+def int8_release(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tblock sample's int8 spec released once (small timing): its bundle."""
+    folder = tmp_path_factory.mktemp("int8") / "tblock"
+    shutil.copytree(samples_dir / "tblock", folder)
+    spec = folder / "release-int8.toml"
+    spec.write_text(spec.read_text().replace(
+        'selection = "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]"',
+        'selection = "-quantization=[none|dynamic|static]"'))
+    write_tiny_timing(spec)
+    r = cli("release", spec, "--out", folder.parent / "out", "--quiet")
+    assert r.exit_code == 0, r.stderr
+    return folder.parent / "out" / "tblock-int8-1.dossier"
+
+
+def test_the_bundle_carries_the_sets_their_digests_and_the_hold_out_check(
+        int8_release: Path, samples_dir: Path) -> None:
+    from dossier.bundle import open_bundle
+
+    record = json.loads((int8_release / "datasets.json").read_text())
+    roles = {s["role"]: s for s in record["sets"]}
+    cal = load_calibration_set(samples_dir / "tblock" / "calibration")
+    hold = load_validation_set(samples_dir / "tblock" / "holdout")
+    assert roles["calibration"]["digest"] == cal.digest() and roles["calibration"]["size"] == 16
+    assert roles["holdout"]["digest"] == hold.digest() and roles["holdout"]["size"] == 3
+    assert roles["holdout"]["path"] == "holdout"  # the bundle's folder, not the tuning host's
+    assert load_validation_set(int8_release / "holdout").digest() == hold.digest()
+    assert load_calibration_set(int8_release / "calibration").digest() == cal.digest()
+    with open_bundle(int8_release) as b:
+        d = b.tuning_cache().decision
+        assert d is not None and d.holdout is not None
+        assert record["holdout_check"]["route"] == d.shipped_route == d.holdout.route
+        manifest_files = {f.path for f in b.manifest.files}
+    assert {"datasets.json", "holdout/pair-000/references.arrow",
+            "calibration/sample-015/inputs.arrow"} <= manifest_files
+    if "quantization=none" not in d.shipped_route:  # an int8 route shipped: its settings too
+        doc = json.loads((int8_release / "engine" / "quantization.json").read_text())
+        assert doc["facts"]["quantization"] in ("dynamic", "static")
+    assert cli("verify", int8_release, "--integrity-only").exit_code == 0
+
+
+def test_explain_shows_the_trade_the_same_in_text_and_json(int8_release: Path) -> None:
+    data = json.loads(cli("explain", int8_release, "--json").stdout)
+    trade = data["trade"]
+    assert trade["holdout_pairs"] == 3 and trade["metric"] == "cos"
+    routes = {p["route"]: p for p in trade["points"]}
+    assert len(routes) == 3  # none, dynamic, static: each validated once
+    base = next(p for p in trade["points"] if p["reading"] == "baseline")
+    assert base["holdout_passed"] is True and base["speedup"] == 1.0
+    int8 = [p for r, p in routes.items() if "quantization=none" not in r]
+    assert all(p["worst_loss"] > 100 * base["worst_loss"] for p in int8)  # int8 changes numbers
+    text = cli("explain", int8_release, columns=250).stdout
+    assert "Accuracy against speed" in text
+    for p in trade["points"]:
+        assert f"worst cos loss {p['worst_loss']:.3g} against 0.001" in text
+    md = cli("explain", int8_release, "--format", "markdown").stdout
+    assert "Accuracy against speed" in md
+
+
+def test_crafted_hold_out_records_are_refused(int8_release: Path, tmp_path: Path) -> None:
+    """A hold-out check of a route never tried, or a decision shipping a route that failed the
+    hold-out set, does not fit the search record: refused when the record is read back."""
+    from dossier.cache import HoldoutRecord, TuningCache
+    from dossier.cache_check import check_cache
+    from dossier.errors import CacheMismatchError
+    from dossier.knobs import KnobDatabase
+
+    run = tmp_path / "run"
+    shutil.copytree(int8_release, run)
+    lines = (run / "tuning-cache.jsonl").read_text().splitlines()
+    db = KnobDatabase.model_validate_json((run / "knobs.json").read_text())
+    at = next(i for i, line in enumerate(lines) if '"kind":"holdout"' in line)
+    bogus = HoldoutRecord(route="-quantization=static", trial_index=0, passed=True, pairs=3)
+    (run / "tuning-cache.jsonl").write_text("\n".join(
+        [*lines[:at], bogus.model_dump_json(), *lines[at:]]) + "\n")
+    with pytest.raises(CacheMismatchError, match="not an admissible trial of that route"):
+        check_cache(TuningCache.open(run / "tuning-cache.jsonl"), db, run, digests=False)
+    decision = json.loads(lines[-2] if '"kind":"decision"' in lines[-2] else lines[-1])
+    if decision["gain"]:
+        shipped = decision["shipped_route"]
+        failed = HoldoutRecord(route=shipped, trial_index=decision["shipped_index"],
+                               passed=False, reason="crafted", pairs=3)
+        edited = [failed.model_dump_json() if json.loads(line).get("kind") == "holdout"
+                  and json.loads(line)["route"] == shipped else line for line in lines]
+        assert edited != lines
+        (run / "tuning-cache.jsonl").write_text("\n".join(edited) + "\n")
+        with pytest.raises(CacheMismatchError, match="failed the hold-out set"):
+            check_cache(TuningCache.open(run / "tuning-cache.jsonl"), db, run, digests=False)

@@ -37,9 +37,9 @@ from dossier.audit.explain import (
     shown_verdict,
     test_name,
 )
-from dossier.audit.trade import TradePoint, point_line, trade_head
+from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
-from dossier.formats import figures as fig_text
+from dossier.formats import figures as figures_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -150,10 +150,10 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         accuracy_trials=[t for t in e.trials if t.role != "confirm" and t.output_losses
                          and t.outcome.value == "ok"],
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
-        shown_verdict=shown_verdict, latency_rows=fig_text.latency_rows(e),
-        conditions_rows=fig_text.conditions_rows(e.conditions, e.conditions_of),
-        knob_source=fig_text.knob_effect_source,
-        trade_lines=[*trade_head(e.trade), *(point_line(e.trade, p) for p in e.trade.points)]
+        shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
+        conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of),
+        knob_source=figures_text.knob_effect_source,
+        trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
         if e.trade else [],
         trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
                       f"{e.trade.threshold:g}; speed over the baseline; fastest first"

@@ -146,31 +146,3 @@ def informative(t: Trade) -> bool:
     losses = [p.worst_loss for p in t.points if p.worst_loss is not None and p.worst_loss > 0]
     spread = bool(losses) and max(losses) > 10 * min(losses)
     return t.rejected_for_accuracy > 0 or t.holdout_pairs is not None or spread
-
-
-def trade_head(t: Trade) -> list[str]:
-    """The trade section's first lines: what the filter rejected, what the hold-out said."""
-    lines = [f"{t.rejected_for_accuracy} route(s) rejected by the accuracy filter; the frontier: "
-             "admissible routes no other beats on both speed and loss"]
-    if t.holdout_pairs is not None:
-        lines.append(f"hold-out set: {t.holdout_pairs} pair(s) the search never saw"
-                     + (f"; failed there, not shipped: {', '.join(t.holdout_rejected)}"
-                        if t.holdout_rejected else ""))
-    return lines
-
-
-def point_line(t: Trade, p: TradePoint) -> str:
-    """One route of the trade as a line of plain text (text and Markdown show the same)."""
-    from dossier.formats.figures import ci, loss_text, route
-
-    speed = ("not timed" if p.speedup is None else "1.000x (the baseline)"
-             if p.reading == "baseline" else
-             f"{ci(p.speedup, p.speedup_ci_low, p.speedup_ci_high)} {p.reading}")
-    flags = [f for f, on in (("ships", p.shipped), ("frontier", p.frontier),
-                             ("rejected: loss >= threshold", p.outcome == "rejected")) if on]
-    hold = ""
-    if p.holdout_passed is not None:
-        hold = (f"; hold-out {loss_text(p.holdout_worst_loss)} "
-                f"{'passed' if p.holdout_passed else 'FAILED'}")
-    return (f"{route(p.route)}: {speed}; worst {t.metric} loss {loss_text(p.worst_loss)} "
-            f"against {t.threshold:g}{hold}" + (f" [{', '.join(flags)}]" if flags else ""))

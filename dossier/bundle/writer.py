@@ -253,7 +253,10 @@ class _Plan:
         docs = _engine_documents(h.backend, engine)
         files += [Data(f"engine/{name}", data) for name, data in sorted(docs.items())]
         if sets or docs:
-            record = {"sets": [i.model_dump(mode="json") for i in sets],
+            # the bundle's own folder names each set (the tuning host's paths stay behind)
+            record = {"sets": [{**i.model_dump(mode="json"),
+                                "path": "holdout" if i.role == "holdout" else "calibration"}
+                               for i in sets],
                       "holdout_check": self.decision.holdout.model_dump(mode="json")
                       if self.decision.holdout else None,
                       "holdout_rejected": self.decision.holdout_rejected,

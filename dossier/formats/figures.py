@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dossier.audit.explain import Explanation, HeadToHead, Latency, OneKnobEffect, TrialFact
+    from dossier.audit.trade import Trade, TradePoint
     from dossier.bundle.overview import Overview
     from dossier.conditions import Summary as ConditionsSummary
     from dossier.policy import Finding
@@ -351,3 +352,30 @@ def rebench_line(rb: Rebench) -> str:
             + (f" (each round's ratio between {spread[0]:.3f}x and {spread[1]:.3f}x)"
                if spread else "")
             + f"; {rb.reason}{busy}")
+
+
+# ------------------------------------------------------------------------------------- trade
+def trade_head(t: Trade) -> list[str]:
+    """The trade section's first lines: what the filter rejected, what the hold-out said."""
+    lines = [f"{t.rejected_for_accuracy} route(s) rejected by the accuracy filter; the frontier: "
+             "admissible routes no other beats on both speed and loss"]
+    if t.holdout_pairs is not None:
+        lines.append(f"hold-out set: {t.holdout_pairs} pair(s) the search never saw"
+                     + (f"; failed there, not shipped: {', '.join(t.holdout_rejected)}"
+                        if t.holdout_rejected else ""))
+    return lines
+
+
+def point_line(t: Trade, p: TradePoint) -> str:
+    """One route of the trade as a line of plain text (text and Markdown show the same)."""
+    speed = ("not timed" if p.speedup is None else "1.000x (the baseline)"
+             if p.reading == "baseline" else
+             f"{ci(p.speedup, p.speedup_ci_low, p.speedup_ci_high)} {p.reading}")
+    flags = [f for f, on in (("ships", p.shipped), ("frontier", p.frontier),
+                             ("rejected: loss >= threshold", p.outcome == "rejected")) if on]
+    hold = ""
+    if p.holdout_passed is not None:
+        hold = (f"; hold-out {loss_text(p.holdout_worst_loss)} "
+                f"{'passed' if p.holdout_passed else 'FAILED'}")
+    return (f"{route(p.route)}: {speed}; worst {t.metric} loss {loss_text(p.worst_loss)} "
+            f"against {t.threshold:g}{hold}" + (f" [{', '.join(flags)}]" if flags else ""))

@@ -135,12 +135,10 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
                        [(f"{t.index} ({fig.trial_part(e, t)})", fig.route(t.route), x.output,
                          fig.loss_text(x.loss), x.pair) for t in shown for x in t.output_losses])
     if e.trade is not None:
-        from dossier.audit.trade import point_line, trade_head
-
         lines += heading(f"Accuracy against speed ({e.trade.metric} < {e.trade.threshold:g}; "
                          "fastest first)")
-        lines += para(" ".join(trade_head(e.trade)))
-        lines += [f"- {point_line(e.trade, p)}" for p in e.trade.points] + [""]
+        lines += para(" ".join(fig.trade_head(e.trade)))
+        lines += [f"- {fig.point_line(e.trade, p)}" for p in e.trade.points] + [""]
     if e.rejected:
         lines += heading(f"Rejected trials ({len(e.rejected)})")
         rows = []

@@ -269,16 +269,14 @@ def _accuracy(page: _Page, e: Explanation) -> None:
 
 
 def _trade(page: _Page, e: Explanation) -> None:
-    from dossier.audit.trade import point_line, trade_head
-
     t = e.trade
     if t is None:
         return
     page.heading(f"Accuracy against speed ({t.metric} < {t.threshold:g}; fastest first)")
-    for line in trade_head(t):
+    for line in fig.trade_head(t):
         page.print(f"  {escape(line)}")
     for pt in t.points:
-        page.print(f"  {escape(point_line(t, pt))}")
+        page.print(f"  {escape(fig.point_line(t, pt))}")
         for x in pt.outputs:
             page.print(f"      {escape(x.output)}: {fig.loss_text(x.loss)} ({escape(x.pair)})")
 
