@@ -3,8 +3,8 @@
 A route is rejected when a loss reaches the threshold. At or above the top of the metric's range
 (``l0`` is a fraction, at most 1; ``cos``, 1 - cosine similarity, at most 2) only an output as
 wrong as can be would reach it: the search is refused. For the unbounded metrics (``l1``, ``l2``, ``linf``), a threshold above the
-loss of an all-zero output on every output of every pair (its mean absolute value, mean square
-or largest magnitude) would let an engine that outputs nothing pass: that is warned about,
+loss an all-zero output has on every output of every pair (its mean absolute value, mean square
+or largest magnitude) would let an engine that outputs only zeros pass: that is warned about,
 naming the scale of the references.
 """
 
@@ -24,15 +24,16 @@ RANGE = {"l0": 1.0, "cos": 2.0}
 
 
 def zero_output_loss(metric: str, vset: ValidationSet) -> float | None:
-    """The smallest loss an all-zero output would have over every output of every pair
-    (None for the bounded metrics, whose range says it all, or without float outputs)."""
+    """The largest loss an all-zero output would have over every output of every pair: an
+    all-zero engine passes when the threshold is above it (None for the bounded metrics,
+    whose range says it all, or without float outputs)."""
     if metric in RANGE:
         return None
     got = [loss(metric, np.zeros_like(ref, dtype=np.float64), ref)
            for p in vset.pairs for ref in p.references.values()
            if np.issubdtype(ref.dtype, np.inexact) and ref.size]
     vals = [v for v in got if v is not None]
-    return min(vals) if vals else None
+    return max(vals) if vals else None
 
 
 def check_threshold(metric: str, threshold: float, vset: ValidationSet) -> None:
@@ -44,8 +45,8 @@ def check_threshold(metric: str, threshold: float, vset: ValidationSet) -> None:
                         f"as can be: the {metric} loss is at most {top:g}",
                         hint=f"give a threshold below {top:g} (e.g. 1e-3 for {metric})")
     zero = zero_output_loss(metric, vset)
-    if zero is not None and threshold > zero:
+    if zero and threshold > zero:  # all-zero references (zero == 0): zeros are the answer
         logger.warning("threshold %g is above the %s loss of an all-zero output on every output "
-                       "of the validation set (%.3g at least): an engine that outputs zeros "
+                       "of the validation set (%.3g at most): an engine that outputs zeros "
                        "would pass; give a threshold below the references' scale",
                        threshold, metric, zero)

@@ -141,11 +141,11 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     model = spec.model_path()
     signature = backend.signature(model)
     vset = load_validation_set(spec.resolve(spec.validation.path))
-    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
     for pair in vset.pairs:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
     calibration, holdout = _data_sets(spec, signature, vset)
     needs = [r for r in _selection_corners(selection, db) if backend.needs_calibration(r, db)]
     if needs and calibration is None:

@@ -365,3 +365,21 @@ def test_a_cos_loss_of_one_names_the_zero_output() -> None:
     zero = loss("cos", np.zeros(3), np.ones(3))
     assert zero == 1.0 and "all-zero output" in fig.loss_cause("cos", zero)
     assert fig.loss_cause("cos", 0.5) == "" and fig.loss_cause("linf", 1.0) == ""
+
+
+def test_the_zero_output_warning_takes_the_largest_reference(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An all-zero engine fails when any output's loss reaches the threshold: the warning
+    needs the threshold above the loss on every output, and says nothing for all-zero
+    references (zeros are the answer there)."""
+    from dossier.threshold import zero_output_loss
+
+    ref = {"a": np.full(4, 1e-9, np.float32), "b": np.full(4, 1.0, np.float32)}
+    vset = ValidationSet(Path("v"), (Pair("pair-000", {"x": np.ones(2)}, ref),))
+    assert zero_output_loss("linf", vset) == pytest.approx(1.0)
+    with caplog.at_level(logging.WARNING, logger="dossier.threshold"):
+        check_threshold("linf", 1e-4, vset)  # output b rejects an all-zero engine
+        check_threshold("linf", 1e-4, _vset(0.0))
+        assert not caplog.records
+        check_threshold("linf", 2.0, vset)
+    assert "1 at most" in caplog.text
