@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dossier import __version__, confirmation
+from dossier import __version__, conditions, confirmation
 from dossier.backends import Backend, ModelSignature, get_backend
 from dossier.build_cache import BuildCache, open_build_cache
 from dossier.build_plan import BuildPlan
@@ -32,6 +32,7 @@ from dossier.cache import (
 )
 from dossier.cache_check import check_cache
 from dossier.child import clear_work, run_child
+from dossier.conditions import Conditions
 from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
@@ -46,6 +47,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
+from dossier.threshold import check_threshold
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -67,6 +69,9 @@ class TuneObserver:
 
     def trial_started(self, index: int, route: str, role: str) -> None:
         """A trial's child process starts."""
+
+    def inferences_per_sample(self, n: int) -> None:
+        """A timed sample is one pass over ``n`` validation inputs (before ``started``)."""
 
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
@@ -140,6 +145,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
     calibration, holdout = _data_sets(spec, signature, vset)
     needs = [r for r in _selection_corners(selection, db) if backend.needs_calibration(r, db)]
     if needs and calibration is None:
@@ -307,13 +313,19 @@ class Tuner:
             self.observer.trial_log(index, log)
             started.append(_now())
 
+        t = self.p.spec.timing
+        # what this host does meanwhile (dossier.conditions), where the trial runs here
+        watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s) \
+            if isinstance(self.scheduler, LocalScheduler) else None
         result, trial_s = self.scheduler.trial(route, index, job, start)
         return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
-                            started[0] if started else _now())
+                            started[0] if started else _now(), watch.stop() if watch else None)
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
-                trial_s: float, started: str) -> TrialRecord:
+                trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
+        if seen is not None:  # what the host was doing meanwhile (dossier.conditions)
+            record = record.model_copy(update={"conditions": [seen]})
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
@@ -444,6 +456,7 @@ class Tuner:
         if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
                 if s.strategy.plans_ahead else False:
             planned += 1
+        self.observer.inferences_per_sample(len(self.p.vset.pairs))
         self.observer.started(planned, len(results))
         try:
             self._measure_all(results)

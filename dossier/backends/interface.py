@@ -310,6 +310,9 @@ class Backend(abc.ABC):
     """Load the engine afresh for every timing block and release it after, so only one engine
     is alive at a time (two ONNX Runtime sessions in one process disturb each other through
     their thread pools); otherwise both engines stay loaded for the whole trial."""
+    contention_knobs: ClassVar[frozenset[str]] = frozenset()
+    """Knobs whose effect depends on what else runs on the host (threads, spinning, execution
+    mode): a route that sets them can win on a loaded host and lose on a quiet one."""
     separate_build: ClassVar[bool] = False
     """Build in one process and load, validate and time in a fresh one (as a deployment
     loads a shipped engine): for compilers whose in-process state can disturb the engine."""

@@ -204,6 +204,9 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     reload_per_block = True
+    contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
+                                  "execution_mode", "intra_op_allow_spinning",
+                                  "inter_op_allow_spinning"})
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         eff = route.effective(db)
@@ -248,7 +251,7 @@ class OnnxRuntimeBackend(Backend):
             self._session(model, so, disabled)
             import onnx
 
-            graph = onnx.load(str(path)).graph
+            graph = onnx.load(str(path), load_external_data=False).graph
             return b"".join(f"{n.domain}:{n.op_type}:{list(n.input)}".encode() for n in graph.node)
 
     def check_route_impl(self, model: Path, route: Route, db: KnobDatabase) -> None:
