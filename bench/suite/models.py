@@ -50,13 +50,19 @@ def _resnet50(tiny: bool) -> Any:
 
 
 def _vit_b16(tiny: bool) -> Any:
+    import torch
     import torchvision
     from torchvision.models.vision_transformer import VisionTransformer
 
     if tiny:
-        return VisionTransformer(image_size=TINY_IMAGE, patch_size=16, num_layers=1, num_heads=2,
-                                 hidden_dim=32, mlp_dim=64, num_classes=10).eval()
-    return torchvision.models.vit_b_16(weights=None).eval()
+        model = VisionTransformer(image_size=TINY_IMAGE, patch_size=16, num_layers=1, num_heads=2,
+                                  hidden_dim=32, mlp_dim=64, num_classes=10)
+    else:
+        model = torchvision.models.vit_b_16(weights=None)
+    # torchvision starts the head at zero (all logits 0, no direction to compare): draw it
+    torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+    torch.nn.init.normal_(model.heads.head.bias, std=0.02)
+    return model.eval()
 
 
 def _convnext_t(tiny: bool) -> Any:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -103,9 +104,11 @@ def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = F
     arch, batch = parse_config(config)
     folder = work / "specs" / config
     meta_path = folder / "meta.json"
-    if meta_path.is_file() and not force:
+    source = hashlib.sha256((HERE / "models.py").read_bytes()).hexdigest()[:16]
+    if meta_path.is_file() and not force:  # reused while the models' source is the same
         meta = json.loads(meta_path.read_text())
-        if meta.get("ok") and meta.get("device") == device and meta.get("tiny") == tiny:
+        if meta.get("ok") and meta.get("device") == device and meta.get("tiny") == tiny \
+                and meta.get("models_source") == source:
             return {**meta, "step": "specs", "reused": True}
     folder.mkdir(parents=True, exist_ok=True)
     factory = models.factory(arch, tiny)
@@ -131,8 +134,8 @@ def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = F
             f"suite-{config}{label}", what, f"{pinned} {knobs.replace(graphs, '')}", timing,
             1e-3), encoding="utf-8")
     meta = {"step": "specs", "config": config, "arch": arch, "batch": batch, "device": device,
-            "tiny": tiny, "reference_device": ref_device, "reference_s": round(ref_s, 2),
-            "export_s": round(export_s, 2), "ok": True}
+            "tiny": tiny, "models_source": source, "reference_device": ref_device,
+            "reference_s": round(ref_s, 2), "export_s": round(export_s, 2), "ok": True}
     _write(meta_path, meta)
     return meta
 
@@ -375,13 +378,8 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
             rec[f"{stage}_timing_s"] = round(time.perf_counter() - t0, 1)
         _summarise(rec, got, stage)
         if stage == "final":
-            rec["profile"] = {}
-            for label, fn in fns.items():
-                try:
-                    with torch.no_grad():
-                        rec["profile"][label] = profile(fn, args, 20, cuda)
-                except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis only
-                    rec["profile"][label] = _failure(exc)
+            with torch.no_grad():
+                rec["profile"] = {label: _profiled(fn, args, cuda) for label, fn in fns.items()}
         rec["wall_s"] = round(time.perf_counter() - t_start, 1)
         _write(json_path, rec)
 
@@ -407,6 +405,13 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
     rec["ok"] = SERVED in fns and len(fns) > 1
     _write(json_path, rec)
     return rec
+
+
+def _profiled(fn: Callable[[Any], Any], args: list[Any], cuda: bool) -> dict:
+    try:
+        return profile(fn, args, 20, cuda)
+    except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis only
+        return _failure(exc)
 
 
 def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None:
