@@ -540,6 +540,8 @@ class _Run:
         self.bundle: Bundle | None = None
         self.signed: SignatureCheck | None = None
         self.signature_checked = False
+        self.ignored: list[str] = []
+        """Signature referrers that did not pass, ignored (no signature was required)."""
         self.integrity: str | None = None
         self.imported: dict[str, object] = {}
         """What the caller had imported when the checks began (what the fingerprint reads)."""
@@ -573,8 +575,12 @@ class _Run:
         signed_here = (o.require_signature or o.signature is not None
                        or os.path.lexists(signature_path(self.path)))
         lazy = not o.extract and (o.integrity_only or not signed_here)
+        # a folder whose engines are loaded after the checks (a loader, a re-check, a
+        # re-timing) is copied into a private folder, each file hashed as it is copied: what
+        # is loaded is what was checked, whatever another process does to the folder
+        private = not o.integrity_only and (o.extract or o.recheck or o.rebench)
         with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
-                                  workdir=o.workdir) as bundle:
+                                  workdir=o.workdir, private=private) as bundle:
             yield bundle
 
     def _fetch(self) -> None:
@@ -643,12 +649,20 @@ class _Run:
 
     def _checks(self, bundle: Bundle) -> VerifyReport:
         o = self.opts
-        scan = scan_bundle(bundle, self._digests(bundle.source))  # one read of every file
+        # one read of every file; the records a later step reads (the environment step:
+        # fingerprint.json) kept from it when the folder is read in place
+        scan = scan_bundle(bundle, self._digests(bundle.source), keep=_PINNED)
+        bundle.pin({rel: f.data for rel, f in scan.files.items() if f.data is not None
+                    and rel in bundle.manifest.table()})
         self.signed = self._signature(bundle, scan)
         self.signature_checked = True
         if self.signed is not None:
             self._step(StepName.SIGNATURE, Outcome.PASSED,
                        f"signature {self.signed.path}: {self.signed}")
+        elif self.ignored:
+            self._step(StepName.SIGNATURE, Outcome.WARNED,
+                       f"no signature referrer passed ({len(self.ignored)} ignored) and none "
+                       "was required", problems=[f"ignored: {w}" for w in self.ignored])
         else:
             self._skip(StepName.SIGNATURE, "the bundle is not signed and no signature was "
                        "required")
@@ -692,7 +706,8 @@ class _Run:
 
             return check_referrer_signatures(bundle, self.fetched.signatures, o.trusted_keys,
                                              require=o.require_signature,
-                                             source=self.fetched.reference, scan=scan)
+                                             source=self.fetched.reference, scan=scan,
+                                             ignored=self.ignored)
         if (o.require_signature or o.signature is not None or o.trusted_keys
                 or os.path.lexists(signature_path(bundle.source))):
             from dossier.signing import check_signature
@@ -800,6 +815,9 @@ class _Run:
         return with_report(exc, self._report(exit_code=int(exc.exit_code),
                                              error=exc.diagnostics()))
 
+
+_PINNED = (FINGERPRINT_NAME,)
+"""Files of a folder checked in place that a later step reads: from the checked bytes."""
 
 _OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
             Verdict.INVALID: Outcome.FAILED}
