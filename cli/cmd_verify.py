@@ -100,10 +100,11 @@ def verify(
     where = f"the host of {host}" if host else "this host"
 
     def said(step: Step) -> None:  # the OK/FAIL lines on stderr, as each step ends
-        if step.outcome is Outcome.WARNED and step.name.value == "fetch":
-            for problem in step.problems:  # malformed signature referrers, ignored
+        if step.outcome is Outcome.WARNED and step.name.value in ("fetch", "signature"):
+            for problem in step.problems:  # malformed or foreign signature referrers, ignored
                 line(f"warning: {problem}")
-            line(f"OK: {step.detail}")
+            if step.name.value == "fetch":
+                line(f"OK: {step.detail}")
         elif step.outcome is Outcome.PASSED and step.name.value in _LINES:
             line(f"OK: {step.detail}")
         elif step.outcome is Outcome.FAILED and step.problems:
