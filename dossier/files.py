@@ -130,7 +130,7 @@ def read_small(path: str | os.PathLike[str], limit: int = SMALL_FILE_MAX, *,
             raise NotAFileError(errno.ELOOP, "a symbolic link, not a regular file",
                                 str(path)) from None
         raise
-    with open(fd, "rb", buffering=0) as f:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotAFileError(errno.EINVAL, f"not a regular file ({_kind(info.st_mode)})",
@@ -138,7 +138,13 @@ def read_small(path: str | os.PathLike[str], limit: int = SMALL_FILE_MAX, *,
         if info.st_size > limit:
             raise NotAFileError(errno.EFBIG, f"{info.st_size} bytes, more than the "
                                 f"{limit} allowed", str(path))
-        data = f.read(limit + 1)
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise NotAFileError(errno.EFBIG, f"more than the {limit} bytes allowed", str(path))
     return data

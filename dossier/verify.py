@@ -312,31 +312,93 @@ def judge_speedup(here: Comparison | None, recorded: float | None, low: float | 
     return []
 
 
-def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
+REBENCH_MAX_S = 900.0
+"""Default bound on the time ``verify --rebench`` spends measuring (``--max-s``)."""
+REBENCH_LIMITS: dict[str, float] = {
+    "confirm_processes": 20, "confirm_rounds": 50, "confirm_warmup": 200, "confirm_runs": 2000,
+    "confirm_block_s": 2.0, "warmup_max_s": 10.0, "warmup_window": 100,
+    "warmup_min_runs": 100, "trial_timeout_s": 600.0}
+"""The most a re-measurement takes of each timing setting, whatever the bundle's tuning
+header says (an unsigned bundle's header is anyone's): enough for the confirmation's
+procedure, bounded."""
+
+
+def rebench_timing(timing: TimingSettings, max_s: float = REBENCH_MAX_S) -> TimingSettings:
+    """``timing`` with every setting a re-measurement uses clamped to :data:`REBENCH_LIMITS`,
+    and each measuring process's time limit to its share of ``max_s``."""
+    update: dict[str, Any] = {}
+    for name, limit in REBENCH_LIMITS.items():
+        value = getattr(timing, name)
+        if value > limit:
+            update[name] = type(value)(limit)
+    processes = max(min(timing.confirm_processes, int(REBENCH_LIMITS["confirm_processes"])), 2)
+    share = max_s / processes
+    if min(timing.trial_timeout_s, REBENCH_LIMITS["trial_timeout_s"]) > share:
+        update["trial_timeout_s"] = share
+    return timing.model_copy(update=update)
+
+
+def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
+            max_s: float = REBENCH_MAX_S) -> Rebench:
     """Re-measure the shipped and the baseline engines here with the confirmation's procedure
     (:mod:`dossier.confirmation`, ``confirm_processes`` measuring processes, production load
     options) and judge the shipped route by whether its speedup falls inside the prediction
     interval the confirmation recorded for a new process. Absolute latency is reported, not
-    judged (it depends on the host)."""
+    judged (it depends on the host).
+
+    Bounded: the timing settings are clamped (:func:`rebench_timing`) and the measuring
+    processes together take at most about ``max_s`` seconds. A bundle whose validation set
+    cannot be read is BundleFormatError (exit 6); a measuring process that runs out of its
+    share of ``max_s`` is InputError (exit 3: give more time); one that fails otherwise is
+    EngineFailedError (exit 11). Its work folder, with the measuring processes' logs, is kept
+    when it fails (the error names the log) and removed otherwise."""
+    import math
+    import shutil
+
+    from dossier.errors import BundleFormatError, EngineFailedError, TuneError
+
+    if not (math.isfinite(max_s) and max_s > 0):
+        raise InputError(f"--max-s {max_s}: must be a number of seconds above 0")
     m = bundle.manifest
     cache = bundle.tuning_cache()
-    timing = timing or cache.header.timing
+    timing = rebench_timing(timing or cache.header.timing, max_s)
     shipped, base = m.engines.shipped, m.engines.baseline
     if base is None:
         raise InputError(f"{bundle.source} has no baseline engine (imported from trtexec?): "
                          "--rebench cannot compare against the baseline")
     if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
+    from dossier.validation import load_validation_set
+
+    try:
+        load_validation_set(bundle.folder("validation"))
+    except InputError as exc:  # the bundle's own files: not the user's input
+        raise BundleFormatError(f"{bundle.source}: its validation set cannot be read, so its "
+                                f"engines cannot be timed: {exc.diagnostics()}") from exc
     same = shipped.trial_index == base.trial_index
     baseline = (bundle.file(base.path), base.route)
     others = [] if same else [(bundle.file(shipped.path), shipped.route)]
-    with tempfile.TemporaryDirectory(prefix="dossier-rebench-") as work:
+    work = Path(tempfile.mkdtemp(prefix="dossier-rebench-"))
+    try:
         measure = confirmation.local_processes(
             m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
-            shapes=cache.header.shapes, work=Path(work),
+            shapes=cache.header.shapes, work=work,
             env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
         result = confirmation.confirm(baseline, others, timing, measure,
                                       fixed=max(timing.confirm_processes, 2))
+    except TuneError as exc:  # a measuring process failed: its log is kept where it says
+        why = exc.diagnostics()
+        if "ended timeout" in str(exc):
+            raise InputError(f"--rebench did not finish: {why}", hint=(
+                f"each measuring process had {timing.trial_timeout_s:g} s (--max-s "
+                f"{max_s:g} over {max(timing.confirm_processes, 2)} processes); give more "
+                "time with --max-s")) from exc
+        raise EngineFailedError(f"--rebench: the engines could not be timed here: {why}") \
+            from exc
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
     base_s = flatten(result.aa.baseline)[0]
     base_here = summarize(base_s, timing.confidence, result.aa.warmup_runs)
     track = result.candidates[0] if others else None
@@ -434,6 +496,8 @@ class VerifyOptions:
     """Where registry references are pulled (default :func:`dossier.registry.cache_dir`)."""
     timing: TimingSettings | None = None
     """With ``rebench``: timing settings instead of the bundle's."""
+    rebench_max_s: float = REBENCH_MAX_S
+    """With ``rebench``: about the most seconds its measuring processes take together."""
     extract: bool = False
     """Extract an archive whole, every file checked as it is written (what a loader needs:
     the engine it loads is the one that was checked). Otherwise an archive is read in place
@@ -762,7 +826,7 @@ class _Run:
         timed = None
         self.current = StepName.REBENCH
         if o.rebench:
-            timed = rebench(bundle, o.timing)
+            timed = rebench(bundle, o.timing, max_s=o.rebench_max_s)
             verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
             if timed.regression:
                 reasons.append(timed.reason)
@@ -823,6 +887,7 @@ _OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
             Verdict.INVALID: Outcome.FAILED}
 
 
-__all__ = ["Outcome", "Rebench", "Recheck", "Step", "StepName", "StepObserver",
-           "VerifyOptions", "VerifyReport", "judge_speedup", "rebench", "recheck",
+__all__ = ["REBENCH_LIMITS", "REBENCH_MAX_S", "Outcome", "Rebench", "Recheck", "Step",
+           "StepName", "StepObserver", "VerifyOptions", "VerifyReport", "judge_speedup",
+           "rebench", "rebench_timing", "recheck",
            "refused_report", "verified", "verify", "verify_bundle", "with_report"]
