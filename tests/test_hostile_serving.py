@@ -424,3 +424,30 @@ def test_rebench_of_an_unreadable_validation_set_is_a_bundle_error(bundle: Path,
     res = h.cli("verify", bundle, "--host-fingerprint", host, "--rebench")
     assert res.exit_code == ExitCode.BUNDLE, h.said(res)
     assert "validation set cannot be read" in h.said(res)
+
+
+# ------------------------------------------------------------------------ spec paths (item 4)
+def _spec(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(f'[release]\nname = "a"\n[model]\npath = "{model}"\n[validation]\n'
+                    'path = "validation"\n[tune]\nbackend = "onnxruntime"\n'
+                    'selection = "-graph_optimization_level=[all|basic]"\nmetric = "linf"\n'
+                    "threshold = 1e-4\n")
+    return path
+
+
+@pytest.mark.parametrize("case", ["a symbolic link loop", "a name over NAME_MAX", "a FIFO"])
+def test_a_hostile_spec_path_gets_one_line(tmp_path: Path, case: str) -> None:
+    """Before: a model path that is a symbolic link loop or longer than NAME_MAX was exit 70
+    with a traceback; a FIFO in place of the spec blocked for ever."""
+    if case == "a symbolic link loop":
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        spec = _spec(tmp_path, str(tmp_path / "loop"))
+    elif case == "a name over NAME_MAX":
+        spec = _spec(tmp_path, "x" * 300 + ".onnx")
+    else:
+        spec = _fifo(tmp_path / "spec.toml")
+    res = _within(20, lambda: h.cli("tune", spec, "--dry-run"))
+    assert not isinstance(res, BaseException), res
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "Traceback" not in h.said(res)
