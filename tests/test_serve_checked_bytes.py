@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import test_bundle_helpers as h
+from _figures import figures
 
 import dossier
 import dossier.serve as serve
@@ -227,4 +228,6 @@ def test_a_racing_writer_never_gets_its_engine_served(signed: dict[str, Any]) ->
     finally:
         stop.set()
         thread.join()
+    figures("racing_writer", loads=RACE_LOADS, served_signed=served, refused=refused,
+            served_forged=0, swaps=swaps[0])
     assert swaps[0] > RACE_LOADS and served + refused == RACE_LOADS
