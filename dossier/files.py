@@ -57,17 +57,19 @@ def _read_into(src: BinaryIO, view: memoryview) -> int:
 
 
 def copy_digests(src: BinaryIO, dst_path: Path, algorithms: Sequence[str],
-                 limit: int | None = None, *, mode: int = 0o666) -> tuple[dict[str, str], int]:
+                 limit: int | None = None, *, mode: int = 0o666,
+                 sync: bool = True) -> tuple[dict[str, str], int]:
     """Copy ``src`` (at most ``limit`` bytes) into the new file ``dst_path``, fsynced; return
     the digest by algorithm (each of ``algorithms``, see :func:`dossier.hashing.new_hasher`) of
     what was written, and its size. One read; memory use is one fixed buffer. ``mode``: the
     new file's permissions (less the umask; :data:`PRIVATE_FILE` is owner-only whatever the
-    umask)."""
+    umask). ``sync=False``: not fsynced (a temporary copy that no crash needs to find)."""
     hashers = {a: new_hasher(a) for a in algorithms}
     with _create(dst_path, mode) as dst:
         size = feed(_Tee(src, dst, limit), list(hashers.values()))  # type: ignore[arg-type]
         dst.flush()
-        os.fsync(dst.fileno())
+        if sync:
+            os.fsync(dst.fileno())
     return {a: h.hexdigest() for a, h in hashers.items()}, size
 
 

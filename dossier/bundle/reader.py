@@ -388,7 +388,7 @@ def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = ()) -> Copi
                         continue
                     try:
                         digests, size = copy_digests(f, target.joinpath(*rel.split("/")), names,
-                                                     mode=PRIVATE_FILE)
+                                                     mode=PRIVATE_FILE, sync=False)
                     except OSError as exc:
                         if is_disk_full(exc):
                             raise
