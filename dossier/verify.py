@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
-from dossier.bundle.manifest import FINGERPRINT_NAME
+from dossier.bundle.manifest import FINGERPRINT_NAME, KNOBS_NAME, Manifest
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
@@ -644,8 +644,20 @@ class _Run:
         # is loaded is what was checked, whatever another process does to the folder
         private = not o.integrity_only and (o.extract or o.recheck or o.rebench)
         with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
-                                  workdir=o.workdir, private=private) as bundle:
+                                  workdir=o.workdir, private=private,
+                                  unused=self._unused) as bundle:
             yield bundle
+
+    def _unused(self, manifest: Manifest) -> set[str]:
+        """What no step after the checks reads, so a private copy need not hold it: the
+        model, the knob database and the tables; the baseline engine unless it is re-timed."""
+        table = manifest.table()
+        unused = {rel for rel in table if rel.startswith("model/")
+                  or rel in (KNOBS_NAME, "routes.parquet", "timings.parquet", "shapes.parquet")}
+        base, shipped = manifest.engines.baseline, manifest.engines.shipped
+        if base is not None and base.path != shipped.path and not self.opts.rebench:
+            unused.add(base.path)
+        return unused
 
     def _fetch(self) -> None:
         if os.path.lexists(self.source):  # a local bundle: the registry client is not imported

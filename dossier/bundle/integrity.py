@@ -218,7 +218,25 @@ def check_integrity(bundle: Bundle, scan: BundleScan | None = None) -> Integrity
                      if got.get(rel) != entry.digest]
         problems.sort(key=lambda p: (p.path, p.kind.value))
         return IntegrityReport(m.dossier_id, len(table), problems)
-    for rel, entry in table.items():
+    if bundle.written is not None:  # copied or extracted by this process: the scan is the truth
+        for rel, entry in table.items():
+            found = scan.files.get(rel)
+            if rel in scan.odd:
+                problems.append(Problem(rel, ProblemKind.ALTERED, "not a regular file"))
+            elif rel in scan.unreadable:
+                problems.append(Problem(rel, ProblemKind.ALTERED,
+                                        f"unreadable: {scan.unreadable[rel]}"))
+            elif found is None:
+                problems.append(Problem(rel, ProblemKind.MISSING))
+            elif found.size != entry.size:
+                problems.append(Problem(rel, ProblemKind.ALTERED, f"{found.size} bytes, the "
+                                        f"manifest says {entry.size}"))
+            elif found.digests[ALGORITHM] != entry.digest:
+                problems.append(Problem(rel, ProblemKind.ALTERED, f"xxh3-128 "
+                                        f"{found.digests[ALGORITHM]}, the manifest says "
+                                        f"{entry.digest}"))
+    on_disk = {} if bundle.written is not None else table  # else: checked above
+    for rel, entry in on_disk.items():
         why = _check_file(root, rel, entry.size, entry.digest, scan)
         if why is not None:
             problems.append(Problem(rel, *why))

@@ -21,7 +21,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,7 @@ from dossier.files import (
     read_small,
     remove_stale,
 )
-from dossier.hashing import ALGORITHM
+from dossier.hashing import ALGORITHM, feed, new_hasher
 
 if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
     import pyarrow as pa
@@ -91,6 +91,9 @@ class Bundle:
         """For a folder copied: its entries that are not regular files (not copied)."""
         self.unreadable: dict[str, str] = {}
         """For a folder copied: its regular files that could not be read, with why."""
+        self.absent: frozenset[str] = frozenset()
+        """For a folder copied: files hashed in place but not copied (this command does not
+        read them after the checks); :meth:`file` refuses them."""
         self.pinned: dict[str, bytes] = {}
         """Files whose checked bytes are kept in memory (a folder checked in place): read from
         here, never again from the folder (see :meth:`pin`)."""
@@ -108,6 +111,9 @@ class Bundle:
         archive opened lazily); BundleFormatError if not listed."""
         if rel not in self.manifest.table():
             raise BundleFormatError(f"{self.source}: {rel} is not in the bundle's file table")
+        if rel in self.absent:
+            raise BundleError(f"{self.source}: {rel} was checked in place but not copied for "
+                              "this command, which reads only what it copied")
         path = self.path / rel
         if self.archive is not None and not path.is_file():
             self._extract([rel])
@@ -283,7 +289,9 @@ def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:
 @contextlib.contextmanager
 def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
                 max_extract: int | None = None, digests: Sequence[str] = (),
-                private: bool = False) -> Iterator[Bundle]:
+                private: bool = False,
+                unused: Callable[[Manifest], Collection[str]] | None = None
+                ) -> Iterator[Bundle]:
     """Open a bundle folder or ``.dossier.tar`` for the duration of the ``with`` block.
 
     An archive has its member headers checked against its manifest, then is extracted (every
@@ -301,7 +309,9 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
     folder (each file opened without following a link or blocking, hashed as it is copied,
     like an archive's members), so that what a loader reads after the checks is what they
     checked, whatever another process does to the folder meanwhile. The temporary folder and
-    every file in it are created owner-only whatever the umask.
+    every file in it are created owner-only whatever the umask. ``unused(manifest)``: bundle
+    paths the command will not read after the checks; they are hashed in place, not copied
+    (:attr:`Bundle.absent`).
     """
     path = Path(path)
     if path.is_dir() and not private:
@@ -310,8 +320,10 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
     if not path.is_dir() and not path.is_file():
         raise BundleFormatError(f"{path} is not a bundle (no such folder or archive)")
     index = None if path.is_dir() else index_archive(path)  # every header; nothing written
-    if index is None:
-        read_bundle(path)  # a bundle of a readable format: its manifest checked before a copy
+    skip: Collection[str] = ()
+    if index is None:  # a bundle of a readable format: its manifest checked before a copy
+        first = read_bundle(path)
+        skip = unused(first.manifest) if unused is not None else ()
     base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     remove_stale_opens(base)
     tmp = base / f"{OPEN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
@@ -319,9 +331,10 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
         if index is None:
             with host_io(base, f"opening {path}"):
                 _private_folder(tmp)
-            copied = copy_folder(path, tmp / "bundle", digests)
+            copied = copy_folder(path, tmp / "bundle", digests, skip)
             bundle = read_bundle(tmp / "bundle", source=path)
             bundle.written, bundle.odd, bundle.unreadable = copied
+            bundle.absent = frozenset(r for r in skip if r in copied[0])
             yield bundle
         elif lazy:
             raw, manifest, notes = parse_manifest(index.manifest, f"{path}:{MANIFEST_NAME}")
@@ -348,14 +361,16 @@ def _private_folder(path: Path) -> None:
 Copied = tuple[dict[str, tuple[int, dict[str, str]]], list[str], dict[str, str]]
 
 
-def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = ()) -> Copied:
+def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = (),
+                skip: Collection[str] = ()) -> Copied:
     """Copy the bundle folder ``src`` into the new folder ``target`` (owner-only, whatever
     the umask), hashing each file as it is copied: returns the size and digests (xxh3-128 and
     each of ``algorithms``) of every file written, by bundle path; the entries that are not
     regular files (links, FIFOs, devices: never followed, never opened in a way that blocks,
     not copied); and the regular files that could not be read, with why. What the copy holds
     is exactly what was hashed: another process that swaps, relinks or rewrites a file of
-    ``src`` afterwards changes nothing of it."""
+    ``src`` afterwards changes nothing of it. The files of ``skip`` are hashed in place and
+    not written (nothing reads them afterwards)."""
     names = list(dict.fromkeys([ALGORITHM, *algorithms]))
     written: dict[str, tuple[int, dict[str, str]]] = {}
     odd: list[str] = []
@@ -387,8 +402,14 @@ def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = ()) -> Copi
                         odd.append(rel)
                         continue
                     try:
-                        digests, size = copy_digests(f, target.joinpath(*rel.split("/")), names,
-                                                     mode=PRIVATE_FILE, sync=False)
+                        if rel in skip:
+                            hashers = [new_hasher(a) for a in names]
+                            size = feed(f, hashers)
+                            digests = {a: h.hexdigest() for a, h in zip(names, hashers,
+                                                                        strict=True)}
+                        else:
+                            digests, size = copy_digests(f, target.joinpath(*rel.split("/")),
+                                                         names, mode=PRIVATE_FILE, sync=False)
                     except OSError as exc:
                         if is_disk_full(exc):
                             raise
