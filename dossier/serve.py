@@ -282,7 +282,8 @@ def load(source: str | os.PathLike[str], *, require_signature: bool = False,
     """
     with opened(source, require_signature=require_signature, trusted_key=trusted_key,
                 policy=policy, on_suboptimal=on_suboptimal, signature=signature, host=host,
-                insecure=insecure, registry_cache=registry_cache) as (engine, _):
+                insecure=insecure, registry_cache=registry_cache,
+                read_validation=False) as (engine, _):
         return engine
 
 
@@ -292,10 +293,11 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
            policy: str | os.PathLike[str] | None = None,
            on_suboptimal: OnSuboptimal = "warn", signature: str | os.PathLike[str] | None = None,
            host: Fingerprint | str | os.PathLike[str] | None = None, insecure: bool = False,
-           registry_cache: str | os.PathLike[str] | None = None
+           registry_cache: str | os.PathLike[str] | None = None, read_validation: bool = True
            ) -> Iterator[tuple[Engine, Bundle]]:
     """:func:`load`, with the verified bundle kept open for the ``with`` block (to read its
-    validation set, as ``dossier run --check`` does). The engine outlives the block."""
+    validation set, as ``dossier run --check`` does; ``read_validation=False`` when the block
+    does not). The engine outlives the block."""
     if on_suboptimal not in ("warn", "refuse", "ignore"):
         raise InputError(f"on_suboptimal must be 'warn', 'refuse' or 'ignore', "
                          f"not {on_suboptimal!r}")
@@ -306,7 +308,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         host=host if host is None or not isinstance(host, (str, os.PathLike)) else Path(host),
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
-        extract=True,  # the engine loaded is the copy whose bytes were checked
+        read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
         prepare_backend=import_runtime)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _judge(report, on_suboptimal)

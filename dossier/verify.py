@@ -504,6 +504,9 @@ class VerifyOptions:
     as far as the checks need."""
     workdir: Path | None = None
     """Where an archive is extracted (default: the system's temporary folder)."""
+    read_validation: bool = True
+    """With ``extract``: the caller reads the validation set's files after the checks
+    (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
     prepare_backend: Callable[[str], object] | None = None
     """Called once, in the calling thread, with the manifest's backend name (e.g.
     ``"torch-inductor"``) as soon as the bundle is open: after this host's fingerprint has
@@ -657,6 +660,9 @@ class _Run:
         base, shipped = manifest.engines.baseline, manifest.engines.shipped
         if base is not None and base.path != shipped.path and not self.opts.rebench:
             unused.add(base.path)
+        o = self.opts
+        if not (o.read_validation or o.recheck or o.rebench):
+            unused.update(rel for rel in table if rel.startswith("validation/"))
         return unused
 
     def _fetch(self) -> None:

@@ -385,8 +385,6 @@ def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = (),
                 rel = (base / name).as_posix()
                 if os.path.islink(os.path.join(folder, name)):
                     odd.append(rel)
-                else:
-                    target.joinpath(*rel.split("/")).mkdir(mode=PRIVATE_FOLDER)
             for name in sorted(files):
                 rel = (base / name).as_posix()
                 try:
@@ -408,8 +406,12 @@ def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = (),
                             digests = {a: h.hexdigest() for a, h in zip(names, hashers,
                                                                         strict=True)}
                         else:
-                            digests, size = copy_digests(f, target.joinpath(*rel.split("/")),
-                                                         names, mode=PRIVATE_FILE, sync=False)
+                            dest = target.joinpath(*rel.split("/"))
+                            for up in reversed(dest.relative_to(target).parents[:-1]):
+                                with contextlib.suppress(FileExistsError):  # as files need it
+                                    (target / up).mkdir(mode=PRIVATE_FOLDER)
+                            digests, size = copy_digests(f, dest, names, mode=PRIVATE_FILE,
+                                                         sync=False)
                     except OSError as exc:
                         if is_disk_full(exc):
                             raise
