@@ -61,15 +61,19 @@ def pull(
     is checked while it streams, then the bundle's integrity check runs (its xxh3-128 taken
     from the same stream); only then is the folder renamed into place (nothing half-pulled is
     left). The signature referrers the registry holds are checked against the pulled files and
-    written beside the bundle (NAME-VERSION.dossier.sig.json, where verify looks): exit 13 when
-    there are some and none passes. Existing bundles and signatures are never overwritten."""
+    written beside the bundle (NAME-VERSION.dossier.sig.json, where verify looks); one that is
+    malformed or does not pass is a warning and is ignored, as verify REF ignores it. Existing
+    bundles and signatures are never overwritten."""
     from dossier.registry import pull_bundle
 
     done = pull_bundle(source, out_dir, insecure=insecure)
+    for warning in done.warnings:
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
     if as_json:
         print_json({"bundle": str(done.path), "reference": done.reference,
                     "digest": done.digest, "dossier_id": done.dossier_id, "files": done.files,
-                    "signature": str(done.signatures[0]) if done.signatures else None})
+                    "signature": str(done.signatures[0]) if done.signatures else None,
+                    "warnings": done.warnings})
         return
     err.print(f"pulled {done.reference} (id {done.dossier_id}): {done.files} files, digests "
               "and integrity checked"

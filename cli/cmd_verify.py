@@ -35,6 +35,9 @@ def verify(
                                  "baseline engines here (one fresh process each); a speedup "
                                  "below the recorded interval, or one whose interval includes "
                                  "1.0, is SUBOPTIMAL."),
+    max_s: float = typer.Option(None, "--max-s", metavar="S", help="With --rebench: about the "
+                                "most seconds its measuring processes take together (default "
+                                "900); the bundle's own timing settings are clamped too."),
     threshold: float = typer.Option(None, metavar="T", help="With --recheck: a threshold "
                                      "at or below the bundle's (stricter), above 0."),
     policy: Path = typer.Option(None, "--policy", metavar="FILE", help="TOML policy file whose [[rule]]s override "
@@ -72,10 +75,12 @@ def verify(
        (VALID / SUBOPTIMAL / INVALID) with the reason, by the backend's policy;
     3. optionally --recheck accuracy and --rebench latency here.
 
-    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID, 2 usage (--threshold without --recheck,
-    --require-signature without --trusted-key), 3 bad input (a --threshold not above 0 or
-    looser than the bundle's, an unusable --policy or --host-fingerprint file, --recheck of a
-    bundle without a validation set), 6 integrity failure or unreadable bundle, 13 signature
+    Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID (or engines that cannot be timed here), 2
+    usage (--threshold without --recheck, --max-s without --rebench, --require-signature
+    without --trusted-key), 3 bad input (a --threshold not above 0 or looser than the
+    bundle's, an unusable --policy or --host-fingerprint file, --recheck of a bundle without a
+    validation set, a --rebench that did not finish within --max-s), 6 integrity failure or
+    unreadable bundle (a validation set that cannot be read), 13 signature
     missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for the files an
     archive's checks need.
 
@@ -87,6 +92,7 @@ def verify(
     chosen = choose_format(fmt, as_json, Document.verify, "verify", output,
                            styled=not integrity_only)  # integrity only: no text report
     threshold = _threshold_option(threshold, recheck)
+    rebench_max_s = _max_s_option(max_s, rebench)
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
@@ -95,15 +101,16 @@ def verify(
                             threshold=threshold, policy=policy, host=host,
                             trusted_keys=tuple(trusted_keys),
                             require_signature=require_signature, signature=signature,
-                            insecure=insecure)
+                            insecure=insecure, rebench_max_s=rebench_max_s)
     printed: list[Step] = []
     where = f"the host of {host}" if host else "this host"
 
     def said(step: Step) -> None:  # the OK/FAIL lines on stderr, as each step ends
-        if step.outcome is Outcome.WARNED and step.name.value == "fetch":
-            for problem in step.problems:  # malformed signature referrers, ignored
+        if step.outcome is Outcome.WARNED and step.name.value in ("fetch", "signature"):
+            for problem in step.problems:  # malformed or foreign signature referrers, ignored
                 line(f"warning: {problem}")
-            line(f"OK: {step.detail}")
+            if step.name.value == "fetch":
+                line(f"OK: {step.detail}")
         elif step.outcome is Outcome.PASSED and step.name.value in _LINES:
             line(f"OK: {step.detail}")
         elif step.outcome is Outcome.FAILED and step.problems:
@@ -146,6 +153,20 @@ def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
         raise InputError(f"--threshold {threshold}: must be a number above 0",
                          hint="at or below the bundle's threshold, which dossier inspect shows")
     return threshold
+
+
+def _max_s_option(max_s: float | None, rebench: bool) -> float:
+    """--max-s as given: only with --rebench (exit 2), a number of seconds above 0 (exit 3)."""
+    from dossier.verify import REBENCH_MAX_S
+
+    if max_s is None:
+        return REBENCH_MAX_S
+    if not rebench:
+        line("error: --max-s bounds --rebench: give --rebench too, or leave --max-s out")
+        raise typer.Exit(int(ExitCode.USAGE))
+    if not math.isfinite(max_s) or max_s <= 0:
+        raise InputError(f"--max-s {max_s}: must be a number of seconds above 0")
+    return max_s
 
 
 def _fetch_failed(report) -> bool:  # type: ignore[no-untyped-def]

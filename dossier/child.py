@@ -5,7 +5,9 @@ A child runs in its own process group (so a timeout kills its compilers too), wi
 parent-death signal and memory limit set by the child itself at start (see
 :func:`dossier.worker.main`): no pre-exec hook runs between fork and exec. A child that exceeds
 its wall-clock limit is killed; time spent paused (SIGSTOP, while the parent measures another
-trial) does not count against the limit.
+trial) does not count against the limit, nor time spent in its ``wait`` stage (waiting for the
+next turn's process on standby to finish its imports, at most
+:data:`~dossier.worker.STANDBY_WAIT_S`: that wait is charged to no route).
 
 A child started *on standby* (:meth:`Child.go`) runs its interpreter start, its imports and its
 backend's setup, then waits, loading nothing, until the parent hands it its final request: the
@@ -29,11 +31,23 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
-from dossier.worker import IMPORTING, RESULT, FailedResult, WorkerRequest, WorkerResult
+from dossier.worker import (
+    IMPORTING,
+    RESULT,
+    STANDBY_WAIT_S,
+    FailedResult,
+    WorkerRequest,
+    WorkerResult,
+)
 
 logger = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
+WAIT_GRACE_S = 5.0
+"""How much longer than its bound a process may stay in its ``wait`` stage uncounted."""
+WAIT_STAGE = "wait"
+"""The stage of a process waiting for the next turn's standby (see
+:func:`dossier.worker._let_the_next_import`)."""
 START_WAIT_S = 30.0
 """How long :meth:`Child.pause` lets a starting child run to its first stage (its interpreter
 start and imports) before stopping it anyway."""
@@ -64,6 +78,9 @@ class Child:
         self.started = time.monotonic()
         self.paused_s = 0.0
         self._paused_at: float | None = None
+        self.waited_s = 0.0
+        """Time seen in its ``wait`` stage (not counted against its limit)."""
+        self._waiting_at: float | None = None
         self._result: WorkerResult | None = None
         self.standby = standby
         self.prestarted = standby
@@ -103,6 +120,7 @@ class Child:
             self.proc.stdin.close()
         self.standby = False
         self.started = time.monotonic()
+        self.waited_s, self._waiting_at = 0.0, None
 
     def ended_on_standby(self) -> bool:
         """Whether this child, started on standby, has ended before it began its final
@@ -147,7 +165,18 @@ class Child:
     def _left(self) -> float:
         if self.standby:  # waiting for its turn: no limit runs yet
             return self.timeout
-        return self.timeout - (time.monotonic() - self.started - self.paused_s)
+        now = time.monotonic()
+        waiting = self._stage() == WAIT_STAGE
+        if waiting and self._waiting_at is None:
+            self._waiting_at = now
+        elif not waiting and self._waiting_at is not None:
+            self.waited_s += now - self._waiting_at
+            self._waiting_at = None
+        waited = self.waited_s
+        if waiting:  # the next turn's imports: no limit runs meanwhile, up to the worker's
+            # own bound on that wait (a process stuck in it is timed again after that)
+            waited += min(now - self._waiting_at, STANDBY_WAIT_S + WAIT_GRACE_S)  # type: ignore[operator]
+        return self.timeout - (now - self.started - self.paused_s - waited)
 
     def poll(self) -> WorkerResult | None:
         """The result once the child has ended (killing it past its limit), else None."""

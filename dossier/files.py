@@ -57,15 +57,19 @@ def _read_into(src: BinaryIO, view: memoryview) -> int:
 
 
 def copy_digests(src: BinaryIO, dst_path: Path, algorithms: Sequence[str],
-                 limit: int | None = None) -> tuple[dict[str, str], int]:
+                 limit: int | None = None, *, mode: int = 0o666,
+                 sync: bool = True) -> tuple[dict[str, str], int]:
     """Copy ``src`` (at most ``limit`` bytes) into the new file ``dst_path``, fsynced; return
     the digest by algorithm (each of ``algorithms``, see :func:`dossier.hashing.new_hasher`) of
-    what was written, and its size. One read; memory use is one fixed buffer."""
+    what was written, and its size. One read; memory use is one fixed buffer. ``mode``: the
+    new file's permissions (less the umask; :data:`PRIVATE_FILE` is owner-only whatever the
+    umask). ``sync=False``: not fsynced (a temporary copy that no crash needs to find)."""
     hashers = {a: new_hasher(a) for a in algorithms}
-    with open(dst_path, "xb") as dst:
+    with _create(dst_path, mode) as dst:
         size = feed(_Tee(src, dst, limit), list(hashers.values()))  # type: ignore[arg-type]
         dst.flush()
-        os.fsync(dst.fileno())
+        if sync:
+            os.fsync(dst.fileno())
     return {a: h.hexdigest() for a, h in hashers.items()}, size
 
 
@@ -83,12 +87,78 @@ def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
         return copy_hashed(f, dst)
 
 
-def write_durable(path: Path, data: bytes) -> None:
-    """Write the new file ``path`` and fsync it."""
-    with open(path, "xb") as f:
+def write_durable(path: Path, data: bytes, *, mode: int = 0o666) -> None:
+    """Write the new file ``path`` (``mode`` less the umask) and fsync it."""
+    with _create(path, mode) as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _create(path: Path, mode: int) -> BinaryIO:
+    """The new file ``path`` opened for writing (never an existing one, never through a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW, mode)
+    return open(fd, "wb")
+
+
+PRIVATE_FILE = 0o600
+"""Permissions of a file only this process's user may read or write (umask or not)."""
+PRIVATE_FOLDER = 0o700
+"""Permissions of a folder only this process's user may enter."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+SMALL_FILE_MAX = 64 << 20
+"""Default cap of :func:`read_small`: a key, a signature, a fingerprint, a policy, a spec."""
+
+
+class NotAFileError(OSError):
+    """What :func:`read_small` raises for a path that is not a regular file of bounded size
+    (an OSError, so that a caller's ``except OSError`` says it in its own words)."""
+
+
+def read_small(path: str | os.PathLike[str], limit: int = SMALL_FILE_MAX, *,
+               follow: bool = True) -> bytes:
+    """The bytes of the small file ``path``, read once. It is opened without blocking (a FIFO,
+    a socket or a device never makes this wait) and checked, on the open descriptor, to be a
+    regular file of at most ``limit`` bytes before a byte is read; more than ``limit`` bytes
+    read (a file that grew meanwhile) is refused too. With ``follow=False`` a symbolic link is
+    refused. Raises OSError (:class:`NotAFileError` for what is not a regular file, or too
+    large), whose ``strerror`` says why in a few words."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | _NONBLOCK | (0 if follow else _NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotAFileError(errno.ELOOP, "a symbolic link, not a regular file",
+                                str(path)) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFileError(errno.EINVAL, f"not a regular file ({_kind(info.st_mode)})",
+                                str(path))
+        if info.st_size > limit:
+            raise NotAFileError(errno.EFBIG, f"{info.st_size} bytes, more than the "
+                                f"{limit} allowed", str(path))
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise NotAFileError(errno.EFBIG, f"more than the {limit} bytes allowed", str(path))
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def fsync_path(path: Path) -> None:
@@ -206,6 +276,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["CHUNK", "STAGING_MARK", "begin_staging", "copy_digests", "copy_file_hashed",
+__all__ = ["CHUNK", "PRIVATE_FILE", "PRIVATE_FOLDER", "SMALL_FILE_MAX", "STAGING_MARK",
+           "NotAFileError", "read_small", "begin_staging", "copy_digests", "copy_file_hashed",
            "copy_hashed", "fsync_path", "fsync_tree", "new_staging", "remove_stale",
            "remove_stale_staging", "rename_noreplace", "write_durable"]

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dossier.errors import InputError
+from dossier.files import read_small
 
 FINGERPRINT_VERSION = 1
 """The only ``fingerprint_version`` this reader knows."""
@@ -231,11 +232,15 @@ def flatten(fp: Fingerprint) -> dict[str, str | None]:
     return out
 
 
+FINGERPRINT_MAX_BYTES = 16 << 20
+"""Largest fingerprint file read (a real one is a few KiB)."""
+
+
 def load_fingerprint(path: str | os.PathLike[str]) -> Fingerprint:
     """Read a fingerprint JSON file; :class:`InputError` if unreadable, malformed or too new."""
     p = Path(path)
     try:
-        fp = Fingerprint.model_validate_json(p.read_bytes())
+        fp = Fingerprint.model_validate_json(read_small(p, FINGERPRINT_MAX_BYTES))
     except OSError as exc:
         raise InputError(f"{p}: cannot read fingerprint: {exc.strerror or exc}") from exc
     except ValidationError as exc:

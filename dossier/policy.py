@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dossier.errors import ExitCode, SpecError
+from dossier.files import read_small
 from dossier.fingerprint import Fingerprint, flatten
 
 if sys.version_info >= (3, 11):
@@ -180,7 +181,7 @@ def load_policy(path: str | os.PathLike[str], base: Policy) -> Policy:
     """
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_bytes().decode("utf-8"))
+        data = tomllib.loads(read_small(p, 1 << 20).decode("utf-8"))
         parsed = _PolicyFile.model_validate(data)
     except OSError as exc:
         raise SpecError(f"{p}: cannot read policy file: {exc.strerror or exc}") from exc

@@ -37,7 +37,7 @@ from dossier.backends.interface import ModelSignature
 from dossier.backends.onnx_model import onnx_signature
 from dossier.diskfull import output_error
 from dossier.errors import InputError, ModelError, OutputError, ValidationSetError
-from dossier.files import begin_staging, fsync_tree, rename_noreplace
+from dossier.files import begin_staging, fsync_tree, read_small, rename_noreplace
 from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
 from dossier.validation import ValidationSet, load_validation_set
@@ -98,7 +98,7 @@ def _iteration_files(folder: Path) -> list[Path]:
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_small(path).decode("utf-8"))
     except FileNotFoundError:
         raise ValidationSetError(f"{path} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:

@@ -51,7 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from dossier.errors import EngineFailedError, InputError, InvalidHostError, SuboptimalHostError
+from dossier.errors import (
+    DossierError,
+    EngineFailedError,
+    InputError,
+    InvalidHostError,
+    SuboptimalHostError,
+)
 from dossier.policy import Verdict
 from dossier.verify import VerifyOptions, VerifyReport, verified, with_report
 
@@ -82,7 +88,8 @@ class Engine:
     by :attr:`lock`."""
 
     def __init__(self, runner: Runner, *, inputs: Sequence[str], outputs: Sequence[str],
-                 route: str, bundle_id: str, backend: str, report: VerifyReport) -> None:
+                 route: str, bundle_id: str, backend: str, report: VerifyReport,
+                 shapes: Sequence[Mapping[str, Sequence[int]]] = ()) -> None:
         self._runner = runner
         import numpy as np
 
@@ -95,6 +102,8 @@ class Engine:
         self._tensors = runner.takes_tensors
         self._route, self._bundle_id, self._backend = route, bundle_id, backend
         self._report = report
+        self._shapes = tuple(shapes)  # the validation pairs' input shapes (what failed calls
+        # are judged against: inputs that fit none of them are the caller's mistake)
         self.lock = threading.Lock()
         """Held for every call and for :meth:`close`."""
 
@@ -132,8 +141,11 @@ class Engine:
                  **named: Any) -> dict[str, Any]:
         """Run once: ``engine({"x": x})`` or ``engine(x=x)``. Numpy arrays in, numpy arrays
         out; torch tensors in (every input), torch tensors out where the engine runs on torch.
-        InputError for a missing or an unknown input; EngineFailedError (exit 11) when the
-        engine fails."""
+        Arrays of the other byte order (``>f4`` on a little-endian host) are converted to this
+        host's first. InputError (exit 3) for a missing or an unknown input, one that is not an
+        array, or a call the runtime refuses on inputs whose rank or fixed dimensions differ
+        from every validation pair's; EngineFailedError (exit 11) when the engine fails
+        otherwise. Both carry the runtime's whole message."""
         given = ({**feed, **named} if feed else named) if named else (feed or {})
         if given.keys() != self._names:
             missing = [n for n in self._inputs if n not in given]
@@ -145,20 +157,36 @@ class Engine:
             with self.lock:
                 try:
                     return self._runner.run_tensors(given)
-                except self._native as exc:
-                    raise EngineFailedError(f"the engine of {self._bundle_id} failed: "
-                                            f"{exc}") from exc
+                except (InputError, EngineFailedError):
+                    raise
+                except Exception as exc:  # the runtime's, said in dossier's words
+                    raise self._failed(exc, given) from exc
         arrays = given
         for v in given.values():
-            if type(v) is not self._ndarray:
-                arrays = {n: v if type(v) is self._ndarray else _host_array(v)
-                          for n, v in given.items()}
+            if type(v) is not self._ndarray or not v.dtype.isnative:
+                arrays = {n: _host_array(n, v) for n, v in given.items()}
                 break
         with self.lock:
             try:
                 return self._runner.run(arrays)
-            except self._native as exc:
-                raise EngineFailedError(f"the engine of {self._bundle_id} failed: {exc}") from exc
+            except (InputError, EngineFailedError):
+                raise
+            except Exception as exc:  # the runtime's, said in dossier's words
+                raise self._failed(exc, arrays) from exc
+
+    def _failed(self, exc: Exception, given: Mapping[str, Any]) -> DossierError:
+        """A failed call: InputError when the inputs fit none of the validation pairs' shapes
+        (rank, or a dimension every pair has the same), else EngineFailedError; with the
+        runtime's whole message."""
+        native = exc.__cause__ if isinstance(exc, self._native) and exc.__cause__ else exc
+        message = str(native).strip() or type(native).__name__
+        shapes = {n: tuple(getattr(v, "shape", ())) for n, v in given.items()}
+        misfit = _misfit(shapes, self._shapes)
+        if misfit is not None:
+            return InputError(f"the engine of {self._bundle_id} refused the inputs ({misfit}): "
+                              f"{message}", hint="pass inputs shaped as the validation set's "
+                              "(dossier inspect shows them)")
+        return EngineFailedError(f"the engine of {self._bundle_id} failed: {message}")
 
     def close(self) -> None:
         """Release the engine (later calls raise EngineFailedError)."""
@@ -182,15 +210,44 @@ def _is_tensor(value: Any) -> bool:
                                                                            None))
 
 
-def _host_array(value: Any) -> np.ndarray:
+def _host_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numpy array in this host's byte order; InputError when it is none."""
     import numpy as np
 
-    if isinstance(value, np.ndarray):
-        return value
-    detach = getattr(value, "detach", None)
-    if callable(detach):  # a torch tensor, on any device
-        return np.asarray(detach().cpu().numpy())
-    return np.asarray(value)
+    try:
+        detach = getattr(value, "detach", None)
+        if isinstance(value, np.ndarray):
+            array = value
+        elif callable(detach):  # a torch tensor, on any device
+            array = np.asarray(detach().cpu().numpy())
+        else:
+            array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise InputError(f"input {name!r} is not an array of numbers ({array.dtype})")
+        return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InputError(f"input {name!r} is not an array: {exc}") from exc
+
+
+def _misfit(given: Mapping[str, tuple[int, ...]],
+            recorded: Sequence[Mapping[str, Sequence[int]]]) -> str | None:
+    """How the shapes ``given`` differ from every one of the ``recorded`` pairs' (None when
+    one fits in rank and in every dimension that is the same in all pairs, or when nothing
+    was recorded)."""
+    if not recorded:
+        return None
+    for name, shape in given.items():
+        seen = [tuple(r[name]) for r in recorded if name in r]
+        if not seen:
+            continue
+        if all(len(s) != len(shape) for s in seen):
+            return f"{name} has shape {list(shape)}, rank {len(shape)}; the validation set's " \
+                   f"has rank {len(seen[0])}, e.g. {list(seen[0])}"
+        fixed = [i for i in range(len(seen[0])) if len({s[i] for s in seen
+                                                        if len(s) == len(seen[0])}) == 1]
+        if len(shape) == len(seen[0]) and any(shape[i] != seen[0][i] for i in fixed):
+            return f"{name} has shape {list(shape)}; the validation set's is {list(seen[0])}"
+    return None
 
 
 def _keys(trusted_key: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
@@ -225,7 +282,8 @@ def load(source: str | os.PathLike[str], *, require_signature: bool = False,
     """
     with opened(source, require_signature=require_signature, trusted_key=trusted_key,
                 policy=policy, on_suboptimal=on_suboptimal, signature=signature, host=host,
-                insecure=insecure, registry_cache=registry_cache) as (engine, _):
+                insecure=insecure, registry_cache=registry_cache,
+                read_validation=False) as (engine, _):
         return engine
 
 
@@ -235,10 +293,11 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
            policy: str | os.PathLike[str] | None = None,
            on_suboptimal: OnSuboptimal = "warn", signature: str | os.PathLike[str] | None = None,
            host: Fingerprint | str | os.PathLike[str] | None = None, insecure: bool = False,
-           registry_cache: str | os.PathLike[str] | None = None
+           registry_cache: str | os.PathLike[str] | None = None, read_validation: bool = True
            ) -> Iterator[tuple[Engine, Bundle]]:
     """:func:`load`, with the verified bundle kept open for the ``with`` block (to read its
-    validation set, as ``dossier run --check`` does). The engine outlives the block."""
+    validation set, as ``dossier run --check`` does; ``read_validation=False`` when the block
+    does not). The engine outlives the block."""
     if on_suboptimal not in ("warn", "refuse", "ignore"):
         raise InputError(f"on_suboptimal must be 'warn', 'refuse' or 'ignore', "
                          f"not {on_suboptimal!r}")
@@ -249,7 +308,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         host=host if host is None or not isinstance(host, (str, os.PathLike)) else Path(host),
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
-        extract=True,  # the engine loaded is the copy whose bytes were checked
+        read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
         prepare_backend=import_runtime)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _judge(report, on_suboptimal)
@@ -302,14 +361,27 @@ def _load(bundle: Bundle, report: VerifyReport) -> Engine:
         backend.configure(header.builder, header.shapes)
     try:
         runner = backend.load(bundle.file(shipped.path), Route.parse(shipped.route))
-    except EngineRuntimeError as exc:
+        names = runner.io_names()
+    except DossierError as exc:
+        raise with_report(exc, report) from None
+    except Exception as exc:  # EngineRuntimeError, or a runtime's own: one line, exit 11
+        native = exc.__cause__ if isinstance(exc, EngineRuntimeError) and exc.__cause__ else exc
         raise with_report(EngineFailedError(f"{m.name}: the verified engine did not load here: "
-                                            f"{exc}"), report) from exc
-    names = runner.io_names()
+                                            f"{str(native).strip() or type(native).__name__}"),
+                          report) from exc
+    shapes = _recorded_shapes(bundle)
     if names is None:  # a runner that does not say: the validation set's inputs
-        names = (sorted(next(iter(bundle.validation_info().pair_inputs.values()), {})), [])
+        names = (sorted(shapes[0]) if shapes else [], [])
     return Engine(runner, inputs=names[0], outputs=names[1], route=shipped.route,
-                  bundle_id=m.dossier_id, backend=m.backend, report=report)
+                  bundle_id=m.dossier_id, backend=m.backend, report=report, shapes=shapes)
+
+
+def _recorded_shapes(bundle: Bundle) -> list[dict[str, list[int]]]:
+    """Every validation pair's input shapes (validation.json; none when it cannot be read)."""
+    try:
+        return list(bundle.validation_info().pair_inputs.values())
+    except DossierError:
+        return []
 
 
 # ---------------------------------------------------------------------------- dossier run
@@ -369,29 +441,117 @@ class RunResult:
 
 NPZ_MAX_BYTES = 4 << 30
 """Largest inputs file ``dossier run`` reads."""
+UNPACKED_MAX_BYTES = 4 << 30
+"""Most bytes ``dossier run`` unpacks from an inputs file (what the arrays hold, whatever the
+file's compressed size)."""
+_HINT_INPUTS = ("save the inputs with numpy.savez(path, name=array, ...), or numpy.save(path, "
+                "array) for an engine of one input")
 
 
-def read_inputs(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Named arrays from an ``.npz`` file (untrusted: no pickled objects, size-capped).
-    InputError when it cannot be read."""
-    import zipfile
+def read_inputs(path: str | os.PathLike[str], names: Sequence[str] | None = None
+                ) -> dict[str, np.ndarray]:
+    """Named arrays from an ``.npz`` file, or from an ``.npy`` file (one array) for an engine
+    of one input: ``names``, the engine's inputs, names it. Untrusted: the file is opened
+    without blocking and must be a regular file of at most :data:`NPZ_MAX_BYTES`; no pickled
+    objects; every array's header is read and its size checked before it is unpacked, at
+    most :data:`UNPACKED_MAX_BYTES` in all. InputError (one line) when it cannot be read."""
 
-    import numpy as np
-
+    if not str(path):
+        raise InputError("no inputs file given (-i is empty)", hint=_HINT_INPUTS)
     path = Path(path)
     try:
-        if path.stat().st_size > NPZ_MAX_BYTES:
-            raise InputError(f"{path} is larger than {NPZ_MAX_BYTES >> 30} GiB")
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise InputError(f"{path} is a single .npy array, not an .npz of named arrays",
-                                 hint="save the inputs with numpy.savez(path, name=array, ...)")
-            return {name: data[name] for name in data.files}
+        with _open_inputs(path) as f:
+            if f.read(6) == b"\x93NUMPY":  # one .npy array
+                f.seek(0)
+                array = _read_npy(f, UNPACKED_MAX_BYTES, path.name)
+                if names is None or len(names) != 1:
+                    raise InputError(
+                        f"{path} is a single .npy array"
+                        + (f"; this engine takes {len(names)} inputs {list(names)}"
+                           if names is not None else ""), hint=_HINT_INPUTS)
+                return {names[0]: array}
+            f.seek(0)
+            return _read_npz(f, path)
     except InputError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(f"cannot read inputs {path}: {getattr(exc, 'strerror', None) or exc}",
-                         hint="save the inputs with numpy.savez(path, name=array, ...)") from exc
+    except MemoryError as exc:
+        raise InputError(f"cannot read inputs {path}: not enough memory to unpack it") from exc
+    except (OSError, ValueError, EOFError, SyntaxError, RecursionError, OverflowError,
+            TypeError, KeyError) as exc:
+        why = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"cannot read inputs {path}: {why}", hint=_HINT_INPUTS) from exc
+    except Exception as exc:  # zipfile's own errors (BadZipFile, LargeZipFile...)
+        raise InputError(f"cannot read inputs {path}: {exc}", hint=_HINT_INPUTS) from exc
+
+
+def _open_inputs(path: Path) -> Any:
+    """``path`` opened for reading without blocking: a regular file of at most
+    NPZ_MAX_BYTES (InputError otherwise)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    f = open(fd, "rb")  # noqa: SIM115 - returned to the caller
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        f.close()
+        raise InputError(f"cannot read inputs {path}: not a regular file", hint=_HINT_INPUTS)
+    if info.st_size > NPZ_MAX_BYTES:
+        f.close()
+        raise InputError(f"{path} is larger than {NPZ_MAX_BYTES >> 30} GiB")
+    return f
+
+
+def _read_npy(f: Any, budget: int, what: str) -> np.ndarray:
+    """One .npy array from ``f``: its header read and checked (no objects, at most
+    ``budget`` bytes) before its data; InputError otherwise."""
+    import numpy as np
+
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    shape, fortran, dtype = (fmt.read_array_header_1_0(f) if version == (1, 0)
+                             else fmt.read_array_header_2_0(f))
+    if dtype.hasobject:
+        raise InputError(f"{what} holds Python objects (pickled); refused")
+    count = 1
+    for d in shape:
+        count *= int(d)
+    nbytes = count * dtype.itemsize
+    if nbytes > budget:
+        raise InputError(f"{what} declares an array of {nbytes} bytes {tuple(shape)}, more "
+                         f"than the {budget} left to unpack ({UNPACKED_MAX_BYTES >> 30} GiB "
+                         "in all)")
+    data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise InputError(f"{what} is truncated: {len(data)} of its {nbytes} bytes")
+    array = np.frombuffer(data, dtype=dtype)
+    array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+    array = np.array(array, copy=True)
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
+def _read_npz(f: Any, path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz archive, each member's declared size checked against what is
+    left of UNPACKED_MAX_BYTES before it is unpacked."""
+    import zipfile
+
+    out = {}
+    left = UNPACKED_MAX_BYTES
+    with zipfile.ZipFile(f) as z:
+        members = z.infolist()
+        if sum(m.file_size for m in members) > UNPACKED_MAX_BYTES:
+            raise InputError(f"{path} unpacks to {sum(m.file_size for m in members)} bytes, "
+                             f"more than {UNPACKED_MAX_BYTES >> 30} GiB")
+        for m in members:
+            if not m.filename.endswith(".npy"):
+                raise InputError(f"{path}: member {m.filename!r} is not an .npy array",
+                                 hint=_HINT_INPUTS)
+            with z.open(m) as member:
+                array = _read_npy(member, min(left, m.file_size), f"{path}:{m.filename}")
+            left -= array.nbytes
+            out[m.filename[:-4]] = array
+    if not out:
+        raise InputError(f"{path} holds no arrays", hint=_HINT_INPUTS)
+    return out
 
 
 def write_outputs(path: str | os.PathLike[str], outputs: Mapping[str, np.ndarray]) -> Path:
@@ -430,9 +590,17 @@ def run_bundle(source: str | os.PathLike[str], inputs: str | os.PathLike[str] | 
     import time
 
     t0 = time.perf_counter()
-    given = read_inputs(inputs) if inputs is not None else None
+    if inputs is not None and not str(inputs):
+        raise InputError("no inputs file given (-i is empty)", hint=_HINT_INPUTS)
+    given = read_inputs(inputs, ("",)) if inputs is not None else None  # checked before the load
     with opened(source, **load_options) as (engine, bundle):
         load_s = time.perf_counter() - t0
+        if given is not None and list(given) == [""]:  # one .npy array: the one input's
+            if len(engine.inputs) != 1:
+                raise InputError(f"{inputs} is a single .npy array; this engine takes "
+                                 f"{len(engine.inputs)} inputs {list(engine.inputs)}",
+                                 hint=_HINT_INPUTS)
+            given = {engine.inputs[0]: given[""]}
         pairs = _pairs(bundle) if check or given is None else None
         if given is None:
             assert pairs is not None

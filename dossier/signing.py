@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import binascii
 import datetime as dt
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -244,13 +245,14 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
+    from dossier.files import read_small
+
     try:
-        data = Path(path).read_bytes()
+        return read_small(path, 64 << 10)
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise InputError(f"{path} is not a PEM {what} (larger than 64 KiB)") from exc
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > 64 << 10:
-        raise InputError(f"{path} is not a PEM {what} (larger than 64 KiB)")
-    return data
 
 
 def load_private_key(path: Path) -> Any:
@@ -738,14 +740,15 @@ def _hash(src: Any, algorithms: Sequence[str]) -> dict[str, str]:
 
 def read_envelope_bytes(path: Path, error: type[DossierError] = SignatureError) -> bytes:
     """The bytes of a signature envelope file, refused over ``ENVELOPE_MAX_BYTES``."""
+    from dossier.files import read_small
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(ENVELOPE_MAX_BYTES + 1)
+        return read_small(path, ENVELOPE_MAX_BYTES)
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise error(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB; not a "
+                        "signature") from exc
         raise error(f"cannot read signature {path}: {exc.strerror or exc}") from exc
-    if len(data) > ENVELOPE_MAX_BYTES:
-        raise error(f"{path} is larger than {ENVELOPE_MAX_BYTES >> 20} MiB; not a signature")
-    return data
 
 
 def _read_envelope(path: Path, error: type[DossierError]) -> Envelope:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import sys
 import typing
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dossier.errors import SpecError
+from dossier.files import read_small
 from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
 from dossier.timing import TimingSettings
 from dossier.validation import Metric
@@ -221,17 +223,30 @@ class ReleaseSpec(_Section):
 
     def model_path(self) -> Path:
         """The model file (absolute); ``module:factory`` references are returned unresolved."""
-        if ":" in self.model.path and not Path(self.resolve(self.model.path)).exists() \
-                and "/" not in self.model.path.split(":")[0]:
-            return Path(self.model.path)
-        return self.resolve(self.model.path).resolve()
+        try:
+            if ":" in self.model.path and not Path(self.resolve(self.model.path)).exists() \
+                    and "/" not in self.model.path.split(":")[0]:
+                return Path(self.model.path)
+            path = self.resolve(self.model.path).resolve()
+            try:
+                os.stat(path)  # a name too long to be looked up, say: said here, not later
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # said by the backend's check of the model
+            return path
+        except (OSError, RuntimeError) as exc:  # a symbolic link loop, a name over NAME_MAX
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise SpecError(f"model path {self.model.path[:200]!r}: {why}") from None
+
+
+SPEC_MAX_BYTES = 16 << 20
+"""Largest release spec read (a FIFO or a device is refused at once, see read_small)."""
 
 
 def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> ReleaseSpec:
     """Read a release spec; ``overrides`` replace keys of ``[tune]`` (CLI flags)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_small(path, SPEC_MAX_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise SpecError(f"release spec {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -27,6 +27,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from dossier.errors import ValidationSetError
+from dossier.files import read_small
 from dossier.hashing import digest_json
 from dossier.tensors import read_tensors
 
@@ -96,8 +97,10 @@ def load_validation_set(path: Path) -> ValidationSet:
     prov = path / "provenance.json"
     if prov.is_file():
         try:
-            provenance = json.loads(prov.read_text())
-        except json.JSONDecodeError as exc:
+            provenance = json.loads(read_small(prov, 1 << 20, follow=False).decode("utf-8"))
+        except OSError as exc:
+            raise ValidationSetError(f"{prov}: {exc.strerror or exc}") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise ValidationSetError(f"{prov}: not valid JSON ({exc})") from exc
         if not isinstance(provenance, dict):
             raise ValidationSetError(f"{prov}: not a JSON object")

@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
-from dossier.bundle.manifest import FINGERPRINT_NAME
+from dossier.bundle.manifest import FINGERPRINT_NAME, KNOBS_NAME, Manifest
 from dossier.conditions import Summary as ConditionsSummary
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
@@ -322,32 +322,94 @@ def judge_speedup(here: Comparison | None, recorded: float | None, low: float | 
     return []
 
 
-def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
+REBENCH_MAX_S = 900.0
+"""Default bound on the time ``verify --rebench`` spends measuring (``--max-s``)."""
+REBENCH_LIMITS: dict[str, float] = {
+    "confirm_processes": 20, "confirm_rounds": 50, "confirm_warmup": 200, "confirm_runs": 2000,
+    "confirm_block_s": 2.0, "warmup_max_s": 10.0, "warmup_window": 100,
+    "warmup_min_runs": 100, "trial_timeout_s": 600.0}
+"""The most a re-measurement takes of each timing setting, whatever the bundle's tuning
+header says (an unsigned bundle's header is anyone's): enough for the confirmation's
+procedure, bounded."""
+
+
+def rebench_timing(timing: TimingSettings, max_s: float = REBENCH_MAX_S) -> TimingSettings:
+    """``timing`` with every setting a re-measurement uses clamped to :data:`REBENCH_LIMITS`,
+    and each measuring process's time limit to its share of ``max_s``."""
+    update: dict[str, Any] = {}
+    for name, limit in REBENCH_LIMITS.items():
+        value = getattr(timing, name)
+        if value > limit:
+            update[name] = type(value)(limit)
+    processes = max(min(timing.confirm_processes, int(REBENCH_LIMITS["confirm_processes"])), 2)
+    share = max_s / processes
+    if min(timing.trial_timeout_s, REBENCH_LIMITS["trial_timeout_s"]) > share:
+        update["trial_timeout_s"] = share
+    return timing.model_copy(update=update)
+
+
+def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
+            max_s: float = REBENCH_MAX_S) -> Rebench:
     """Re-measure the shipped and the baseline engines here with the confirmation's procedure
     (:mod:`dossier.confirmation`, ``confirm_processes`` measuring processes, production load
     options) and judge the shipped route by whether its speedup falls inside the prediction
     interval the confirmation recorded for a new process. Absolute latency is reported, not
-    judged (it depends on the host)."""
+    judged (it depends on the host).
+
+    Bounded: the timing settings are clamped (:func:`rebench_timing`) and the measuring
+    processes together take at most about ``max_s`` seconds. A bundle whose validation set
+    cannot be read is BundleFormatError (exit 6); a measuring process that runs out of its
+    share of ``max_s`` is InputError (exit 3: give more time); one that fails otherwise is
+    EngineFailedError (exit 11). Its work folder, with the measuring processes' logs, is kept
+    when it fails (the error names the log) and removed otherwise."""
+    import math
+    import shutil
+
+    from dossier.errors import BundleFormatError, EngineFailedError, TuneError
+
+    if not (math.isfinite(max_s) and max_s > 0):
+        raise InputError(f"--max-s {max_s}: must be a number of seconds above 0")
     m = bundle.manifest
     cache = bundle.tuning_cache()
-    timing = timing or cache.header.timing
+    timing = rebench_timing(timing or cache.header.timing, max_s)
     shipped, base = m.engines.shipped, m.engines.baseline
     if base is None:
         raise InputError(f"{bundle.source} has no baseline engine (imported from trtexec?): "
                          "--rebench cannot compare against the baseline")
     if not (bundle.folder("validation")).is_dir():
         raise InputError(f"{bundle.source} has no validation set to time the engines on")
+    from dossier.validation import load_validation_set
+
+    try:
+        load_validation_set(bundle.folder("validation"))
+    except InputError as exc:  # the bundle's own files: not the user's input
+        raise BundleFormatError(f"{bundle.source}: its validation set cannot be read, so its "
+                                f"engines cannot be timed: {exc.diagnostics()}") from exc
     same = shipped.trial_index == base.trial_index
     baseline = (bundle.file(base.path), base.route)
     others = [] if same else [(bundle.file(shipped.path), shipped.route)]
-    with tempfile.TemporaryDirectory(prefix="dossier-rebench-") as work:
+    work = Path(tempfile.mkdtemp(prefix="dossier-rebench-"))
+    try:
         measure = confirmation.local_processes(
             m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
-            shapes=cache.header.shapes, work=Path(work),
+            shapes=cache.header.shapes, work=work,
             env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
         # the baseline shipping: no speedup to judge, only its latency (two processes do)
         result = confirmation.confirm(baseline, others, timing, measure,
                                       fixed=2 if same else max(timing.confirm_processes, 2))
+    except TuneError as exc:  # a measuring process failed: its log is kept where it says
+        why = exc.diagnostics()
+        if "ended timeout" in str(exc):
+            raise InputError(f"--rebench did not finish: {why}", hint=(
+                f"each measuring process had {timing.trial_timeout_s:g} s (--max-s "
+                f"{max_s:g} over {max(timing.confirm_processes, 2)} processes); give more "
+                "time with --max-s")) from exc
+        raise EngineFailedError(f"--rebench: the engines could not be timed here: {why}") \
+            from exc
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
     base_s = flatten(result.aa.baseline)[0]
     base_here = summarize(base_s, timing.confidence, result.aa.warmup_runs)
     track = result.candidates[0] if others else None
@@ -464,12 +526,17 @@ class VerifyOptions:
     """Where registry references are pulled (default :func:`dossier.registry.cache_dir`)."""
     timing: TimingSettings | None = None
     """With ``rebench``: timing settings instead of the bundle's."""
+    rebench_max_s: float = REBENCH_MAX_S
+    """With ``rebench``: about the most seconds its measuring processes take together."""
     extract: bool = False
     """Extract an archive whole, every file checked as it is written (what a loader needs:
     the engine it loads is the one that was checked). Otherwise an archive is read in place
     as far as the checks need."""
     workdir: Path | None = None
     """Where an archive is extracted (default: the system's temporary folder)."""
+    read_validation: bool = True
+    """With ``extract``: the caller reads the validation set's files after the checks
+    (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
     prepare_backend: Callable[[str], object] | None = None
     """Called once, in the calling thread, with the manifest's backend name (e.g.
     ``"torch-inductor"``) as soon as the bundle is open: after this host's fingerprint has
@@ -570,6 +637,8 @@ class _Run:
         self.bundle: Bundle | None = None
         self.signed: SignatureCheck | None = None
         self.signature_checked = False
+        self.ignored: list[str] = []
+        """Signature referrers that did not pass, ignored (no signature was required)."""
         self.integrity: str | None = None
         self.imported: dict[str, object] = {}
         """What the caller had imported when the checks began (what the fingerprint reads)."""
@@ -603,9 +672,28 @@ class _Run:
         signed_here = (o.require_signature or o.signature is not None
                        or os.path.lexists(signature_path(self.path)))
         lazy = not o.extract and (o.integrity_only or not signed_here)
+        # a folder whose engines are loaded after the checks (a loader, a re-check, a
+        # re-timing) is copied into a private folder, each file hashed as it is copied: what
+        # is loaded is what was checked, whatever another process does to the folder
+        private = not o.integrity_only and (o.extract or o.recheck or o.rebench)
         with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
-                                  workdir=o.workdir) as bundle:
+                                  workdir=o.workdir, private=private,
+                                  unused=self._unused) as bundle:
             yield bundle
+
+    def _unused(self, manifest: Manifest) -> set[str]:
+        """What no step after the checks reads, so a private copy need not hold it: the
+        model, the knob database and the tables; the baseline engine unless it is re-timed."""
+        table = manifest.table()
+        unused = {rel for rel in table if rel.startswith("model/")
+                  or rel in (KNOBS_NAME, "routes.parquet", "timings.parquet", "shapes.parquet")}
+        base, shipped = manifest.engines.baseline, manifest.engines.shipped
+        if base is not None and base.path != shipped.path and not self.opts.rebench:
+            unused.add(base.path)
+        o = self.opts
+        if not (o.read_validation or o.recheck or o.rebench):
+            unused.update(rel for rel in table if rel.startswith("validation/"))
+        return unused
 
     def _fetch(self) -> None:
         if os.path.lexists(self.source):  # a local bundle: the registry client is not imported
@@ -673,12 +761,20 @@ class _Run:
 
     def _checks(self, bundle: Bundle) -> VerifyReport:
         o = self.opts
-        scan = scan_bundle(bundle, self._digests(bundle.source))  # one read of every file
+        # one read of every file; the records a later step reads (the environment step:
+        # fingerprint.json) kept from it when the folder is read in place
+        scan = scan_bundle(bundle, self._digests(bundle.source), keep=_PINNED)
+        bundle.pin({rel: f.data for rel, f in scan.files.items() if f.data is not None
+                    and rel in bundle.manifest.table()})
         self.signed = self._signature(bundle, scan)
         self.signature_checked = True
         if self.signed is not None:
             self._step(StepName.SIGNATURE, Outcome.PASSED,
                        f"signature {self.signed.path}: {self.signed}")
+        elif self.ignored:
+            self._step(StepName.SIGNATURE, Outcome.WARNED,
+                       f"no signature referrer passed ({len(self.ignored)} ignored) and none "
+                       "was required", problems=[f"ignored: {w}" for w in self.ignored])
         else:
             self._skip(StepName.SIGNATURE, "the bundle is not signed and no signature was "
                        "required")
@@ -722,7 +818,8 @@ class _Run:
 
             return check_referrer_signatures(bundle, self.fetched.signatures, o.trusted_keys,
                                              require=o.require_signature,
-                                             source=self.fetched.reference, scan=scan)
+                                             source=self.fetched.reference, scan=scan,
+                                             ignored=self.ignored)
         if (o.require_signature or o.signature is not None or o.trusted_keys
                 or os.path.lexists(signature_path(bundle.source))):
             from dossier.signing import check_signature
@@ -777,7 +874,7 @@ class _Run:
         timed = None
         self.current = StepName.REBENCH
         if o.rebench:
-            timed = rebench(bundle, o.timing)
+            timed = rebench(bundle, o.timing, max_s=o.rebench_max_s)
             verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
             if timed.regression:
                 reasons.append(timed.reason)
@@ -831,10 +928,14 @@ class _Run:
                                              error=exc.diagnostics()))
 
 
+_PINNED = (FINGERPRINT_NAME,)
+"""Files of a folder checked in place that a later step reads: from the checked bytes."""
+
 _OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
             Verdict.INVALID: Outcome.FAILED}
 
 
-__all__ = ["Outcome", "Rebench", "Recheck", "Step", "StepName", "StepObserver",
-           "VerifyOptions", "VerifyReport", "judge_speedup", "rebench", "recheck",
+__all__ = ["REBENCH_LIMITS", "REBENCH_MAX_S", "Outcome", "Rebench", "Recheck", "Step",
+           "StepName", "StepObserver", "VerifyOptions", "VerifyReport", "judge_speedup",
+           "rebench", "rebench_timing", "recheck",
            "refused_report", "verified", "verify", "verify_bundle", "with_report"]

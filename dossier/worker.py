@@ -402,9 +402,19 @@ def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:
 IMPORTING = ("", "start", "setup")
 """The stages of a process before its runtime is imported (then ``standby``, when started so,
 until its turn)."""
-STANDBY_WAIT_S = 60.0
-"""The longest a measuring or trial process waits for the next one's imports before timing
-anyway."""
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if 0 < value < float("inf") else default
+
+
+STANDBY_WAIT_S = _seconds("DOSSIER_STANDBY_WAIT_S", 60.0)
+"""The longest a measuring or trial process waits for the next one's imports; a standby not
+ready by then is killed (the next turn starts a process of its own), and this one times. The
+wait is charged to no route: the parent does not count a process's ``wait`` stage against its
+time limit (:class:`dossier.child.Child`). ``DOSSIER_STANDBY_WAIT_S`` sets another (tests)."""
 
 
 def _let_the_next_import(req: WorkerRequest, then: str) -> None:
@@ -416,20 +426,31 @@ def _let_the_next_import(req: WorkerRequest, then: str) -> None:
     _stage(req, then)
 
 
-def _wait_for_standby(stage: str, pid: int) -> None:
+def _wait_for_standby(stage: str, pid: int) -> bool:
     """Return once the process ``pid`` (on standby, its stage file ``stage``) is past its
-    imports, has ended, or :data:`STANDBY_WAIT_S` has passed."""
+    imports (True), or has ended; when :data:`STANDBY_WAIT_S` has passed first, kill it and
+    its process group (a standby that stalls must not hold up this turn, nor take the next
+    one: the parent sees it ended on standby and starts a process of its own) and return
+    False."""
     until = time.monotonic() + STANDBY_WAIT_S
     while time.monotonic() < until:
         try:
             if Path(stage).read_text() not in IMPORTING:
-                return
+                return True
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):
-            return  # gone (or no /proc to ask): nothing left to wait for
+            return True  # gone (or no /proc to ask): nothing left to wait for
         if state in ("Z", "X"):
-            return
+            return True
         time.sleep(0.005)
+    # our parent's child, not reaped yet (its pid cannot have been reused), in its own
+    # process group
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    print(f"dossier worker: the next turn's process {pid} was not ready after "
+          f"{STANDBY_WAIT_S:g} s on standby: killed (the next turn starts its own)",
+          file=sys.stderr, flush=True)
+    return False
 
 
 _MODES = {"build": run_build, "trial": run_trial, "validate": run_validate,

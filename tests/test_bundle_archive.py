@@ -232,9 +232,9 @@ def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     done: list[str] = []
     real = archive.extract_member
 
-    def record(index, rel, dest, *more):  # type: ignore[no-untyped-def]
+    def record(index, rel, dest, *more, **kw):  # type: ignore[no-untyped-def]
         done.append(rel)
-        return real(index, rel, dest, *more)
+        return real(index, rel, dest, *more, **kw)
 
     monkeypatch.setattr(archive, "extract_member", record)
     return done

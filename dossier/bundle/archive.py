@@ -116,16 +116,18 @@ class _Slice(io.RawIOBase):
 
 
 def extract_member(index: ArchiveIndex, rel: str, dest: Path,
-                   algorithms: Sequence[str] = ()) -> dict[str, str]:
+                   algorithms: Sequence[str] = (), *, mode: int = 0o666) -> dict[str, str]:
     """Copy the member ``rel`` into the new file ``dest``, verifying it against the manifest's
     size and xxh3-128 as it streams; on a mismatch ``dest`` is removed and IntegrityError names
     the member. A full disk is DiskFullError, with ``dest`` removed. Returns the digests of what
-    was written: xxh3-128 and each of ``algorithms``, from the same read."""
+    was written: xxh3-128 and each of ``algorithms``, from the same read. ``mode``: the new
+    file's permissions (less the umask)."""
     entry = index.table[rel]
     try:
         with open_member(index, rel) as src, host_io(dest.parent, f"extracting {rel} from "
                                                      f"{index.archive}"):
-            digests, size = copy_digests(src, dest, _with_xxh3(algorithms), limit=entry.size)
+            digests, size = copy_digests(src, dest, _with_xxh3(algorithms), limit=entry.size,
+                                         mode=mode)
     except BaseException:
         dest.unlink(missing_ok=True)
         raise
@@ -156,7 +158,8 @@ def extract_archive(archive: Path, target: Path, files: Iterable[str] | None = N
 
 
 def extract_index(index: ArchiveIndex, target: Path, files: Iterable[str] | None = None,
-                  algorithms: Sequence[str] = ()) -> dict[str, tuple[int, dict[str, str]]]:
+                  algorithms: Sequence[str] = (), *, mode: int = 0o666
+                  ) -> dict[str, tuple[int, dict[str, str]]]:
     """:func:`extract_archive` of an archive already indexed (its headers checked): returns,
     for manifest.json and every file extracted, its size and digests (xxh3-128 and each of
     ``algorithms``) of the bytes written, computed as they were written: what a check of the
@@ -168,21 +171,36 @@ def extract_index(index: ArchiveIndex, target: Path, files: Iterable[str] | None
     check_room(target.parent, index.size(wanted) + len(index.manifest),
                f"extracting {index.archive.name}")
     with host_io(target.parent, f"extracting {index.archive}"):
-        target.mkdir()
+        target.mkdir(mode=_folder_mode(mode))
     written = {MANIFEST_NAME: (len(index.manifest), _digests(index.manifest, algorithms))}
     try:
         with host_io(target, f"extracting {index.archive}"):
-            write_durable(target / MANIFEST_NAME, index.manifest)
+            write_durable(target / MANIFEST_NAME, index.manifest, mode=mode)
             for rel in index.folders if files is None else []:
-                (target / rel).mkdir(parents=True, exist_ok=True)
+                _folders(target, rel, _folder_mode(mode))
         for rel in wanted:
             dest = target.joinpath(*rel.split("/"))
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            written[rel] = (index.members[rel][1], extract_member(index, rel, dest, algorithms))
+            _folders(target, str(Path(rel).parent), _folder_mode(mode))
+            written[rel] = (index.members[rel][1], extract_member(index, rel, dest, algorithms,
+                                                                  mode=mode))
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
     return dict(sorted(written.items()))
+
+
+def _folder_mode(file_mode: int) -> int:
+    """A folder's permissions for files of ``file_mode``: each read bit with its search bit."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def _folders(target: Path, rel: str, mode: int = 0o777) -> None:
+    """The folder ``rel`` under ``target`` and those on its way, each made with ``mode``."""
+    path = target
+    for part in Path(rel).parts:
+        path = path / part
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=mode)
 
 
 def _with_xxh3(algorithms: Sequence[str]) -> list[str]:

@@ -14,6 +14,7 @@ signature over the manifest with cryptographic digests of every file.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from typing import BinaryIO
 
 from dossier.bundle.archive import scan_archive
 from dossier.bundle.manifest import MANIFEST_NAME, body_digest
-from dossier.bundle.reader import Bundle
+from dossier.bundle.reader import JSON_MAX_BYTES, Bundle
 from dossier.hashing import ALGORITHM, feed, new_hasher
 
 
@@ -89,6 +90,8 @@ class Scanned:
     """Bytes read."""
     digests: dict[str, str]
     """Hex digest by algorithm (``xxh3-128`` always)."""
+    data: bytes | None = None
+    """The bytes read, for a file kept (see :func:`scan_folder`'s ``keep``)."""
 
 
 @dataclass(frozen=True)
@@ -114,27 +117,35 @@ class BundleScan:
         return algorithm in self.algorithms
 
 
-def scan_bundle(bundle: Bundle, algorithms: Sequence[str] = ()) -> BundleScan:
+def scan_bundle(bundle: Bundle, algorithms: Sequence[str] = (),
+                keep: Sequence[str] = ()) -> BundleScan:
     """Read every regular file actually in ``bundle`` once, feeding xxh3-128 and each of
     ``algorithms`` (see :func:`dossier.hashing.new_hasher`) from the same chunks. Links are
     never followed (they are listed as odd). An archive opened lazily is read member by member
     in place, manifest.json included, writing nothing; an archive extracted whole with these
     digests is not read again: its files' digests were computed as they were written (what
-    was written is what the extracted folder holds, in a temporary folder of this process)."""
+    was written is what the extracted folder holds, in a temporary folder of this process;
+    a folder copied likewise). ``keep``: bundle paths whose bytes are kept in the scan, for a
+    folder read in place (see :meth:`Bundle.pin`)."""
     names = _names(algorithms)
     if bundle.written is not None and all(set(names) <= set(d) for _, d in
                                           bundle.written.values()):
         return BundleScan(names, {rel: Scanned(size, {a: d[a] for a in names})
-                                  for rel, (size, d) in bundle.written.items()}, [])
+                                  for rel, (size, d) in bundle.written.items()},
+                          list(bundle.odd), dict(bundle.unreadable))
     if bundle.archive is not None:
         return BundleScan(names, scan_archive(bundle.archive, lambda f: _read(f, names)), [])
-    return scan_folder(bundle.path, algorithms)
+    return scan_folder(bundle.path, algorithms, keep)
 
 
-def scan_folder(root: Path, algorithms: Sequence[str] = ()) -> BundleScan:
+def scan_folder(root: Path, algorithms: Sequence[str] = (), keep: Sequence[str] = ()
+                ) -> BundleScan:
     """:func:`scan_bundle` of the folder ``root``, whether or not it holds a readable
-    manifest."""
+    manifest. Files are opened without following a link or blocking (an entry swapped for a
+    FIFO after the listing is odd, not a hang). The bytes of the files of ``keep`` are kept
+    (:attr:`Scanned.data`): hashed as read, what a later step uses in place of the file."""
     names = _names(algorithms)
+    kept = set(keep)
     files: dict[str, Scanned] = {}
     odd: list[str] = []
     unreadable: dict[str, str] = {}
@@ -144,11 +155,32 @@ def scan_folder(root: Path, algorithms: Sequence[str] = ()) -> BundleScan:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 odd.append(rel)
                 continue
-            with open(path, "rb", buffering=0) as f:
-                files[rel] = _read(f, names)
+            fd = os.open(path, _FLAGS)
+            with open(fd, "rb", buffering=0) as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    odd.append(rel)
+                    continue
+                small = rel in kept and os.fstat(fd).st_size <= JSON_MAX_BYTES
+                files[rel] = _read_kept(f, names) if small else _read(f, names)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # became a link after the listing
+                odd.append(rel)
+                continue
             unreadable[rel] = str(exc.strerror or exc)
     return BundleScan(names, dict(sorted(files.items())), sorted(odd), unreadable)
+
+
+_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _read_kept(src: BinaryIO, names: Sequence[str]) -> Scanned:
+    """:func:`_read`, keeping the bytes read (at most JSON_MAX_BYTES + 1)."""
+    data = src.read(JSON_MAX_BYTES + 1)
+    hashers = [new_hasher(a) for a in names]
+    for h in hashers:
+        h.update(memoryview(data))
+    return Scanned(len(data), {a: h.hexdigest() for a, h in zip(names, hashers, strict=True)},
+                   data)
 
 
 def _names(algorithms: Sequence[str]) -> tuple[str, ...]:
@@ -186,7 +218,25 @@ def check_integrity(bundle: Bundle, scan: BundleScan | None = None) -> Integrity
                      if got.get(rel) != entry.digest]
         problems.sort(key=lambda p: (p.path, p.kind.value))
         return IntegrityReport(m.dossier_id, len(table), problems)
-    for rel, entry in table.items():
+    if bundle.written is not None:  # copied or extracted by this process: the scan is the truth
+        for rel, entry in table.items():
+            found = scan.files.get(rel)
+            if rel in scan.odd:
+                problems.append(Problem(rel, ProblemKind.ALTERED, "not a regular file"))
+            elif rel in scan.unreadable:
+                problems.append(Problem(rel, ProblemKind.ALTERED,
+                                        f"unreadable: {scan.unreadable[rel]}"))
+            elif found is None:
+                problems.append(Problem(rel, ProblemKind.MISSING))
+            elif found.size != entry.size:
+                problems.append(Problem(rel, ProblemKind.ALTERED, f"{found.size} bytes, the "
+                                        f"manifest says {entry.size}"))
+            elif found.digests[ALGORITHM] != entry.digest:
+                problems.append(Problem(rel, ProblemKind.ALTERED, f"xxh3-128 "
+                                        f"{found.digests[ALGORITHM]}, the manifest says "
+                                        f"{entry.digest}"))
+    on_disk = {} if bundle.written is not None else table  # else: checked above
+    for rel, entry in on_disk.items():
         why = _check_file(root, rel, entry.size, entry.digest, scan)
         if why is not None:
             problems.append(Problem(rel, *why))
@@ -199,6 +249,10 @@ def check_integrity(bundle: Bundle, scan: BundleScan | None = None) -> Integrity
 
 def _check_file(root: Path, rel: str, size: int, digest: str,
                 scan: BundleScan) -> tuple[ProblemKind, str] | None:
+    if rel in scan.odd:
+        return ProblemKind.ALTERED, "not a regular file"
+    if rel in scan.unreadable and rel not in scan.files:
+        return ProblemKind.ALTERED, f"unreadable: {scan.unreadable[rel]}"
     parts = rel.split("/")
     for i in range(1, len(parts)):  # a folder on the way must be a real folder, not a link
         try:

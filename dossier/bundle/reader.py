@@ -14,12 +14,14 @@ not check file digests: :func:`~dossier.bundle.integrity.check_integrity` does.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +41,17 @@ from dossier.bundle.manifest import (
     ValidationInfo,
     parse_manifest,
 )
-from dossier.diskfull import check_room, host_io
+from dossier.diskfull import check_room, host_io, is_disk_full
 from dossier.errors import BundleError, BundleFormatError
-from dossier.files import remove_stale
+from dossier.files import (
+    PRIVATE_FILE,
+    PRIVATE_FOLDER,
+    NotAFileError,
+    copy_digests,
+    read_small,
+    remove_stale,
+)
+from dossier.hashing import ALGORITHM, feed, new_hasher
 
 if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
     import pyarrow as pa
@@ -74,8 +84,19 @@ class Bundle:
         self.extracted = 0
         """Bytes extracted so far."""
         self.written: dict[str, tuple[int, dict[str, str]]] | None = None
-        """For an archive extracted whole: manifest.json's and every file's size and digests,
-        of the bytes written, computed as they were written (see :func:`open_bundle`)."""
+        """For an archive extracted whole, or a folder copied (``private``): manifest.json's
+        and every file's size and digests, of the bytes written, computed as they were written
+        (see :func:`open_bundle`)."""
+        self.odd: list[str] = []
+        """For a folder copied: its entries that are not regular files (not copied)."""
+        self.unreadable: dict[str, str] = {}
+        """For a folder copied: its regular files that could not be read, with why."""
+        self.absent: frozenset[str] = frozenset()
+        """For a folder copied: files hashed in place but not copied (this command does not
+        read them after the checks); :meth:`file` refuses them."""
+        self.pinned: dict[str, bytes] = {}
+        """Files whose checked bytes are kept in memory (a folder checked in place): read from
+        here, never again from the folder (see :meth:`pin`)."""
 
     def __repr__(self) -> str:
         return f"Bundle({str(self.source)!r}, id={self.manifest.dossier_id})"
@@ -90,6 +111,9 @@ class Bundle:
         archive opened lazily); BundleFormatError if not listed."""
         if rel not in self.manifest.table():
             raise BundleFormatError(f"{self.source}: {rel} is not in the bundle's file table")
+        if rel in self.absent:
+            raise BundleError(f"{self.source}: {rel} was checked in place but not copied for "
+                              "this command, which reads only what it copied")
         path = self.path / rel
         if self.archive is not None and not path.is_file():
             self._extract([rel])
@@ -113,19 +137,30 @@ class Bundle:
                               "this command allows", hint="the manifest lists files far larger "
                               "than this command reads; check the archive with dossier verify")
         with host_io(self.path.parent, f"opening {self.source}"):
-            self.path.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.is_dir():
+                _private_folder(self.path.parent)
+            self.path.mkdir(mode=PRIVATE_FOLDER, exist_ok=True)
         check_room(self.path, size, f"extracting {self.source.name}")
         for rel in files:
             dest = self.path.joinpath(*rel.split("/"))
             with host_io(self.path, f"opening {self.source}"):
-                dest.parent.mkdir(parents=True, exist_ok=True)
-            _archive.extract_member(self.archive, rel, dest)  # by module: tests count calls
+                dest.parent.mkdir(mode=PRIVATE_FOLDER, parents=True, exist_ok=True)
+            _archive.extract_member(self.archive, rel, dest,  # by module: tests count calls
+                                    mode=PRIVATE_FILE)
             self.extracted += self.archive.members[rel][1]
 
+    def pin(self, files: dict[str, bytes]) -> None:
+        """Keep these bytes, read (and hashed) by the integrity check, as the content of their
+        files: a later step that reads one of them (the environment step: fingerprint.json)
+        reads what was checked, not what the folder holds by then."""
+        self.pinned.update(files)
+
     def _json(self, rel: str, model: type[BaseModel]) -> Any:
-        path = self.file(rel)
         try:
-            return model.model_validate_json(path.read_bytes())
+            data = self.pinned.get(rel)
+            if data is None:
+                data = read_small(self.file(rel), JSON_MAX_BYTES, follow=False)
+            return model.model_validate_json(data)
         except (OSError, ValidationError) as exc:
             raise BundleFormatError(f"{self.source}: {rel} cannot be read ({_first(exc)})",
                                     hint="dossier verify --integrity-only BUNDLE names what is "
@@ -242,8 +277,9 @@ def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:
     if manifest_path.is_symlink() or not manifest_path.is_file():
         raise BundleFormatError(f"{where} is not a bundle: it has no {MANIFEST_NAME}")
     try:
-        with open(manifest_path, "rb") as f:
-            data = f.read(MANIFEST_MAX_BYTES + 1)
+        data = read_small(manifest_path, MANIFEST_MAX_BYTES, follow=False)
+    except NotAFileError as exc:
+        raise BundleFormatError(f"{where}/{MANIFEST_NAME}: {exc.strerror}") from exc
     except OSError as exc:
         raise BundleFormatError(f"cannot read {where}/{MANIFEST_NAME}: {exc.strerror}") from exc
     raw, manifest, notes = parse_manifest(data, f"{where}/{MANIFEST_NAME}")
@@ -252,7 +288,10 @@ def read_bundle(folder: Path, *, source: Path | None = None) -> Bundle:
 
 @contextlib.contextmanager
 def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
-                max_extract: int | None = None, digests: Sequence[str] = ()) -> Iterator[Bundle]:
+                max_extract: int | None = None, digests: Sequence[str] = (),
+                private: bool = False,
+                unused: Callable[[Manifest], Collection[str]] | None = None
+                ) -> Iterator[Bundle]:
     """Open a bundle folder or ``.dossier.tar`` for the duration of the ``with`` block.
 
     An archive has its member headers checked against its manifest, then is extracted (every
@@ -265,26 +304,47 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
     UnsafeArchiveError for an archive whose members disagree with its manifest or would write
     outside its target, IntegrityError for a member that does not match its digest, and
     DiskFullError when the temporary folder's file system has no room.
+
+    A folder is read in place, unless ``private``: then it is copied into that temporary
+    folder (each file opened without following a link or blocking, hashed as it is copied,
+    like an archive's members), so that what a loader reads after the checks is what they
+    checked, whatever another process does to the folder meanwhile. The temporary folder and
+    every file in it are created owner-only whatever the umask. ``unused(manifest)``: bundle
+    paths the command will not read after the checks; they are hashed in place, not copied
+    (:attr:`Bundle.absent`).
     """
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not private:
         yield read_bundle(path)
         return
-    if not path.is_file():
+    if not path.is_dir() and not path.is_file():
         raise BundleFormatError(f"{path} is not a bundle (no such folder or archive)")
-    index = index_archive(path)  # every header, against the manifest; nothing written
+    index = None if path.is_dir() else index_archive(path)  # every header; nothing written
+    skip: Collection[str] = ()
+    if index is None:  # a bundle of a readable format: its manifest checked before a copy
+        first = read_bundle(path)
+        skip = unused(first.manifest) if unused is not None else ()
     base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
     remove_stale_opens(base)
     tmp = base / f"{OPEN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
     try:
-        if lazy:
+        if index is None:
+            with host_io(base, f"opening {path}"):
+                _private_folder(tmp)
+            copied = copy_folder(path, tmp / "bundle", digests, skip)
+            bundle = read_bundle(tmp / "bundle", source=path)
+            bundle.written, bundle.odd, bundle.unreadable = copied
+            bundle.absent = frozenset(r for r in skip if r in copied[0])
+            yield bundle
+        elif lazy:
             raw, manifest, notes = parse_manifest(index.manifest, f"{path}:{MANIFEST_NAME}")
             yield Bundle(tmp / "bundle", raw, manifest, notes, source=path, archive=index,
                          max_extract=max_extract)
         else:
             with host_io(base, f"opening {path}"):
-                tmp.mkdir()
-            written = extract_index(index, tmp / "bundle", algorithms=digests)
+                _private_folder(tmp)
+            written = extract_index(index, tmp / "bundle", algorithms=digests,
+                                    mode=PRIVATE_FILE)
             bundle = read_bundle(tmp / "bundle", source=path)
             bundle.written = written
             yield bundle
@@ -292,6 +352,77 @@ def open_bundle(path: Path, *, workdir: Path | None = None, lazy: bool = False,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _private_folder(path: Path) -> None:
+    """Create the folder ``path``, owner-only whatever the umask."""
+    path.mkdir(mode=PRIVATE_FOLDER)
+    os.chmod(path, PRIVATE_FOLDER)  # explicit: mkdir's mode is less the umask
+
+
+Copied = tuple[dict[str, tuple[int, dict[str, str]]], list[str], dict[str, str]]
+
+
+def copy_folder(src: Path, target: Path, algorithms: Sequence[str] = (),
+                skip: Collection[str] = ()) -> Copied:
+    """Copy the bundle folder ``src`` into the new folder ``target`` (owner-only, whatever
+    the umask), hashing each file as it is copied: returns the size and digests (xxh3-128 and
+    each of ``algorithms``) of every file written, by bundle path; the entries that are not
+    regular files (links, FIFOs, devices: never followed, never opened in a way that blocks,
+    not copied); and the regular files that could not be read, with why. What the copy holds
+    is exactly what was hashed: another process that swaps, relinks or rewrites a file of
+    ``src`` afterwards changes nothing of it. The files of ``skip`` are hashed in place and
+    not written (nothing reads them afterwards)."""
+    names = list(dict.fromkeys([ALGORITHM, *algorithms]))
+    written: dict[str, tuple[int, dict[str, str]]] = {}
+    odd: list[str] = []
+    unreadable: dict[str, str] = {}
+    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(
+        os, "O_NONBLOCK", 0)
+    with host_io(target.parent, f"copying {src}"):
+        target.mkdir(mode=PRIVATE_FOLDER)
+        for folder, dirs, files in os.walk(src, followlinks=False):
+            base = Path(folder).relative_to(src)
+            for name in sorted(dirs):
+                rel = (base / name).as_posix()
+                if os.path.islink(os.path.join(folder, name)):
+                    odd.append(rel)
+            for name in sorted(files):
+                rel = (base / name).as_posix()
+                try:
+                    fd = os.open(os.path.join(folder, name), flags)
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:
+                        odd.append(rel)
+                    else:
+                        unreadable[rel] = str(exc.strerror or exc)
+                    continue
+                with open(fd, "rb", buffering=0) as f:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        odd.append(rel)
+                        continue
+                    try:
+                        if rel in skip:
+                            hashers = [new_hasher(a) for a in names]
+                            size = feed(f, hashers)
+                            digests = {a: h.hexdigest() for a, h in zip(names, hashers,
+                                                                        strict=True)}
+                        else:
+                            dest = target.joinpath(*rel.split("/"))
+                            for up in reversed(dest.relative_to(target).parents[:-1]):
+                                with contextlib.suppress(FileExistsError):  # as files need it
+                                    (target / up).mkdir(mode=PRIVATE_FOLDER)
+                            digests, size = copy_digests(f, dest, names, mode=PRIVATE_FILE,
+                                                         sync=False)
+                    except OSError as exc:
+                        if is_disk_full(exc):
+                            raise
+                        unreadable[rel] = str(exc.strerror or exc)
+                        continue
+                written[rel] = (size, digests)
+    return dict(sorted(written.items())), sorted(odd), unreadable
+
+
+JSON_MAX_BYTES = 64 << 20
+"""Largest JSON record of a bundle read whole (fingerprint.json, model.json, ...)."""
 RECORDS_MAX_EXTRACT = 1 << 30
 """Cap on what ``explain`` and ``diff`` extract from an archive: they read the records
 (tables, tuning cache, fingerprint, knobs), never an engine or the model."""

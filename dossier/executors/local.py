@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,7 @@ from dossier.fingerprint import Fingerprint, collect
 from dossier.job_requests import JobRequests, TrialJob
 from dossier.routes import Route
 from dossier.timing import TimingSettings
-from dossier.worker import BuiltResult, Prebuilt, WorkerRequest, WorkerResult
+from dossier.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
 
 logger = logging.getLogger(__name__)
 
@@ -185,8 +186,11 @@ class LocalScheduler:
         (child, its_env), self.standby = self.standby, None
         if its_env == env and child.proc.poll() is None:
             return child
-        logger.debug("%s: not used (%s); killed", child.name,
-                     "another environment" if its_env != env else "it ended while waiting")
+        if its_env != env:
+            logger.debug("%s: not used (another environment); killed", child.name)
+        else:
+            logger.info("%s: ended on standby (%s); the trial runs in a new process",
+                        child.name, _ended(child))
         child.kill()
         return None
 
@@ -209,6 +213,14 @@ class LocalScheduler:
 
     def close(self) -> None:
         self.drop_pending()
+
+
+def _ended(child: Child) -> str:
+    """How a process on standby ended (killed by the trial before: not ready in time)."""
+    rc = child.proc.returncode
+    if rc == -signal.SIGKILL:
+        return f"killed: not ready after {STANDBY_WAIT_S:g} s, or by another process"
+    return f"exit status {rc}"
 
 
 def _place(built: Path, engine: Path) -> None:

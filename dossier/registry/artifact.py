@@ -269,9 +269,10 @@ def pull_bundle(source: str, out_dir: Path, *, insecure: bool = False) -> Pulled
 
     OutputError when the bundle folder or its signature file exists already (never
     overwritten); DigestMismatchError or IntegrityError (exit 6) for content that does not
-    match; SignatureError (exit 13) when the registry holds signature referrers and none
-    passes; RegistryError and its kinds for the registry's failures. Nothing is left at the
-    target on failure.
+    match; RegistryError and its kinds for the registry's failures. A signature referrer that
+    is malformed or does not pass (another bundle's signature, not an envelope, past its
+    size) is named in ``warnings`` and ignored, as ``verify REF`` ignores it. Nothing is left
+    at the target on failure.
     """
     from dossier.registry.referrers import keep_beside
 
@@ -279,12 +280,14 @@ def pull_bundle(source: str, out_dir: Path, *, insecure: bool = False) -> Pulled
     client = connect(ref, insecure=insecure)
     body, digest, _ = _get_manifest(client, ref)
     pulled = _pull(client, ref, body, digest, Path(out_dir))
+    ignored: list[str] = []
     try:
-        signature = keep_beside(client, digest, pulled.path)
+        signature = keep_beside(client, digest, pulled.path, ignored)
     except BaseException:
         shutil.rmtree(pulled.path, ignore_errors=True)  # this pull made it: nothing is left
         raise
-    return dataclasses.replace(pulled, signatures=[signature] if signature else [])
+    return dataclasses.replace(pulled, signatures=[signature] if signature else [],
+                               warnings=[f"{w}; ignored" for w in ignored])
 
 
 def _get_manifest(client: RegistryClient, ref: Reference) -> tuple[bytes, str, str]:

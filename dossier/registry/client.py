@@ -46,6 +46,7 @@ from dossier.errors import (
     RegistryAuthError,
     RegistryError,
 )
+from dossier.files import read_small
 from dossier.hashing import CHUNK, SHA256, feed, new_hasher
 from dossier.registry.reference import Reference, is_loopback
 from dossier.registry.transport import TIMEOUT_S, expecting, mount, read_body, stream_body
@@ -100,7 +101,7 @@ def read_docker_config(path: Path) -> dict[str, Any]:
     """The credential parts of a Docker config file (``auths``, ``credHelpers``,
     ``credsStore``), checked; an absent file gives none. InputError for a malformed one."""
     try:
-        data = path.read_bytes()
+        data = read_small(path, 1 << 20)
     except FileNotFoundError:
         return {"auths": {}, "credHelpers": {}, "credsStore": None}
     except OSError as exc:

@@ -29,11 +29,11 @@ from typing import Any
 from dossier.bundle.integrity import BundleScan
 from dossier.bundle.reader import Bundle
 from dossier.errors import (
+    BundleError,
     BundleFormatError,
     DossierError,
-    IntegrityError,
-    NotFoundError,
     OutputError,
+    RegistryError,
     SignatureError,
 )
 from dossier.hashing import canonical_json
@@ -115,9 +115,11 @@ def _index(body: bytes, where: str) -> dict[str, Any]:
     return index
 
 
-def list_signatures(client: RegistryClient, subject: str) -> list[dict[str, Any]]:
+def list_signatures(client: RegistryClient, subject: str,
+                    problems: list[str] | None = None) -> list[dict[str, Any]]:
     """Descriptors of the signature referrers of ``subject``: from the referrers API, or from
-    the tag schema fallback where the registry has no such API."""
+    the tag schema fallback where the registry has no such API; the first
+    :data:`MAX_REFERRERS` of them (``problems`` says when more were listed)."""
     url = f"{client.repo_url}/referrers/{subject}?artifactType={SIGNATURE_TYPE}"
     with client.request("GET", url, headers={"Accept": OCI_INDEX}, stream=True) as r:
         api = r.status_code == 200 and r.headers.get("Content-Type", "").startswith(OCI_INDEX)
@@ -130,61 +132,66 @@ def list_signatures(client: RegistryClient, subject: str) -> list[dict[str, Any]
             return []
         body = got[0]
     found = _index(body, f"of {subject}")["manifests"]
-    return [d for d in found if isinstance(d, dict) and d.get("artifactType") == SIGNATURE_TYPE
-            and isinstance(d.get("digest"), str) and DIGEST.match(d["digest"])
-            and type(d.get("size")) is int][:MAX_REFERRERS]
+    listed = [d for d in found if isinstance(d, dict) and d.get("artifactType") == SIGNATURE_TYPE
+              and isinstance(d.get("digest"), str) and DIGEST.match(d["digest"])
+              and type(d.get("size")) is int]
+    if len(listed) > MAX_REFERRERS and problems is not None:
+        problems.append(f"the registry lists {len(listed)} signature referrers of {subject}; "
+                        f"only the first {MAX_REFERRERS} were read")
+    return listed[:MAX_REFERRERS]
 
 
 def fetch_signatures(client: RegistryClient, subject: str, folder: Path,
                      malformed: list[str] | None = None) -> list[Path]:
     """Download every signature envelope referring to ``subject`` into ``folder`` (named by
     their sha256); their paths. Each referrer is checked: its manifest's digest, its subject,
-    its types, its envelope's digest and size. One that fails is SignatureError, or, with a
-    ``malformed`` list, named there and skipped (see :func:`dossier.registry.fetch_bundle`
-    for the policy)."""
-    import json
-
+    its types, its envelope's digest and size; at most :data:`MAX_REFERRERS` are read. One
+    that fails (or a referrers list that cannot be read, or one that lists more) is
+    SignatureError, or, with a ``malformed`` list, named there and skipped (see
+    :func:`dossier.registry.fetch_bundle` for the policy)."""
+    problems: list[str] = [] if malformed is None else malformed
     out: list[Path] = []
     try:
-        found = list_signatures(client, subject)
-    except (BundleFormatError, IntegrityError) as exc:  # a malformed referrers index
-        if malformed is None:
-            raise
-        malformed.append(f"the referrers of {subject}: {exc}")
-        return out
+        found = list_signatures(client, subject, problems)
+    except _REFERRER_ERRORS as exc:  # a malformed, oversized or unreadable referrers list
+        problems.append(f"the referrers of {subject}: {exc.diagnostics()}")
+        found = []
     for desc in found:
         try:
-            got = client.get_manifest(desc["digest"])
-        except (BundleFormatError, IntegrityError, NotFoundError) as exc:
-            if malformed is None:
-                raise
-            malformed.append(f"signature referrer {desc['digest']}: {exc}")
+            data = _envelope(client, subject, desc)
+        except _REFERRER_ERRORS as exc:  # noqa: PERF203 - at most MAX_REFERRERS
+            problems.append(exc.diagnostics())
             continue
-        assert got is not None
-        try:
-            m = json.loads(got[0])
-            layer = m["layers"][0]
-            ok = (m.get("artifactType") == SIGNATURE_TYPE and m["subject"]["digest"] == subject
-                  and layer["mediaType"] == ENVELOPE_TYPE and DIGEST.match(layer["digest"])
-                  and type(layer["size"]) is int and 0 < layer["size"] <= ENVELOPE_MAX_BYTES)
-        except (ValueError, KeyError, IndexError, TypeError):
-            ok = False
-        if not ok:
-            why = (f"{client.ref.name}@{desc['digest']} is not a dossier signature referrer of "
-                   f"{subject}")
-            if malformed is None:
-                raise SignatureError(why)
-            malformed.append(why)
-            continue
-        try:
-            data = client.blob_bytes(layer["digest"], layer["size"], "a signature envelope")
-        except (IntegrityError, NotFoundError) as exc:
-            if malformed is None:
-                raise
-            malformed.append(f"signature referrer {desc['digest']}: {exc}")
-            continue
-        out.append(_keep(folder, layer["digest"].split(":")[1] + ".sig.json", data))
+        out.append(_keep(folder, sha256_bytes(data).split(":")[1] + ".sig.json", data))
+    if problems and malformed is None:
+        raise SignatureError(problems[0])
     return sorted(out)
+
+
+def _envelope(client: RegistryClient, subject: str, desc: dict[str, Any]) -> bytes:
+    """The envelope of one listed referrer, checked (its manifest and envelope by digest and
+    size, its subject and types); SignatureError or a registry or bundle error otherwise."""
+    got = client.get_manifest(desc["digest"])
+    assert got is not None
+    try:
+        m = json.loads(got[0])
+        layer = m["layers"][0]
+        ok = (m.get("artifactType") == SIGNATURE_TYPE and m["subject"]["digest"] == subject
+              and layer["mediaType"] == ENVELOPE_TYPE and isinstance(layer["digest"], str)
+              and DIGEST.match(layer["digest"])
+              and type(layer["size"]) is int and 0 < layer["size"] <= ENVELOPE_MAX_BYTES)
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        ok = False
+    if not ok:
+        raise SignatureError(f"signature referrer {client.ref.name}@{desc['digest']} is not a "
+                             f"dossier signature referrer of {subject}")
+    return client.blob_bytes(layer["digest"], layer["size"], "a signature envelope")
+
+
+_REFERRER_ERRORS = (BundleError, RegistryError, SignatureError)
+"""What one referrer (or the list of them) may fail with: named, and skipped unless a
+signature is required (a registry that refuses credentials is RegistryAuthError, a
+RegistryError too: the artifact itself was read, so this concerns its referrers alone)."""
 
 
 def _keep(folder: Path, name: str, data: bytes) -> Path:
@@ -192,7 +199,8 @@ def _keep(folder: Path, name: str, data: bytes) -> Path:
     return folder / name
 
 
-def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path | None:
+def keep_beside(client: RegistryClient, subject: str, bundle_path: Path,
+                ignored: list[str] | None = None) -> Path | None:
     """Write the signature referrers of ``subject`` that pass against the bundle folder just
     pulled to ``bundle_path`` beside it, where ``verify`` looks for its signature
     (:func:`~dossier.sigfile.signature_path`); that file, or None when the registry holds no
@@ -200,8 +208,10 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
     against the public key it carries, the subjects' BLAKE3, which every statement format
     carries, against the files, read once for all);
     those over one statement are kept as one co-signed envelope (the statement most signed,
-    when they sign several). SignatureError (the first envelope's) when none passes;
-    OutputError when another file is in the way."""
+    when they sign several). A referrer that is malformed, or whose envelope does not pass
+    (another bundle's signature, not a DSSE envelope), is named in ``ignored`` and skipped,
+    as ``verify REF`` skips it; without an ``ignored`` list, SignatureError (the first
+    problem) when none passes. OutputError when another file is in the way."""
     import tempfile
 
     from dossier.bundle.integrity import scan_bundle
@@ -211,24 +221,26 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
     from dossier.sigfile import signature_path
     from dossier.signing import cosigned, read_envelope_bytes
 
+    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dossier-referrers-") as tmp:
-        found = fetch_signatures(client, subject, Path(tmp))
-        if not found:
-            return None
+        found = fetch_signatures(client, subject, Path(tmp), problems)
         passed: dict[bytes, list[Path]] = {}
-        errors: list[SignatureError] = []
         with open_bundle(bundle_path) as bundle:
-            scan = scan_bundle(bundle, [BLAKE3])
+            scan = scan_bundle(bundle, [BLAKE3]) if found else None
             for envelope in found:
                 try:
                     check_signature(bundle, (), signature=envelope, scan=scan)
-                except SignatureError as exc:  # noqa: PERF203 - a few envelopes at most
-                    errors.append(exc)
+                    body = parse_envelope(read_envelope_bytes(envelope)).body
+                except _REFERRER_ERRORS as exc:  # noqa: PERF203 - a few envelopes at most
+                    problems.append(f"signature referrer {envelope.name}: {exc.diagnostics()}")
                     continue
-                body = parse_envelope(read_envelope_bytes(envelope)).body
                 passed.setdefault(body, []).append(envelope)
+        if ignored is not None:
+            ignored.extend(problems)
+        elif problems and not passed:
+            raise SignatureError(problems[0])
         if not passed:
-            raise errors[0]
+            return None
         data = cosigned(max(passed.values(), key=len))  # the first of the most signed
     target = signature_path(bundle_path)
     if os.path.lexists(target):
@@ -242,12 +254,16 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path) -> Path
 
 def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
                               trusted_keys: Sequence[Path] = (), *, require: bool = False,
-                              source: str = "",
-                              scan: BundleScan | None = None) -> SignatureCheck | None:
+                              source: str = "", scan: BundleScan | None = None,
+                              ignored: list[str] | None = None) -> SignatureCheck | None:
     """:func:`~dossier.signing.check_signature` against the envelopes found as referrers: the
-    first that passes; None when there are none and none is required. SignatureError (the
-    first envelope's) when none passes. ``scan``: the bundle's files read once already
-    (:func:`~dossier.bundle.integrity.scan_bundle` with BLAKE3), shared by every envelope."""
+    first that passes; None when there are none and none is required. When none passes:
+    SignatureError (the first envelope's) when a signature is required (or no ``ignored``
+    list is given); otherwise each failure is named in ``ignored`` and None is returned
+    (anyone who may push to the repository can add a referrer: one that is not this bundle's
+    signature must not stop its verification). ``scan``: the bundle's files read once
+    already (:func:`~dossier.bundle.integrity.scan_bundle` with BLAKE3), shared by every
+    envelope."""
     if not envelopes:
         if require:
             raise SignatureError(f"{source or bundle.source} is not signed: the registry holds "
@@ -259,9 +275,13 @@ def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
         try:
             return check_signature(bundle, trusted_keys, require=require, signature=envelope,
                                    scan=scan)
-        except SignatureError as exc:  # noqa: PERF203 - a few envelopes at most
+        except _REFERRER_ERRORS as exc:  # noqa: PERF203 - a few envelopes at most
             errors.append(exc)
-    raise errors[0]
+    if require or ignored is None:
+        raise errors[0]
+    ignored.extend(f"signature referrer {e.name}: {x.diagnostics()}"
+                   for e, x in zip(envelopes, errors, strict=True))
+    return None
 
 
 __all__ = ["EMPTY_TYPE", "ENVELOPE_TYPE", "SIGNATURE_TYPE", "attach_signature",
