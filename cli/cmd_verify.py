@@ -30,7 +30,8 @@ def verify(
     integrity_only: bool = typer.Option(False, "--integrity-only", help="Check only that every "
                                         "file matches the manifest (no environment check)."),
     recheck: bool = typer.Option(False, "--recheck", help="Load the shipped engine here and run "
-                                 "the bundle's validation set against its metric and threshold."),
+                                 "the bundle's validation set against its metric and threshold "
+                                 "(and its hold-out set, when it carries one)."),
     rebench: bool = typer.Option(False, "--rebench", help="Re-measure the shipped and the "
                                  "baseline engines here (one fresh process each); a speedup "
                                  "below the recorded interval, or one whose interval includes "

@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,6 +122,9 @@ class Recheck(_Model):
     """Largest loss."""
     recorded_worst_loss: float | None = None
     """The shipped route's largest loss on the tuning host."""
+    data_set: Literal["validation", "holdout"] = "validation"
+    """The set run: the validation set, or the hold-out set the search never saw (a bundle
+    that carries one is re-checked on both)."""
 
 
 class Rebench(_Model):
@@ -224,6 +227,8 @@ class VerifyReport(_Model):
     """One per compared fingerprint field, worst first (empty with ``integrity_only``)."""
     recheck: Recheck | None = None
     """Accuracy re-check, when asked for."""
+    recheck_holdout: Recheck | None = None
+    """With ``--recheck``, for a bundle that carries a hold-out set: the re-check on it."""
     rebench: Rebench | None = None
     """Re-timing, when asked for."""
     verdict: Verdict | None
@@ -258,34 +263,47 @@ def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -
                          **kw)
 
 
-def recheck(bundle: Bundle, *, threshold: float | None = None) -> Recheck:
-    """Run the validation set through the shipped engine here, in a child process."""
+def has_holdout(bundle: Bundle) -> bool:
+    """Whether the bundle carries a hold-out set (``holdout/``)."""
+    return any(f.path.startswith("holdout/") for f in bundle.manifest.files)
+
+
+def recheck(bundle: Bundle, *, threshold: float | None = None,
+            data_set: Literal["validation", "holdout"] = "validation") -> Recheck:
+    """Run the validation set (or the hold-out set) through the shipped engine here, in a
+    child process."""
     from dossier.child import run_child
     from dossier.worker import JudgedResult
 
     s = bundle.manifest.summary
     shipped = bundle.manifest.engines.shipped
-    if not (bundle.folder("validation")).is_dir():
-        raise InputError(f"{bundle.source} has no validation set (imported from trtexec?): "
+    if not (bundle.folder(data_set)).is_dir():
+        raise InputError(f"{bundle.source} has no {data_set} set (imported from trtexec?): "
                          "--recheck has nothing to run")
     limit = threshold if threshold is not None else s.threshold
-    header = bundle.tuning_cache().header
-    recorded = next((t.worst_loss for t in bundle.tuning_cache().trials
-                     if t.index == shipped.trial_index), None)
+    cache = bundle.tuning_cache()
+    header = cache.header
+    if data_set == "holdout":
+        held = cache.decision.holdout if cache.decision else None
+        recorded = held.worst_loss if held is not None else None
+    else:
+        recorded = next((t.worst_loss for t in cache.trials
+                         if t.index == shipped.trial_index), None)
     with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
         req = _request(bundle, Path(tmp), header.timing, mode="validate",
                        engine=str(bundle.file(shipped.path)), route=shipped.route)
-        req = req.model_copy(update={"threshold": limit})
+        req = req.model_copy(update={"threshold": limit,
+                                     "validation": str(bundle.folder(data_set))})
         result = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
                            header.timing.trial_memory_limit_mb,
                            _loader_env(bundle, bundle.file(shipped.path)))
     if not isinstance(result, JudgedResult):
         failure = getattr(result, "reason", None) or "the engine did not run"
         return Recheck(passed=False, metric=s.metric, threshold=limit, failure=failure,
-                       recorded_worst_loss=recorded)
+                       recorded_worst_loss=recorded, data_set=data_set)
     return Recheck(passed=result.outcome == "ok", metric=s.metric, threshold=limit,
                    failure=result.reason, losses=result.losses, worst_loss=result.worst_loss,
-                   recorded_worst_loss=recorded)
+                   recorded_worst_loss=recorded, data_set=data_set)
 
 
 def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
@@ -693,6 +711,9 @@ class _Run:
         o = self.opts
         if not (o.read_validation or o.recheck or o.rebench):
             unused.update(rel for rel in table if rel.startswith("validation/"))
+        # no step reads the calibration set; the hold-out set only a re-check
+        unused.update(rel for rel in table if rel.startswith("calibration/")
+                      or (rel.startswith("holdout/") and not o.recheck))
         return unused
 
     def _fetch(self) -> None:
@@ -856,18 +877,25 @@ class _Run:
                    + (f" ({reasons[0]})" if reasons and env is not Verdict.VALID else ""),
                    verdict=env)
         verdicts = [f.verdict for f in findings]
-        checked = None
+        checked = held = None
         self.current = StepName.RECHECK
         if o.recheck:
             checked = recheck(bundle, threshold=o.threshold)
-            verdicts.append(Verdict.VALID if checked.passed else Verdict.INVALID)
-            if not checked.passed:
-                reasons.insert(0, f"accuracy re-check failed: {checked.failure}")
-            worst_loss = "-" if checked.worst_loss is None else f"{checked.worst_loss:.3g}"
-            self._step(StepName.RECHECK, Outcome.PASSED if checked.passed else Outcome.FAILED,
-                       f"worst {checked.metric} loss {worst_loss} (threshold "
-                       f"{checked.threshold:.3g})"
-                       + (f": {checked.failure}" if checked.failure else ""),
+            if has_holdout(bundle):
+                held = recheck(bundle, threshold=o.threshold, data_set="holdout")
+            runs = [c for c in (checked, held) if c is not None]
+            passed = all(c.passed for c in runs)
+            verdicts.append(Verdict.VALID if passed else Verdict.INVALID)
+            for c in runs:
+                if not c.passed:
+                    reasons.insert(0, f"accuracy re-check failed on the {c.data_set} set: "
+                                      f"{c.failure}")
+            self._step(StepName.RECHECK, Outcome.PASSED if passed else Outcome.FAILED,
+                       "; ".join(
+                           f"{c.data_set}: worst {c.metric} loss "
+                           f"{'-' if c.worst_loss is None else f'{c.worst_loss:.3g}'} "
+                           f"(threshold {c.threshold:.3g})"
+                           + (f": {c.failure}" if c.failure else "") for c in runs),
                        verdict=verdicts[-1])
         else:
             self._skip(StepName.RECHECK, "not asked for")
@@ -883,7 +911,8 @@ class _Run:
         else:
             self._skip(StepName.REBENCH, "not asked for")
         verdict = worst(verdicts) if verdicts else Verdict.VALID
-        return self._report(findings=findings, recheck=checked, rebench=timed, verdict=verdict,
+        return self._report(findings=findings, recheck=checked, recheck_holdout=held,
+                            rebench=timed, verdict=verdict,
                             reasons=reasons, exit_code=int(verdict.exit_code))
 
     # --------------------------------------------------------------------------- reports

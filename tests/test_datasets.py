@@ -241,3 +241,16 @@ def test_crafted_hold_out_records_are_refused(int8_release: Path, tmp_path: Path
         (run / "tuning-cache.jsonl").write_text("\n".join(edited) + "\n")
         with pytest.raises(CacheMismatchError, match="failed the hold-out set"):
             check_cache(TuningCache.open(run / "tuning-cache.jsonl"), db, run, digests=False)
+
+
+def test_recheck_runs_the_hold_out_set_too(int8_release: Path) -> None:
+    r = cli("verify", int8_release, "--recheck", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    held = report["recheck_holdout"]
+    assert held["data_set"] == "holdout" and held["passed"]
+    assert set(held["losses"]) == {"pair-000", "pair-001", "pair-002"}
+    assert held["recorded_worst_loss"] == pytest.approx(held["worst_loss"], rel=1e-3, abs=1e-12)
+    assert report["recheck"]["data_set"] == "validation"
+    text = cli("verify", int8_release, "--recheck", columns=200).stdout
+    assert "accuracy re-check on the hold-out set passed" in text

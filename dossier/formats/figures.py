@@ -329,7 +329,8 @@ def recheck_line(rc: Recheck) -> str:
     """The accuracy re-check's result."""
     state = "passed" if rc.passed else "FAILED"
     worst = f"{rc.worst_loss:.3g}" if rc.worst_loss is not None else "-"
-    return (f"accuracy re-check {state}: worst {rc.metric} loss {worst} "
+    where = " on the hold-out set" if rc.data_set == "holdout" else ""
+    return (f"accuracy re-check{where} {state}: worst {rc.metric} loss {worst} "
             f"(threshold {rc.threshold:.3g}, recorded {rc.recorded_worst_loss})"
             + (f": {rc.failure}" if rc.failure else ""))
 

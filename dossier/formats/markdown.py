@@ -241,8 +241,9 @@ def _verify(r: VerifyReport, show_all: bool, where: str) -> list[str]:
                          "-" if len(g) > 1 else str(f.host_value), f.verdict.value, f.reason)
                         for g, f in groups])
         lines += para(fig.unchanged_line(r, where))
-    if r.recheck is not None:
-        lines += para(fig.recheck_line(r.recheck))
+    for rc in (r.recheck, r.recheck_holdout):
+        if rc is not None:
+            lines += para(fig.recheck_line(rc))
     if r.rebench is not None:
         lines += para(fig.rebench_line(r.rebench))
     return lines

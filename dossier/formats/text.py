@@ -298,8 +298,9 @@ def _verify(page: _Page, r: VerifyReport, show_all: bool, where: str) -> None:
     if groups:
         page.print(table)
     page.print(fig.unchanged_line(r, where), markup=False)
-    if r.recheck is not None:
-        page.print(fig.recheck_line(r.recheck), markup=False)
+    for rc in (r.recheck, r.recheck_holdout):
+        if rc is not None:
+            page.print(fig.recheck_line(rc), markup=False)
     if r.rebench is not None:
         page.print(fig.rebench_line(r.rebench), markup=False)
     page.print(f"verdict: [bold {VERDICT_STYLE[r.verdict.value]}]{r.verdict.value}[/]")
