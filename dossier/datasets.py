@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from dossier.cache import DataSetIdentity
-from dossier.diskfull import output_error
 from dossier.errors import InputError, OutputError, ValidationSetError
-from dossier.files import begin_staging, fsync_tree, rename_noreplace
+from dossier.files import write_new_folder
 from dossier.hashing import digest_bytes, digest_json
 from dossier.tensors import read_tensors, write_tensors
 from dossier.validation import ValidationSet, load_validation_set
@@ -184,8 +182,7 @@ def split(source: Path, out: Path, *, holdout: float, calibration: float,
         "holdout": [names[i] for i in hold],
         "calibration": [names[i] for i in cal],
     }
-    stage = begin_staging(out.parent, out.name, directory=True)
-    try:
+    def fill(stage: Path) -> None:
         for role, picked in (("validation", val), ("holdout", hold)):
             (stage / role).mkdir()
             for k, i in enumerate(picked):
@@ -197,19 +194,14 @@ def split(source: Path, out: Path, *, holdout: float, calibration: float,
             if vset.provenance:
                 (stage / role / "provenance.json").write_text(
                     json.dumps(vset.provenance, indent=2) + "\n", encoding="utf-8")
-        (stage / "calibration").mkdir()
+        if cal:
+            (stage / "calibration").mkdir()
         for k, i in enumerate(cal):
             folder = stage / "calibration" / f"sample-{k:03d}"
             folder.mkdir()
             write_tensors(folder / "inputs.arrow", vset.pairs[i].inputs)
         (stage / SPLIT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        fsync_tree(stage)
-        rename_noreplace(stage, out)
-    except FileExistsError:
-        raise OutputError(f"{out} appeared while the split was written") from None
-    except OSError as exc:
-        raise output_error(exc, out.parent, f"writing {out.name}", f"write {out}") from exc
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+
+    write_new_folder(out, fill, "split")
     return SplitResult(out, record["validation"], record["holdout"],  # type: ignore[arg-type]
                        record["calibration"], seed)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -280,3 +280,24 @@ __all__ = ["CHUNK", "PRIVATE_FILE", "PRIVATE_FOLDER", "SMALL_FILE_MAX", "STAGING
            "NotAFileError", "read_small", "begin_staging", "copy_digests", "copy_file_hashed",
            "copy_hashed", "fsync_path", "fsync_tree", "new_staging", "remove_stale",
            "remove_stale_staging", "rename_noreplace", "write_durable"]
+
+
+def write_new_folder(out: Path, fill: Callable[[Path], None], what: str) -> None:
+    """Write the new folder ``out`` whole or not at all: ``fill(stage)`` writes its content
+    into a staging folder beside it (a killed writer's is removed first), which is fsynced and
+    renamed into place without replacing anything. OutputError when ``out`` appeared meanwhile
+    or cannot be written (DiskFullError when the disk is full); the staging folder never stays."""
+    from dossier.errors import OutputError
+
+    stage = begin_staging(out.parent, out.name, directory=True)
+    try:
+        fill(stage)
+        fsync_tree(stage)
+        rename_noreplace(stage, out)
+    except FileExistsError:
+        raise OutputError(f"{out} appeared while the {what} was written") from None
+    except OSError as exc:
+        raise output_error(exc, out.parent, f"writing {out.name}", f"write {out}") from exc
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+

@@ -23,7 +23,6 @@ import importlib
 import json
 import os
 import re
-import shutil
 import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +34,8 @@ import numpy as np
 
 from dossier.backends.interface import ModelSignature
 from dossier.backends.onnx_model import onnx_signature
-from dossier.diskfull import output_error
 from dossier.errors import InputError, ModelError, OutputError, ValidationSetError
-from dossier.files import begin_staging, fsync_tree, read_small, rename_noreplace
+from dossier.files import read_small, write_new_folder
 from dossier.hashing import digest_file
 from dossier.tensors import write_tensors
 from dossier.validation import ValidationSet, load_validation_set
@@ -438,22 +436,15 @@ def create_set(out: Path, inputs: Sequence[Path], *, model: Path | None = None,
                    "references": {k: [str(v.dtype), list(v.shape)] for k, v in r.items()}}
                   for i, (x, r) in enumerate(pairs)],
     }
-    stage = begin_staging(out.parent, out.name, directory=True)  # cleans killed writers' too
-    try:
+    def fill(stage: Path) -> None:
         for i, (x, refs) in enumerate(pairs):
             pair = stage / f"pair-{i:03d}"
             pair.mkdir()
             write_tensors(pair / "inputs.arrow", x)
             write_tensors(pair / "references.arrow", refs)
         (stage / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-        fsync_tree(stage)
-        rename_noreplace(stage, out)
-    except FileExistsError:
-        raise OutputError(f"{out} appeared while the validation set was written") from None
-    except OSError as exc:
-        raise output_error(exc, out.parent, f"writing {out.name}", f"write {out}") from exc
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+
+    write_new_folder(out, fill, "validation set")
     return load_validation_set(out)
 
 

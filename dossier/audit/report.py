@@ -296,12 +296,7 @@ def _accuracy_figure(go: Any, e: Explanation) -> Any:
                          arrayminus=[b for _, b in errs], thickness=1),
             hovertext=[_hover(t) + f"<br>worst loss {_num(t.worst_loss)}" for t in pts],
             hoverinfo="text+y"))
-    fig.add_vline(x=thr, line_dash="dash", line_color=COLOURS["build_failed"],
-                  annotation_text=f"threshold {thr:g}", annotation_position="top")
-    fig.add_hline(y=1.0, line_dash="dot", line_color="#888888")
-    fig.update_xaxes(type="log", title_text=f"worst {e.search.metric} loss (log; 0 drawn at "
-                     f"{floor:.1e}, NaN/Inf at {nan_x:.1e})")
-    fig.update_yaxes(title_text="speedup over the baseline (x)")
+    _loss_axes(fig, thr, e.search.metric, floor, nan_x)
     return fig
 
 
@@ -345,13 +340,19 @@ def _trade_figure(go: Any, e: Explanation) -> Any:
                                  mode="markers", name="failed the hold-out set",
                                  marker=dict(color="rgba(0,0,0,0)", size=22,
                                              line=dict(color=COLOURS["build_failed"], width=2))))
+    _loss_axes(fig, thr, t.metric, floor, nan_x)
+    return fig
+
+
+def _loss_axes(fig: Any, thr: float, metric: str, floor: float, nan_x: float) -> None:
+    """The axes of a speed-against-loss plot: the threshold line, 1.0x, the log loss axis
+    (where 0 and NaN/Inf are drawn)."""
     fig.add_vline(x=thr, line_dash="dash", line_color=COLOURS["build_failed"],
                   annotation_text=f"threshold {thr:g}", annotation_position="top")
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888888")
-    fig.update_xaxes(type="log", title_text=f"worst {t.metric} loss (log; 0 drawn at "
+    fig.update_xaxes(type="log", title_text=f"worst {metric} loss (log; 0 drawn at "
                      f"{floor:.1e}, NaN/Inf at {nan_x:.1e})")
     fig.update_yaxes(title_text="speedup over the baseline (x)")
-    return fig
 
 
 def _bars(p: TradePoint) -> tuple[float, float]:
