@@ -443,7 +443,11 @@ class Tuner:
                             "against; fix the model, the validation set or the threshold")
         for route in itertools.chain(self.warm_start,
                                      s.strategy.routes(s.selection, s.db, results)):
-            if route.text() in results or self.twin(route, results):
+            if route.text() in results:
+                continue
+            twin = self.twin(route, results)
+            if twin is not None:  # the same engine, measured already: what the strategy sees
+                results[route.text()] = results[twin]
                 continue
             results[route.text()] = self.run_trial(route, "search")
             self._queue_builds(results)

@@ -150,3 +150,17 @@ def test_a_per_channel_dynamic_engine_builds_and_runs_at_another_batch(
     runner = ort_backend.load(engine, Route.parse("-quantization=dynamic", db))
     x = np.random.default_rng(0).standard_normal((2, 32, 128)).astype(np.float32)
     assert runner.run({"x": x})["y"].shape == (2, 32, 128)
+
+
+def test_routes_that_differ_only_in_knobs_without_effect_are_measured_once(
+        sample, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from dossier.tuner import tune
+
+    _, spec = sample("tblock", strategy="full",
+                     selection="-quantization=[none|dynamic] -quant_activation_type=[u8|s8]",
+                     metric="cos", threshold=1e-3)
+    res = tune(spec, tmp_path / "run")
+    routes = [t.route for t in res.cache.trials if t.role != "confirm"]
+    # (none, s8) and (dynamic, s8) build the engines of (none, u8) and (dynamic, u8)
+    assert routes == ["-quant_activation_type=u8 -quantization=none",
+                      "-quant_activation_type=u8 -quantization=dynamic"]
