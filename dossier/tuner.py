@@ -116,7 +116,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
-    strategy = get_strategy(spec.tune.strategy)
+    strategy = get_strategy(spec.tune.strategy, spec)
     db = backend.knob_database()
     selection = Selection.parse(spec.tune.selection, db)
     model = spec.model_path()
@@ -236,6 +236,7 @@ class Tuner:
         self.scheduler: Scheduler = executor if executor is not None else \
             LocalScheduler(p.backend, build_jobs, build_cache)
         self.scheduler.attach(self.requests)
+        p.strategy.open(run_dir)  # where a strategy keeps its state for --continue
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
         """Build (or take the build job's engine, or an earlier trial's), then measure one
@@ -477,6 +478,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                                trials_run=tuner.ran, interrupted=False))
     clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
+    notes += p.strategy.notes()
     if store is not None:
         notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "
                   f"{store.stored} stored"]
