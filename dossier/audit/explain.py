@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from dossier.audit.budget import SearchBudget, search_budget
 from dossier.audit.payback import Payback, payback
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
@@ -550,6 +551,8 @@ class Explanation(_Model):
     """Where the search record came from when dossier did not run the search ("trtexec tuning
     cache"); None for a dossier search. Such a record has no timing statistics, wall times or
     tuning host."""
+    search_budget: SearchBudget | None = None
+    """How a budgeted search (strategy budget or random) spent its budget; None for others."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -704,6 +707,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                             confirm_alpha).model_copy(update={"log": worker_log(run_dir, t)})
                 for t in trials],
         imported_from=imported,
+        search_budget=search_budget(header, trials, run_dir),
     )
 
 

@@ -176,20 +176,25 @@ class BudgetStrategy(Strategy):
             tell(trial, route)
 
     def _study(self) -> optuna.Study:
+        if self.storage_path is None:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
+            return optuna.create_study(direction="maximize")
+        _repair(self.storage_path)
+        return self.open_study(self.storage_path)
+
+    @staticmethod
+    def open_study(path: Path) -> optuna.Study:
+        """The study kept in the journal ``path`` (created when missing)."""
         import optuna
         from optuna.storages.journal import JournalFileBackend
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
-        storage: Any
-        if self.storage_path is None:
-            storage = optuna.storages.InMemoryStorage()
-        else:
-            _repair(self.storage_path)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                storage = optuna.storages.JournalStorage(
-                    JournalFileBackend(
-                        str(self.storage_path), lock_obj=_run_folder_lock()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.JournalStorage(
+                JournalFileBackend(str(path), lock_obj=_run_folder_lock()))
         return optuna.create_study(storage=storage, study_name="search", direction="maximize",
                                    load_if_exists=True)
 

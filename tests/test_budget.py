@@ -1,0 +1,167 @@
+"""The budgeted search: the landscape's known optimum, the budget's account and stopping rule,
+TPE proposals within the budget, an exact resume, the dry run and the account in explain."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dossier.backends.landscape.space import Landscape, knob_database, selection_text
+from dossier.errors import InputError
+from dossier.routes import Route, Selection
+from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy
+from dossier.strategies.budget import STUDY_NAME
+from dossier.strategies.spend import Limits, account
+from dossier.trial import Outcome
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench import replay  # noqa: E402
+
+
+@dataclass(frozen=True)
+class _C:
+    speedup: float
+
+
+@dataclass(frozen=True)
+class _T:
+    route: str
+    outcome: Outcome
+    comparison: _C | None
+    trial_s: float = 1.0
+
+
+def _ok(route: str, s: float, trial_s: float = 1.0) -> _T:
+    return _T(route, Outcome.OK, _C(s), trial_s)
+
+
+def test_the_landscape_optimum_is_the_best_feasible_route_of_all() -> None:
+    land = Landscape.generate(knobs=9, seed=3)
+    best, speed = land.optimum()
+    routes = [dict(zip(land.knobs, combo)) for combo in itertools.product(*land.values.values())]
+    feasible = [r for r in routes if land.feasibility(r) == "ok"]
+    assert len(feasible) < len(routes)  # it has infeasible regions
+    assert land.feasibility(best) == "ok"
+    assert speed == pytest.approx(max(land.speedup(r) for r in feasible))
+    assert land.feasibility(land.default()) == "ok" and land.speedup(land.default()) == 1.0
+
+
+def test_the_account_stops_on_builds_seconds_and_patience() -> None:
+    trials = [_ok("b", 1.0), _ok("s1", 1.10), _ok("s2", 1.11), _ok("s3", 1.05)]
+    assert "3 builds" in (account(trials, Limits(max_builds=3), 1).stop or "")
+    assert account(trials, Limits(max_builds=5), 1).stop is None
+    assert account(trials, Limits(max_search_s=3.5), 1).stop == \
+        "the budget of 3.5 s of trials is spent (4.0 s)"
+    assert account(trials, Limits(max_search_s=4.5), 1).stop is None
+    # after the start (2 trials): s2 (+0.9%) and s3 do not beat 1.10 by 2%: two misses
+    a = account(trials, Limits(max_builds=99, patience=2), 2)
+    assert a.misses == 2 and a.best == pytest.approx(1.11) and a.best_route == "s2"
+    assert a.stop is not None and a.stop.startswith("no gain: 2 proposals")
+    assert a.improved_at == [1]
+    failed = _T("f", Outcome.BUILD_FAILED, None)
+    assert account([*trials[:2], failed], Limits(max_builds=99, patience=1), 2).stop
+
+
+def test_strategies_without_a_budget_are_refused(sample) -> None:
+    _, spec = sample("convnet", strategy="budget")
+    with pytest.raises(InputError, match="needs a budget"):
+        get_strategy("budget", spec)
+    _, spec = sample("convnet", strategy="random", max_builds=3)
+    assert isinstance(get_strategy("random", spec), RandomStrategy)
+
+
+def _walk(space: replay.Space, strategy: BudgetStrategy, results: dict[str, replay.Replayed],
+          stop_after: int | None = None) -> list[str]:
+    """Drive ``strategy`` as the tuner does; with ``stop_after``, drop it after that many
+    routes were yielded, the last one unmeasured (a kill between proposal and record)."""
+    base = space.selection.baseline(space.db)
+    results.setdefault(base.text(), space.measure(base, 0))
+    order = []
+    for route in strategy.routes(space.selection, space.db, results):
+        order.append(route.text())
+        if stop_after is not None and len(order) == stop_after:
+            return order
+        results[route.text()] = space.measure(route, 0)
+    return order
+
+
+def test_budget_stays_in_budget_and_tells_failures_as_infeasible(tmp_path: Path) -> None:
+    space = replay.landscape_space(12, 0.01, 1)
+    s = BudgetStrategy(Limits(max_builds=40, patience=1000), seed=2)
+    s.open(tmp_path)
+    results: dict[str, replay.Replayed] = {}
+    _walk(space, s, results)
+    assert len(results) == 40 and s.stopped and "40 builds" in s.stopped
+    study = BudgetStrategy.open_study(tmp_path / STUDY_NAME)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert done and study.user_attrs["stopped"] == s.stopped
+    for t in done:
+        r = results[Route.of({k: str(v) for k, v in t.params.items()}).text()]
+        assert (t.constraints["admissible"] > 0) == (r.outcome is not Outcome.OK)
+    assert any(r.outcome is not Outcome.OK for r in results.values())
+
+
+def test_budget_goes_past_its_structured_start_on_the_landscape() -> None:
+    """The proposals combine knobs, and what they find beats the best one-knob route (the
+    comparison with random is the benchmark's: bench/results/replay-landscape-30.md)."""
+    space = replay.landscape_space(16, 0.01, 4)
+    shares = {name: replay.walk(space, name, 80, seed=0)[-1] for name in ("fast", "budget")}
+    assert shares["budget"] > shares["fast"] + 0.05
+
+
+def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
+    space = replay.landscape_space(10, 0.01, 2)
+    limits = Limits(max_builds=30, patience=1000)
+    whole = BudgetStrategy(limits, seed=5)
+    whole.open(tmp_path / "whole")
+    (tmp_path / "whole").mkdir()
+    reference = _walk(space, whole, {})
+    (tmp_path / "cut").mkdir()
+    results: dict[str, replay.Replayed] = {}
+    first = BudgetStrategy(limits, seed=5)
+    first.open(tmp_path / "cut")
+    got = _walk(space, first, results, stop_after=22)  # killed: route 22 asked, never measured
+    journal = tmp_path / "cut" / STUDY_NAME
+    with journal.open("ab") as f:
+        f.write(b'{"op_code": 5, "worker_id": "x", "trial_id"')  # a line a kill cut short
+    again = BudgetStrategy(limits, seed=5)
+    again.open(tmp_path / "cut")
+    got = got[:-1] + _walk(space, again, results)
+    assert got == reference
+
+
+def test_dry_run_says_what_the_budget_buys(sample) -> None:
+    from conftest import cli
+
+    path, _ = sample("convnet")
+    res = cli("tune", path, "--strategy", "budget", "--max-builds", "8", "--dry-run")
+    assert res.exit_code == 0, res.stderr
+    assert "the budget buys 8 builds" in res.stdout
+    assert "structured start: 5 of 5 routes" in res.stdout and "up to 3 proposals" in res.stdout
+    assert "(a first build)" in res.stdout
+    res = cli("tune", path, "--strategy", "budget", "--dry-run")
+    assert res.exit_code == 3 and "needs a budget" in res.stderr
+
+
+def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path) -> None:
+    from dossier.audit.explain import explain_search
+    from dossier.tuner import tune
+
+    _, spec = sample("convnet", backend="landscape", strategy="budget", max_builds=4,
+                     selection="-k06=[v0|v1|v2] -k07=[v0|v1]")
+    res = tune(spec, tmp_path / "run")
+    main = [t for t in res.cache.trials if t.role != "confirm"]
+    assert len(main) == 4 and (tmp_path / "run" / STUDY_NAME).is_file()
+    assert "search stopped: the budget of 4 builds is spent" in res.notes
+    # the one proposal after the start sets both knobs: -k06=v2 -k07=v1 fails to build
+    c = res.cache
+    e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
+    b = e.search_budget
+    assert b is not None and b.builds == 4 and b.start == 4 and b.max_builds == 4
+    assert b.stopped == "the budget of 4 builds is spent"
+    assert [r.phase for r in b.routes] == ["baseline", "start", "start", "start"]
