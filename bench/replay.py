@@ -231,9 +231,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--builds", type=int, default=150)
     ap.add_argument("--checkpoints", default="25,50,100,150")
+    ap.add_argument("--smoke", action="store_true", help="tiny settings (tests): 10 knobs, 2 seeds, "
+                    "30 builds")
     ap.add_argument("--out", type=Path, default=None, help="JSON path (default: bench/results/"
                     "replay-<space>.json; the .md beside it)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.landscape, args.seeds, args.builds, args.checkpoints = \
+            args.landscape and 10, 2, 30, "10,30"
     space = landscape_space(args.landscape, args.noise, args.landscape_seed) \
         if args.landscape else cache_space(args.cache)
     checkpoints = [int(n) for n in args.checkpoints.split(",") if int(n) <= args.builds]

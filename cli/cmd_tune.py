@@ -55,8 +55,10 @@ def _forecast(spec: Any, build_cache: Path | None, as_json: bool) -> None:
     import dataclasses
 
     from dossier.strategies.forecast import forecast
+    from dossier.tuner import prepare
 
-    f = forecast(spec, build_cache)
+    p = prepare(spec)
+    f = forecast(p.spec, p.strategy, p.selection, p.db, p.backend, p.model, build_cache)
     if as_json:
         print_json({**dataclasses.asdict(f), "builds_s": f.builds_s})
         return

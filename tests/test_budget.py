@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dossier.backends.landscape.space import Landscape, knob_database, selection_text
+from dossier.backends.landscape.space import Landscape
 from dossier.errors import InputError
-from dossier.routes import Route, Selection
+from dossier.routes import Route
 from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy
 from dossier.strategies.budget import STUDY_NAME
 from dossier.strategies.spend import Limits, account
@@ -165,3 +165,20 @@ def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path
     assert b is not None and b.builds == 4 and b.start == 4 and b.max_builds == 4
     assert b.stopped == "the budget of 4 builds is spent"
     assert [r.phase for r in b.routes] == ["baseline", "start", "start", "start"]
+
+
+@pytest.mark.bench
+def test_replay_bench_smoke(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    out = tmp_path / "replay.json"
+    subprocess.run([sys.executable, str(REPO / "bench" / "replay.py"), "--landscape", "10",
+                    "--smoke", "--out", str(out)], check=True, capture_output=True, cwd=REPO)
+    data = json.loads(out.read_text())
+    assert data["provenance"]["command"].startswith("python bench/replay.py --landscape 10")
+    assert set(data["strategies"]) == {"fast", "mixed", "random", "budget"}
+    for r in data["strategies"].values():
+        assert all(len(c) <= 30 for c in r["curves"]) and len(r["curves"]) == 2
+        assert all(0 < x <= 1.0 + 1e-9 for c in r["curves"] for x in c)
+    assert "| budget |" in out.with_suffix(".md").read_text()

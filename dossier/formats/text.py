@@ -12,7 +12,6 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dossier.audit.budget import lines as budget_lines
 from dossier.formats import Document, Format
 from dossier.formats import figures as fig
 from dossier.formats.escaping import printable
@@ -231,6 +230,8 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     page.heading("Search cost")
     p("  " + escape(fig.cost_text(e)))
     if e.search_budget is not None:  # a budgeted search: how it spent its budget
+        from dossier.audit.budget import lines as budget_lines
+
         page.heading("Search budget")
         for line in budget_lines(e.search_budget):
             p("  " + escape(line))

@@ -15,15 +15,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from dossier.backends import Backend
 from dossier.build_cache import open_build_cache
 from dossier.build_plan import BuildPlan
 from dossier.hashing import digest_file
+from dossier.knobs import KnobDatabase
+from dossier.routes import Selection
 from dossier.spec import ReleaseSpec
-
-if TYPE_CHECKING:
-    from dossier.tuner import Prepared
+from dossier.strategies.interface import Strategy
 
 
 @dataclass(frozen=True)
@@ -64,40 +65,37 @@ class Forecast:
                            "max_builds to let the model propose anything")
         if self.build_s is not None:
             out.append(f"one build takes {self.build_s:.2f} s ({self.build_source}): "
-                       f"{self.builds} builds about {self.builds_s:.0f} s, plus each trial's "
+                       f"{self.builds} builds about {self.builds_s:.1f} s, plus each trial's "
                        "validation and timing")
         return out
 
 
-def forecast(spec: ReleaseSpec, build_cache: str | Path | None = None) -> Forecast:
-    """The forecast of ``spec``'s search (its strategy must be ``random`` or ``budget``).
-    Builds the baseline once in a temporary folder unless the build cache holds it."""
+def forecast(spec: ReleaseSpec, strategy: Strategy, selection: Selection, db: KnobDatabase,
+             backend: Backend, model: Path, build_cache: str | Path | None = None) -> Forecast:
+    """The forecast of ``spec``'s search, as the tuner prepared it (its strategy ``random`` or
+    ``budget``). Builds the baseline once in a temporary folder unless the build cache holds
+    it."""
     from dossier.strategies.budget import BudgetStrategy
-    from dossier.tuner import prepare
 
-    p = prepare(spec)
-    space = math.prod(len(i.values) for i in p.selection.varied)
-    start = len(p.strategy.start(p.selection, p.db)) \
-        if isinstance(p.strategy, BudgetStrategy) else 1
+    space = math.prod(len(i.values) for i in selection.varied)
+    start = len(strategy.start(selection, db)) if isinstance(strategy, BudgetStrategy) else 1
     max_builds = spec.tune.max_builds
     builds = min(space, max_builds) if max_builds else space
-    build_s, source = _build_time(p, build_cache)
+    baseline = selection.baseline(db)
+    with tempfile.TemporaryDirectory(prefix="dossier-forecast-") as tmp:
+        engine = Path(tmp) / f"baseline{backend.engine_suffix}"
+        store = open_build_cache(build_cache)
+        entry = None
+        if store is not None:
+            plan = BuildPlan(backend, db, model_digest=digest_file(model)[0],
+                             builder=spec.builder, shapes=spec.shapes)
+            entry = store.get(plan.identity(baseline), engine)
+        if entry is not None:
+            build_s: float = entry.build_s
+            source: Literal["build cache", "a first build"] = "build cache"
+        else:
+            t0 = time.perf_counter()
+            backend.build(model, baseline, engine)
+            build_s, source = time.perf_counter() - t0, "a first build"
     return Forecast(spec.tune.strategy, space, start, builds, spec.tune.max_search_s, build_s,
                     source)
-
-
-def _build_time(p: Prepared, build_cache: str | Path | None
-                ) -> tuple[float, Literal["build cache", "a first build"]]:
-    """The baseline's build time: the build cache's record, else one build timed now."""
-    store = open_build_cache(build_cache)
-    with tempfile.TemporaryDirectory(prefix="dossier-forecast-") as tmp:
-        engine = Path(tmp) / f"baseline{p.backend.engine_suffix}"
-        if store is not None:
-            plan = BuildPlan(p.backend, p.db, model_digest=digest_file(p.model)[0],
-                             builder=p.spec.builder, shapes=p.spec.shapes)
-            entry = store.get(plan.identity(p.baseline), engine)
-            if entry is not None:
-                return entry.build_s, "build cache"
-        t0 = time.perf_counter()
-        p.backend.build(p.model, p.baseline, engine)
-        return time.perf_counter() - t0, "a first build"
