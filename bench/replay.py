@@ -93,9 +93,10 @@ class Space:
     notes: dict[str, Any]
 
 
-def landscape_space(knobs: int, noise: float, landscape_seed: int) -> Space:
-    """The synthetic landscape of ``knobs`` knobs, measured with log-normal noise ``noise``."""
-    land = Landscape.generate(knobs, landscape_seed)
+def landscape_space(knobs: int, noise: float, landscape_seed: int, weak: float = 0.0) -> Space:
+    """The synthetic landscape of ``knobs`` knobs (the minor knobs' effects at most ``weak``),
+    measured with log-normal noise ``noise``."""
+    land = Landscape.generate(knobs, landscape_seed, weak)
     db = knob_database(land)
     selection = Selection.parse(selection_text(land), db)
     _, best = land.optimum()
@@ -111,9 +112,10 @@ def landscape_space(knobs: int, noise: float, landscape_seed: int) -> Space:
                         true)
 
     size = math.prod(len(v) for v in land.values.values())
-    return Space(f"landscape-{knobs}", selection, db, measure, best,
-                 {"knobs": knobs, "routes": size, "noise": noise, "landscape_seed": landscape_seed,
-                  "optimum_speedup": round(best, 4)})
+    return Space(f"landscape-{knobs}" + (f"-weak{weak:g}" if weak else ""), selection, db,
+                 measure, best, {"knobs": knobs, "routes": size, "noise": noise, "weak": weak,
+                                 "landscape_seed": landscape_seed,
+                                 "optimum_speedup": round(best, 4)})
 
 
 def cache_space(path: Path) -> Space:
@@ -228,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--cache", type=Path, help="tuning-cache.jsonl of a full search")
     ap.add_argument("--noise", type=float, default=0.01, help="log-normal sigma (landscape)")
     ap.add_argument("--landscape-seed", type=int, default=0)
+    ap.add_argument("--weak", type=float, default=0.0, help="landscape: the minor knobs' "
+                    "effects at most this (0: they do nothing)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--builds", type=int, default=150)
     ap.add_argument("--checkpoints", default="25,50,100,150")
@@ -239,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.landscape, args.seeds, args.builds, args.checkpoints = \
             args.landscape and 10, 2, 30, "10,30"
-    space = landscape_space(args.landscape, args.noise, args.landscape_seed) \
+    space = landscape_space(args.landscape, args.noise, args.landscape_seed, args.weak) \
         if args.landscape else cache_space(args.cache)
     checkpoints = [int(n) for n in args.checkpoints.split(",") if int(n) <= args.builds]
     data = {"space": space.name, "seeds": args.seeds, "builds": args.builds,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dossier.backends.landscape.space import Landscape
+from dossier.cache import TuningCache
 from dossier.errors import InputError
 from dossier.routes import Route
 from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy
@@ -182,3 +183,66 @@ def test_replay_bench_smoke(tmp_path: Path) -> None:
         assert all(len(c) <= 30 for c in r["curves"]) and len(r["curves"]) == 2
         assert all(0 < x <= 1.0 + 1e-9 for c in r["curves"] for x in c)
     assert "| budget |" in out.with_suffix(".md").read_text()
+
+
+def _replayed_order(cache: TuningCache, limits: Limits, seed: int) -> list[str]:
+    """The routes a fresh, uninterrupted budget search with ``seed`` proposes when each route
+    measures what the recorded search measured, in the order it proposes them."""
+    from dossier.knobs import KnobDatabase
+    from dossier.routes import Selection
+
+    db = KnobDatabase.model_validate_json((cache.path.parent / "knobs.json").read_text())
+    selection = Selection.parse(cache.header.spec.tune.selection, db)
+    recorded = {t.route: t for t in cache.trials if t.role != "confirm"}
+    base = selection.baseline(db).text()
+    results = {base: recorded[base]}
+    strategy = BudgetStrategy(limits, seed)
+    strategy.open(None)
+    for route in strategy.routes(selection, db, results):  # type: ignore[arg-type]
+        results[route.text()] = recorded[route.text()]
+    return list(results)
+
+
+@pytest.mark.slow
+def test_kill_9_then_continue_makes_the_proposals_of_an_uninterrupted_search(
+        samples_dir: Path, tmp_path: Path) -> None:
+    """A real SIGKILL mid-proposals, then --continue: the trials recorded are, in order, those an
+    uninterrupted search with the same seed proposes given the same measurements."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    from conftest import subprocess_env, write_tiny_timing
+
+    from dossier.tuner import CACHE_NAME, continue_tune
+
+    work = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", work)
+    spec = work / "release.toml"
+    spec.write_text(spec.read_text().replace('backend = "onnxruntime"', 'backend = "landscape"'))
+    write_tiny_timing(spec)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--out",
+         str(run), "--quiet", "--strategy", "budget", "--max-builds",
+         "10", "--selection", "-k06=[v0|v1|v2] -k07=[v0|v1] -k02=[v0|v1]"],
+        env=subprocess_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    cache = run / CACHE_NAME
+    deadline = time.time() + 240
+    while time.time() < deadline:  # the start (5) and the combination (1), then a proposal
+        if cache.exists() and cache.read_text().count('"kind":"trial"') >= 7:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the search did not get going")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = continue_tune(run)
+    main = [t.route for t in res.cache.trials if t.role != "confirm"]
+    assert len(main) == len(set(main)) == 10
+    assert main == _replayed_order(res.cache, Limits(max_builds=10), seed=0)
+    assert "search stopped: the budget of 10 builds is spent" in res.notes

@@ -68,11 +68,12 @@ class Landscape:
     """The independent blocks; every knob is in exactly one."""
 
     @classmethod
-    def generate(cls, knobs: int = 30, seed: int = 0) -> Landscape:
+    def generate(cls, knobs: int = 30, seed: int = 0, weak: float = 0.0) -> Landscape:
         """A landscape of ``knobs`` knobs (two to four values each), drawn from ``seed``.
 
-        About one knob in four matters (a main effect of -12% to +6% per value), the rest move
-        the run time by at most +-1%. A block of two or three knobs holds, each with chance one
+        About one knob in four matters (a main effect of -12% to +6% per value); the rest move
+        the run time by at most ``weak`` (0: not at all, as most knobs of a compiler do nothing
+        for a given model). A block of two or three knobs holds, each with chance one
         in two: an interaction between two settings that help on their own (-2% to -8% each;
         together a synergy of a further -3% to -8%, or a conflict of +4% to +10% that undoes
         much of their sum), and a combination of two settings that fails to build; one block in
@@ -95,7 +96,7 @@ class Landscape:
                 strong = rng.random() < 0.25
                 for v in values[k][1:]:
                     main[(k, v)] = math.log(1 + (rng.uniform(-0.12, 0.06) if strong
-                                                 else rng.uniform(-0.01, 0.01)))
+                                                 else rng.uniform(-weak, weak)))
             settings = [(k, v) for k in members for v in values[k][1:]]
             pairs: dict[tuple[tuple[str, str], tuple[str, str]], float] = {}
             broken: tuple[tuple[str, str], ...] | None = None
