@@ -46,12 +46,12 @@ from dossier.knobs import KnobDatabase  # noqa: E402
 from dossier.routes import Route, Selection  # noqa: E402
 from dossier.strategies import BudgetStrategy, FastStrategy, MixedStrategy, RandomStrategy  # noqa: E402
 from dossier.strategies.interface import Strategy  # noqa: E402
-from dossier.strategies.spend import Limits  # noqa: E402
+from dossier.strategies.spend import DEFAULT_PATIENCE, Limits  # noqa: E402
 from dossier.trial import Outcome  # noqa: E402
 
 STRATEGIES = ("fast", "mixed", "random", "budget")
 MIN_EFFECT = 0.02
-PATIENCE = 30
+PATIENCE = DEFAULT_PATIENCE
 WITHIN = 0.02
 """A pick within this share of the optimum's speed counts as reaching it."""
 
@@ -93,10 +93,11 @@ class Space:
     notes: dict[str, Any]
 
 
-def landscape_space(knobs: int, noise: float, landscape_seed: int, weak: float = 0.0) -> Space:
-    """The synthetic landscape of ``knobs`` knobs (the minor knobs' effects at most ``weak``),
-    measured with log-normal noise ``noise``."""
-    land = Landscape.generate(knobs, landscape_seed, weak)
+def landscape_space(knobs: int, noise: float, landscape_seed: int, weak: float = 0.0,
+                    guarded: float = 0.2) -> Space:
+    """The synthetic landscape of ``knobs`` knobs (the minor knobs' effects at most ``weak``;
+    a block guarded with chance ``guarded``), measured with log-normal noise ``noise``."""
+    land = Landscape.generate(knobs, landscape_seed, weak, guarded)
     db = knob_database(land)
     selection = Selection.parse(selection_text(land), db)
     _, best = land.optimum()
@@ -112,8 +113,10 @@ def landscape_space(knobs: int, noise: float, landscape_seed: int, weak: float =
                         true)
 
     size = math.prod(len(v) for v in land.values.values())
-    return Space(f"landscape-{knobs}" + (f"-weak{weak:g}" if weak else ""), selection, db,
-                 measure, best, {"knobs": knobs, "routes": size, "noise": noise, "weak": weak,
+    name = f"landscape-{knobs}" + (f"-weak{weak:g}" if weak else "") + \
+        (f"-guarded{guarded:g}" if guarded != 0.2 else "")
+    return Space(name, selection, db, measure, best,
+                 {"knobs": knobs, "routes": size, "noise": noise, "weak": weak, "guarded": guarded,
                                  "landscape_seed": landscape_seed,
                                  "optimum_speedup": round(best, 4)})
 
@@ -230,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--cache", type=Path, help="tuning-cache.jsonl of a full search")
     ap.add_argument("--noise", type=float, default=0.01, help="log-normal sigma (landscape)")
     ap.add_argument("--landscape-seed", type=int, default=0)
+    ap.add_argument("--guarded", type=float, default=0.2, help="landscape: the chance that a "
+                    "block has a fast setting that breaks accuracy unless guarded")
     ap.add_argument("--weak", type=float, default=0.0, help="landscape: the minor knobs' "
                     "effects at most this (0: they do nothing)")
     ap.add_argument("--seeds", type=int, default=10)
@@ -243,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.landscape, args.seeds, args.builds, args.checkpoints = \
             args.landscape and 10, 2, 30, "10,30"
-    space = landscape_space(args.landscape, args.noise, args.landscape_seed, args.weak) \
+    space = landscape_space(args.landscape, args.noise, args.landscape_seed, args.weak,
+                            args.guarded) \
         if args.landscape else cache_space(args.cache)
     checkpoints = [int(n) for n in args.checkpoints.split(",") if int(n) <= args.builds]
     data = {"space": space.name, "seeds": args.seeds, "builds": args.builds,

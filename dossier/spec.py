@@ -117,7 +117,7 @@ class TuneSection(AccuracyRule):
     """random and budget: the seed of the draws (the same seed, the same proposals)."""
     patience: int | None = Field(None, ge=1, le=10**6)
     """budget: proposals in a row without a gain of the minimum effect before the search stops
-    (default 30)."""
+    (default 50)."""
 
 
 class ShapeEntry(_Section):

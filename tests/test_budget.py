@@ -246,3 +246,21 @@ def test_kill_9_then_continue_makes_the_proposals_of_an_uninterrupted_search(
     assert len(main) == len(set(main)) == 10
     assert main == _replayed_order(res.cache, Limits(max_builds=10), seed=0)
     assert "search stopped: the budget of 10 builds is spent" in res.notes
+
+
+def test_the_replay_takes_a_recorded_full_search(rel, tmp_path: Path) -> None:
+    """bench/replay.py --cache: every strategy walks the routes the convnet release's ``full``
+    search measured; each reading is the recorded one, the optimum the best recorded."""
+    cache = rel["convnet"].run / "tuning-cache.jsonl"
+    space = replay.cache_space(cache)
+    recorded = [t for t in TuningCache.open(cache).trials if t.role != "confirm"]
+    n = len(recorded)
+    assert space.notes["routes"] == n >= 2
+    assert space.optimum == max(1.0, *(t.comparison.speedup for t in recorded
+                                       if t.admissible and t.role != "baseline" and t.comparison))
+    for name in replay.STRATEGIES:
+        curve = replay.walk(space, name, n, seed=1)
+        assert 0 < curve[-1] <= 1.0 and len(curve) <= n
+    # a walk over every route reaches the best recorded one: the curve ends at 1.0
+    whole = replay.walk(space, "random", n, seed=0)
+    assert len(whole) == n and whole[-1] == pytest.approx(1.0)

@@ -7,8 +7,8 @@ search did and what it says it did cannot drift apart.
 The stopping rule, besides the budget itself: after the structured start, a search that has
 measured ``patience`` new routes in a row, none of them faster than the best route so far by the
 minimum effect, stops. With ``n`` misses in a row the chance that the next proposal beats the best
-is, at 95% confidence, below ``1 - 0.05 ** (1 / n)`` (about ``3 / n``, the rule of three): 10% at
-the default patience of 30. That is what "no proposal is expected to beat the best route by the
+is, at 95% confidence, below ``1 - 0.05 ** (1 / n)`` (about ``3 / n``, the rule of three): 6% at
+the default patience of 50. That is what "no proposal is expected to beat the best route by the
 minimum effect" means here, and it is why the rule needs no model of its own.
 """
 
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from dossier.trial import Outcome
 
-DEFAULT_PATIENCE = 30
+DEFAULT_PATIENCE = 50
 """Proposals in a row without a gain of the minimum effect before the search stops."""
 CONFIDENCE = 0.95
 """Confidence of the bound on the chance that another proposal helps."""

@@ -68,7 +68,8 @@ class Landscape:
     """The independent blocks; every knob is in exactly one."""
 
     @classmethod
-    def generate(cls, knobs: int = 30, seed: int = 0, weak: float = 0.0) -> Landscape:
+    def generate(cls, knobs: int = 30, seed: int = 0, weak: float = 0.0,
+                 guarded: float = 0.2) -> Landscape:
         """A landscape of ``knobs`` knobs (two to four values each), drawn from ``seed``.
 
         About one knob in four matters (a main effect of -12% to +6% per value); the rest move
@@ -76,8 +77,8 @@ class Landscape:
         for a given model). A block of two or three knobs holds, each with chance one
         in two: an interaction between two settings that help on their own (-2% to -8% each;
         together a synergy of a further -3% to -8%, or a conflict of +4% to +10% that undoes
-        much of their sum), and a combination of two settings that fails to build; one block in
-        five has a setting that is fast (-6% to -12%) but breaks accuracy unless the block's
+        much of their sum), and a combination of two settings that fails to build; with chance
+        ``guarded`` (one block in five by default) a block has a setting that is fast (-6% to -12%) but breaks accuracy unless the block's
         guard setting (+1% to +3% on its own) is set with it.
         """
         if knobs < 1:
@@ -111,7 +112,7 @@ class Landscape:
                     pairs[(a, b)] = math.log(1 + effect)
                 if rng.random() < 0.5:
                     broken = _two_knobs(rng, members, values)
-                if rng.random() < 0.2:
+                if rng.random() < guarded:
                     fast, guard = _two_knobs(rng, members, values)
                     main[fast] = math.log(1 + rng.uniform(-0.12, -0.06))
                     main[guard] = math.log(1 + rng.uniform(0.01, 0.03))
