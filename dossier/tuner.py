@@ -37,6 +37,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
+from dossier.strategies.budget import STUDY_NAME
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -492,7 +493,7 @@ def _close(ex: Scheduler | None) -> None:
 
 def _clear_failed_start(out: Path) -> None:
     """Remove what a search that never got an admissible trial wrote in ``out``."""
-    for name in (CACHE_NAME, KNOBS_NAME, FINGERPRINT_NAME):
+    for name in (CACHE_NAME, KNOBS_NAME, FINGERPRINT_NAME, STUDY_NAME):
         (out / name).unlink(missing_ok=True)
     for name in (ENGINES, WORK):
         shutil.rmtree(out / name, ignore_errors=True)

@@ -136,6 +136,17 @@ def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
     assert got == reference
 
 
+def test_an_unreadable_journal_is_one_clear_error(tmp_path: Path) -> None:
+    from dossier.errors import TuneError
+
+    space = replay.landscape_space(6, 0.01, 0)
+    (tmp_path / STUDY_NAME).write_text('{"op_code": 0}\n{"op_code": 4, "trial_id": "x"}\n')
+    s = BudgetStrategy(Limits(max_builds=5))
+    s.open(tmp_path)
+    with pytest.raises(TuneError, match="cannot read the search's study journal"):
+        _walk(space, s, {})
+
+
 def test_dry_run_says_what_the_budget_buys(sample) -> None:
     from conftest import cli
 

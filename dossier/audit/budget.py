@@ -36,18 +36,18 @@ class Spent(_Model):
     """Its trial index."""
     route: str
     """Its route."""
-    phase: Literal["baseline", "start", "proposal"]
-    """The baseline; the structured start (one knob off the baseline); or a proposal (of the
-    model, or a random draw)."""
+    phase: Literal["baseline", "start", "combination", "proposal"]
+    """The baseline; the structured start (one knob off the baseline); the one-knob values that
+    helped, together; or a proposal (of the model, or a random draw)."""
     outcome: str
     """How its trial ended."""
     speedup: float | None
-    """Its screening speedup (admissible routes)."""
+    """Its screening speedup (admissible routes but the baseline)."""
     new_best: bool
     """It beat every earlier route by the minimum effect."""
     screened_out: str | None
     """Why it went no further: infeasible (its outcome), or not among the routes the
-    confirmation re-timed. None for the routes confirmed."""
+    confirmation re-timed. None for the baseline and the routes the confirmation re-timed."""
 
 
 class SearchBudget(_Model):
@@ -88,16 +88,22 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
     confirmed = {t.route for t in trials if t.role == "confirm"}
     base = Route.parse(header.baseline_route).as_dict()
 
-    def phase(t: TrialRecord) -> Literal["baseline", "start", "proposal"]:
+    min_effect = header.timing.min_effect
+    combined = _combination(main, base, min_effect) if tune.strategy == "budget" else None
+
+    def phase(t: TrialRecord) -> Literal["baseline", "start", "combination", "proposal"]:
         if t.role == "baseline":
             return "baseline"
+        if t.route == combined:
+            return "combination"
         differs = sum(v != base.get(k) for k, v in Route.parse(t.route).as_dict().items())
         return "start" if tune.strategy == "budget" and differs <= 1 else "proposal"
 
     phases = [phase(t) for t in main]
-    start = next((i for i, ph in enumerate(phases) if ph == "proposal"), len(phases))
+    start = next((i for i, ph in enumerate(phases) if ph in ("combination", "proposal")),
+                 len(phases))
     limits = Limits(max_builds=tune.max_builds, max_search_s=tune.max_search_s,
-                    min_effect=header.timing.min_effect,
+                    min_effect=min_effect,
                     patience=(tune.patience or DEFAULT_PATIENCE) if tune.strategy == "budget"
                     else 2**31)
     acc = account(main, limits, start)
@@ -106,7 +112,7 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
         else "every route of the selection is drawn")
     improved = set(acc.improved_at)
     routes = [Spent(index=t.index, route=t.route, phase=ph, outcome=t.outcome.value,
-                    speedup=speedup(t), new_best=i in improved and i > 0,
+                    speedup=speedup(t) if i > 0 else None, new_best=i in improved and i > 0,
                     screened_out=None if t.route in confirmed or t.role == "baseline"
                     else (f"infeasible: {t.outcome.value}" if not t.admissible
                           else "not among the routes the confirmation re-timed"))
@@ -117,6 +123,24 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
                         infeasible=sum(not t.admissible for t in main),
                         best_speedup=acc.best, best_route=acc.best_route, stopped=stopped,
                         routes=routes)
+
+
+def _combination(main: Sequence[TrialRecord], base: dict[str, str],
+                 min_effect: float) -> str | None:
+    """The route setting together each knob's fastest one-knob value that was at least
+    ``min_effect`` faster (what the budget strategy measures after its start)."""
+    best: dict[str, tuple[float, str]] = {}
+    for t in main[1:]:
+        values = Route.parse(t.route).as_dict()
+        changed = [(k, v) for k, v in values.items() if v != base.get(k)]
+        s = speedup(t)
+        if len(changed) == 1 and s is not None and s >= 1 + min_effect:
+            k, v = changed[0]
+            if s > best.get(k, (0.0, ""))[0]:
+                best[k] = (s, v)
+    if len(best) < 2:
+        return None
+    return Route.of({**base, **{k: v for k, (_, v) in best.items()}}).text()
 
 
 def _journal_stop(run_dir: Path | None) -> str | None:
@@ -139,14 +163,14 @@ def lines(b: SearchBudget) -> list[str]:
     budget = " and ".join([*([f"{b.max_builds} builds"] if b.max_builds else []),
                            *([f"{b.max_search_s:g} s"] if b.max_search_s else [])])
     out = [f"{b.strategy}: {b.builds} routes measured in {b.search_s:.1f} s of trials (budget "
-           f"{budget}); {b.start} in the structured start, {b.builds - b.start} proposed; "
+           f"{budget}); {b.start} in the structured start, {b.builds - b.start} after it; "
            f"{b.infeasible} infeasible",
            f"best screening speedup {b.best_speedup:.3f}x ({b.best_route or 'the baseline'})",
            f"stopped: {b.stopped}"]
     for r in b.routes:
         mark = " new best" if r.new_best else ""
         s = f" {r.speedup:.3f}x" if r.speedup is not None else ""
-        why = f"; {r.screened_out}" if r.screened_out else "; confirmed" \
+        why = f"; {r.screened_out}" if r.screened_out else "; re-timed by the confirmation" \
             if r.phase != "baseline" else ""
-        out.append(f"  [{r.index}] {r.phase:<8} {r.outcome}{s}{mark}{why}: {r.route}")
+        out.append(f"  [{r.index}] {r.phase:<11} {r.outcome}{s}{mark}{why}: {r.route}")
     return out

@@ -182,7 +182,12 @@ class BudgetStrategy(Strategy):
             optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
             return optuna.create_study(direction="maximize")
         _repair(self.storage_path)
-        return self.open_study(self.storage_path)
+        try:
+            return self.open_study(self.storage_path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # what a bad line raises
+            raise TuneError(f"cannot read the search's study journal {self.storage_path}: {exc}",
+                            hint="remove it to let --continue start the proposals afresh from "
+                                 "the trials recorded") from exc
 
     @staticmethod
     def open_study(path: Path) -> optuna.Study:
