@@ -76,7 +76,7 @@ def _overrides(selection: str | None, strategy: str | None, threshold: float | N
 
 def max_builds_option() -> int | None:
     """The ``--max-builds`` option."""
-    option: int | None = typer.Option(None, "--max-builds", metavar="N", help="Strategies random "
+    option: int | None = typer.Option(None, "--max-builds", metavar="N", min=1, help="Strategies random "
                                       "and budget: routes measured at most, the baseline "
                                       "included (overrides tune.max_builds).")
     return option

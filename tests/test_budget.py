@@ -160,6 +160,18 @@ def test_dry_run_says_what_the_budget_buys(sample) -> None:
     assert res.exit_code == 3 and "needs a budget" in res.stderr
 
 
+def test_release_takes_the_budget_and_refuses_a_search_without_one(sample, tmp_path: Path) -> None:
+    from conftest import cli
+
+    path, _ = sample("convnet")
+    path.write_text(path.read_text().replace('strategy = "full"', 'strategy = "budget"'))
+    res = cli("release", path, "--out", tmp_path / "out")
+    assert res.exit_code == 3 and "needs a budget" in res.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    res = cli("release", path, "--out", tmp_path / "out", "--max-builds", "0")
+    assert res.exit_code == 2 and "--max-builds" in res.stderr
+
+
 def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path) -> None:
     from dossier.audit.explain import explain_search
     from dossier.tuner import tune
