@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make sample   set up .venv (no torch) and run a sample release end to end (ONNX Runtime, CPU)
+#   make sample   set up .venv (no torch) and run two sample releases end to end (ONNX Runtime,
+#                 CPU): the conv net's float32 routes, then the transformer block's int8 routes
 #   make test     set up .venv with torch and run the test suite (slow tests left out; tests
 #                 needing chromium or docker-registry skip without them), spread over
 #                 TEST_WORKERS processes (pytest-xdist; docs/testing.md)
@@ -48,6 +49,10 @@ sample: $(BIN)/dossier
 	$(BIN)/dossier inspect $(OUT)/convnet-1.dossier
 	$(BIN)/dossier verify $(OUT)/convnet-1.dossier
 	$(BIN)/dossier explain $(OUT)/convnet-1.dossier --html $(OUT)/convnet-1.report.html
+	rm -rf $(OUT)/tblock-int8-1.dossier $(OUT)/tblock-int8-1.dossier.sig.json $(OUT)/.runs/tblock-int8-1
+	$(BIN)/dossier release samples/tblock/release-int8.toml --out $(OUT)
+	$(BIN)/dossier verify $(OUT)/tblock-int8-1.dossier
+	$(BIN)/dossier explain $(OUT)/tblock-int8-1.dossier --html $(OUT)/tblock-int8-1.report.html
 
 test: setup
 	$(BIN)/python -m pytest -q $(PYTEST_DIST) -m 'not ray'

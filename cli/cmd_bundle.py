@@ -35,6 +35,9 @@ def _report_written(written: Any, as_json: bool) -> None:
     m = written.manifest
     for w in m.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
+    busy = _busy_line(written.path)
+    if busy:
+        err.print(f"[yellow]busy host:[/] {escape(busy)}", soft_wrap=True)
     if as_json:
         print_json({"bundle": str(written.path), "dossier_id": m.dossier_id,
                     "release": m.release, "version": m.release_version, "parent": m.parent,
@@ -43,6 +46,18 @@ def _report_written(written: Any, as_json: bool) -> None:
     err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files)} files + manifest; "
               f"{escape(m.summary.result)}", soft_wrap=True)
     out.print(str(written.path), markup=False, soft_wrap=True)
+
+
+def _busy_line(path: Path) -> str | None:
+    """The one line a bundle whose decision was measured on a busy host gets (None: quiet, or
+    not recorded)."""
+    from dossier.bundle import open_bundle
+    from dossier.bundle.overview import decision_conditions
+    from dossier.formats.figures import busy_line
+
+    with open_bundle(path, lazy=True) as b:
+        c, of = decision_conditions(list(b.tuning_cache().trials))
+    return busy_line(c, of) if c is not None and c.busy else None
 
 
 # -------------------------------------------------------------------------------------- bundle

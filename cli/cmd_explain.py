@@ -19,6 +19,10 @@ def _heading(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- explain
+EXPLAIN_READS = ("tuning-cache.jsonl", "routes.parquet", "fingerprint.json")
+"""The records explain reads beside the manifest (checked against the file table)."""
+
+
 @app.command()
 @handled
 def explain(
@@ -46,6 +50,7 @@ def explain(
     """
     from dossier.audit import explain as explain_bundle
     from dossier.bundle import open_bundle
+    from dossier.bundle.overview import altered_notes
     from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
     chosen = choose_format(fmt, as_json, Document.explanation, "explain", output)
@@ -55,6 +60,8 @@ def explain(
     samples = None
     with open_bundle(bundle, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:  # no engines
         facts = explain_bundle(b, **usage)  # type: ignore[arg-type]
+        for note in altered_notes(b, EXPLAIN_READS):
+            err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
         if html is not None or chosen.name == FormatName.html:
             from dossier.audit.report import samples_from_timings
 
@@ -117,9 +124,14 @@ def render_diff(d: Any) -> None:
         out.print(f"{tag}  {escape(side.release)} version {side.version}  id {side.dossier_id}  "
                   f"{escape(side.bundle)}", soft_wrap=True)
     out.print(f"   {escape(d.relation)}", soft_wrap=True)
+    for tag, side in (("A", d.a), ("B", d.b)):
+        out.print(f"   {tag} measured under {escape(side.conditions or 'unrecorded conditions')}"
+                  + (" [bold yellow](busy host)[/]" if side.busy else ""), soft_wrap=True)
     sections = {"release": "Release identity and lineage", "winner": "Shipped route",
-                "speedup": "Speedup", "accuracy": "Accuracy of the shipped route",
-                "environment": "Environment (tuning host)", "files": "Files"}
+                "speedup": "Speedup", "latency": "Latency of the shipped route (per inference)",
+                "accuracy": "Accuracy of the shipped route",
+                "environment": "Environment (tuning host)",
+                "conditions": "Conditions of the decision's measurements", "files": "Files"}
     by: dict[str, list[Any]] = {}
     for c in d.changes:
         by.setdefault(c.section, []).append(c)

@@ -25,7 +25,8 @@ def knobs(
     """List the knob database of a backend: every knob, its allowed values, default and help.
 
     Knobs go into a selection in trtexec syntax: -knob=[a|b] varies a knob,
-    -knob=v pins it.
+    -knob=v pins it. [numerics]: the knob changes the outputs; [contention]: its effect
+    depends on what else runs on the host (threads, spinning, execution mode).
     """
     from rich.table import Table
 
@@ -38,15 +39,21 @@ def knobs(
     if as_json:
         print_json({"backend": db.backend, "tuner_version": db.tuner_version,
                     "digest": db.digest(),
-                    "knobs": [k.model_dump(mode="json") for k in items]})
+                    "knobs": [k.model_dump(mode="json") for k in items],
+                    "not_offered": b.knobs_not_offered(),
+                    "contention_knobs": sorted(b.contention_knobs)})
         return
     table = Table(title=f"{db.backend} knobs ({db.tuner_version}, {len(db.knobs)} knobs)")
     for col in ("knob", "allowed values", "default", "phase", "help"):
         table.add_column(col, overflow="fold")  # a narrow terminal wraps names, never cuts them
     for k in items:
         table.add_row(escape("-" + k.name), escape(k.allowed_text().split("=", 1)[1]), k.default,
-                      k.phase.value, escape(k.help + (" [numerics]" if k.changes_numerics else "")))
+                      k.phase.value, escape(k.help + (" [numerics]" if k.changes_numerics else "")
+                                            + (" [contention]" if k.name in b.contention_knobs
+                                               else "")))
     out.print(table)
+    for why in b.knobs_not_offered().values():
+        out.print(f"not offered on this host: {escape(why)}")
 
 
 # ---------------------------------------------------------------------------------------- tune

@@ -77,3 +77,34 @@ def show(
     for key in ("reference", "versions", "model", "created_at", "tool"):
         if prov.get(key):
             out.print(f"  {key}: {prov[key]}", markup=False, soft_wrap=True)
+
+
+@validation_app.command("split")
+@handled
+def split_cmd(
+    source: Path = typer.Argument(..., metavar="SET", help="The validation set to split."),
+    out_dir: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="The new folder "
+                                 "(must not exist): DIR/validation, DIR/holdout, "
+                                 "DIR/calibration and DIR/split.json."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Pairs held out: a share below 1, or "
+                                  "a count."),
+    calibration: float = typer.Option(0.0, "--calibration", help="Pairs whose inputs become "
+                                      "the calibration set: a share below 1, or a count."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random draw (recorded)."),
+    as_json: bool = typer.Option(False, "--json", help="Print who went where as JSON."),
+) -> None:
+    """Split one validation set into disjoint validation, hold-out and calibration sets.
+
+    Pairs are drawn at random with --seed; DIR/split.json records the source's digest, the
+    seed and where each pair went. Name them in the release spec as [validation],
+    [holdout] and [calibration]: the search gates routes on the validation set, static
+    quantization calibrates on the calibration set, and the route about to ship is checked on
+    the hold-out set, which the search never saw."""
+    from dossier.datasets import split
+
+    r = split(source, out_dir, holdout=holdout, calibration=calibration, seed=seed)
+    err.print(f"wrote {out_dir}: {len(r.validation)} validation, {len(r.holdout)} hold-out, "
+              f"{len(r.calibration)} calibration (seed {seed})", markup=False, soft_wrap=True)
+    if as_json:
+        print_json({"out": str(r.out), "seed": r.seed, "validation": r.validation,
+                    "holdout": r.holdout, "calibration": r.calibration})

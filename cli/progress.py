@@ -36,6 +36,7 @@ class ProgressObserver(TuneObserver):
             disable=not self.console.is_terminal)
         self.task: Any = None
         self.logs: dict[int, Path] = {}
+        self.inferences = 1
 
     def __enter__(self) -> ProgressObserver:
         self.progress.start()
@@ -48,6 +49,9 @@ class ProgressObserver(TuneObserver):
         self.task = self.progress.add_task("", total=max(planned, done), completed=done)
         if done:
             self.console.print(f"restored {done} finished trial(s) from the cache")
+
+    def inferences_per_sample(self, n: int) -> None:
+        self.inferences = max(n, 1)
 
     def trial_started(self, index: int, route: str, role: str) -> None:
         if self.task is not None:
@@ -62,11 +66,16 @@ class ProgressObserver(TuneObserver):
         log = self.logs.pop(record.index, None)
         if self.verbose:  # a failure names its worker log
             self.console.print(trial_line(record, log if record.outcome.value in FAILED
-                                          and _said_something(log) else None))
+                                          and _said_something(log) else None,
+                                          inferences=self.inferences))
 
     def confirming(self, routes: list[str]) -> None:
         self.console.print(f"confirming {len(routes)} candidate(s) in measuring processes of "
                            "their own (each with the baseline and a second load of it, the A/A)")
+
+    def holdout(self, route: str) -> None:
+        self.console.print(f"checking {route or '(default route)'} on the hold-out set",
+                           markup=False)
 
     def measured_process(self, n: int, cap: int, open_routes: list[str]) -> None:
         if self.task is not None:
@@ -88,17 +97,21 @@ def _said_something(log: Path | None) -> bool:
         return False
 
 
-def trial_line(r: TrialRecord, log: Path | None = None) -> str:
-    """One line per finished trial; ``log``: its worker log, named at the end."""
+def trial_line(r: TrialRecord, log: Path | None = None, *, inferences: int = 1) -> str:
+    """One line per finished trial; ``log``: its worker log, named at the end; ``inferences``:
+    inferences in one timed sample (the figures are per inference)."""
     style = _STYLE.get(r.outcome.value, "white")
     parts = [f"[{r.index:>3}] {r.role:<8}", f"[{style}]{r.outcome.value:<13}[/]"]
+    n = max(inferences, 1)
     if r.timing:
-        parts.append(f"{r.timing.median_ms:8.3f} ms")
+        p99 = r.timing.p99_ms
+        parts.append(f"{r.timing.median_ms / n:8.4g} ms/inference"
+                     + (f" (p99 {p99 / n:.4g})" if p99 is not None else ""))
     if r.comparison:
         c = r.comparison
         # the trial's own paired baseline: the speedup is this median over the one before
         what = "A/A load" if c.against == "aa" else "baseline"
-        parts.append(f"vs {c.baseline.median_ms:.3f} ms {what} alongside")
+        parts.append(f"vs {c.baseline.median_ms / n:.4g} {what} alongside")
         parts.append(fmt_speedup(c.speedup, c.speedup_ci_low, c.speedup_ci_high))
         parts.append(row_label(r))
     parts.append(escape(r.route) or "(default route)")

@@ -83,10 +83,16 @@ class BuildIdentity(BaseModel):
     build_knobs: list[tuple[str, str]]
     """The route's effective build-time knob values, sorted."""
     engine_suffix: str
+    calibration: str | None = None
+    """The calibration set's digest, for a build that read one (static quantization)."""
 
     def key(self) -> str:
-        """The cache key: xxh3-128 of the identity's canonical JSON."""
-        return digest_json(self.model_dump(mode="json"))
+        """The cache key: xxh3-128 of the identity's canonical JSON (``calibration`` left out
+        when the build read none, so keys of builds without one are what they were)."""
+        data = self.model_dump(mode="json")
+        if data["calibration"] is None:
+            del data["calibration"]
+        return digest_json(data)
 
 
 class BuildCacheEntry(BaseModel):

@@ -32,7 +32,7 @@ class BuildPlan:
 
     def __init__(self, backend: Backend, db: KnobDatabase, *, model_digest: str,
                  builder: dict[str, Any] | None = None, shapes: Iterable[ShapeEntry] = (),
-                 host: Fingerprint | None = None) -> None:
+                 host: Fingerprint | None = None, calibration: str | None = None) -> None:
         """``model_digest``, ``builder`` and ``shapes``: the build inputs the build cache's
         identity names besides the route; ``host``: this host's fingerprint when the caller has
         collected it (None: collected on the first :meth:`identity`)."""
@@ -42,12 +42,18 @@ class BuildPlan:
         self.shapes = [e.model_dump(mode="json") for e in shapes]
         self._host: dict[str, Any] | None = host_identity(host) if host is not None else None
         self._keys: dict[str, BuildKey] = {}
+        self.calibration = calibration
+        """The calibration set's digest (builds of routes that need it depend on it)."""
 
     def key(self, route: Route) -> BuildKey:
-        """``route``'s build key: the effective values of its build-time knobs."""
+        """``route``'s build key: the effective values of its build-time and transform knobs,
+        knobs that have no effect under ``route`` (:meth:`Backend.inert_knobs`) at their
+        defaults."""
         db = self.db
-        return tuple((k, v) for k, v in route.effective(db).items()
-                     if db.get(k).phase is KnobPhase.BUILD)
+        inert = self.backend.inert_knobs(route, db)
+        return tuple((k, db.get(k).default if k in inert else v)
+                     for k, v in route.effective(db).items()
+                     if db.get(k).phase is not KnobPhase.LOAD)
 
     def engine_name(self, index: int) -> str:
         """The engine file name of trial ``index`` (some compilers write the name into the
@@ -84,4 +90,6 @@ class BuildPlan:
             backend=self.backend.name, tuner_version=self.db.tuner_version,
             stack=self.backend.stack(), host=self._host, model_digest=self.model_digest,
             builder=self.builder, shapes=self.shapes, build_knobs=sorted(self.key(route)),
-            engine_suffix=self.backend.engine_suffix)
+            engine_suffix=self.backend.engine_suffix,
+            calibration=self.calibration if self.backend.needs_calibration(route, self.db)
+            else None)

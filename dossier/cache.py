@@ -45,6 +45,20 @@ class FileIdentity(_Model):
     """xxh3-128 of the content."""
 
 
+class DataSetIdentity(_Model):
+    """What a search records of one of its data sets: enough to name it and to notice that it
+    changed."""
+
+    role: str
+    """``calibration``, ``validation`` or ``holdout``."""
+    digest: str
+    """xxh3-128 over its tensors (:meth:`CalibrationSet.digest`, :meth:`ValidationSet.digest`)."""
+    size: int
+    """Samples (calibration) or pairs."""
+    path: str
+    """Where it was read from."""
+
+
 class CacheHeader(_Model):
     """First line of a tuning cache: everything the search depends on.
 
@@ -75,6 +89,10 @@ class CacheHeader(_Model):
     """Number of validation pairs."""
     baseline_route: str
     """The baseline route (pinned knobs pinned, varied knobs at default)."""
+    calibration: DataSetIdentity | None = None
+    """The calibration set builds read (None: the spec names none)."""
+    holdout: DataSetIdentity | None = None
+    """The hold-out set the route about to ship is checked on (None: the spec names none)."""
     warm_start: list[str] = Field(default_factory=list)
     """Routes measured first, before the strategy's own (a re-tune starts from the last
     release's best routes)."""
@@ -213,6 +231,28 @@ class SessionRecord(_Model):
     """True when the run stopped early (Ctrl-C); the next --continue picks up from here."""
 
 
+class HoldoutRecord(_Model):
+    """A route checked on the hold-out set, once the search had chosen it to ship (or, for the
+    baseline, beside it): pairs the search never saw."""
+
+    kind: Literal["holdout"] = "holdout"
+    """Record type tag."""
+    route: str
+    """The route checked."""
+    trial_index: int
+    """The trial whose engine was checked."""
+    passed: bool
+    """Every loss of every hold-out pair below the threshold, no NaN or Inf."""
+    reason: str | None = None
+    """Why it failed (the first loss at or above the threshold, or the engine's failure)."""
+    losses: dict[str, dict[str, float | None]] | None = None
+    """Per hold-out pair, per output: the loss."""
+    worst_loss: float | None = None
+    """The largest finite loss."""
+    pairs: int
+    """Hold-out pairs."""
+
+
 class DecisionRecord(_Model):
     """The outcome of the search: which route ships and why."""
 
@@ -264,9 +304,15 @@ class DecisionRecord(_Model):
     """Whether a significant A/A reading stopped the release under the rule this decision was
     taken by: True in older records; today's confirmation tests each candidate against the A/A
     load instead, and no A/A reading stops a release."""
+    holdout: HoldoutRecord | None = None
+    """The shipped route's check on the hold-out set (None: the spec names no hold-out set)."""
+    holdout_rejected: list[str] = Field(default_factory=list)
+    """Confirmed routes that failed the hold-out set, and so did not ship."""
 
 
-Record = Annotated[TrialRecord | SessionRecord | DecisionRecord, Field(discriminator="kind")]
+AnyRecord = TrialRecord | SessionRecord | DecisionRecord | HoldoutRecord
+"""Every record a tuning cache holds after its header."""
+Record = Annotated[AnyRecord, Field(discriminator="kind")]
 _RECORD = TypeAdapter(Record)
 
 
@@ -274,7 +320,7 @@ class TuningCache:
     """Read and append to a tuning cache file."""
 
     def __init__(self, path: Path, header: CacheHeader,
-                 records: list[TrialRecord | SessionRecord | DecisionRecord],
+                 records: list[AnyRecord],
                  lines: list[int] | None = None):
         self.path = Path(path)
         self.header = header
@@ -291,6 +337,11 @@ class TuningCache:
     def sessions(self) -> list[SessionRecord]:
         """Runs of tune over this cache."""
         return [r for r in self.records if isinstance(r, SessionRecord)]
+
+    @property
+    def holdouts(self) -> list[HoldoutRecord]:
+        """Hold-out checks, in order."""
+        return [r for r in self.records if isinstance(r, HoldoutRecord)]
 
     @property
     def decision(self) -> DecisionRecord | None:
@@ -349,7 +400,7 @@ class TuningCache:
                 f.truncate(len(raw) - len(torn))
         return cls(path, header, records, numbers)
 
-    def append(self, record: TrialRecord | SessionRecord | DecisionRecord) -> None:
+    def append(self, record: AnyRecord) -> None:
         """Append one record, flushed and fsynced. A full disk raises DiskFullError and leaves
         at most a torn last line, which the next ``--continue`` cuts off."""
         with host_io(self.path, "appending to the tuning cache"), \

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from dossier.cache import DecisionRecord, TuningCache
+from dossier.cache import DecisionRecord, HoldoutRecord, TuningCache
 from dossier.errors import CacheMismatchError, SelectionError
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
@@ -51,6 +51,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
     trials: list[TrialRecord] = []
     tried: dict[str, int] = {}
     decision_line: int | None = None
+    holdouts: dict[str, HoldoutRecord] = {}
 
     def refuse(line: int, why: str) -> CacheMismatchError:
         return CacheMismatchError(f"{where} line {line}: {why}", hint=_HINT)
@@ -61,6 +62,24 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
                 raise refuse(line, f"a second decision (the first is on line {decision_line})")
             decision_line = line
             _check_decision(record, trials, h.baseline_route, functools.partial(refuse, line))
+            failed = holdouts.get(record.shipped_route)
+            if record.gain and failed is not None and not failed.passed:
+                raise refuse(line, f"the decision ships {record.shipped_route!r}, which failed "
+                             "the hold-out set")
+            continue
+        if isinstance(record, HoldoutRecord):
+            if decision_line is not None:
+                raise refuse(line, f"a hold-out check of {record.route!r} after the decision on "
+                             f"line {decision_line}")
+            checked = trials[record.trial_index] if 0 <= record.trial_index < len(trials) \
+                else None
+            if checked is None or checked.route != record.route or not checked.admissible:
+                raise refuse(line, f"a hold-out check of {record.route!r} as trial "
+                             f"{record.trial_index}, which is not an admissible trial of that "
+                             "route before it")
+            if h.holdout is None:
+                raise refuse(line, "a hold-out check, and the header names no hold-out set")
+            holdouts[record.route] = record
             continue
         if not isinstance(record, TrialRecord):
             continue  # a session record: times and counts only

@@ -36,6 +36,8 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from dossier import conditions as host
+from dossier.conditions import Conditions
 from dossier.errors import TuneError
 from dossier.knobs import KnobDatabase
 from dossier.spec import ShapeEntry
@@ -109,6 +111,8 @@ class Confirmation:
     phases_s: dict[str, float] = field(default_factory=dict)
     """Seconds per stage, summed over the measuring processes, and ``process``: their walls
     from their turns to their results."""
+    conditions: list[Conditions] = field(default_factory=list)
+    """What the host was doing during each measuring process, in order."""
 
 
 def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: int) -> None:
@@ -157,9 +161,15 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     n = 0
     stopped = ""
     phases: dict[str, float] = {}
+    seen: list[Conditions] = []
     while n < looks[-1]:
         engines = [baseline, baseline, *(candidates[j] for j in open_)]
+        # the conditions of this host: where the processes run here (not on a cluster's node)
+        watch = host.start(settings.quiet_host, settings.quiet_share, settings.quiet_wait_s) \
+            if isinstance(measure, LocalProcesses) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
+        if watch is not None:
+            seen.append(watch.stop())
         n += 1
         for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
             phases[key] = phases.get(key, 0.0) + value
@@ -194,7 +204,8 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                    f"{n} measuring processes")
     aa.comparison = judge(aa, settings, settings.alpha, aa=True)
     return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
-                        stopped=stopped, wall_s=time.perf_counter() - t0, phases_s=phases)
+                        stopped=stopped, wall_s=time.perf_counter() - t0, phases_s=phases,
+                        conditions=seen)
 
 
 def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
@@ -214,7 +225,7 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
             comparison=track.comparison, samples_ms=samples, baseline_samples_ms=base_samples,
             sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
             engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
-            load=t.load, engine_flags=t.engine_flags,
+            load=t.load, engine_flags=t.engine_flags, conditions=list(result.conditions) or None,
             extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
     return out
 

@@ -20,7 +20,7 @@ excludes 1.0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dossier import confirmation
@@ -86,8 +86,12 @@ def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
 
 
 def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
-           stopped: str | None = None) -> DecisionRecord:
-    """Apply the rule to a finished search (screening and confirmation trials)."""
+           stopped: str | None = None, excluded: Mapping[str, str] | None = None
+           ) -> DecisionRecord:
+    """Apply the rule to a finished search (screening and confirmation trials). ``excluded``:
+    routes that may not ship whatever they measured, each with why (they failed the hold-out
+    set); the next confirmed route ships, or the baseline."""
+    excluded = dict(excluded or {})
     baseline = next(t for t in trials if t.role == "baseline")
     aa = calibration(trials, settings)
     caa = confirm_calibration(trials, settings)
@@ -96,12 +100,13 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
                      and t.route != baseline.route and t.comparison is not None}.values())
     screened = candidates(trials, settings)
     if settings.confirm_top == 0:
-        confirms, confirmed = [], screened
+        confirms, confirmed = [], [t for t in screened if t.route not in excluded]
     else:
         k = max(len(confirms), 1)  # older records keep no level: alpha / k, as then
         confirmed = sorted((t for t in confirms if t.comparison is not None
                             and judge(t.comparison, min_effect=settings.min_effect,
-                                      alpha=settings.alpha / k).label == "faster"),
+                                      alpha=settings.alpha / k).label == "faster"
+                            and t.route not in excluded),
                            key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
     older = settings.alpha / max(len(confirms), 1)  # the level of records that keep none
     level = (confirms[0].comparison.level or older if confirms and confirms[0].comparison
@@ -136,6 +141,16 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
     best: TrialRecord | None
+    if excluded:
+        first = next(iter(excluded))
+        reason = (f"no route ships but the baseline: {', '.join(excluded)} "
+                  f"{'was' if len(excluded) == 1 else 'were'} confirmed faster, then failed the "
+                  f"hold-out set ({excluded[first]}), and no other route was confirmed")
+        best = next((t for t in confirms if t.route == first), None) or best_admissible(trials)
+        return DecisionRecord(**common, **no_gain, reason=reason,
+                              runner_up_route=best.route if best else None,
+                              runner_up_speedup=best.comparison.speedup
+                              if best and best.comparison else None)
     if confirms:
         best = max(confirms, key=lambda t: t.comparison.speedup if t.comparison else 0.0)
         c = best.comparison

@@ -35,12 +35,14 @@ class JobRequests:
 
     def __init__(self, spec: ReleaseSpec, backend: str, model: Path, validation: Path,
                  baseline: Route, db: KnobDatabase, plan: BuildPlan, cache: TuningCache,
-                 run_dir: Path, engines: Path, work: Path) -> None:
+                 run_dir: Path, engines: Path, work: Path,
+                 calibration: Path | None = None) -> None:
         """``engines``: the run folder's engine folder; ``work``: its work folder (results,
-        logs, stage markers)."""
+        logs, stage markers); ``calibration``: the calibration set's folder, if any."""
         self.spec, self.backend, self.model, self.validation = spec, backend, model, validation
         self.baseline, self.db, self.plan, self.cache = baseline, db, plan, cache
         self.run_dir, self.engines, self.work = run_dir, engines, work
+        self.calibration = calibration
 
     def request(self, **kw: object) -> WorkerRequest:
         """A request with the search's settings, and ``kw``."""
@@ -50,6 +52,7 @@ class JobRequests:
                              threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
                              timing=s.timing, baseline_route=self.baseline.text(),
                              builder=s.builder, shapes=s.shapes, knobs=self.db,
+                             calibration=str(self.calibration) if self.calibration else None,
                              result=str(self.work / "result.json"),
                              stage=str(self.work / "stage"), **kw)
 

@@ -23,6 +23,9 @@ class KnobPhase(str, enum.Enum):
     """Baked into the engine when it is built."""
     LOAD = "load"
     """Applied when the engine is loaded (a session option); recorded with the engine."""
+    TRANSFORM = "transform"
+    """Applied to the model before the compiler sees it (quantization, another precision): the
+    transformed model is what is compiled, so the knob is part of the build."""
 
 
 class Knob(BaseModel):

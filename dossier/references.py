@@ -362,7 +362,20 @@ def function_reference(ref: str) -> ReferenceComputation:
         return out
 
     return ReferenceComputation(ref, run, f"Python function {ref}, float64 inputs and outputs",
-                                {"numpy": np.__version__})
+                                {"numpy": np.__version__, **_framework_versions()})
+
+
+FRAMEWORKS = ("torch", "jax", "tensorflow", "scipy", "onnxruntime")
+"""Libraries a reference function may compute with: the version of each one loaded in the
+process that computes the references (the function's module imported them, or dossier did)
+is recorded beside numpy's."""
+
+
+def _framework_versions() -> dict[str, str]:
+    import sys
+
+    return {name: str(getattr(sys.modules[name], "__version__", "unknown"))
+            for name in FRAMEWORKS if name in sys.modules}
 
 
 def reference_computation(name: str, model: Path | None) -> ReferenceComputation:
@@ -449,7 +462,8 @@ def _identity(path: Path) -> dict[str, object] | list[dict[str, object]]:
     if Path(path).is_dir():
         return [_identity(f) for f in _iteration_files(Path(path))]  # type: ignore[misc]
     digest, size = digest_file(Path(path))
-    return {"file": str(Path(path).resolve()), "size": size, "xxh3_128": digest}
+    # the name only: the set ships inside bundles, and the tuning host's folders are its own
+    return {"file": Path(path).name, "size": size, "xxh3_128": digest}
 
 
 def _check(where: str, inputs: Arrays, refs: Arrays, sig: ModelSignature | None) -> None:

@@ -18,6 +18,7 @@ from dossier.bundle import (
     Manifest,
     WrittenBundle,
     check_integrity,
+    check_target,
     open_bundle,
     write_bundle,
 )
@@ -74,6 +75,9 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
                              hint="tune the model with a release spec and a validation set")
         header = b.tuning_cache().header
         trials = b.tuning_cache().trials
+        # the bundle it would write first: a second re-tune into OUT names that bundle, not
+        # the work folder the first one left
+        check_target(out_dir, m.release, m.release_version + 1)
         run = Path(work) if work else inside(
             out_dir, out_dir / ".runs" / f"{m.release}-{m.release_version + 1}", str(b.source))
         if run.exists() and any(run.iterdir()):

@@ -29,7 +29,7 @@ from pydantic_core import core_schema
 from dossier.audit import BundleDiff, Explanation
 from dossier.bundle.manifest import FORMAT_VERSION, Manifest, ModelIdentity, ValidationInfo
 from dossier.bundle.overview import Overview
-from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
+from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.spec import ReleaseSpec
 from dossier.trial import TrialRecord
@@ -46,6 +46,7 @@ SCHEMAS: dict[str, tuple[type[BaseModel], str]] = {
     "tuning-cache-trial.schema.json": (TrialRecord, "serialization"),
     "tuning-cache-session.schema.json": (SessionRecord, "serialization"),
     "tuning-cache-decision.schema.json": (DecisionRecord, "serialization"),
+    "tuning-cache-holdout.schema.json": (HoldoutRecord, "serialization"),
     "fingerprint.schema.json": (Fingerprint, "serialization"),
     "release-spec.schema.json": (ReleaseSpec, "validation"),
     "explanation.v1.schema.json": (Explanation, "serialization"),

@@ -81,6 +81,22 @@ class ValidationSection(_Section):
     """Folder of pair-NNN/{inputs,references}.arrow."""
 
 
+class CalibrationSection(_Section):
+    """The calibration set: inputs only, for routes that need data to build (static
+    quantization). Never overlaps the validation or hold-out set."""
+
+    path: str
+    """Folder of sample-NNN/inputs.arrow (or pair-NNN/inputs.arrow)."""
+
+
+class HoldoutSection(_Section):
+    """The hold-out set: pairs never seen during the search, on which the route about to ship
+    is checked once more."""
+
+    path: str
+    """Folder of pair-NNN/{inputs,references}.arrow, like the validation set."""
+
+
 class AccuracyRule(_Section):
     """When a route's outputs are accurate enough: every loss of every pair below the threshold.
 
@@ -158,6 +174,10 @@ class ReleaseSpec(_Section):
     """The model."""
     validation: ValidationSection
     """The validation set."""
+    calibration: CalibrationSection | None = None
+    """The calibration set (static quantization routes need one)."""
+    holdout: HoldoutSection | None = None
+    """The hold-out set (optional; recommended whenever routes change the numbers)."""
     tune: TuneSection
     """The search."""
     timing: TimingSettings = TimingSettings()
@@ -194,12 +214,17 @@ class ReleaseSpec(_Section):
         return p if p.is_absolute() else Path(self.base_dir) / p
 
     def resolved(self, *, model: Path, validation: Path, selection: str) -> ReleaseSpec:
-        """This spec as a search runs it: the model and validation set as the absolute paths
-        given, the selection in canonical form; no ``base_dir`` (its paths do not depend on one).
+        """This spec as a search runs it: the model and the data sets as absolute paths, the
+        selection in canonical form; no ``base_dir`` (its paths do not depend on one).
         It is what the tuning cache header keeps, and what reading the header gives back."""
         return self.model_copy(update={
             "model": ModelSection(path=str(model)),
             "validation": ValidationSection(path=str(validation)),
+            "calibration": CalibrationSection(path=str(self.resolve(self.calibration.path)
+                                                       .resolve()))
+            if self.calibration else None,
+            "holdout": HoldoutSection(path=str(self.resolve(self.holdout.path).resolve()))
+            if self.holdout else None,
             "tune": self.tune.model_copy(update={"selection": selection}),
             "base_dir": ""})
 

@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -109,6 +109,17 @@ class TimingSettings(BaseModel):
     engines, this one starts timing only once those imports are done, and the successor loads
     nothing until this one has ended, so processes still time one at a time. None: as the
     backend says (on for engines whose loads take seconds: AOTInductor, TensorRT)."""
+    quiet_host: Literal["off", "wait", "refuse"] = "off"
+    """Before each search trial and each measuring process, watch the host for a second:
+    ``off`` measures whatever the host does (the conditions are recorded all the same);
+    ``wait`` waits until other processes keep less than ``quiet_share`` of the cores busy (at
+    most ``quiet_wait_s``, then stops the search); ``refuse`` stops the search at once on a
+    busy host."""
+    quiet_share: float = Field(0.25, gt=0, le=1)
+    """The share of the cores other processes may keep busy on a quiet host; a measurement
+    above it is recorded as busy."""
+    quiet_wait_s: float = Field(600.0, ge=0)
+    """With ``quiet_host = "wait"``: how long to wait for a quiet host before stopping."""
     trial_prestart: bool | None = None
     """The same for the search's trial processes: as each trial begins, the next trial's
     process starts and imports its runtime, then waits, loading nothing, for its turn; this
@@ -231,7 +242,8 @@ def summarize(samples: Sequence[float], confidence: float, warmup_runs: int = 0)
     lo, hi = median_ci(x, confidence)
     return TimingSummary(n=len(x), median_ms=float(np.median(x)), ci_low_ms=lo, ci_high_ms=hi,
                          mean_ms=float(np.mean(x)), p10_ms=float(np.percentile(x, 10)),
-                         p90_ms=float(np.percentile(x, 90)), warmup_runs=warmup_runs)
+                         p90_ms=float(np.percentile(x, 90)), warmup_runs=warmup_runs,
+                         p99_ms=float(np.percentile(x, 99)))
 
 
 def round_ratios(baseline: Sequence[Sequence[float]],

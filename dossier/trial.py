@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dossier.conditions import Conditions
 from dossier.load_config import LoadConfig
 
 
@@ -54,6 +55,8 @@ class TimingSummary(_Model):
     """90th percentile."""
     warmup_runs: int
     """Runs discarded as warm-up before sampling began."""
+    p99_ms: float | None = None
+    """99th percentile (None in records written before it was kept)."""
 
 
 class Comparison(_Model):
@@ -203,6 +206,10 @@ class TrialRecord(_Model):
     """Boolean facts about the kept engine that the verify policy uses (e.g. TensorRT's
     ``version_compatible``), recorded like ``load``; None when no engine was kept, and in
     records written before they were recorded."""
+    conditions: list[Conditions] | None = None
+    """What the host was doing while the trial ran (:mod:`dossier.conditions`): one entry for
+    a search trial, one per measuring process for a confirmation record; None in records
+    written before they were recorded."""
 
     @property
     def admissible(self) -> bool:

@@ -14,16 +14,26 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dossier import __version__, confirmation
-from dossier.backends import Backend, get_backend
+from dossier import __version__, conditions, confirmation
+from dossier.backends import Backend, ModelSignature, get_backend
 from dossier.build_cache import BuildCache, open_build_cache
 from dossier.build_plan import BuildPlan
-from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, TuningCache
+from dossier.cache import (
+    CacheHeader,
+    DecisionRecord,
+    FileIdentity,
+    HoldoutRecord,
+    SessionRecord,
+    TuningCache,
+)
 from dossier.cache_check import check_cache
-from dossier.child import clear_work
+from dossier.child import clear_work, run_child
+from dossier.conditions import Conditions
+from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
@@ -38,6 +48,7 @@ from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
 from dossier.strategies.budget import STUDY_NAME
+from dossier.threshold import check_threshold
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -60,6 +71,9 @@ class TuneObserver:
     def trial_started(self, index: int, route: str, role: str) -> None:
         """A trial's child process starts."""
 
+    def inferences_per_sample(self, n: int) -> None:
+        """A timed sample is one pass over ``n`` validation inputs (before ``started``)."""
+
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
 
@@ -68,6 +82,9 @@ class TuneObserver:
 
     def confirming(self, routes: list[str]) -> None:
         """The best candidates are being re-timed against the baseline."""
+
+    def holdout(self, route: str) -> None:
+        """``route`` is being checked on the hold-out set."""
 
     def measured_process(self, n: int, cap: int, open_routes: list[str]) -> None:
         """The confirmation's ``n``-th measuring process finished (at most ``cap``);
@@ -86,6 +103,8 @@ class Prepared:
     model: Path
     vset: ValidationSet
     baseline: Route
+    calibration: CalibrationSet | None = None
+    holdout: ValidationSet | None = None
 
 
 @dataclass
@@ -127,6 +146,14 @@ def prepare(spec: ReleaseSpec) -> Prepared:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
+    calibration, holdout = _data_sets(spec, signature, vset)
+    needs = [r for r in _selection_corners(selection, db) if backend.needs_calibration(r, db)]
+    if needs and calibration is None:
+        raise SpecError(f"the selection has routes that need a calibration set ({needs[0]}), "
+                        "and the spec names none",
+                        hint="add [calibration] path = ... (inputs only, never validation or "
+                             "hold-out samples; `dossier validation split` makes one)")
     baseline = selection.baseline(db)
     spec = _with_timing_defaults(spec, backend.timing_defaults(baseline, db))
     probe = dict(baseline.as_dict())
@@ -135,7 +162,32 @@ def prepare(spec: ReleaseSpec) -> Prepared:
             if value == "off":
                 probe[item.knob] = "off"
     backend.check_route(model, Route.of(probe), db)
-    return Prepared(spec, backend, db, selection, strategy, model, vset, baseline)
+    return Prepared(spec, backend, db, selection, strategy, model, vset, baseline, calibration,
+                    holdout)
+
+
+def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
+               ) -> tuple[CalibrationSet | None, ValidationSet | None]:
+    """The calibration and hold-out sets a spec names, read and checked against the model and
+    against each other and the validation set (:func:`dossier.datasets.check_apart`)."""
+    calibration = holdout = None
+    if spec.calibration is not None:
+        calibration = load_calibration_set(spec.resolve(spec.calibration.path))
+        for name, inputs in calibration.samples:
+            signature.check_inputs(f"calibration sample {name}", inputs)
+    if spec.holdout is not None:
+        holdout = load_validation_set(spec.resolve(spec.holdout.path))
+        for pair in holdout.pairs:
+            signature.check_pair(f"hold-out {pair.name}", pair.inputs, pair.references)
+    check_apart(vset, calibration, holdout)
+    return calibration, holdout
+
+
+def _selection_corners(selection: Selection, db: KnobDatabase) -> list[Route]:
+    """The baseline with each varied knob at each of its listed values: enough to see whether
+    any route of the selection needs data to build (one knob decides it)."""
+    base = selection.baseline(db).as_dict()
+    return [Route.of({**base, item.knob: v}) for item in selection.items for v in item.values]
 
 
 def _with_timing_defaults(spec: ReleaseSpec, defaults: dict[str, object]) -> ReleaseSpec:
@@ -170,11 +222,14 @@ def _header(p: Prepared, spec_path: Path | None, warm_start: list[Route],
         model=FileIdentity(path=str(p.model), size=size, digest=digest),
         validation_digest=p.vset.digest(), validation_pairs=len(p.vset.pairs),
         baseline_route=p.baseline.text(),
+        calibration=identity("calibration", p.calibration) if p.calibration else None,
+        holdout=identity("holdout", p.holdout) if p.holdout else None,
         spec_path=str(spec_path.resolve()) if spec_path else None, host=host,
         warm_start=[r.text() for r in warm_start], parent=parent)
 
 
-_IDENTITY_BY_DIGEST = {"model": {"path"}, "validation": {"path"}}
+_IDENTITY_BY_DIGEST = {"model": {"path"}, "validation": {"path"}, "calibration": {"path"},
+                       "holdout": {"path"}}
 """Spec fields a resume does not compare: the model and the validation set are compared by
 their digests (a moved file with the same bytes is the same input)."""
 
@@ -185,6 +240,10 @@ def _check_resume(cache: TuningCache, fresh: CacheHeader) -> None:
         ("model", old.model.digest, fresh.model.digest),
         ("validation set", old.validation_digest, fresh.validation_digest),
         ("knob database", old.knob_db_digest, fresh.knob_db_digest),
+        ("calibration set", old.calibration.digest if old.calibration else None,
+         fresh.calibration.digest if fresh.calibration else None),
+        ("hold-out set", old.holdout.digest if old.holdout else None,
+         fresh.holdout.digest if fresh.holdout else None),
         ("warm start", old.warm_start, fresh.warm_start)]
     checks += _differences(old.spec.model_dump(mode="json", exclude=_IDENTITY_BY_DIGEST),
                            fresh.spec.model_dump(mode="json", exclude=_IDENTITY_BY_DIGEST))
@@ -231,12 +290,15 @@ class Tuner:
         self.engines.mkdir(exist_ok=True)
         self.ran = 0
         self.plan = BuildPlan(p.backend, p.db, model_digest=cache.header.model.digest,
-                              builder=p.spec.builder, shapes=p.spec.shapes, host=host)
+                              builder=p.spec.builder, shapes=p.spec.shapes, host=host,
+                              calibration=p.calibration.digest() if p.calibration else None)
         self.requests = JobRequests(p.spec, p.backend.name, p.model, p.vset.path, p.baseline,
-                                    p.db, self.plan, cache, run_dir, self.engines, self.work)
+                                    p.db, self.plan, cache, run_dir, self.engines, self.work,
+                                    p.calibration.path.resolve() if p.calibration else None)
         self.scheduler: Scheduler = executor if executor is not None else \
             LocalScheduler(p.backend, build_jobs, build_cache)
         self.scheduler.attach(self.requests)
+        self._canonical: dict[str, str] = {}
         p.strategy.open(run_dir)  # where a strategy keeps its state for --continue
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
@@ -253,13 +315,19 @@ class Tuner:
             self.observer.trial_log(index, log)
             started.append(_now())
 
+        t = self.p.spec.timing
+        # what this host does meanwhile (dossier.conditions), where the trial runs here
+        watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s) \
+            if isinstance(self.scheduler, LocalScheduler) else None
         result, trial_s = self.scheduler.trial(route, index, job, start)
         return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
-                            started[0] if started else _now())
+                            started[0] if started else _now(), watch.stop() if watch else None)
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
-                trial_s: float, started: str) -> TrialRecord:
+                trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
+        if seen is not None:  # what the host was doing meanwhile (dossier.conditions)
+            record = record.model_copy(update={"conditions": [seen]})
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
         self.cache.append(record)
@@ -334,12 +402,35 @@ class Tuner:
         index, seen = len(self.cache.trials), set(results)
         for route in itertools.chain([s.baseline], self.warm_start,
                                      s.strategy.ahead(s.selection, s.db, results)):
-            if route.text() in seen:
+            if route.text() in seen or self.twin(route, seen):
                 continue
             seen.add(route.text())
             if self.plan.reuse(route, self.cache.trials, self.run_dir) is None:
                 self.scheduler.want(route, index)
             index += 1  # measured in this order, one trial index each
+
+    def canonical(self, route: Route) -> str:
+        """``route`` with the knobs that have no effect under it (:meth:`Backend.inert_knobs`)
+        at their defaults: routes with the same canonical text build and run the same engine."""
+        db = self.p.db
+        inert = self.p.backend.inert_knobs(route, db)
+        if not inert:
+            return route.text()
+        return Route.of({k: db.get(k).default if k in inert else v
+                         for k, v in route.as_dict().items()}).text()
+
+    def twin(self, route: Route, done: Iterable[str]) -> str | None:
+        """A route of ``done`` (route texts) that builds and runs the same engine as ``route``
+        (they differ only in knobs without effect): ``route`` is not measured again."""
+        mine, text = self.canonical(route), route.text()
+        for t in done:
+            if t != text:
+                other = self._canonical.get(t)
+                if other is None:
+                    other = self._canonical[t] = self.canonical(Route.parse(t))
+                if other == mine:
+                    return t
+        return None
 
     def _measure_all(self, results: dict[str, TrialRecord]) -> None:
         s = self.p
@@ -354,7 +445,7 @@ class Tuner:
                             "against; fix the model, the validation set or the threshold")
         for route in itertools.chain(self.warm_start,
                                      s.strategy.routes(s.selection, s.db, results)):
-            if route.text() in results:
+            if route.text() in results or self.twin(route, results):
                 continue
             results[route.text()] = self.run_trial(route, "search")
             self._queue_builds(results)
@@ -367,6 +458,7 @@ class Tuner:
         if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
                 if s.strategy.plans_ahead else False:
             planned += 1
+        self.observer.inferences_per_sample(len(self.p.vset.pairs))
         self.observer.started(planned, len(results))
         try:
             self._measure_all(results)
@@ -380,8 +472,67 @@ class Tuner:
         if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
             stopped = self.confirm(top)  # not yet, or cut short by a kill: run it whole
         decision = decide(self.cache.trials, s.spec.timing, stopped=stopped)
+        if s.holdout is not None:
+            decision = self._gate(decision, stopped)
         self.cache.append(decision)
         return decision
+
+    def _gate(self, decision: DecisionRecord, stopped: str | None) -> DecisionRecord:
+        """The hold-out gate: the route about to ship is checked on the hold-out set; one that
+        fails it does not ship, and the rule is applied again without it (the next confirmed
+        route, or the baseline). The baseline is checked beside it, so a reader can tell a
+        route that broke from references or a threshold the baseline misses too."""
+        timing = self.p.spec.timing
+        base = self._holdout(decision.baseline_route)
+        failed: dict[str, str] = {}
+        while decision.gain:
+            check = self._holdout(decision.shipped_route)
+            if check.passed:
+                break
+            failed[decision.shipped_route] = check.reason or "failed"
+            decision = decide(self.cache.trials, timing, stopped=stopped, excluded=failed)
+        notes = []
+        if failed and decision.gain:
+            notes.append(f"{', '.join(failed)} failed the hold-out set "
+                         f"({next(iter(failed.values()))}) and did not ship")
+        if not base.passed:
+            notes.append(f"the baseline fails the hold-out set too ({base.reason}): look at its "
+                         "references and at the threshold")
+        shipped = base if not decision.gain else self._holdout(decision.shipped_route)
+        return decision.model_copy(update={
+            "holdout": shipped, "holdout_rejected": list(failed),
+            "reason": "; ".join([decision.reason, *notes])})
+
+    def _holdout(self, route: str) -> HoldoutRecord:
+        """``route``'s check on the hold-out set, in a child process (recorded once: a resumed
+        search takes the recorded one)."""
+        done = next((h for h in self.cache.holdouts if h.route == route), None)
+        if done is not None:
+            return done
+        holdout = self.p.holdout
+        assert holdout is not None
+        trial = next(t for t in self.cache.trials
+                     if t.route == route and t.role != "confirm" and t.engine)
+        engine = self.run_dir / str(trial.engine)
+        timing = self.p.spec.timing
+        req = self.requests.request(mode="validate", engine=str(engine), route=route)
+        req = req.model_copy(update={"validation": str(holdout.path.resolve())})
+        self.observer.holdout(route)
+        result = run_child(req, self.work, f"holdout-{trial.index:04d}", timing.trial_timeout_s,
+                           timing.trial_memory_limit_mb, self.p.backend.loader_env(engine))
+        if isinstance(result, JudgedResult):
+            record = HoldoutRecord(route=route, trial_index=trial.index,
+                                   passed=result.outcome == "ok", reason=result.reason,
+                                   losses=result.losses or None, worst_loss=result.worst_loss,
+                                   pairs=len(holdout.pairs))
+        else:
+            why = getattr(result, "reason", None) or f"the engine ended {result.outcome}"
+            record = HoldoutRecord(route=route, trial_index=trial.index, passed=False,
+                                   reason=why, pairs=len(holdout.pairs))
+        self.cache.append(record)
+        logger.info("hold-out check of %s: %s", route,
+                    "passed" if record.passed else f"failed ({record.reason})")
+        return record
 
 
 def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,

@@ -8,7 +8,7 @@ were made. Losses follow trtexec's definitions, per output tensor (lower is bett
 - ``l1``: mean absolute error
 - ``l2``: mean squared error
 - ``linf``: maximum absolute error
-- ``cos``: ``1 - cosine similarity`` (1.0 when either norm is ~0)
+- ``cos``: ``1 - cosine similarity``, scale-free (0 for two all-zero tensors, 1 for one)
 
 A route is admissible when every loss of every pair is below the threshold (trtexec fails at
 ``loss >= threshold``) and no output holds NaN or Inf. Every pair's losses are kept (trtexec
@@ -121,8 +121,14 @@ def loss(metric: str, output: np.ndarray, reference: np.ndarray, *, atol: float 
     if metric == "linf":
         return float(np.max(np.abs(d))) if d.size else 0.0
     if metric == "cos":
-        norms = float(np.linalg.norm(a) * np.linalg.norm(r))
-        return 1.0 if norms < 1e-12 else float(1.0 - np.dot(a.ravel(), r.ravel()) / norms)
+        # scale-free: each side divided by its largest magnitude first, so outputs of 1e-9
+        # are judged like outputs of 1; a zero vector has no direction: all-zero against
+        # all-zero is equal (0), all-zero against anything else is as far as orthogonal (1)
+        sa, sr = float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(r), initial=0.0))
+        if sa == 0.0 or sr == 0.0:
+            return 0.0 if sa == sr else 1.0
+        an, rn = a.ravel() / sa, r.ravel() / sr
+        return float(1.0 - np.dot(an, rn) / (np.linalg.norm(an) * np.linalg.norm(rn)))
     raise ValidationSetError(f"unknown metric {metric!r}", hint=f"use one of: {', '.join(METRICS)}")
 
 

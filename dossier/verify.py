@@ -48,9 +48,11 @@ import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
 from dossier.bundle.manifest import FINGERPRINT_NAME
+from dossier.conditions import Summary as ConditionsSummary
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
+from dossier.latency import RouteLatency
 from dossier.policy import (
     Finding,
     Verdict,
@@ -146,6 +148,14 @@ class Rebench(_Model):
     regression: bool
     """The speedup here lies below the recorded prediction interval (older bundles: below the
     recorded interval), or its interval includes 1.0."""
+    latency: RouteLatency | None = None
+    """The shipped engine's latency per inference here (median, p90, p99, throughput)."""
+    recorded_latency: RouteLatency | None = None
+    """The same on the tuning host, as ``inspect`` shows it (the confirmation's reading)."""
+    conditions: ConditionsSummary | None = None
+    """What this host was doing during the re-measurement."""
+    recorded_conditions: ConditionsSummary | None = None
+    """What the tuning host was doing while the decision was measured (None: not recorded)."""
     reason: str
     """What was compared and what it showed."""
 
@@ -335,8 +345,9 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
             m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
             shapes=cache.header.shapes, work=Path(work),
             env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
+        # the baseline shipping: no speedup to judge, only its latency (two processes do)
         result = confirmation.confirm(baseline, others, timing, measure,
-                                      fixed=max(timing.confirm_processes, 2))
+                                      fixed=2 if same else max(timing.confirm_processes, 2))
     base_s = flatten(result.aa.baseline)[0]
     base_here = summarize(base_s, timing.confidence, result.aa.warmup_runs)
     track = result.candidates[0] if others else None
@@ -351,9 +362,26 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
     s = m.summary
     p_lo = rec.prediction_low if rec is not None else None
     p_hi = rec.prediction_high if rec is not None else None
-    latency = (f"the shipped engine takes {ship_here.median_ms:.3f} ms "
-               f"[{ship_here.ci_low_ms:.3f}, {ship_here.ci_high_ms:.3f}] here"
-               + (f" (recorded {recorded.median_ms:.3f} ms)" if recorded else ""))
+    from dossier.bundle.overview import decision_conditions
+    from dossier.conditions import summarize as summarize_conditions
+    from dossier.latency import of_route, per_inference
+
+    pairs = m.summary.validation_pairs
+    lat_here = per_inference(base_s if track is None else flatten(track.samples)[0], pairs,
+                             route=shipped.route, source="confirmation", trial_index=-1)
+    lat_then = of_route(cache.trials, shipped.route, m.summary.baseline_route, pairs)
+    cond_here = summarize_conditions(result.conditions)
+    cond_then, _ = decision_conditions(list(cache.trials))
+    latency = ((f"the shipped engine takes {lat_here.median_ms:.4g} ms per inference here "
+                f"(p99 {lat_here.p99_ms:.4g} ms)" if lat_here is not None else
+                "the shipped engine was not timed here")
+               + (f" (recorded {lat_then.median_ms:.4g} ms per inference, "
+                  f"{'confirmation' if lat_then.source == 'confirmation' else 'screening only'})"
+                  if lat_then is not None else ""))
+    if cond_here is not None and cond_then is not None and \
+            (cond_here.busy > 0) != (cond_then.busy > 0):
+        latency += (f"; measured on a {'busy' if cond_here.busy else 'quiet'} host here, a "
+                    f"{'busy' if cond_then.busy else 'quiet'} one when tuned: not like with like")
     if p_lo is not None and p_hi is not None and s.speedup is not None:
         reasons = judge_speedup(comp, s.speedup, p_lo, p_hi)
     else:
@@ -375,7 +403,9 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None) -> Rebench:
               else f"{verdict}; {latency}; no regression")
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
                    recorded_shipped=recorded, predicted_low=p_lo, predicted_high=p_hi,
-                   inside=inside, regression=bool(reasons), reason=reason)
+                   inside=inside, regression=bool(reasons), reason=reason, latency=lat_here,
+                   recorded_latency=lat_then, conditions=cond_here,
+                   recorded_conditions=cond_then)
 
 
 def _compiler_recorded(bundle: Bundle) -> bool | None:

@@ -28,7 +28,7 @@ from dossier.spec import AccuracyRule, ShapeEntry
 from dossier.timing import TimingSettings
 
 if TYPE_CHECKING:
-    from dossier.backends import Backend, Runner
+    from dossier.backends import Backend, BuildInfo, Runner
     from dossier.routes import Route
     from dossier.timing import Engine, Timed
     from dossier.validation import ValidationSet
@@ -85,6 +85,9 @@ class WorkerRequest(AccuracyRule):
     measuring process, the next trial), (its stage file, its pid): this one starts timing
     only once that one has finished its imports (or ended), so they never overlap the
     timing."""
+    calibration: str | None = None
+    """The calibration set's folder, for builds of routes that need one (static
+    quantization); read only by those."""
     knobs: KnobDatabase | None = None
     """The search's knob database, read once by the parent: the child takes it instead of
     reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
@@ -213,6 +216,16 @@ def _backend(req: WorkerRequest) -> Backend:
     return backend
 
 
+def _build(backend: Backend, req: WorkerRequest, route: Route) -> BuildInfo:
+    """Build ``route`` into the request's engine file, with the calibration set when the route
+    needs one."""
+    if req.calibration and backend.needs_calibration(route, backend.knob_database()):
+        from dossier.datasets import load_calibration_set
+
+        backend.use_calibration(load_calibration_set(Path(req.calibration)))
+    return backend.build(Path(req.model), route, Path(req.engine or ""))
+
+
 def _setup(req: WorkerRequest) -> tuple[Backend, ValidationSet]:
     """The configured backend and the validation set."""
     from dossier.validation import load_validation_set
@@ -264,7 +277,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         if req.prebuilt is not None:  # a build job's engine, or an earlier trial's: in place
             info = BuildInfo(dict(req.prebuilt.facts))
         else:
-            info = backend.build(Path(req.model), route, engine)
+            info = _build(backend, req, route)
     except BuildError as exc:
         return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
                 "build_s": time.perf_counter() - t0}
@@ -312,7 +325,7 @@ def run_build(req: WorkerRequest) -> dict[str, Any]:
     _stage(req, "build")
     t0, started = time.perf_counter(), time.time()
     try:
-        info = backend.build(Path(req.model), Route.parse(req.route or ""), Path(req.engine or ""))
+        info = _build(backend, req, Route.parse(req.route or ""))
     except BuildError as exc:
         return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
                 "build_s": time.perf_counter() - t0}

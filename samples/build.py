@@ -118,6 +118,50 @@ weight = 0.3
 inputs = { x = [8, 32, 128] }
 """
 
+TBLOCK_INT8_TOML = """\
+[release]
+name = "tblock-int8"
+version = 1
+description = "Transformer block with int8 routes: calibration, validation and hold-out sets kept apart"
+
+[model]
+path = "model.onnx"
+
+[validation]
+path = "validation"
+
+[calibration]
+path = "calibration"
+
+[holdout]
+path = "holdout"
+
+[tune]
+backend = "onnxruntime"
+strategy = "full"
+selection = "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]"
+metric = "cos"
+threshold = 1e-3
+
+[[shapes]]
+weight = 0.2
+inputs = { x = [1, 32, 128] }
+
+[[shapes]]
+weight = 0.5
+inputs = { x = [4, 32, 128] }
+
+[[shapes]]
+weight = 0.3
+inputs = { x = [8, 32, 128] }
+"""
+"""The tblock sample's precision release: int8 routes (dynamic, static QDQ) beside float32,
+judged by cosine loss; its calibration and hold-out sets are drawn from a seed of their own, so
+the validation set stays byte for byte what the float32 spec uses."""
+HOLDOUT_BATCHES = (1, 4, 8)
+CALIBRATION_BATCHES = (1, 2, 4, 1, 2, 4, 1, 2, 4, 1, 2, 4, 1, 2, 4, 8)
+PRECISION_SEED_OFFSET = 1000
+
 
 # ---------------------------------------------------------------------------------------------
 # Small graph-building helper
@@ -377,13 +421,15 @@ class Sample:
     model: Callable[[dict[str, np.ndarray]], onnx.ModelProto]
     reference: Callable[[dict[str, np.ndarray], np.ndarray], dict[str, np.ndarray]]
     toml: str
+    int8_toml: str = ""
+    """A second spec with int8 routes (and the calibration and hold-out sets it names)."""
 
 
 SAMPLES: tuple[Sample, ...] = (
     Sample("convnet", CONVNET_SEED, "x", (CONV_CHANNELS[0], CONV_HW, CONV_HW),
            convnet_weights, convnet_model, convnet_reference, CONVNET_TOML),
     Sample("tblock", TBLOCK_SEED, "x", (TB_SEQ, TB_DMODEL),
-           tblock_weights, tblock_model, tblock_reference, TBLOCK_TOML),
+           tblock_weights, tblock_model, tblock_reference, TBLOCK_TOML, TBLOCK_INT8_TOML),
 )
 
 
@@ -426,7 +472,33 @@ def build_sample(sample: Sample, out_dir: Path) -> Path:
                                                 encoding="utf-8")
     spec = folder / "release.toml"
     spec.write_text(sample.toml, encoding="utf-8")
+    if sample.int8_toml:
+        _precision_sets(sample, weights, folder)
+        (folder / "release-int8.toml").write_text(sample.int8_toml, encoding="utf-8")
     return spec
+
+
+def _precision_sets(sample: Sample, weights: dict[str, np.ndarray], folder: Path) -> None:
+    """``holdout/`` (pairs, references from the float64 reimplementation) and
+    ``calibration/`` (inputs only), from a generator of their own: no input of theirs is a
+    validation input."""
+    rng = np.random.default_rng(sample.seed + PRECISION_SEED_OFFSET)
+    for i, batch in enumerate(HOLDOUT_BATCHES):
+        pair = folder / "holdout" / f"pair-{i:03d}"
+        pair.mkdir(parents=True, exist_ok=True)
+        x = rng.standard_normal((batch, *sample.input_shape)).astype(np.float32)
+        write_tensors(pair / "inputs.arrow", {sample.input_name: x})
+        write_tensors(pair / "references.arrow", sample.reference(weights, x))
+    (folder / "holdout" / "provenance.json").write_text(json.dumps(
+        {"method": PROVENANCE_METHOD, "numpy": np.__version__,
+         "seed": sample.seed + PRECISION_SEED_OFFSET,
+         "pairs": [{"name": f"pair-{i:03d}", "batch": b}
+                   for i, b in enumerate(HOLDOUT_BATCHES)]}, indent=2) + "\n", encoding="utf-8")
+    for i, batch in enumerate(CALIBRATION_BATCHES):
+        folder_i = folder / "calibration" / f"sample-{i:03d}"
+        folder_i.mkdir(parents=True, exist_ok=True)
+        x = rng.standard_normal((batch, *sample.input_shape)).astype(np.float32)
+        write_tensors(folder_i / "inputs.arrow", {sample.input_name: x})
 
 
 def build_all(out_dir: Path) -> list[Path]:

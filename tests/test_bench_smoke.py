@@ -4,7 +4,7 @@ Each writes its results file with the command, date and host that produced it.
 
 Not here: bench/h200/ (GPU; ``bench/h200/run.sh smoke`` is tested in test_torch_inductor.py
 with --run-slow), bench/calibration.py, aa_check.py and bias_check.py (minutes of timing by
-design); trial_prestart.py's smoke builds two AOTInductor packages, so it runs with --run-slow. bench/tensorrt_api.py needs a TensorRT bindings wheel and capstone, which CI does not
+design); trial_prestart.py's and bench/suite's smokes build two AOTInductor packages each, so they run with --run-slow. bench/tensorrt_api.py needs a TensorRT bindings wheel and capstone, which CI does not
 have: its pure parts are tested in test_tensorrt_api.py, and here it must at least start.
 """
 
@@ -115,3 +115,32 @@ def test_ray_one_gpu_recipe(tmp_path: Path) -> None:
     assert data["smoke"] is True and data["provenance"]["command"].startswith("SMOKE=1 ")
     run = data["runs"]["ray-1"]
     assert run["trials"] == 2 and set(run["outcomes"].values()) == {"ok"}
+
+
+@pytest.mark.slow
+def test_suite_tiny_cpu(tmp_path: Path) -> None:
+    """bench/suite end to end on a tiny GPT-2 on the CPU: specs, a release (two AOTInductor
+    builds), the served engine timed beside eager and torch.compile, and the summary table."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "out"
+    _run(["bash", str(REPO / "bench" / "suite" / "run.sh"), "gpt2_b2"], tmp_path, OUT=str(out),
+         BENCH_TAG="t", BENCH_WORK=str(tmp_path / "work"), BENCH_DEVICE="cpu", BENCH_TINY="1",
+         DEADLINE_S="900", SUITE_MODES="eager,default", SUITE_ROUNDS="3", PYTHON=sys.executable)
+    steps = {s["step"]: s for s in json.loads((out / "suite-t.json").read_text())["steps"]}
+    assert steps["specs"]["ok"] and steps["specs"]["tiny"]
+    release = steps["release"]
+    assert release["ok"] and release["builds"] == 2 and release["bundle"].endswith(".dossier")
+    compare = steps["compare"]
+    assert compare["ok"], compare.get("error")
+    assert set(compare["contenders"]) == {"dossier", "eager", "default"}
+    assert all(c["admissible"] for c in compare["contenders"].values())
+    assert compare["served_route"] == release["shipped_route"]
+    final = compare["final"]
+    assert final["ms_per_call"]["dossier"]["n"] == 3 * 50 and final["best_compile_mode"] == "default"
+    assert final["served_over_best_compile"] == final["served_over"]["default"]
+    table = subprocess.run([sys.executable, str(REPO / "bench" / "suite" / "summarize.py"),
+                            str(out / "suite-t.json"), "--out-json", str(tmp_path / "s.json"),
+                            "--out-md", str(tmp_path / "s.md")], capture_output=True, text=True,
+                           check=True).stdout
+    assert "| gpt2_b2 |" in table and "not run" in table  # reduce-overhead, max-autotune

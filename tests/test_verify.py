@@ -66,6 +66,11 @@ def test_rebench_times_shipped_and_baseline_here(bundle: Path) -> None:
     rb = report.rebench
     assert rb is not None and rb.shipped.n > 0 and rb.baseline.n > 0
     assert rb.recorded_shipped is not None
+    # the same per-inference figure as inspect's, here and as recorded, and the conditions
+    assert rb.latency is not None and rb.recorded_latency is not None
+    assert rb.latency.inferences_per_sample == rb.recorded_latency.inferences_per_sample > 0
+    assert "ms per inference here" in rb.reason and "recorded" in rb.reason
+    assert rb.conditions is not None and rb.conditions.measurements >= 2
     assert report.verdict in (Verdict.VALID, Verdict.SUBOPTIMAL)
     assert (report.verdict is Verdict.SUBOPTIMAL) == rb.regression
 

@@ -1,7 +1,8 @@
 """What changed between two bundles (``dossier diff A B``).
 
 Compared: release identity and lineage, the shipped route knob by knob, the speedup and its
-interval, the accuracy of the shipped route (its worst loss, the metric and threshold), the
+interval, the shipped route's latency per inference, the conditions the decision was measured
+under (a route that won on a busy host may lose on a quiet one), the accuracy of the shipped route (its worst loss, the metric and threshold), the
 tuning hosts (each changed fingerprint field with the verdict the default verify policy of B's
 backend gives it, engine facts of B's shipped engine applied), and the file tables (by path:
 added, removed, changed digest). It works across versions of one release and across releases.
@@ -16,15 +17,20 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict
 
 from dossier.backends import default_policy
+from dossier.bundle.overview import decision_conditions
+from dossier.conditions import Summary as ConditionsSummary
 from dossier.errors import DossierError, InputError
 from dossier.knobs import KnobDatabase
+from dossier.latency import RouteLatency, of_route
 from dossier.policy import Policy, Verdict, diff, diff_fields, worst
 from dossier.routes import Route
+from dossier.trial import TrialRecord
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle
 
-Section = Literal["release", "winner", "speedup", "accuracy", "environment", "files"]
+Section = Literal["release", "winner", "speedup", "latency", "accuracy", "environment",
+                  "conditions", "files"]
 
 
 class _Model(BaseModel):
@@ -87,6 +93,11 @@ class Side(_Model):
     """Loss metric."""
     threshold: float
     """Threshold."""
+    conditions: str | None = None
+    """What the host was doing while the decision was measured, in one line (None: not
+    recorded)."""
+    busy: bool | None = None
+    """Some of those measurements ran on a busy host (None: not recorded)."""
 
 
 class BundleDiff(_Model):
@@ -137,6 +148,16 @@ def diff_bundles(a: Bundle, b: Bundle) -> BundleDiff:
     sa, sb = ma.summary, mb.summary
     for name in ("gain", "speedup", "speedup_ci_low", "speedup_ci_high", "p_value", "result"):
         _add("speedup", name, getattr(sa, name), getattr(sb, name))
+
+    la, lb = _latency(a), _latency(b)
+    for name in ("median_ms", "p90_ms", "p99_ms", "throughput_per_s", "source"):
+        _add("latency", f"shipped {name}" if name != "source" else "measured in",
+             getattr(la, name) if la is not None else None,
+             getattr(lb, name) if lb is not None else None)
+    ca, cb = _conditions(a), _conditions(b)
+    for name in ("measurements", "busy", "load_1m_max", "other_cores_median", "cores"):
+        _add("conditions", name, getattr(ca, name) if ca is not None else None,
+             getattr(cb, name) if cb is not None else None)
 
     wa, wb = _worst_loss(a), _worst_loss(b)
     _add("accuracy", "worst_loss", wa, wb)
@@ -217,12 +238,31 @@ def _worst_loss(bundle: Bundle) -> float | None:
     return next((r["worst_loss"] for r in rows if r["index"] == index), None)
 
 
+def _trials(bundle: Bundle) -> list[TrialRecord]:
+    try:
+        return list(bundle.tuning_cache().trials)
+    except DossierError:  # an unreadable record: nothing to say about latency or conditions
+        return []
+
+
+def _latency(bundle: Bundle) -> RouteLatency | None:
+    s = bundle.manifest.summary
+    return of_route(_trials(bundle), s.shipped_route, s.baseline_route, s.validation_pairs)
+
+
+def _conditions(bundle: Bundle) -> ConditionsSummary | None:
+    return decision_conditions(_trials(bundle))[0]
+
+
 def _side(bundle: Bundle, worst_loss: float | None) -> Side:
     m, s = bundle.manifest, bundle.manifest.summary
+    c, of = decision_conditions(_trials(bundle))
     return Side(bundle=str(bundle.source), release=m.release, version=m.release_version,
                 dossier_id=m.dossier_id, parent=m.parent, backend=m.backend,
                 shipped_route=s.shipped_route, result=s.result, worst_loss=worst_loss,
-                metric=s.metric, threshold=s.threshold)
+                metric=s.metric, threshold=s.threshold,
+                conditions=f"{of}: {c.text()}" if c is not None else None,
+                busy=c.busy > 0 if c is not None else None)
 
 
 def _relation(a: Bundle, b: Bundle) -> str:

@@ -32,9 +32,12 @@ from pydantic import BaseModel, ConfigDict
 
 from dossier.audit.budget import SearchBudget, search_budget
 from dossier.audit.payback import Payback, payback
+from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
-from dossier.cache import CacheHeader, DecisionRecord, SessionRecord
+from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
+from dossier.conditions import Summary as ConditionsSummary
 from dossier.fingerprint import Fingerprint
+from dossier.latency import RouteLatency, of_record, of_route, per_inference
 from dossier.routes import Route
 from dossier.timing import PROCESS_TEST, TimingSettings
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
@@ -55,16 +58,19 @@ class _Model(BaseModel):
 
 
 class Latency(_Model):
-    """One engine's latency in one measurement."""
+    """One engine's latency in one measurement, per pass (``per_inference`` divides it)."""
 
     median_ms: float
-    """Median of the samples (one sample = one pass over every validation pair's inputs)."""
+    """Median of the samples (one sample = one pass over every validation pair's inputs, not
+    one inference)."""
     ci_low_ms: float
     """Lower end of the median's confidence interval (order statistics)."""
     ci_high_ms: float
     """Upper end of the median's confidence interval."""
     n: int
     """Number of samples."""
+    per_inference: RouteLatency | None = None
+    """The same samples per inference: median, p90, p99, throughput."""
 
 
 class HeadToHead(_Model):
@@ -218,6 +224,14 @@ class OneKnobEffect(_Model):
     verdict: Literal["faster", "slower", "no significant effect"]
     """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
     (:func:`dossier.verdict.judge`)."""
+    source: Literal["confirmation", "screening"] = "screening"
+    """Where the figures come from: the confirmation, where it measured this route (its
+    reading replaces the screening one), else the screening trial only."""
+    screened_speedup: float | None = None
+    """With ``source`` confirmation: what screening read, for comparison."""
+    contention_sensitive: bool = False
+    """The knob's effect depends on what else runs on the host (threads, spinning, execution
+    mode): a reading on a busy host may not hold on a quiet one, nor the reverse."""
 
 
 class ModelEffect(_Model):
@@ -502,6 +516,19 @@ class TrialFact(_Model):
     """Wall time of the trial."""
     shipped: bool
     """This trial's engine ships."""
+    latency: RouteLatency | None = None
+    """Its own samples per inference (median, p90, p99, throughput; None when not timed)."""
+    confirmed_speedup: float | None = None
+    """A search trial the confirmation measured: the confirmation's speedup (what charts
+    show in place of the screening one)."""
+    confirmed_ci_low: float | None = None
+    """Lower end of that reading's interval."""
+    confirmed_ci_high: float | None = None
+    """Upper end."""
+    confirmed_in: int | None = None
+    """The confirmation record it comes from."""
+    busy: bool | None = None
+    """It was measured while other processes kept the host busy (None: not recorded)."""
     log: str | None = None
     """Its worker log (``RUN/.work/trial-NNNN.log``: everything the trial's process printed),
     when the run folder that made the bundle is at hand (given, or beside the bundle in
@@ -551,6 +578,21 @@ class Explanation(_Model):
     """Where the search record came from when dossier did not run the search ("trtexec tuning
     cache"); None for a dossier search. Such a record has no timing statistics, wall times or
     tuning host."""
+    shipped_latency: RouteLatency | None = None
+    """The shipped route's latency per inference: the confirmation's reading where it measured
+    the route, else its screening trial's (``source`` says which)."""
+    baseline_latency: RouteLatency | None = None
+    """The baseline's, the same way."""
+    conditions: ConditionsSummary | None = None
+    """What the host was doing while the decision was measured (None: not recorded)."""
+    conditions_of: str | None = None
+    """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
+    contention_knobs: list[str] = []
+    """Knobs of the selection whose effect depends on what else runs on the host."""
+    trade: Trade | None = None
+    """The accuracy-speed trade: per route its worst loss per output and its speed, the
+    frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
+    :func:`dossier.audit.trade.informative`)."""
     search_budget: SearchBudget | None = None
     """How a budgeted search (strategy budget or random) spent its budget; None for others."""
 
@@ -577,6 +619,7 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
              for r in rows}
     return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                          holdouts=cache.holdouts,
                           fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
                           inferences_per_day=inferences_per_day, horizon_days=horizon_days,
                           hosts=hosts, run_dir=run_dir if run_dir is not None
@@ -618,7 +661,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                    knobs: Mapping[int, Mapping[str, str]] | None = None,
                    fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
                    inferences_per_day: float | None = None, horizon_days: float | None = None,
-                   hosts: int | None = None, run_dir: Path | None = None) -> Explanation:
+                   hosts: int | None = None, run_dir: Path | None = None,
+                   holdouts: Sequence[HoldoutRecord] = ()) -> Explanation:
     """The explanation of a finished search (a tuning cache's records).
 
     ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
@@ -633,7 +677,12 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     # a trtexec ``full`` search need not have built the default route: no baseline trial
     baseline = next((t for t in trials if t.role == "baseline"), None)
     imported = next((t.extra["source"] for t in trials if t.extra.get("source") == TRTEXEC), None)
-    h2h = _head_to_head(trials, decision, settings)
+    pairs = header.validation_pairs
+    h2h = _head_to_head(trials, decision, settings, pairs)
+    contention = _contention_knobs(header.backend)
+    from dossier.bundle.overview import decision_conditions
+
+    cond, cond_of = decision_conditions(trials)
     base_route = baseline.route if baseline else None
     confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"
                                               and t.route != base_route}), 1)
@@ -690,7 +739,8 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         confirm_trials=sum(t.role == "confirm" for t in trials),
         rejected=[_rejected(t, header.threshold, worker_log(run_dir, t)) for t in main
                   if t.outcome is not Outcome.OK],
-        knob_effects=_one_knob_effects(main, values, baseline, settings) if baseline else [],
+        knob_effects=_one_knob_effects(main, values, baseline, settings, trials,
+                                       contention) if baseline else [],
         knob_model=knob_model,
         aa_check=_aa(baseline, settings, decision.aa, vetoes=decision.aa_stops)
         if baseline else None,
@@ -703,12 +753,26 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         else None,
         cost=cost,
         payback=pay,
-        trials=[_trial_fact(t, values.get(t.index, {}), decision.shipped_index, settings,
-                            confirm_alpha).model_copy(update={"log": worker_log(run_dir, t)})
-                for t in trials],
+        trials=[_with_confirmed(_trial_fact(t, values.get(t.index, {}), decision.shipped_index,
+                                            settings, confirm_alpha, pairs), t, trials)
+                .model_copy(update={"log": worker_log(run_dir, t)}) for t in trials],
         imported_from=imported,
+        shipped_latency=of_route(trials, decision.shipped_route, decision.baseline_route, pairs),
+        baseline_latency=of_route(trials, decision.baseline_route, decision.baseline_route,
+                                  pairs),
+        conditions=cond, conditions_of=cond_of,
+        contention_knobs=sorted(k for k in {k for v in values.values() for k in v}
+                                if k in contention),
+        trade=_trade(header, trials, decision, holdouts),
         search_budget=search_budget(header, trials, run_dir),
     )
+
+
+def _trade(header: CacheHeader, trials: Sequence[TrialRecord], decision: DecisionRecord,
+           holdouts: Sequence[HoldoutRecord]) -> Trade | None:
+    t = trade(trials, decision, header.threshold, header.metric, holdouts,
+              header.holdout.size if header.holdout else None)
+    return t if informative(t) else None
 
 
 def _knob_values(trials: Sequence[TrialRecord],
@@ -729,12 +793,45 @@ def _knob_values(trials: Sequence[TrialRecord],
     return {i: {k: v.get(k, base.get(k, "")) for k in names} for i, v in parsed.items()}
 
 
-def _latency(median: float, lo: float, hi: float, n: int) -> Latency:
-    return Latency(median_ms=median, ci_low_ms=lo, ci_high_ms=hi, n=n)
+def _latency(median: float, lo: float, hi: float, n: int,
+             per: RouteLatency | None = None) -> Latency:
+    return Latency(median_ms=median, ci_low_ms=lo, ci_high_ms=hi, n=n, per_inference=per)
+
+
+def _contention_knobs(backend: str) -> frozenset[str]:
+    """The backend's contention-sensitive knobs (none when it is not installed here)."""
+    from dossier.backends import get_backend
+    from dossier.errors import DossierError
+
+    try:
+        return get_backend(backend).contention_knobs
+    except DossierError:
+        return frozenset()
+
+
+def _confirmation_of(trials: Sequence[TrialRecord], route: str) -> TrialRecord | None:
+    """The last confirmation record of ``route`` with a reading (a candidate's, not the A/A)."""
+    base = next((t.route for t in trials if t.role == "baseline"), None)
+    return next((t for t in reversed(trials) if t.role == "confirm" and t.route == route
+                 and t.route != base and t.comparison is not None), None)
+
+
+def _with_confirmed(f: TrialFact, t: TrialRecord, trials: Sequence[TrialRecord]) -> TrialFact:
+    """A search trial's fact with the confirmation's reading of its route, if any."""
+    from dossier.conditions import BUSY_SHARE
+
+    busy = None if not t.conditions else any(c.busy(BUSY_SHARE) for c in t.conditions)
+    c = _confirmation_of(trials, t.route) if t.role == "search" else None
+    if c is None or c.comparison is None:
+        return f.model_copy(update={"busy": busy})
+    r = c.comparison
+    return f.model_copy(update={"busy": busy, "confirmed_speedup": r.speedup,
+                                "confirmed_ci_low": r.speedup_ci_low,
+                                "confirmed_ci_high": r.speedup_ci_high, "confirmed_in": c.index})
 
 
 def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
-                  settings: TimingSettings) -> HeadToHead | None:
+                  settings: TimingSettings, pairs: int = 1) -> HeadToHead | None:
     confirms = {t.route: t for t in trials if t.role == "confirm" and t.comparison is not None
                 and t.route != decision.baseline_route}
     search = {t.route: t for t in trials if t.role == "search"}
@@ -757,9 +854,13 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         route=record.route, trial_index=origin.index if origin else record.index,
         measured_in=record.index, source="confirmation" if confirmed else "screening",
         shipped=decision.gain and record.route == decision.shipped_route,
-        candidate=_latency(tm.median_ms, tm.ci_low_ms, tm.ci_high_ms, tm.n),
+        candidate=_latency(tm.median_ms, tm.ci_low_ms, tm.ci_high_ms, tm.n,
+                           of_record(record, pairs)),
         baseline=_latency(c.baseline.median_ms, c.baseline.ci_low_ms, c.baseline.ci_high_ms,
-                          c.baseline.n),
+                          c.baseline.n, per_inference(
+                              record.baseline_samples_ms or [], pairs, route=decision.baseline_route,
+                              source="confirmation" if confirmed else "screening",
+                              trial_index=record.index)),
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
         confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
         rounds=c.rounds,
@@ -856,9 +957,10 @@ def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
     route = decision.runner_up_route if decision.runner_up_route in {t.route for t in ok} \
         else max(ok, key=lambda t: _cmp(t).speedup).route
     other = search[route]
-    if decision.gain and route in confirms and shipped in confirms:
+    if route in confirms and (shipped in confirms or not decision.gain):
         source: Literal["confirmation", "screening"] = "confirmation"
-        r, w = _cmp(confirms[route]), _cmp(confirms[shipped]).speedup
+        r = _cmp(confirms[route])
+        w = _cmp(confirms[shipped]).speedup if decision.gain else 1.0
     else:
         source = "screening"
         r = _cmp(other)
@@ -886,7 +988,9 @@ def _rejected(t: TrialRecord, threshold: float, log: str | None = None) -> Rejec
 
 
 def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
-                      baseline: TrialRecord, settings: TimingSettings) -> list[OneKnobEffect]:
+                      baseline: TrialRecord, settings: TimingSettings,
+                      trials: Sequence[TrialRecord] = (),
+                      contention: frozenset[str] = frozenset()) -> list[OneKnobEffect]:
     base = values.get(baseline.index, {})
     out = []
     for t in main:
@@ -897,12 +1001,20 @@ def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[
         if len(diff) != 1:
             continue
         c = t.comparison
-        verdict = judge(c, alpha=settings.alpha, min_effect=settings.min_effect).label
+        level = settings.alpha
+        confirmed = _confirmation_of(trials, t.route)
+        if confirmed is not None and confirmed.comparison is not None:  # it decides
+            c = confirmed.comparison
+            level = _alpha(c, settings)
+        verdict = judge(c, alpha=level, min_effect=settings.min_effect).label
         out.append(OneKnobEffect(
             knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
             trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
             speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
-            p_value=c.p_value, verdict=verdict))
+            p_value=c.p_value, verdict=verdict,
+            source="confirmation" if confirmed is not None else "screening",
+            screened_speedup=t.comparison.speedup if confirmed is not None else None,
+            contention_sensitive=diff[0] in contention))
     return sorted(out, key=lambda e: (e.knob, e.value))
 
 
@@ -1080,7 +1192,7 @@ def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> li
 
 
 def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
-                settings: TimingSettings, confirm_alpha: float) -> TrialFact:
+                settings: TimingSettings, confirm_alpha: float, pairs: int = 1) -> TrialFact:
     tm, c = t.timing, t.comparison
     alpha = (c.level if c is not None and c.level is not None
              else confirm_alpha if t.role == "confirm" else settings.alpha)
@@ -1095,4 +1207,4 @@ def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,
         speedup_ci_high=c.speedup_ci_high if c else None, p_value=c.p_value if c else None,
         build_s=t.build_s, trial_s=t.trial_s,
-        shipped=t.index == shipped_index and t.role != "confirm")
+        shipped=t.index == shipped_index and t.role != "confirm", latency=of_record(t, pairs))

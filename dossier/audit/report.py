@@ -37,7 +37,9 @@ from dossier.audit.explain import (
     shown_verdict,
     test_name,
 )
+from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
+from dossier.formats import figures as figures_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,21 +106,32 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
 
     figures = [
         ("Latency distribution per route", "plot-latency", _latency_figure(go, e, samples),
-         "Raw samples of every timed trial (one sample = one pass over the validation "
-         "inputs); the dashed line is the baseline's median in its own trial, and the blue "
-         "dash on each trial the median of the baseline timed alongside it, which that "
+         "Raw samples of every timed trial, per inference (a sample is one pass over the "
+         f"{e.search.validation_pairs} validation input(s), divided by them); the dashed line "
+         "is the baseline's median per inference (the confirmation's where it ran), and the "
+         "blue dash on each trial the median of the baseline timed alongside it, which that "
          "trial's speedup is measured against."),
-        ("Speedup against accuracy loss", "plot-accuracy", _accuracy_figure(go, e),
+        ("Speedup against accuracy loss", "plot-accuracy",
+         _trade_figure(go, e) if e.trade else _accuracy_figure(go, e),
+         f"Worst {e.search.metric} loss of each validated route against its speedup (bars: "
+         f"{e.search.confidence:.0%} interval; the confirmation's reading where it measured "
+         "the route, else the screening's); routes at or right of the threshold line are "
+         "rejected, and were timed all the same; the line joins the frontier (no other "
+         "admissible route is both faster and more accurate); a route that failed the hold-out "
+         "set is circled in red." if e.trade else
          f"Worst {e.search.metric} loss of each timed trial against its speedup (bars: "
          f"{e.search.confidence:.0%} interval); routes at or right of the threshold line are "
          "rejected, and were timed all the same."),
         ("The search over time", "plot-search", _search_figure(go, e),
-         "Screening speedup of each trial in the order the search ran them, and the best "
-         "admissible speedup so far."),
+         "Speedup of each trial in the order the search ran them (the confirmation's reading "
+         "where it measured the route, hollow: screening only), and the best admissible "
+         "speedup so far on the same readings."),
         ("Knob effects", "plot-knobs", _knob_figure(go, e),
          "Speed factor of each knob value against the baseline's value, with its interval: "
-         "from one-knob-at-a-time trials and, when fitted, from the model over all "
-         "admissible trials."),
+         "from one-knob-at-a-time trials (the confirmation's reading where it measured the "
+         "route; the others are marked screening) and, when fitted, from the model over all "
+         "admissible trials (screening readings). [contention]: a knob whose effect depends "
+         "on what else runs on the host."),
     ]
     plots = []
     for title, div_id, fig, caption in figures:
@@ -137,7 +150,14 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         accuracy_trials=[t for t in e.trials if t.role != "confirm" and t.output_losses
                          and t.outcome.value == "ok"],
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
-        shown_verdict=shown_verdict)
+        shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
+        conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of),
+        knob_source=figures_text.knob_effect_source,
+        trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
+        if e.trade else [],
+        trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
+                      f"{e.trade.threshold:g}; speed over the baseline; fastest first"
+        if e.trade else "")
 
 
 @functools.cache
@@ -187,27 +207,31 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
     timed = [t for t in e.trials if samples.get(t.index)]
     if not timed:
         return None
+    n = max(e.search.validation_pairs, 1)  # a sample is a pass over every pair's inputs
+    per = {t.index: [x / n for x in samples[t.index]] for t in timed}
     fig = go.Figure()
     for t in timed:
-        fig.add_trace(go.Box(y=list(samples[t.index]), name=_label(t), marker_color=_colour(t),
+        fig.add_trace(go.Box(y=per[t.index], name=_label(t), marker_color=_colour(t),
                              boxpoints="outliers", hovertext=_hover(t), showlegend=False,
                              hoverinfo="y+text"))
-    base = next((t for t in e.trials if t.role == "baseline"), None)
-    if base is not None and base.median_ms is not None:
-        fig.add_hline(y=base.median_ms, line_dash="dash", line_color=COLOURS["baseline"],
-                      annotation_text=f"baseline (trial {base.index}) {base.median_ms:.3f} ms",
+    bl = e.baseline_latency
+    if bl is not None:
+        fig.add_hline(y=bl.median_ms, line_dash="dash", line_color=COLOURS["baseline"],
+                      annotation_text=f"baseline {bl.median_ms:.4g} ms per inference "
+                                      f"({bl.source}, record {bl.trial_index})",
                       annotation_position="top left")
     paired = [t for t in timed if t.baseline_median_ms is not None]
     if paired:  # each trial is judged against the baseline timed alongside it, not the line
         fig.add_trace(go.Scatter(
-            x=[_label(t) for t in paired], y=[t.baseline_median_ms for t in paired],
+            x=[_label(t) for t in paired], y=[(t.baseline_median_ms or 0.0) / n for t in paired],
             mode="markers", name="median of the baseline timed alongside",
             marker=dict(symbol="line-ew-open", size=28, color=COLOURS["baseline"],
                         line=dict(width=2)),
-            hovertext=[f"#{t.index}: baseline alongside {t.baseline_median_ms:.3f} ms, "
-                       f"{_num(t.speedup, '.3f')}x, {t.verdict}" for t in paired],
+            hovertext=[f"#{t.index}: baseline alongside {(t.baseline_median_ms or 0.0) / n:.4g} "
+                       f"ms per inference, {_num(t.speedup, '.3f')}x, {t.verdict}"
+                       for t in paired],
             hoverinfo="text", showlegend=True))
-    fig.update_yaxes(**latency_axis([samples[t.index] for t in timed]))
+    fig.update_yaxes(**latency_axis([per[t.index] for t in timed]))
     fig.update_xaxes(title_text="trial (blue: baseline, green: ok, orange: rejected, grey: "
                      "confirmation)")
     return fig
@@ -234,8 +258,9 @@ def latency_axis(series: Sequence[Sequence[float]]) -> dict[str, Any]:
     note = f"; {outside} sample(s) beyond the axis: zoom out" if outside else ""
     if log:
         return dict(type="log", range=[float(np.log10(bottom)), float(np.log10(top))],
-                    title_text=f"latency per sample (ms, log axis{note})")
-    return dict(type="linear", range=[bottom, top], title_text=f"latency per sample (ms{note})")
+                    title_text=f"ms per inference (log axis{note})", automargin=True)
+    return dict(type="linear", range=[bottom, top], title_text=f"ms per inference{note}",
+                automargin=True)
 
 
 def _err(t: TrialFact) -> tuple[float, float]:
@@ -280,6 +305,63 @@ def _accuracy_figure(go: Any, e: Explanation) -> Any:
     return fig
 
 
+def _trade_figure(go: Any, e: Explanation) -> Any:
+    """Speed against worst loss of every validated route (:class:`~dossier.audit.trade.Trade`):
+    the frontier joined, rejected routes apart, hold-out failures circled."""
+    t = e.trade
+    pts = [p for p in t.points if p.speedup is not None] if t else []
+    if t is None or not pts:
+        return None
+    thr = t.threshold
+    finite = [p.worst_loss for p in pts if p.worst_loss is not None and p.worst_loss > 0]
+    floor = min([*finite, thr]) / 100
+    nan_x = max([*finite, thr]) * 100
+
+    def x(p: Any) -> float:
+        return nan_x if p.worst_loss is None else max(p.worst_loss, floor)
+
+    fig = go.Figure()
+    for name, group, colour, symbol in (
+            ("admissible", [p for p in pts if p.outcome == "ok"], COLOURS["ok"], "circle"),
+            ("rejected for accuracy", [p for p in pts if p.outcome != "ok"],
+             COLOURS["rejected"], "diamond")):
+        if not group:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[x(p) for p in group], y=[p.speedup for p in group], mode="markers", name=name,
+            marker=dict(color=colour, symbol=symbol, size=11),
+            error_y=dict(type="data", symmetric=False, array=[_bars(p)[0] for p in group],
+                         arrayminus=[_bars(p)[1] for p in group], thickness=1),
+            hovertext=[f"{p.route or '(default route)'}<br>{p.reading}<br>worst loss "
+                       f"{_num(p.worst_loss)}" for p in group], hoverinfo="text+y"))
+    front = sorted((p for p in pts if p.frontier), key=x)
+    if len(front) > 1:
+        fig.add_trace(go.Scatter(x=[x(p) for p in front], y=[p.speedup for p in front],
+                                 mode="lines", name="frontier",
+                                 line=dict(color=COLOURS["ok"], dash="dot")))
+    failed = [p for p in pts if p.holdout_passed is False]
+    if failed:
+        fig.add_trace(go.Scatter(x=[x(p) for p in failed], y=[p.speedup for p in failed],
+                                 mode="markers", name="failed the hold-out set",
+                                 marker=dict(color="rgba(0,0,0,0)", size=22,
+                                             line=dict(color=COLOURS["build_failed"], width=2))))
+    fig.add_vline(x=thr, line_dash="dash", line_color=COLOURS["build_failed"],
+                  annotation_text=f"threshold {thr:g}", annotation_position="top")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#888888")
+    fig.update_xaxes(type="log", title_text=f"worst {t.metric} loss (log; 0 drawn at "
+                     f"{floor:.1e}, NaN/Inf at {nan_x:.1e})")
+    fig.update_yaxes(title_text="speedup over the baseline (x)")
+    return fig
+
+
+def _bars(p: TradePoint) -> tuple[float, float]:
+    """A trade point's error bars above and below its speedup."""
+    v = p.speedup or 0.0
+    hi = p.speedup_ci_high if p.speedup_ci_high is not None else v
+    lo = p.speedup_ci_low if p.speedup_ci_low is not None else v
+    return hi - v, v - lo
+
+
 def _search_figure(go: Any, e: Explanation) -> Any:
     timed = [t for t in e.trials if t.speedup is not None and t.role != "confirm"]
     if not timed:
@@ -291,24 +373,30 @@ def _search_figure(go: Any, e: Explanation) -> Any:
     for name, pts in groups:
         if not pts:
             continue
-        errs = [_err(t) for t in pts]
+        errs = [shown_error(t) for t in pts]
         fig.add_trace(go.Scatter(
-            x=[t.index for t in pts], y=[t.speedup for t in pts], mode="markers", name=name,
-            marker=dict(color=_colour(pts[0]), size=9),
+            x=[t.index for t in pts], y=[shown_speedup(t) for t in pts], mode="markers",
+            name=name, marker=dict(
+                color=_colour(pts[0]), size=9,
+                symbol=["circle" if t.confirmed_speedup is not None or t.role == "baseline"
+                        else "circle-open" for t in pts]),
             error_y=dict(type="data", symmetric=False, array=[a for a, _ in errs],
                          arrayminus=[b for _, b in errs], thickness=1),
-            hovertext=[_hover(t) for t in pts], hoverinfo="text+y"))
+            hovertext=[_hover(t) + ("<br>confirmation (record "
+                                    f"{t.confirmed_in}); screening read {_num(t.speedup, '.3f')}x"
+                                    if t.confirmed_speedup is not None else "<br>screening only")
+                       for t in pts], hoverinfo="text+y"))
     best, xs, ys = 1.0, [], []
     for t in sorted(timed, key=lambda t: t.index):
         if t.role == "search" and t.outcome.value == "ok" and t.speedup is not None:
-            best = max(best, t.speedup)
+            best = max(best, shown_speedup(t))
         xs.append(t.index)
         ys.append(best)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="best admissible so far",
                              line=dict(color=COLOURS["best"], shape="hv", width=2)))
     shipped = next((t for t in e.trials if t.shipped), None)
     if shipped is not None and shipped.speedup is not None and shipped.role != "baseline":
-        fig.add_trace(go.Scatter(x=[shipped.index], y=[shipped.speedup], mode="markers",
+        fig.add_trace(go.Scatter(x=[shipped.index], y=[shown_speedup(shipped)], mode="markers",
                                  name="shipped", marker=dict(symbol="star", size=16,
                                                              color="#ffd600",
                                                              line=dict(color="#333", width=1))))
@@ -318,6 +406,22 @@ def _search_figure(go: Any, e: Explanation) -> Any:
     return fig
 
 
+def shown_speedup(t: TrialFact) -> float:
+    """The speedup a chart shows for a trial: the confirmation's where it measured the
+    route, else the screening one."""
+    if t.confirmed_speedup is not None:
+        return t.confirmed_speedup
+    return t.speedup or 0.0
+
+
+def shown_error(t: TrialFact) -> tuple[float, float]:
+    """The error bar of :func:`shown_speedup` (above, below)."""
+    if t.confirmed_speedup is None:
+        return _err(t)
+    s = t.confirmed_speedup
+    return (max((t.confirmed_ci_high or s) - s, 0.0), max(s - (t.confirmed_ci_low or s), 0.0))
+
+
 def _knob_figure(go: Any, e: Explanation) -> Any:
     one = e.knob_effects
     model = e.knob_model.effects if e.knob_model.fitted else []
@@ -325,9 +429,10 @@ def _knob_figure(go: Any, e: Explanation) -> Any:
         return None
     fig = go.Figure()
     for name, items, colour in (
-            ("one knob at a time (interleaved with the baseline)",
-             [(f"{x.knob}={x.value}", x.speedup, x.speedup_ci_low, x.speedup_ci_high)
-              for x in one], "#1f77b4"),
+            ("one knob at a time (the confirmation where it measured the route)",
+             [(f"{x.knob}={x.value}" + (" [contention]" if x.contention_sensitive else "")
+               + ("" if x.source == "confirmation" else " (screening)"),
+               x.speedup, x.speedup_ci_low, x.speedup_ci_high) for x in one], "#1f77b4"),
             ("model over all admissible trials",
              [(f"{x.knob}={x.value}", x.speed_factor, x.ci_low, x.ci_high) for x in model],
              "#ff7f0e")):
@@ -355,7 +460,8 @@ def _num(x: float | None, spec: str = ".3g") -> str:
 
 
 _COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then all of it)",
-            "median ms", "95% CI ms", "baseline alongside ms", "speedup", "speedup CI", "p",
+            "median ms a pass", "95% CI ms a pass", "baseline alongside ms a pass",
+            "ms per inference", "p99 ms per inference", "speedup", "speedup CI", "p",
             "verdict", "worst loss", "build s", "reason")
 
 
@@ -370,6 +476,10 @@ def _rows(e: Explanation) -> list[_Row]:
             (t.ci_low_ms, "-" if t.ci_low_ms is None else
              f"[{t.ci_low_ms:.4f}, {t.ci_high_ms:.4f}]"),
             (t.baseline_median_ms, _num(t.baseline_median_ms, ".4f")),
+            (t.latency.median_ms if t.latency else None,
+             _num(t.latency.median_ms if t.latency else None, ".4g")),
+            (t.latency.p99_ms if t.latency else None,
+             _num(t.latency.p99_ms if t.latency else None, ".4g")),
             (t.speedup, _num(t.speedup, ".3f")),
             (t.speedup_ci_low, "-" if t.speedup_ci_low is None else
              f"[{t.speedup_ci_low:.3f}, {t.speedup_ci_high:.3f}]"),

@@ -33,6 +33,7 @@ from dossier.load_config import LoadConfig as LoadConfig
 from dossier.routes import Route
 
 if TYPE_CHECKING:
+    from dossier.datasets import CalibrationSet
     from dossier.fingerprint import Fingerprint
     from dossier.policy import Finding, Policy, Rule
 
@@ -309,6 +310,9 @@ class Backend(abc.ABC):
     """Load the engine afresh for every timing block and release it after, so only one engine
     is alive at a time (two ONNX Runtime sessions in one process disturb each other through
     their thread pools); otherwise both engines stay loaded for the whole trial."""
+    contention_knobs: ClassVar[frozenset[str]] = frozenset()
+    """Knobs whose effect depends on what else runs on the host (threads, spinning, execution
+    mode): a route that sets them can win on a loaded host and lose on a quiet one."""
     separate_build: ClassVar[bool] = False
     """Build in one process and load, validate and time in a fresh one (as a deployment
     loads a shipped engine): for compilers whose in-process state can disturb the engine."""
@@ -503,6 +507,34 @@ class Backend(abc.ABC):
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         """Boolean facts about an engine built with ``route`` that the verify policy uses."""
+        return {}
+
+    def inert_knobs(self, route: Route, db: KnobDatabase) -> frozenset[str]:
+        """Knobs whose value has no effect under ``route`` (a quantization setting on a route
+        that does not quantize): routes that differ only in them build the same engine, and a
+        search measures one of them. None by default."""
+        return frozenset()
+
+    def needs_calibration(self, route: Route, db: KnobDatabase) -> bool:
+        """Whether building ``route`` needs a calibration set (static quantization)."""
+        return False
+
+    calibration: CalibrationSet | None = None
+    """The calibration set builds that need one read (:meth:`use_calibration`)."""
+
+    def use_calibration(self, calibration: CalibrationSet | None) -> None:
+        """Give the builds of routes that need data to build (:meth:`needs_calibration`) their
+        calibration set: inputs only, never a validation or hold-out sample."""
+        self.calibration = calibration
+
+    def engine_documents(self, engine: Path) -> dict[str, bytes]:
+        """Documents a reviewer reads out of a built engine, by file name (a quantized engine's
+        settings and calibration ranges), for the bundle's ``engine/`` folder. None by default."""
+        return {}
+
+    def knobs_not_offered(self) -> dict[str, str]:
+        """Knobs this backend has on some hosts but not here, each with why (an execution
+        provider that does not load): what ``dossier knobs`` says of them. None by default."""
         return {}
 
     def stack(self) -> dict[str, str]:

@@ -15,12 +15,50 @@ from dossier.backends.interface import ModelSignature, TensorSpec
 from dossier.errors import ModelError
 
 
+def check_external_data(model: Path, proto: Any = None) -> None:
+    """Raise ModelError when an external data file the ONNX model ``model`` (``proto``: the
+    model read without its external data) names is not a file beside it (a missing
+    ``model.onnx.data``)."""
+    import onnx
+
+    if proto is None:
+        proto = onnx.load(str(model), load_external_data=False)
+    named = {e.value for t in _tensors(proto.graph)
+             if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    missing = sorted(x for x in named if not (Path(model).parent / x).is_file())
+    if missing:
+        raise ModelError(f"model {model} keeps its weights in {', '.join(missing)}, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not beside it",
+                         hint="copy the external data file(s) next to the model, under the "
+                              "name(s) the model gives")
+
+
+def _tensors(graph: Any) -> list[Any]:
+    """Every tensor of ``graph`` and its subgraphs that can hold data (initializers, sparse
+    initializers, tensor attributes)."""
+    out = list(graph.initializer)
+    for sparse in graph.sparse_initializer:
+        out += [sparse.values, sparse.indices]
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                out.append(attr.t)
+            out.extend(attr.tensors)
+            if attr.HasField("g"):
+                out += _tensors(attr.g)
+            for g in attr.graphs:
+                out += _tensors(g)
+    return out
+
+
 def onnx_signature(model: Path) -> ModelSignature:
     """The graph inputs (initializers excluded) and outputs of the ONNX file ``model``.
 
     Dimensions are ints when fixed, the symbolic name (``dim_param``) or None when dynamic.
-    External weights are not loaded. Raises ModelError when the file is missing, unreadable or
-    has no outputs.
+    External weights are not loaded, but each external data file the model names must be
+    beside it (``torch.onnx.export`` writes ``model.onnx`` and ``model.onnx.data``). Raises
+    ModelError when the file is missing, unreadable, has no outputs or lacks external data.
     """
     import onnx
     from onnx import helper
@@ -33,6 +71,7 @@ def onnx_signature(model: Path) -> ModelSignature:
         raise ModelError(f"model {model} is not a readable ONNX file ({exc})") from exc
     if not proto.graph.output:
         raise ModelError(f"model {model} is not a valid ONNX model (its graph has no outputs)")
+    check_external_data(Path(model), proto)
     inits = {i.name for i in proto.graph.initializer}
 
     def spec(v: Any) -> TensorSpec:

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
+from dossier.conditions import Summary as ConditionsSummary
+from dossier.latency import RouteLatency
 from dossier.load_config import LoadConfig
-from dossier.trial import Reading
+from dossier.trial import Reading, TrialRecord
 
 if TYPE_CHECKING:
     from dossier.bundle.reader import Bundle
@@ -41,14 +43,16 @@ class ModelFacts(_Model):
 
 
 class BaselineFacts(_Model):
-    """The baseline route and its summary latency."""
+    """The baseline route and its screening trial's latency (per pass; see ``latency``)."""
 
     route: str
     """The baseline route ("" is the backend's default route)."""
     trial_index: int
     """Its trial (0 when the bundle has no baseline engine)."""
     median_ms: float | None
-    """Its median latency; None when not timed (a trtexec import)."""
+    """Its screening trial's median time of one pass over every validation pair's inputs (not
+    per inference: ``Overview.baseline_latency`` is); None when not timed (a trtexec
+    import)."""
     ci_low_ms: float | None
     """Lower end of the median's interval."""
     ci_high_ms: float | None
@@ -188,11 +192,78 @@ class Overview(_Model):
     """What the reader wants said (a newer minor format, how to load the engine)."""
     tuning_host: dict[str, str]
     """The tuning host, in brief (the manifest's ``tuning_host``)."""
+    shipped_latency: RouteLatency | None = None
+    """The shipped route's latency per inference: the confirmation's reading where it
+    measured the route, else its screening trial's (``source`` says which); None when not
+    timed."""
+    baseline_latency: RouteLatency | None = None
+    """The baseline's, the same way."""
+    conditions: ConditionsSummary | None = None
+    """What the host was doing while the decision was measured (the confirmation's measuring
+    processes, or without a confirmation the search trials); None in bundles that did not
+    record it."""
+    conditions_of: str | None = None
+    """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
+
+
+def decision_conditions(trials: list[TrialRecord]) -> tuple[ConditionsSummary | None, str | None]:
+    """The conditions the decision was measured under: the last confirmation's measuring
+    processes, or without one every search trial; and which of the two."""
+    from dossier.conditions import summarize
+
+    confirm = [t for t in trials if t.role == "confirm" and t.conditions]
+    if confirm:
+        return summarize(confirm[-1].conditions or []), "confirmation"
+    got = summarize([c for t in trials for c in t.conditions or []])
+    return got, "search" if got is not None else None
+
+
+RECORDS = ("tuning-cache.jsonl",)
+"""The files ``inspect`` reads beside the manifest (its per-output losses, latency and
+conditions come from the search record)."""
+
+
+def altered_notes(bundle: Bundle, files: tuple[str, ...] = RECORDS) -> list[str]:
+    """Notes for a bundle whose manifest no longer matches its dossier id, or whose ``files``
+    (those a view read) no longer match the manifest's file table: the view shows them as
+    found, and says so. Empty for an intact bundle (engines are not hashed here: ``dossier
+    verify`` checks every file)."""
+    from dossier.bundle.manifest import body_digest
+    from dossier.errors import DossierError
+    from dossier.hashing import digest_file
+
+    out = []
+    if body_digest(bundle.raw) != bundle.manifest.dossier_id:
+        out.append("manifest.json no longer matches its dossier id (edited after it was "
+                   "written?): what follows is shown as found; dossier verify checks the bundle")
+    table = bundle.manifest.table()
+    for rel in files:
+        entry = table.get(rel)
+        if entry is None:
+            continue
+        try:
+            digest, size = digest_file(bundle.file(rel))
+        except (OSError, DossierError):
+            continue  # missing or unreadable: reading it fails on its own, with its message
+        if (digest, size) != (entry.digest, entry.size):
+            out.append(f"{rel} does not match the manifest's file table (edited after the "
+                       "bundle was written?): what follows is shown as found; dossier verify "
+                       "checks the bundle")
+    return out
 
 
 def overview_of(bundle: Bundle) -> Overview:
     """The overview of an opened bundle."""
+    from dossier.errors import DossierError
+    from dossier.latency import of_route
+
     m, s = bundle.manifest, bundle.manifest.summary
+    try:
+        trials = list(bundle.tuning_cache().trials)
+    except DossierError:
+        trials = []
+    pairs = s.validation_pairs
+    cond, cond_of = decision_conditions(trials)
     bt = s.baseline_timing
     base, shipped = m.engines.baseline, m.engines.shipped
     imported = shipped.flags.get("tuning_host_unknown", False)
@@ -227,5 +298,9 @@ def overview_of(bundle: Bundle) -> Overview:
         load=shipped.load, trials=dict(s.trial_counts), confirm_trials=s.confirm_trials,
         search_wall_s=None if imported else s.search_wall_s,
         build_s_total=None if imported else s.build_s_total,
-        warnings=list(m.warnings), notes=[*bundle.notes, *bundle.load_hints()],
-        tuning_host=dict(m.tuning_host))
+        warnings=list(m.warnings),
+        notes=[*bundle.notes, *altered_notes(bundle), *bundle.load_hints()],
+        tuning_host=dict(m.tuning_host),
+        shipped_latency=of_route(trials, s.shipped_route, s.baseline_route, pairs),
+        baseline_latency=of_route(trials, s.baseline_route, s.baseline_route, pairs),
+        conditions=cond, conditions_of=cond_of)

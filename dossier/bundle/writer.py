@@ -44,6 +44,7 @@ from dossier.bundle.manifest import (
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
 from dossier.cache_check import check_cache
+from dossier.datasets import load_calibration_set
 from dossier.errors import (
     InputError,
     ModelError,
@@ -165,6 +166,7 @@ class _Plan:
             Copy(self.cache.path if name == CACHE_NAME else self.run_dir / name, name)
             for name in (KNOBS_NAME, FINGERPRINT_NAME, CACHE_NAME)]
         files += self._validation()
+        files += self._data_sets()
         knobs = [i.knob for i in Selection.parse(h.selection, self.db).items]
         trials = self.cache.trials
         files += [Table(tables.ROUTES, tables.routes_table(trials, knobs, self.db,
@@ -227,6 +229,43 @@ class _Plan:
         files.append(Data(VALIDATION_JSON, json_bytes(info.model_dump(mode="json"))))
         return files
 
+    def _data_sets(self) -> list[Copy | Data | Table]:
+        """The calibration and hold-out sets (``calibration/``, ``holdout/``), what the search
+        recorded of them (``datasets.json``: role, digest, size, and the shipped route's
+        hold-out check), and what the shipped engine says of its quantization."""
+        h = self.cache.header
+        files: list[Copy | Data | Table] = []
+        sets = [i for i in (h.calibration, h.holdout) if i is not None]
+        for ident in sets:
+            root = Path(ident.path)
+            data = load_calibration_set(root) if ident.role == "calibration" \
+                else load_validation_set(root)
+            if data.digest() != ident.digest:
+                raise ValidationSetError(f"the {ident.role} set {root} changed since the search",
+                                         hint="restore it, or tune again")
+            if isinstance(data, ValidationSet):
+                files += [Copy(root / p.name / f"{role}.arrow", f"holdout/{p.name}/{role}.arrow")
+                          for p in data.pairs for role in ("inputs", "references")]
+            else:
+                files += [Copy(root / name / "inputs.arrow", f"calibration/{name}/inputs.arrow")
+                          for name, _ in data.samples]
+        engine = self.run_dir / str(self.shipped.engine)
+        # only a transformed engine has documents to read out (no backend asked otherwise)
+        docs = _engine_documents(h.backend, engine) \
+            if self.shipped.extra.get("quantization", "none") != "none" else {}
+        files += [Data(f"engine/{name}", data) for name, data in sorted(docs.items())]
+        if sets or docs:
+            # the bundle's own folder names each set (the tuning host's paths stay behind)
+            record = {"sets": [{**i.model_dump(mode="json"),
+                                "path": "holdout" if i.role == "holdout" else "calibration"}
+                               for i in sets],
+                      "holdout_check": self.decision.holdout.model_dump(mode="json")
+                      if self.decision.holdout else None,
+                      "holdout_rejected": self.decision.holdout_rejected,
+                      "engine_documents": [f"engine/{n}" for n in sorted(docs)]}
+            files.append(Data(DATASETS_JSON, json_bytes(record)))
+        return files
+
     def _summary(self) -> Summary:
         h, d = self.cache.header, self.decision
         if d.gain and d.speedup is not None:
@@ -253,6 +292,22 @@ class _Plan:
     def _warnings(self) -> list[str]:
         pairs = {p.name: {k: list(v.shape) for k, v in p.inputs.items()} for p in self.vset.pairs}
         return coverage_warnings(pairs, self.cache.header.shapes)
+
+
+DATASETS_JSON = "datasets.json"
+"""The calibration and hold-out sets a bundle carries, and the shipped route's hold-out check."""
+
+
+def _engine_documents(backend: str, engine: Path) -> dict[str, bytes]:
+    """What the backend reads out of an engine for a reviewer (a quantized engine's settings
+    and calibration ranges); nothing when the backend is not installed here."""
+    from dossier.backends import get_backend
+
+    try:
+        b = get_backend(backend)
+    except InputError:
+        return {}
+    return b.engine_documents(engine) if b.available() else {}
 
 
 def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],

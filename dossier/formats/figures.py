@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dossier.audit.explain import Explanation, HeadToHead, TrialFact
+    from dossier.audit.explain import Explanation, HeadToHead, Latency, OneKnobEffect, TrialFact
+    from dossier.audit.trade import Trade, TradePoint
     from dossier.bundle.overview import Overview
+    from dossier.conditions import Summary as ConditionsSummary
     from dossier.policy import Finding
     from dossier.trial import Reading
     from dossier.verify import Rebench, Recheck, VerifyReport
@@ -37,6 +39,14 @@ def loss_text(loss: float | None) -> str:
     return "NaN/Inf" if loss is None else f"{loss:.3g}"
 
 
+def loss_cause(metric: str, loss: float | None) -> str:
+    """What a loss says beyond its value: a ``cos`` loss of exactly 1 is an all-zero output
+    (or reference), which has no direction; "" otherwise."""
+    if metric == "cos" and loss == 1.0:
+        return " (an all-zero output or reference: a zero vector has no direction)"
+    return ""
+
+
 # ------------------------------------------------------------------------------------ overview
 def overview_title(o: Overview) -> str:
     """``NAME version N``."""
@@ -49,7 +59,9 @@ def aa_text(a: Reading) -> str:
             + (f"{a.processes} processes" if a.processes else f"{a.rounds or '?'} rounds")
             + f", {a.procedure}): "
             + ("two loads of one engine read apart" if a.significant
-               else "no difference, as it should"))
+               else "no difference, as it should" if a.speedup_ci_low <= 1.0 <= a.speedup_ci_high
+               else "apart by less than the minimum effect (the interval excludes 1.0), "
+                    "below what the rule acts on"))
 
 
 def overview_rows(o: Overview) -> Rows:
@@ -69,9 +81,10 @@ def overview_rows(o: Overview) -> Rows:
         ("accuracy", f"{o.metric} < {o.threshold:g} on every output of {o.validation_pairs} "
          "pair(s)" + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.metric == "l0" else "")),
         ("baseline", route(b.route)
-         + (f"  baseline (trial {b.trial_index}) {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms')}"
-            f" (n={b.n})" if b.median_ms is not None else "")),
-        ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")),
+         + (f"  {o.baseline_latency.text()}" if o.baseline_latency is not None else "")),
+        ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")
+         + (f"  {o.shipped_latency.text()}" if o.shipped_latency is not None
+            and not w.is_baseline else "")),
     ]
     sp = o.speedup
     if sp is not None:
@@ -105,8 +118,27 @@ def overview_rows(o: Overview) -> Rows:
     rows.append(("trials", f"{counts} (+{o.confirm_trials} confirmation); {cost}"))
     rows.append(("tuning host", ", ".join(f"{k} {v}" for k, v in sorted(o.tuning_host.items()))
                  or "unknown"))
+    rows += conditions_rows(o.conditions, o.conditions_of)
     rows += [("warning", x) for x in o.warnings]
     return rows
+
+
+def conditions_rows(c: ConditionsSummary | None, of: str | None) -> Rows:
+    """The host's conditions while the decision was measured, and one line when it was busy."""
+    if c is None:
+        return [("conditions", "not recorded in this bundle")]
+    rows: Rows = [("conditions", f"{of or 'search'}: {c.text()}")]
+    if c.busy:
+        rows.append(("busy host", busy_line(c, of)))
+    return rows
+
+
+def busy_line(c: ConditionsSummary, of: str | None) -> str:
+    """The one line a decision measured on a busy host gets."""
+    return (f"{c.busy} of {c.measurements} measurement(s) of the {of or 'search'} ran while "
+            "other processes kept the host busy: a contention-sensitive route (threads, "
+            "spinning, execution mode) may win or lose because of it; re-measure with "
+            "verify --rebench, or release with timing.quiet_host = \"wait\"")
 
 
 # ------------------------------------------------------------------------------------- explain
@@ -120,8 +152,29 @@ def min_effect_text(h: HeadToHead) -> str:
 def baseline_line(base: TrialFact) -> str:
     """The summary's baseline figure, named the same in inspect, explain and the HTML."""
     assert base.median_ms is not None
-    return (f"baseline (trial {base.index}) {ci(base.median_ms, base.ci_low_ms, base.ci_high_ms, ' ms')}"
-            f" (n={base.n}); each speedup compares a trial with the baseline timed alongside it")
+    fig = base.latency.text() if base.latency is not None else f"{base.median_ms:.4g} ms a pass"
+    return (f"baseline (trial {base.index}, screening) {fig}; each speedup compares a trial "
+            "with the baseline timed alongside it")
+
+
+def latency_rows(e: Explanation) -> Rows:
+    """The shipped route's and the baseline's latency per inference (the confirmation's where
+    it measured them), as inspect shows them."""
+    rows: Rows = []
+    if e.shipped_latency is not None and e.decision.gain:
+        rows.append(("shipped", f"{route(e.decision.shipped_route)}  {e.shipped_latency.text()}"))
+    if e.baseline_latency is not None:
+        rows.append(("baseline", f"{route(e.decision.baseline_route)}  "
+                                 f"{e.baseline_latency.text()}"))
+    return rows
+
+
+def knob_effect_source(k: OneKnobEffect) -> str:
+    """Where a knob effect's figures come from, as printed beside it."""
+    if k.source == "confirmation":
+        return ("confirmation" + (f"; screening read {k.screened_speedup:.3f}x"
+                                  if k.screened_speedup is not None else ""))
+    return "screening only"
 
 
 def volume_origin(source: str, given: Sequence[str] = ()) -> str:
@@ -156,12 +209,17 @@ def head_to_head_rows(h: HeadToHead) -> Rows:
     unit = f"{h.processes} measuring processes" if h.processes else f"{h.rounds or '?'} rounds"
     over = "the A/A load" if h.against == "aa" else "the baseline"
     c, b = h.candidate, h.baseline
+
+    def lat(x: Latency) -> str:
+        if x.per_inference is not None:
+            return f"{x.per_inference.text()} (n={x.n})"
+        return f"median {ci(x.median_ms, x.ci_low_ms, x.ci_high_ms, ' ms', 4)} a pass (n={x.n})"
+
     rows: Rows = [
         ("candidate", f"{route(h.route)} (trial {h.trial_index})"),
         ("measured", f"{src} (record {h.measured_in})"),
-        ("candidate", f"median {ci(c.median_ms, c.ci_low_ms, c.ci_high_ms, ' ms', 4)} (n={c.n})"),
-        ("baseline", f"median {ci(b.median_ms, b.ci_low_ms, b.ci_high_ms, ' ms', 4)} (n={b.n}), "
-                     f"timed alongside it in record {h.measured_in}"),
+        ("candidate", lat(c)),
+        ("baseline", f"{lat(b)}, timed alongside it in record {h.measured_in}"),
         ("speedup", f"{ci(h.speedup, h.speedup_ci_low, h.speedup_ci_high)} over {over} "
                     f"({h.confidence:.0%} interval over {unit}"
                     + (", includes 1.0)" if h.interval_includes_one else ")")),
@@ -280,9 +338,44 @@ def rebench_line(rb: Rebench) -> str:
     """The re-timing's result."""
     c = rb.comparison
     spread = c.round_range() if c else None
-    return (f"re-timing: shipped {rb.shipped.median_ms:.3f} ms, baseline "
-            f"{rb.baseline.median_ms:.3f} ms"
+    n = rb.latency.inferences_per_sample if rb.latency is not None else None
+    head = (f"re-timing: shipped {rb.latency.text()}, baseline "
+            f"{rb.baseline.median_ms / (n or 1):.4g} ms per inference"
+            if rb.latency is not None and n else
+            f"re-timing: shipped {rb.shipped.median_ms:.3f} ms a pass, baseline "
+            f"{rb.baseline.median_ms:.3f} ms a pass")
+    busy = ("" if rb.conditions is None else f"; conditions here: {rb.conditions.text()}"
+            + ("" if rb.recorded_conditions is None else
+               f"; when tuned: {rb.recorded_conditions.text()}"))
+    return (head
             + (f", {ci(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
             + (f" (each round's ratio between {spread[0]:.3f}x and {spread[1]:.3f}x)"
                if spread else "")
-            + f"; {rb.reason}")
+            + f"; {rb.reason}{busy}")
+
+
+# ------------------------------------------------------------------------------------- trade
+def trade_head(t: Trade) -> list[str]:
+    """The trade section's first lines: what the filter rejected, what the hold-out said."""
+    lines = [f"{t.rejected_for_accuracy} route(s) rejected by the accuracy filter; the frontier: "
+             "admissible routes no other beats on both speed and loss"]
+    if t.holdout_pairs is not None:
+        lines.append(f"hold-out set: {t.holdout_pairs} pair(s) the search never saw"
+                     + (f"; failed there, not shipped: {', '.join(t.holdout_rejected)}"
+                        if t.holdout_rejected else ""))
+    return lines
+
+
+def point_line(t: Trade, p: TradePoint) -> str:
+    """One route of the trade as a line of plain text (text and Markdown show the same)."""
+    speed = ("not timed" if p.speedup is None else "1.000x (the baseline)"
+             if p.reading == "baseline" else
+             f"{ci(p.speedup, p.speedup_ci_low, p.speedup_ci_high)} {p.reading}")
+    flags = [f for f, on in (("ships", p.shipped), ("frontier", p.frontier),
+                             ("rejected: loss >= threshold", p.outcome == "rejected")) if on]
+    hold = ""
+    if p.holdout_passed is not None:
+        hold = (f"; hold-out {loss_text(p.holdout_worst_loss)} "
+                f"{'passed' if p.holdout_passed else 'FAILED'}")
+    return (f"{route(p.route)}: {speed}; worst {t.metric} loss {loss_text(p.worst_loss)} "
+            f"against {t.threshold:g}{hold}" + (f" [{', '.join(flags)}]" if flags else ""))

@@ -96,6 +96,9 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
         lines.append(f"**no significant gain**: the baseline {md(fig.route(d.shipped_route))} "
                      "ships")
     lines += ["", f"why: {md(d.reason)}", ""]
+    lines += [f"{label}: {md(value)}" + "  " for label, value in
+              [*fig.latency_rows(e), *fig.conditions_rows(e.conditions, e.conditions_of)]]
+    lines += [""]
     h = e.head_to_head
     if d.why_not and h is not None:
         where = "confirmation round" if h.source == "confirmation" else "its search trial"
@@ -131,13 +134,19 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
         lines += table(("trial", "route", "output", "loss", "pair"),
                        [(f"{t.index} ({fig.trial_part(e, t)})", fig.route(t.route), x.output,
                          fig.loss_text(x.loss), x.pair) for t in shown for x in t.output_losses])
+    if e.trade is not None:
+        lines += heading(f"Accuracy against speed ({e.trade.metric} < {e.trade.threshold:g}; "
+                         "fastest first)")
+        lines += para(" ".join(fig.trade_head(e.trade)))
+        lines += [f"- {fig.point_line(e.trade, p)}" for p in e.trade.points] + [""]
     if e.rejected:
         lines += heading(f"Rejected trials ({len(e.rejected)})")
         rows = []
         for t in e.rejected:
             why = "; ".join(
                 (f"accuracy: {f.pair}, output {f.output!r}: {s.metric} loss "
-                 f"{fig.loss_text(f.loss)} >= threshold {f.threshold:g}" if f.loss is not None
+                 f"{fig.loss_text(f.loss)} >= threshold {f.threshold:g}"
+                 f"{fig.loss_cause(s.metric, f.loss)}" if f.loss is not None
                  else f"accuracy: {f.pair}, output {f.output!r}: NaN/Inf in the output "
                       f"(threshold {f.threshold:g})") for f in t.failures
             ) or f"error: {t.error or t.reason}"
@@ -151,10 +160,14 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
         lines += para(f"not measured: the {e.imported_from} has no baseline timed alongside "
                       "each trial" if e.imported_from
                       else "none: no trial differs from the baseline in exactly one knob")
-    lines += table(("knob", "baseline value", "value", "speedup", "p", "verdict", "trial"),
-                   [(k.knob, k.baseline_value, k.value,
+    lines += table(("knob", "baseline value", "value", "speedup", "p", "verdict", "measured",
+                    "trial"),
+                   [(k.knob + (" [contention]" if k.contention_sensitive else ""),
+                     k.baseline_value, k.value,
                      fig.ci(k.speedup, k.speedup_ci_low, k.speedup_ci_high), f"{k.p_value:.3g}",
-                     shown_verdict(k.verdict, "search") or "-",
+                     (k.verdict if k.source == "confirmation"
+                      else shown_verdict(k.verdict, "search")) or "-",
+                     fig.knob_effect_source(k),
                      f"{k.trial_index} ({k.outcome.value})") for k in e.knob_effects])
     m = e.knob_model
     lines += heading("Knob effects, model over all admissible trials")

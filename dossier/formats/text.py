@@ -128,6 +128,10 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     else:
         p(f"[bold yellow]no significant gain[/]: the baseline {_r(d.shipped_route)} ships")
     p(f"  why: {escape(d.reason)}")
+    for label, value in fig.latency_rows(e):
+        p(f"  {label}: {escape(value)}")
+    for label, value in fig.conditions_rows(e.conditions, e.conditions_of):
+        p(f"  {label}: {escape(value)}")
     best = e.head_to_head
     if d.why_not and best is not None:
         where = "confirmation round" if best.source == "confirmation" else "its search trial"
@@ -163,6 +167,7 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     if base is not None and base.median_ms is not None:
         p(f"  {escape(fig.baseline_line(base))}")
     _accuracy(page, e)
+    _trade(page, e)
     if e.rejected:
         page.heading(f"Rejected trials ({len(e.rejected)})")
         for t in e.rejected:
@@ -171,7 +176,8 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
             for f in t.failures:
                 at = f"      accuracy: {escape(f.pair)}, output {escape(repr(f.output))}: "
                 p(at + (f"{escape(s.metric)} loss {fig.loss_text(f.loss)} >= threshold "
-                        f"{f.threshold:g}" if f.loss is not None else
+                        f"{f.threshold:g}{fig.loss_cause(s.metric, f.loss)}"
+                        if f.loss is not None else
                         f"NaN/Inf in the output (threshold {f.threshold:g})"))
             if not t.failures:
                 p(f"      error: {escape(t.error or t.reason)}")
@@ -187,9 +193,14 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
           else "  none: no trial differs from the baseline in exactly one knob")
     width = max((len(k.knob) for k in e.knob_effects), default=0)
     for k in e.knob_effects:
+        shown = k.verdict if k.source == "confirmation" else shown_verdict(k.verdict, "search")
         p(f"  {escape(k.knob.ljust(width))}  {escape(k.baseline_value)} -> {escape(k.value)}: "
           f"{fig.ci(k.speedup, k.speedup_ci_low, k.speedup_ci_high)} p={k.p_value:.3g}  "
-          f"{shown_verdict(k.verdict, 'search')} (trial {k.trial_index}, {k.outcome.value})")
+          f"{shown} (trial {k.trial_index}, {k.outcome.value}; {fig.knob_effect_source(k)})"
+          + (escape("  [contention]") if k.contention_sensitive else ""))
+    if e.contention_knobs:
+        p(f"  [dim]contention-sensitive knobs (their effect depends on what else runs on the "
+          f"host): {escape(', '.join(e.contention_knobs))}[/]")
     m = e.knob_model
     page.heading("Knob effects, model over all admissible trials")
     if not m.fitted:
@@ -261,6 +272,19 @@ def _accuracy(page: _Page, e: Explanation) -> None:
         for x in t.output_losses:
             page.print(f"      {escape(x.output)}: {fig.loss_text(x.loss)} ({escape(x.pair)}; "
                        f"threshold {e.search.threshold:g})")
+
+
+def _trade(page: _Page, e: Explanation) -> None:
+    t = e.trade
+    if t is None:
+        return
+    page.heading(f"Accuracy against speed ({t.metric} < {t.threshold:g}; fastest first)")
+    for line in fig.trade_head(t):
+        page.print(f"  {escape(line)}")
+    for pt in t.points:
+        page.print(f"  {escape(fig.point_line(t, pt))}")
+        for x in pt.outputs:
+            page.print(f"      {escape(x.output)}: {fig.loss_text(x.loss)} ({escape(x.pair)})")
 
 
 def _verify(page: _Page, r: VerifyReport, show_all: bool, where: str) -> None:

@@ -4,7 +4,11 @@ Registered through the ``dossier.backends`` entry points and marked ``for_tests`
 the backend names offered to users). The faults are
 real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
 sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fails the build,
-``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run. ``kill_worker`` kills the process that started the trial's
+``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run, ``drift`` is a route that is
+faster (with ``pace=held``, held 1.5 times shorter) and right on the inputs a validation set of
+standard normal samples holds, but off by 10% (alternating sign) on inputs whose mean magnitude
+is above 2: what a precision route can do on data outside the range it was judged on (the
+hold-out set's test case). ``kill_worker`` kills the process that started the trial's
 process when the engine is loaded (SIGKILL to the parent: a Ray measure worker lost mid-trial;
 never use it with the local executor, whose parent is the search itself), ``kill_worker_once``
 does so only the first time for a trial (a marker under DOSSIER_FAULT_DIR remembers it).
@@ -35,7 +39,12 @@ from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
 FAULTS = ("none", "abort", "segv", "hang", "oom", "raise", "nan", "slow", "kill_worker",
-          "kill_worker_once")
+          "kill_worker_once", "drift")
+DRIFT_GAIN = 1.5
+"""``fault=drift``: with ``pace=held``, runs held this many times shorter."""
+DRIFT_RANGE = 2.0
+"""``fault=drift``: outputs go wrong on inputs whose mean magnitude is above this (a standard
+normal's is about 0.8)."""
 
 PACE_MS = 2.0
 """What one run takes with ``pace=held`` and ``gain=none`` (the model's own time included)."""
@@ -48,7 +57,8 @@ def hold_ms(route: Route) -> float:
     values = route.as_dict()
     if values.get("pace", "off") != "held":
         return 0.0
-    return PACE_MS / GAINS.get(values.get("gain", "none"), 1.0)
+    drift = DRIFT_GAIN if values.get("fault") == "drift" else 1.0
+    return PACE_MS / GAINS.get(values.get("gain", "none"), 1.0) / drift
 
 
 class _FaultyRunner(Runner):
@@ -64,6 +74,10 @@ class _FaultyRunner(Runner):
             return {k: np.full_like(v, np.nan) for k, v in out.items()}
         if self._fault == "slow":
             time.sleep(0.002)
+        if self._fault == "drift" and np.mean(
+                [np.mean(np.abs(v)) for v in inputs.values()]) > DRIFT_RANGE:
+            return {k: v * (1 + 0.1 * np.resize(np.array([1, -1], v.dtype), v.shape))
+                    for k, v in out.items()}
         return out
 
     def close_impl(self) -> None:

@@ -11,6 +11,7 @@ timed in and a deployment should use. The knobs are in :mod:`.knobs`, the loaded
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -20,16 +21,17 @@ from dossier.backends.interface import (
     Backend,
     BuildError,
     BuildInfo,
+    EngineRuntimeError,
     LoadConfig,
     ModelSignature,
     Runner,
 )
 from dossier.backends.onnx_model import onnx_signature
-from dossier.backends.onnxruntime import knobs
+from dossier.backends.onnxruntime import knobs, precision
 from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
-from dossier.knobs import KnobDatabase, KnobPhase
+from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.policy import Rule
 from dossier.routes import Route
 
@@ -46,7 +48,43 @@ class OnnxRuntimeBackend(Backend):
         return importlib.util.find_spec("onnxruntime") is not None
 
     def knob_database_impl(self) -> KnobDatabase:
-        return knobs.knob_database(self.name)
+        db = knobs.knob_database(self.name)
+        extra = precision.knobs()
+        if not precision.openvino_devices()[1]:
+            extra.append(Knob(name=precision.EP_KNOB, values=(precision.CPU, precision.OPENVINO),
+                              default=precision.CPU, changes_numerics=True,
+                              help="execution provider: ONNX Runtime's CPU provider, or "
+                                   "OpenVINO's CPU device (f32 pinned: precision ACCURACY)"))
+        return db.model_copy(update={"knobs": (*db.knobs, *extra)})
+
+    def knobs_not_offered(self) -> dict[str, str]:
+        why = precision.openvino_devices()[1]
+        return {precision.EP_KNOB: f"-{precision.EP_KNOB}=openvino: {why}"} if why else {}
+
+    def engine_documents(self, engine: Path) -> dict[str, bytes]:
+        import json
+
+        import onnxruntime as ort
+
+        try:
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            if engine.suffix != ".ort":
+                so.add_session_config_entry("session.load_model_format", "ONNX")
+            session = ort.InferenceSession(str(engine), so, providers=["CPUExecutionProvider"])
+        except Exception:  # an engine only another provider loads: nothing to read here
+            return {}
+        record = precision.engine_record(session)
+        if record is None:
+            return {}
+        return {"quantization.json": (json.dumps(record, indent=2, sort_keys=True) + "\n")
+                .encode()}
+
+    def inert_knobs(self, route: Route, db: KnobDatabase) -> frozenset[str]:
+        return precision.inert(route.effective(db))
+
+    def needs_calibration(self, route: Route, db: KnobDatabase) -> bool:
+        return route.effective(db).get("quantization") == precision.STATIC
 
     def stack(self) -> dict[str, str]:
         return {pkg: metadata.version(pkg) for pkg in ("onnxruntime", "onnx", "numpy")
@@ -100,22 +138,47 @@ class OnnxRuntimeBackend(Backend):
                 so.add_session_config_entry(key, "1" if value == "on" else "0")
         return so, disabled
 
-    def _session(self, model: Path | bytes, so: Any, disabled: list[str]) -> Any:
+    def _session(self, model: Path | bytes, so: Any, disabled: list[str],
+                 provider: str = precision.CPU) -> Any:
         import onnxruntime as ort
 
         source = model if isinstance(model, bytes) else str(model)
+        if provider == precision.OPENVINO:
+            devices, why = precision.openvino_devices()
+            if why:
+                raise EngineRuntimeError(f"-{precision.EP_KNOB}=openvino: {why}")
+            so.add_provider_for_devices(devices, {"precision": "ACCURACY"})
+            session = ort.InferenceSession(source, so, disabled_optimizers=disabled or None)
+            problem = precision.provider_problem(session, precision.OPENVINO_EP)
+            if problem:
+                raise EngineRuntimeError(problem)
+            return session
         return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"],
                                     disabled_optimizers=disabled or None)
 
     def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
-        so, disabled = self._options(route, None)
-        so.optimized_model_filepath = str(engine)
-        so.add_session_config_entry("session.save_model_format", "ORT")
-        self._session(model, so, disabled)  # any ORT failure while optimizing: a failed build
+        values = route.effective(self.knob_database())
+        facts = {"optimization_level": values["graph_optimization_level"]}
+        with tempfile.TemporaryDirectory(prefix="dossier-build-") as tmp:
+            if precision.transforms(values):
+                quantized = Path(tmp) / "quantized.onnx"
+                facts.update(precision.quantize(model, values, self.calibration, quantized))
+                model = quantized
+            if values.get(precision.EP_KNOB, precision.CPU) == precision.OPENVINO:
+                # OpenVINO compiles the ONNX model when a session is made: the engine is the
+                # (transformed) model itself, checked to load on the provider it names
+                shutil.copyfile(model, engine)
+                so, disabled = self._options(route, None)
+                self._session(engine.read_bytes(), so, disabled, precision.OPENVINO)
+                return BuildInfo({**facts, "format": "onnx",
+                                  "execution_provider": precision.OPENVINO_EP})
+            so, disabled = self._options(route, None)
+            so.optimized_model_filepath = str(engine)
+            so.add_session_config_entry("session.save_model_format", "ORT")
+            self._session(model, so, disabled)  # any ORT failure while optimizing: failed build
         if not engine.is_file():
             raise BuildError("ONNX Runtime did not write the optimized model")
-        return BuildInfo({"format": "ort", "optimization_level":
-                          route.effective(self.knob_database())["graph_optimization_level"]})
+        return BuildInfo({**facts, "format": "ort"})
 
     def live(self, model: Path, route: Route) -> Runner:
         """A session over the original model with the whole route applied (no saved engine)."""
@@ -124,7 +187,11 @@ class OnnxRuntimeBackend(Backend):
 
     def load_impl(self, engine: Path, route: Route) -> Runner:
         # any ORT failure (a corrupt engine, a kernel missing on this CPU): EngineRuntimeError
-        return OnnxRuntimeRunner(self._session(engine, self._load_options(route), []))
+        provider = route.as_dict().get(precision.EP_KNOB, precision.CPU)
+        so = self._load_options(route)
+        if provider == precision.OPENVINO:
+            so.add_session_config_entry("session.load_model_format", "ONNX")
+        return OnnxRuntimeRunner(self._session(engine, so, [], provider))
 
     def _load_options(self, route: Route) -> Any:
         """Production session options: ORT's defaults, graph optimizations off (the engine is
@@ -137,6 +204,9 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     reload_per_block = True
+    contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
+                                  "execution_mode", "intra_op_allow_spinning",
+                                  "inter_op_allow_spinning"})
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         eff = route.effective(db)
@@ -181,7 +251,7 @@ class OnnxRuntimeBackend(Backend):
             self._session(model, so, disabled)
             import onnx
 
-            graph = onnx.load(str(path)).graph
+            graph = onnx.load(str(path), load_external_data=False).graph
             return b"".join(f"{n.domain}:{n.op_type}:{list(n.input)}".encode() for n in graph.node)
 
     def check_route_impl(self, model: Path, route: Route, db: KnobDatabase) -> None:

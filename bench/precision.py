@@ -1,0 +1,344 @@
+"""Precision routes on the embedded default (ONNX Runtime, CPU): what ships, and whether the
+accuracy filter holds.
+
+``models``: exports a BERT-base-sized encoder (transformers ``BertModel``, random init, batch 1 x
+128) and a ResNet-18 (the torchvision architecture written out here, random init, batch 1 x
+3 x 224 x 224) to ONNX, with validation, hold-out and calibration sets drawn from one generator
+(no input in two sets) and references computed by the PyTorch model in float64 (independent of
+ONNX Runtime), and a release spec for each:
+
+    python bench/precision.py models --out bench/work/precision          # needs torch, transformers
+
+``release``: N fresh ``dossier release`` of one spec (the build cache shared, so repeats time and
+decide afresh without rebuilding), each recorded: the shipped route, its confirmed speedup and
+interval, its hold-out check, the release's wall time and builds:
+
+    python bench/precision.py release bench/work/precision/bert/release.toml --releases 5
+
+``filter``: the accuracy filter against a known answer on the tblock sample (int8 dynamic loses
+about 1e-4 in cosine): with a threshold tighter than that loss no int8 route may ship; with a
+hold-out pair that only int8 breaks (a small-magnitude input, int8 cosine loss about 4e-4,
+threshold 2.5e-4) the int8 route may not ship:
+
+    python bench/precision.py filter --releases 10
+
+Every subcommand writes its JSON under bench/results/ (``--out`` to change) after each release,
+so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dossier.tensors import write_tensors  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+BENCH_TIMING = {"samples": 24, "rounds": 6, "confirm_top": 1, "confirm_rounds": 4,
+                "confirm_runs": 5, "confirm_warmup": 2, "trial_timeout_s": 1800}
+"""Timing for models whose one inference takes 10-400 ms on a loaded 2-core host (the
+defaults are sized for sub-millisecond engines: with them one BERT trial ran past its 600 s
+limit): fewer samples per trial and per measuring process, the best screened route alone
+confirmed; the same rule."""
+
+
+# ------------------------------------------------------------------------------------ models
+def _resnet18() -> Any:
+    """torchvision's ResNet-18 architecture (BasicBlock, [2, 2, 2, 2], 1000 classes)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.bn1(self.conv1(x)))
+            y = self.bn2(self.conv2(y))
+            return torch.relu(y + (x if self.down is None else self.down(x)))
+
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
+                               nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    return nn.Sequential(*layers)
+
+
+def _spec(name: str, model_inputs: str, selection: str, threshold: float) -> str:
+    timing = "\n".join(f"{k} = {v}" for k, v in BENCH_TIMING.items())
+    return (f'[release]\nname = "{name}"\nversion = 1\n\n[model]\npath = "model.onnx"\n\n'
+            f'[validation]\npath = "validation"\n\n[calibration]\npath = "calibration"\n\n'
+            f'[holdout]\npath = "holdout"\n\n[tune]\nstrategy = "full"\n'
+            f'selection = "{selection}"\nmetric = "cos"\nthreshold = {threshold}\n\n'
+            f"[timing]\n{timing}\n\n# inputs: {model_inputs}\n")
+
+
+def _write_sets(folder: Path, feeds: list[dict[str, np.ndarray]],
+                reference: Any, counts: tuple[int, int, int]) -> None:
+    """Validation, hold-out (pairs) and calibration (inputs) from consecutive feeds."""
+    n_val, n_hold, n_cal = counts
+    for role, part in (("validation", feeds[:n_val]), ("holdout", feeds[n_val:n_val + n_hold])):
+        for i, x in enumerate(part):
+            pair = folder / role / f"pair-{i:03d}"
+            pair.mkdir(parents=True)
+            write_tensors(pair / "inputs.arrow", x)
+            write_tensors(pair / "references.arrow", reference(x))
+        (folder / role / "provenance.json").write_text(json.dumps(
+            {"method": "the PyTorch model in float64 (torch eager, CPU)"}) + "\n")
+    for i, x in enumerate(feeds[n_val + n_hold:n_val + n_hold + n_cal]):
+        sample = folder / "calibration" / f"sample-{i:03d}"
+        sample.mkdir(parents=True)
+        write_tensors(sample / "inputs.arrow", x)
+
+
+def models(out: Path) -> None:
+    """Export both models with their three sets and specs under ``out``."""
+    import torch
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    out.mkdir(parents=True, exist_ok=True)
+    # --- BERT-base-sized encoder
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig()).eval()  # 12 layers, hidden 768, 12 heads: BERT-base's shape
+    folder = out / "bert"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    seq = 128
+
+    def bert_feed() -> dict[str, np.ndarray]:
+        ids = rng.integers(1000, 30000, size=(1, seq), dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones((1, seq), np.int64),
+                "token_type_ids": np.zeros((1, seq), np.int64)}
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = tuple(torch.from_numpy(v) for v in bert_feed().values())
+
+    class Encoder(torch.nn.Module):  # the three inputs by name, the two outputs as a tuple
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> tuple[Any, Any]:
+            o = self.inner(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return o.last_hidden_state, o.pooler_output
+
+    torch.onnx.export(Encoder(bert), example, str(folder / "model.onnx"), input_names=names,
+                      output_names=["last_hidden_state", "pooler_output"], opset_version=17,
+                      dynamo=False)
+    double = BertModel(BertConfig()).eval()
+    double.load_state_dict(bert.state_dict())
+    double = double.double()
+
+    def bert_ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            o = double(**{k: torch.from_numpy(v) for k, v in x.items()})
+        return {"last_hidden_state": o.last_hidden_state.numpy(),
+                "pooler_output": o.pooler_output.numpy()}
+
+    _write_sets(folder, [bert_feed() for _ in range(25)], bert_ref, (3, 6, 16))
+    (folder / "release.toml").write_text(_spec(
+        "bert-int8", "input_ids, attention_mask, token_type_ids [1, 128] int64",
+        "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]", 1e-3))
+    # --- ResNet-18
+    net = _resnet18().eval()
+    for m in net.modules():  # random but non-trivial batch-norm statistics
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    folder = out / "resnet18"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(folder / "model.onnx"),
+                      input_names=["x"], output_names=["logits"], opset_version=17, dynamo=False)
+    net64 = _resnet18().eval()
+    net64.load_state_dict(net.state_dict())
+    net64 = net64.double()
+
+    def resnet_ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            return {"logits": net64(torch.from_numpy(x["x"]).double()).numpy()}
+
+    feeds = [{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(28)]
+    _write_sets(folder, feeds, resnet_ref, (6, 6, 16))
+    (folder / "release.toml").write_text(_spec(
+        "resnet18-int8", "x [1, 3, 224, 224] float32",
+        "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]", 1e-3))
+
+
+# ----------------------------------------------------------------------------------- release
+def _load() -> list[float]:
+    return list(os.getloadavg())
+
+
+def _release(spec: Path, out: Path, cache: Path, extra: list[str]) -> dict[str, Any]:
+    """One ``dossier release`` in a child process; what its bundle says."""
+    t0, load0 = time.perf_counter(), _load()
+    proc = subprocess.run([sys.executable, "-m", "dossier_cli.main", "release", str(spec),
+                           "--out", str(out), "--build-cache", str(cache), *extra],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    row: dict[str, Any] = {"rc": proc.returncode, "wall_s": round(wall, 1),
+                           "load_before": load0, "load_after": _load()}
+    if proc.returncode != 0:
+        row["error"] = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        return row
+    from dossier.bundle import open_bundle
+
+    bundle_path = Path(proc.stdout.strip().splitlines()[-1])
+    with open_bundle(bundle_path) as b:
+        cache_rec = b.tuning_cache()
+        d = cache_rec.decision
+        assert d is not None
+        trials = [t for t in cache_rec.trials if t.role != "confirm"]
+        row.update(
+            shipped=d.shipped_route, gain=d.gain, speedup=d.speedup,
+            speedup_ci=[d.speedup_ci_low, d.speedup_ci_high], reason=d.reason,
+            holdout_passed=d.holdout.passed if d.holdout else None,
+            holdout_worst_loss=d.holdout.worst_loss if d.holdout else None,
+            holdout_rejected=d.holdout_rejected,
+            validation_worst_loss=next((t.worst_loss for t in trials
+                                        if t.index == d.shipped_index), None),
+            trials=len(trials), builds=sum(t.build_s is not None and
+                                           t.extra.get("build_cache") != "hit"
+                                           and "reused_engine" not in t.extra for t in trials),
+            routes={t.route: {"outcome": t.outcome.value, "worst_loss": t.worst_loss,
+                              "screened": t.comparison.speedup if t.comparison else None}
+                    for t in trials},
+            baseline_median_ms=next((t.timing.median_ms for t in trials
+                                     if t.role == "baseline" and t.timing), None))
+    return row
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def _save(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def release(spec: Path, n: int, out: Path, extra: list[str] | None = None,
+            label: str = "") -> dict[str, Any]:
+    """``n`` fresh releases of ``spec``; the record written to ``out`` after each."""
+    doc: dict[str, Any] = {
+        "command": " ".join(["python bench/precision.py release", str(spec), "--releases",
+                             str(n)]), "commit": _commit(), "label": label,
+        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cores": os.cpu_count(), "releases": []}
+    with tempfile.TemporaryDirectory(prefix="dossier-precision-") as tmp:
+        cache = Path(tmp) / "build-cache"
+        for i in range(n):
+            row = _release(spec, Path(tmp) / f"r{i}", cache, extra or [])
+            doc["releases"].append(row)
+            doc["shipped_gain"] = sum(bool(r.get("gain")) for r in doc["releases"])
+            _save(out, doc)
+            print(json.dumps({k: row.get(k) for k in ("rc", "shipped", "speedup", "speedup_ci",
+                                                       "holdout_passed", "wall_s")}), flush=True)
+    return doc
+
+
+# ------------------------------------------------------------------------------------ filter
+def _samples(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("samples_build", ROOT / "samples" / "build.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["samples_build"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module.build_all(out)
+    return out / "tblock"
+
+
+def filter_check(n: int, out: Path) -> dict[str, Any]:
+    """The two filter cases, ``n`` releases each (see the module's documentation)."""
+    with tempfile.TemporaryDirectory(prefix="dossier-filter-") as tmp:
+        folder = _samples(Path(tmp) / "samples")
+        build = sys.modules["samples_build"]
+        spec = folder / "release-int8.toml"
+        timing = "\n[timing]\n" + "\n".join(f"{k} = {v}" for k, v in {
+            "samples": 60, "rounds": 10, "confirm_rounds": 6, "confirm_runs": 10}.items()) + "\n"
+        text = spec.read_text()
+        tight = folder / "release-tight.toml"
+        tight.write_text(text.replace("threshold = 1e-3", "threshold = 1e-5") + timing)
+        # a hold-out pair of small magnitude: int8's error shows against a small residual
+        x = np.random.default_rng(11).standard_normal((1, 32, 128)).astype(np.float32) * 0.01
+        x[0, 3, 7] = 5.0
+        weights = build.tblock_weights(np.random.default_rng(build.TBLOCK_SEED))
+        pair = folder / "holdout" / "pair-003"
+        pair.mkdir()
+        write_tensors(pair / "inputs.arrow", {"x": x})
+        write_tensors(pair / "references.arrow", build.tblock_reference(weights, x))
+        held = folder / "release-holdout.toml"
+        held.write_text(text.replace("threshold = 1e-3", "threshold = 2.5e-4") + timing)
+        doc: dict[str, Any] = {"command": f"python bench/precision.py filter --releases {n}",
+                               "commit": _commit()}
+        for name, path in (("tight_threshold", tight), ("holdout_breaks_int8", held)):
+            doc[name] = release(path, n, out.with_name(out.stem + f"-{name}.json"),
+                                label=name)
+            doc[name + "_int8_shipped"] = sum(
+                "quantization=none" not in (r.get("shipped") or "") and bool(r.get("gain"))
+                for r in doc[name]["releases"])
+            _save(out, doc)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("models")
+    m.add_argument("--out", type=Path, default=ROOT / "bench" / "work" / "precision")
+    r = sub.add_parser("release")
+    r.add_argument("spec", type=Path)
+    r.add_argument("--releases", type=int, default=5)
+    r.add_argument("--out", type=Path)
+    f = sub.add_parser("filter")
+    f.add_argument("--releases", type=int, default=10)
+    f.add_argument("--out", type=Path, default=RESULTS / "precision-filter.json")
+    args = parser.parse_args(argv)
+    if args.cmd == "models":
+        models(args.out)
+    elif args.cmd == "release":
+        out = args.out or RESULTS / f"precision-{args.spec.parent.name}.json"
+        release(args.spec, args.releases, out)
+    else:
+        filter_check(args.releases, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,601 @@
+"""The workload suite: per configuration (architecture x batch), a fresh ``dossier release`` of a
+fast spec, then the served engine (``dossier.load``) against eager PyTorch and ``torch.compile``
+in its modes, timed side by side in one process.
+
+::
+
+    suite.py specs   --work W --config C --json FILE [--device cuda] [--tiny]
+    suite.py release --work W --config C --json FILE [--spec release.toml] [--timeout S]
+    suite.py compare --work W --config C --json FILE [--spec release.toml]
+                     [--modes eager,default,reduce-overhead,max-autotune] [--timeout S]
+    suite.py run     --work W --configs C1,C2 --out DIR --tag T --deadline S
+                     [--mat C3,C4] [--modes ...] [--device cuda] [--tiny]
+
+A configuration is ``<arch>_b<batch>`` (``models.ARCHS``; ``vit_b16_b32``). ``specs`` writes
+``W/specs/C/``: ``model.pt2`` (bf16 inside a float32 interface), ``validation/`` (two pairs,
+float64 eager references), ``release.toml`` (the fast spec: ``freezing`` and ``cuda_graph``,
+two builds) and ``release-mat.toml`` (``max_autotune`` and ``cuda_graph``: the knob that
+matters at large batch, builds of minutes). ``release`` runs ``dossier release`` (the CLI, a
+child process) into a fresh folder with the configuration's build cache and records the shipped
+route, its speedup over the AOTInductor default route with the interval, the builds and the
+wall time. ``compare`` loads the bundle with ``dossier.load`` and times it beside eager and
+each ``torch.compile`` mode (:func:`timed_side_by_side`): the one plain procedure, wall clock
+per call (the call, then ``torch.cuda.synchronize()``), rounds in which every contender runs
+one block in rotating order; each ratio is the Hodges-Lehmann estimate over rounds of the
+block-median ratio with its exact 95% interval (``dossier.timing.shift_interval``). A profile
+of each contender (kernels per call, kernel time per call, against the wall time) says where a
+slower one loses. ``run`` does the three steps per configuration within a deadline and writes
+``OUT/suite-TAG.json`` (every record), ``OUT/suite-TAG.log`` and ``OUT/caches-suite-TAG.tar.gz``
+(the releases' tuning caches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+for p in (REPO_ROOT, HERE, REPO_ROOT / "bench" / "h200"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import models  # noqa: E402
+
+BATCHES = (1, 32)
+FAST_KNOBS = "-inductor:freezing=[false|true] -cuda_graph=[off|on]"
+"""The fast spec's varied knobs: two builds (cuda_graph is a load-time knob, its route reuses
+the baseline's engine), three routes under ``fast``."""
+MAT_KNOBS = "-inductor:max_autotune=[false|true] -cuda_graph=[off|on]"
+"""The max_autotune spec: the baseline's build (from the build cache after the fast release)
+and one max_autotune build."""
+MODES = ("eager", "default", "reduce-overhead", "max-autotune")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+SERVED = "dossier"
+SERVED_MAT = "dossier-mat"
+CACHE_FILE = "tuning-cache.jsonl"
+
+
+def parse_config(config: str) -> tuple[str, int]:
+    """``vit_b16_b32`` -> ("vit_b16", 32); ValueError for anything else."""
+    arch, _, batch = config.rpartition("_b")
+    if arch not in models.ARCHS or not batch.isdigit() or int(batch) < 1:
+        raise ValueError(f"unknown configuration {config!r}: <arch>_b<batch>, arch one of "
+                         f"{', '.join(models.ARCHS)}")
+    return arch, int(batch)
+
+
+def all_configs() -> list[str]:
+    return [f"{a}_b{b}" for b in BATCHES for a in models.ARCHS]
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _failure(exc: BaseException) -> dict:
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:3000],
+            "traceback": traceback.format_exc(limit=8)[-4000:]}
+
+
+# ------------------------------------------------------------------------------------ specs
+def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = False) -> dict:
+    """Write the configuration's folder (model, validation set, the two specs)."""
+    import make_specs
+    import torch
+
+    from samples import torch_models
+
+    arch, batch = parse_config(config)
+    folder = work / "specs" / config
+    meta_path = folder / "meta.json"
+    source = hashlib.sha256((HERE / "models.py").read_bytes()).hexdigest()[:16]
+    if meta_path.is_file() and not force:  # reused while the models' source is the same
+        meta = json.loads(meta_path.read_text())
+        if meta.get("ok") and meta.get("device") == device and meta.get("tiny") == tiny \
+                and meta.get("models_source") == source:
+            return {**meta, "step": "specs", "reused": True}
+    folder.mkdir(parents=True, exist_ok=True)
+    factory = models.factory(arch, tiny)
+    sig = torch_models.fixed_signature(factory.signature, batch)  # type: ignore[attr-defined]
+    ref_device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.perf_counter()
+    torch_models.write_validation_set(factory, folder / "validation", [batch] * 2,
+                                      models.SEEDS[arch] + batch, signature=sig,
+                                      device=ref_device,
+                                      extra={"config": config, "engine_dtype": "bfloat16"})
+    ref_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    torch_models.export_factory(factory, folder / "model.pt2", signature=sig, dtype="bfloat16",
+                                device=device)
+    export_s = time.perf_counter() - t0
+    timing = {**(make_specs.TINY_TIMING if tiny else make_specs.TIMING), "confirm_top": 1}
+    pinned = f"-device={device} -dtype=bfloat16"
+    what = f"{arch} batch {batch} bfloat16 on {device}"
+    graphs = "" if device.startswith("cuda") else " -cuda_graph=[off|on]"  # a CPU has no graphs
+    for name, knobs, label in (("release.toml", FAST_KNOBS, ""), ("release-mat.toml", MAT_KNOBS,
+                                                                  "-mat")):
+        (folder / name).write_text(make_specs.spec_text(
+            f"suite-{config}{label}", what, f"{pinned} {knobs.replace(graphs, '')}", timing,
+            1e-3), encoding="utf-8")
+    meta = {"step": "specs", "config": config, "arch": arch, "batch": batch, "device": device,
+            "tiny": tiny, "models_source": source, "reference_device": ref_device,
+            "reference_s": round(ref_s, 2), "export_s": round(export_s, 2), "ok": True}
+    _write(meta_path, meta)
+    return meta
+
+
+# ---------------------------------------------------------------------------------- release
+def _run_summary(run_dir: Path) -> dict:
+    from steps import run_summary  # bench/h200/steps.py: what a run folder's cache says
+
+    s = run_summary(run_dir)
+    d = s.get("decision") or {}
+    fresh_builds = sum(1 for t in s["trials"] if t["role"] != "confirm" and t["build_s"]
+                       and t.get("build_cache") != "hit")
+    confirmed = [t for t in s["trials"] if t["role"] == "confirm" and t["speedup"] is not None
+                 and t["route"] != s["baseline_route"]]
+    best = max(confirmed, key=lambda t: t["speedup"], default=None)
+    return {"baseline_route": s["baseline_route"], "selection": s["selection"],
+            "best_confirmed": None if best is None else {
+                "route": best["route"], "speedup": best["speedup"], "ci": best["speedup_ci"]},
+            "routes_measured": s["routes_measured"], "builds": s["builds"],
+            "builds_fresh": fresh_builds, "build_s_sum": s["build_s_sum"],
+            "search_wall_s": s["search_wall_s"], "gain": d.get("gain"),
+            "shipped_route": d.get("shipped_route"), "speedup": d.get("speedup"),
+            "speedup_ci": [d.get("speedup_ci_low"), d.get("speedup_ci_high")],
+            "reason": d.get("reason"),
+            "trials": [{k: t[k] for k in ("route", "role", "outcome", "reason", "build_s",
+                                          "build_cache", "worst_loss", "speedup", "speedup_ci",
+                                          "trial_s")}
+                       | {"median_ms": (t["timing"] or {}).get("median_ms")}
+                       for t in s["trials"]]}
+
+
+def release_folder(work: Path, config: str, spec: str) -> Path:
+    return work / "releases" / f"{config}{'-mat' if spec == 'release-mat.toml' else ''}"
+
+
+def step_release(work: Path, config: str, spec: str, timeout: float) -> dict:
+    """A fresh ``dossier release`` of the configuration's spec, with its build cache."""
+    folder = work / "specs" / config
+    out = release_folder(work, config, spec)
+    if out.exists():
+        shutil.rmtree(out)
+    cache = work / "build-cache" / config
+    cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cmd = [sys.executable, "-m", "dossier_cli.main", "release", str(folder / spec), "--out",
+           str(out), "--build-cache", str(cache), "--json", "--quiet"]
+    if os.environ.get("BENCH_BUILD_JOBS"):
+        cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
+    rec: dict[str, Any] = {"step": "release", "config": config, "spec": spec,
+                           "command": " ".join(["dossier", *cmd[3:]])}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
+                              timeout=timeout, check=False)
+        rec["rc"] = proc.returncode
+        rec["stderr_tail"] = proc.stderr[-3000:]
+    except subprocess.TimeoutExpired:
+        rec["rc"] = None
+        rec["error"] = f"killed after {timeout:.0f} s"
+    rec["wall_s"] = round(time.perf_counter() - t0, 2)
+    runs = sorted((out / ".runs").glob("*")) if (out / ".runs").is_dir() else []
+    if runs and (runs[0] / CACHE_FILE).is_file():
+        rec["run_dir"] = str(runs[0])
+        try:
+            rec.update(_run_summary(runs[0]))
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            rec["summary_error"] = f"{type(exc).__name__}: {exc}"
+    bundles = sorted(out.glob("*.dossier"))
+    rec["bundle"] = str(bundles[0]) if bundles else None
+    rec["ok"] = rec.get("rc") == 0 and rec["bundle"] is not None
+    return rec
+
+
+# ---------------------------------------------------------------------------------- compare
+def ratio(baseline: list[list[float]], other: list[list[float]], confidence: float) -> dict:
+    """How many times faster ``other`` is than ``baseline`` (samples per round of each, timed in
+    the same rounds): the Hodges-Lehmann estimate over rounds of the block-median ratio, with
+    its exact distribution-free interval, and the rounds' ratios."""
+    import numpy as np
+
+    from dossier.timing import round_ratios, shift_interval
+
+    r = round_ratios(baseline, other)
+    est, lo, hi = shift_interval(np.log(r), confidence)
+    return {"x": round(float(np.exp(est)), 4),
+            "ci": [round(float(np.exp(lo)), 4), round(float(np.exp(hi)), 4)],
+            "rounds": len(r)}
+
+
+def timed_side_by_side(contenders: dict[str, Callable[[Any], Any]], args: list[Any],
+                       sync: Callable[[], None], rounds: int, calls: int,
+                       warmup: int = 10) -> dict[str, list[list[float]]]:
+    """Wall clock per call (the call, then ``sync``) of every contender, in ``rounds`` rounds of
+    one block of ``calls`` timed calls each (after ``warmup`` untimed), contenders in rotating
+    order (:func:`dossier.timing.sample_rounds`), inputs rotated over ``args``."""
+    from dossier.timing import TimingSettings, sample_rounds
+
+    def timer(fn: Callable[[Any], Any]) -> Callable[[], Callable[[int], float]]:
+        def one(i: int) -> float:
+            t0 = time.perf_counter_ns()
+            fn(args[i])
+            sync()
+            return (time.perf_counter_ns() - t0) / 1e6
+
+        return lambda: one
+
+    names = list(contenders)
+    settings = TimingSettings(rounds=rounds, samples=rounds * calls, block_warmup=warmup)
+    got = sample_rounds([timer(contenders[n]) for n in names], settings, len(args))
+    return dict(zip(names, got))
+
+
+def profile(fn: Callable[[Any], Any], args: list[Any], calls: int, cuda: bool) -> dict:
+    """Kernels per call and kernel time per call (``torch.profiler``) and, for comparison, the
+    wall time per call of back-to-back calls with one synchronize at the end."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for i in range(3):
+        fn(args[i % len(args)])
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter_ns()
+    for i in range(calls):
+        fn(args[i % len(args)])
+    if cuda:
+        torch.cuda.synchronize()
+    streamed = (time.perf_counter_ns() - t0) / 1e6 / calls
+    with torch_profile(activities=acts) as prof:
+        for i in range(calls):
+            fn(args[i % len(args)])
+        if cuda:
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    per: dict[str, list[float]] = {}
+    for e in kernels:
+        per.setdefault(e.name, []).append(e.device_time)
+    top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:6]
+    return {"calls": calls, "streamed_ms_per_call": round(streamed, 4),
+            "kernels_per_call": round(len(kernels) / calls, 1),
+            "kernel_ms_per_call": round(sum(e.device_time for e in kernels) / 1e3 / calls, 4),
+            "top_kernels": [{"name": n[:120], "count_per_call": round(len(v) / calls, 1),
+                             "ms_per_call": round(sum(v) / 1e3 / calls, 4)} for n, v in top]}
+
+
+def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: float,
+                 json_path: Path, rounds: int = 20, calls: int = 0,
+                 max_autotune_min_s: float = 150.0) -> dict:
+    """The served engine against eager and ``torch.compile`` modes, one process. The record is
+    rewritten after each stage, so a stage the timeout kills leaves the earlier ones; the
+    max-autotune compile (minutes) comes last and the others are timed before it."""
+    import numpy as np
+    import torch
+
+    import dossier
+    from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.validation import judge, load_validation_set
+    from samples import torch_models
+
+    t_start = time.perf_counter()
+    arch, batch = parse_config(config)
+    folder = work / "specs" / config
+    meta = json.loads((folder / "meta.json").read_text())
+    device = meta["device"]
+    cuda = device.startswith("cuda")
+    bundles = sorted(release_folder(work, config, spec).glob("*.dossier"))
+    factory = models.factory(arch, meta["tiny"])
+    sig = signature_from_dict(torch_models.fixed_signature(
+        factory.signature, batch), config)  # type: ignore[attr-defined]
+    vset = load_validation_set(folder / "validation")
+    names = [t.name for t in sig.inputs]
+    args = [tuple(torch.from_numpy(np.ascontiguousarray(p.inputs[n])).to(device) for n in names)
+            for p in vset.pairs]
+    calls = calls or (50 if batch <= 8 else 20)
+    rec: dict[str, Any] = {"step": "compare", "config": config, "device": device,
+                           "torch": torch.__version__, "procedure": (
+                               f"one process; wall clock per call (call + synchronize); "
+                               f"{rounds} rounds, each contender one block of {calls} timed "
+                               f"calls after 10 untimed, in rotating order; inputs rotated over "
+                               f"the {len(args)} validation pairs"),
+                           "contenders": {}, "ok": False}
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    module = wrap_module(factory().to(device), "bfloat16", sig)
+    fns: dict[str, Callable[[Any], Any]] = {}
+
+    def accuracy(fn: Callable[[Any], Any]) -> dict:
+        outs = {}
+        for p, a in zip(vset.pairs, args):
+            flat = fn(a)
+            if isinstance(flat, dict):
+                flat = [flat[t.name] for t in sig.outputs]
+            outs[p.name] = {t.name: o.detach().float().cpu().numpy()
+                            for t, o in zip(sig.outputs, flat)}
+        acc = judge(outs, vset, "cos", 1e-3)
+        return {"worst_loss": acc.worst, "admissible": bool(acc)}
+
+    def add(label: str, make: Callable[[], Callable[[Any], Any]]) -> None:
+        row: dict[str, Any] = {}
+        rec["contenders"][label] = row
+        try:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                fn = make()
+                fn(args[0])
+                sync()
+                row["first_call_s"] = round(time.perf_counter() - t0, 2)
+                for i in range(5):  # reduce-overhead records its graphs on the next calls
+                    fn(args[i % len(args)])
+                sync()
+                row["ready_s"] = round(time.perf_counter() - t0, 2)
+                row.update(accuracy(fn))
+            fns[label] = fn
+            row["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - a mode that fails is a row with its reason
+            row.update(_failure(exc))
+        _write(json_path, rec)
+
+    def compiled(mode: str) -> Callable[[], Callable[[Any], Any]]:
+        def make() -> Callable[[Any], Any]:
+            c = torch.compile(copy.deepcopy(module), **({} if mode == "default" else
+                                                        {"mode": mode}))
+            return lambda a: c(*a)
+        return make
+
+    def served(found: list[Path], key: str) -> Callable[[], Callable[[Any], Any]]:
+        def make() -> Callable[[Any], Any]:
+            if not found:
+                raise FileNotFoundError(f"no bundle for {config}: the release did not finish")
+            engine = dossier.load(found[0])
+            rec[f"{key}_route"] = engine.route
+            rec[f"{key}_bundle"] = found[0].name
+            return lambda a: engine(dict(zip(names, a)))
+        return make
+
+    def measure(stage: str) -> None:
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            got = timed_side_by_side(fns, args, sync, rounds, calls)
+            rec[f"{stage}_timing_s"] = round(time.perf_counter() - t0, 1)
+        _summarise(rec, got, stage)
+        if stage == "final":
+            with torch.no_grad():
+                rec["profile"] = {label: _profiled(fn, args, cuda) for label, fn in fns.items()}
+        rec["wall_s"] = round(time.perf_counter() - t_start, 1)
+        _write(json_path, rec)
+
+    add(SERVED, served(bundles, "served"))
+    mat = sorted(release_folder(work, config, "release-mat.toml").glob("*.dossier"))
+    if mat and spec != "release-mat.toml":  # the max_autotune release's engine beside it
+        add(SERVED_MAT, served(mat, "served_mat"))
+    for mode in modes:
+        if mode == "eager":
+            add("eager", lambda: (lambda a: module(*a)))
+        elif mode != "max-autotune":
+            add(mode, compiled(mode))
+    if "max-autotune" in modes:
+        measure("before_max_autotune")
+        left = timeout - (time.perf_counter() - t_start)
+        if left < max_autotune_min_s:
+            rec["contenders"]["max-autotune"] = {
+                "ok": False, "skipped": f"time budget: {left:.0f} s left, the compile needs "
+                                       f"about {max_autotune_min_s:.0f} s"}
+        else:
+            add("max-autotune", compiled("max-autotune"))
+    measure("final")
+    rec["ok"] = SERVED in fns and len(fns) > 1
+    _write(json_path, rec)
+    return rec
+
+
+def _profiled(fn: Callable[[Any], Any], args: list[Any], cuda: bool) -> dict:
+    try:
+        return profile(fn, args, 20, cuda)
+    except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis only
+        return _failure(exc)
+
+
+def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None:
+    """Medians per contender and the served engine's ratio over each (``x`` > 1: faster)."""
+    from dossier.timing import flatten, summarize
+
+    table = {}
+    for label, rounds in got.items():
+        s = summarize(flatten(rounds)[0], 0.95)
+        table[label] = {"median_ms": round(s.median_ms, 4),
+                        "ci": [round(s.ci_low_ms, 4), round(s.ci_high_ms, 4)], "n": s.n,
+                        "p10_ms": round(s.p10_ms, 4), "p90_ms": round(s.p90_ms, 4)}
+    out: dict[str, Any] = {"ms_per_call": table}
+    if SERVED in got:
+        out["served_over"] = {label: ratio(rounds, got[SERVED], 0.95)
+                              for label, rounds in got.items() if label != SERVED}
+        if SERVED_MAT in got:
+            out["served_mat_over"] = {label: ratio(rounds, got[SERVED_MAT], 0.95)
+                                      for label, rounds in got.items() if label != SERVED_MAT}
+        modes = [m for m in COMPILE_MODES if m in got]
+        if modes:
+            best = min(modes, key=lambda m: table[m]["median_ms"])
+            out["best_compile_mode"] = best
+            out["served_over_best_compile"] = out["served_over"][best]
+    rec[stage] = out
+
+
+# ------------------------------------------------------------------------------------ run
+class Runner:
+    """Steps in child processes within one deadline; every record merged into one file."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.start = time.monotonic()
+        self.work: Path = args.work
+        self.out: Path = args.out
+        self.results = self.work / "results" / args.tag
+        self.results.mkdir(parents=True, exist_ok=True)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log = self.out / f"suite-{args.tag}.log"
+        self.n = len(list(self.results.glob("*.json")))
+
+    def left(self) -> float:
+        return self.args.deadline - (time.monotonic() - self.start)
+
+    def note(self, text: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S', time.gmtime())} +{time.monotonic() - self.start:.0f}s] {text}"
+        print(line, file=sys.stderr, flush=True)
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def step(self, name: str, need: float, argv: list[str], cap: float | None = None) -> dict:
+        self.n += 1
+        file = self.results / f"{self.n:02d}-{name}.json"
+        left = self.left()
+        if left < need:
+            rec = {"step": name, "ok": False, "skipped": f"deadline: {left:.0f} s left, it "
+                   f"needs {need:.0f} s"}
+            _write(file, rec)
+            self.note(f"skip {name}: {left:.0f} s left")
+            self.merge()
+            return rec
+        budget = min(left - 10, cap or left)
+        self.note(f"start {name} ({left:.0f} s left, {budget:.0f} s for it)")
+        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--json", str(file),
+               "--timeout", str(int(budget - 10))]
+        with self.log.open("a", encoding="utf-8") as log:
+            try:
+                proc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=log, stderr=log,  # noqa: S603
+                                      timeout=budget, check=False)
+                rc: int | None = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        rec = _read(file) if file.is_file() else {"step": name, "ok": False,
+                                                  "error": f"exit {rc}, no record"}
+        if rc is None:
+            rec["killed"] = f"after {budget:.0f} s"
+            _write(file, rec)
+        self.note(f"end {name} rc={rc} ok={rec.get('ok')}")
+        self.merge()
+        return rec
+
+    def merge(self) -> None:
+        records = [_read(p) for p in sorted(self.results.glob("*.json"))]
+        _write(self.out / f"suite-{self.args.tag}.json",
+               {"format": "dossier-bench-suite/1", "tag": self.args.tag, "steps": records})
+        with tarfile.open(self.out / f"caches-suite-{self.args.tag}.tar.gz", "w:gz") as tar:
+            for cache in sorted((self.work / "releases").glob(f"*/.runs/*/{CACHE_FILE}")):
+                tar.add(cache, arcname=str(cache.relative_to(self.work / "releases")))
+
+    def run(self) -> int:
+        a = self.args
+        common = ["--work", str(a.work)]
+        self.n += 1
+        _write(self.results / f"{self.n:02d}-env.json", _env())
+        for config in [c for c in a.configs.split(",") if c]:
+            spec_argv = ["specs", *common, "--config", config, "--device", a.device]
+            specs = self.step(f"specs-{config}", 60, spec_argv + (["--tiny"] if a.tiny else []),
+                              cap=300)
+            if not specs.get("ok"):
+                continue
+            mat = config in a.mat.split(",")
+            for spec in ["release.toml", *(["release-mat.toml"] if mat else [])]:
+                self.step(f"release-{config}{'-mat' if mat and spec != 'release.toml' else ''}",
+                          a.release_min_s, ["release", *common, "--config", config, "--spec",
+                                            spec])
+            self.step(f"compare-{config}", 60, ["compare", *common, "--config", config,
+                                               "--modes", a.modes, "--rounds", str(a.rounds)],
+                      cap=a.compare_cap_s)
+        self.note(f"done in {time.monotonic() - self.start:.0f} s")
+        return 0
+
+
+def _read(path: Path) -> dict:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, json.JSONDecodeError) as exc:
+        return {"step": path.stem, "ok": False, "error": f"unreadable: {exc}"}
+
+
+def _env() -> dict:
+    from steps import step_env
+
+    return step_env()
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    default_work = REPO_ROOT / "bench" / "work" / "suite"
+    for name in ("specs", "release", "compare", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("--work", type=Path, default=default_work)
+        if name == "run":
+            p.add_argument("--configs", required=True)
+            p.add_argument("--out", type=Path, required=True)
+            p.add_argument("--tag", required=True)
+            p.add_argument("--deadline", type=float, default=540.0)
+            p.add_argument("--mat", default="", help="configs that also release max_autotune")
+            p.add_argument("--modes", default=",".join(MODES))
+            p.add_argument("--rounds", type=int, default=20)
+            p.add_argument("--device", default="cuda")
+            p.add_argument("--tiny", action="store_true")
+            p.add_argument("--release-min-s", type=float, default=120.0)
+            p.add_argument("--compare-cap-s", type=float, default=420.0)
+            continue
+        p.add_argument("--config", required=True)
+        p.add_argument("--json", type=Path, required=True)
+        p.add_argument("--timeout", type=float, default=540.0)
+        if name == "specs":
+            p.add_argument("--device", default="cuda")
+            p.add_argument("--tiny", action="store_true")
+            p.add_argument("--force", action="store_true")
+        else:
+            p.add_argument("--spec", default="release.toml",
+                           choices=("release.toml", "release-mat.toml"))
+        if name == "compare":
+            p.add_argument("--modes", default=",".join(MODES))
+            p.add_argument("--rounds", type=int, default=20)
+            p.add_argument("--calls", type=int, default=0, help="timed calls per block "
+                           "(default: 50 at batch <= 8, else 20)")
+    args = parser.parse_args(argv)
+    if args.cmd == "run":
+        return Runner(args).run()
+    t0 = time.perf_counter()
+    try:
+        if args.cmd == "specs":
+            rec = step_specs(args.work, args.config, args.device, args.tiny, args.force)
+        elif args.cmd == "release":
+            rec = step_release(args.work, args.config, args.spec, args.timeout)
+        else:
+            modes = [m for m in args.modes.split(",") if m]
+            unknown = sorted(set(modes) - set(MODES))
+            if unknown:
+                raise ValueError(f"unknown modes {unknown} (known: {', '.join(MODES)})")
+            rec = step_compare(args.work, args.config, args.spec, modes, args.timeout,
+                               args.json, args.rounds, args.calls)
+    except Exception as exc:  # noqa: BLE001 - a step never takes the suite down
+        rec = {"step": args.cmd, "config": args.config, **_failure(exc)}
+    rec.setdefault("step_wall_s", round(time.perf_counter() - t0, 2))
+    _write(args.json, rec)
+    return 0 if rec.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Precision routes of the ONNX Runtime backend: knobs that transform the model before the
+session is built (int8 quantization through ``onnxruntime.quantization``), and the execution
+provider.
+
+A route that quantizes runs ``quant_pre_process`` (unless ``-quant_preprocess=off``), then
+``quantize_dynamic`` or ``quantize_static`` (QDQ format) with the route's choices, and the
+quantized model is what ONNX Runtime optimizes and saves as the engine: the bundle ships the
+transformed model, and the route names every choice that made it. The quantizer's settings,
+the calibration set's digest and (static) the activation ranges it computed are written into
+the engine's metadata (``dossier.quantization``), so the engine says what it was calibrated on.
+
+What the choices mean on x86 (ONNX Runtime's own guidance, and measurements on this project's
+hosts):
+
+- dynamic quantization touches the MatMul family only (MatMul, Attention, LSTM): dynamic
+  quantization of a Conv gives ConvInteger, which the CPU provider runs slowly or not at all;
+  convolutions take static QDQ;
+- static QDQ quantizes every operator the registry knows, with activation ranges calibrated on
+  the calibration set (MinMax, Entropy or Percentile);
+- activations u8 with weights s8 (U8S8) is the recommended x86 form, S8S8 the API default:
+  both are offered; ``reduce_range`` matters only on processors without VNNI;
+- float16 is not offered: the CPU provider inserts casts around it and runs it slower than
+  float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import json
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dossier.backends.interface import BuildError, first_line
+from dossier.hashing import digest_bytes
+from dossier.knobs import Knob, KnobPhase
+
+NONE, DYNAMIC, STATIC = "none", "dynamic", "static"
+QUANT_KNOBS: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    ("quantization", (NONE, DYNAMIC, STATIC), NONE,
+     "int8 quantization of the model before it is compiled: dynamic (MatMul family, "
+     "activation ranges at run time) or static (QDQ, ranges from the calibration set)"),
+    ("quant_weight_type", ("s8", "u8"), "s8", "weight type of a quantized route"),
+    ("quant_activation_type", ("u8", "s8"), "u8",
+     "activation type of a static route (u8: U8S8, x86's recommended form; s8: S8S8)"),
+    ("quant_per_channel", ("off", "on"), "off",
+     "one scale per output channel of each weight (accuracy) instead of one per tensor"),
+    ("quant_reduce_range", ("off", "on"), "off",
+     "7-bit weights (for processors without VNNI, where 8-bit products can saturate)"),
+    ("quant_calibration", ("minmax", "entropy", "percentile"), "minmax",
+     "how a static route computes activation ranges from the calibration set"),
+    ("quant_preprocess", ("on", "off"), "on",
+     "run onnxruntime.quantization's quant_pre_process (shape inference, graph cleanup) first"),
+)
+QUANT_SPEC = {k[0]: k for k in QUANT_KNOBS}
+STATIC_ONLY = ("quant_activation_type", "quant_calibration")
+DYNAMIC_OPS = ["MatMul", "Attention", "LSTM"]
+"""What dynamic quantization touches: the MatMul family (a Conv would become ConvInteger)."""
+EP_KNOB = "execution_provider"
+CPU, OPENVINO = "cpu", "openvino"
+OPENVINO_EP = "OpenVINOExecutionProvider"
+METADATA_KEY = "dossier.quantization"
+
+if TYPE_CHECKING:
+    from dossier.datasets import CalibrationSet
+
+
+def knobs() -> list[Knob]:
+    """The quantization knobs (transform phase; every one changes the numbers)."""
+    return [Knob(name=n, values=v, default=d, phase=KnobPhase.TRANSFORM, help=h,
+                 changes_numerics=True) for n, v, d, h in QUANT_KNOBS]
+
+
+def inert(values: Mapping[str, str]) -> frozenset[str]:
+    """The quantization knobs that have no effect under ``values`` (a route's effective knob
+    values): all of them when the route does not quantize, the static-only ones when it
+    quantizes dynamically."""
+    mode = values.get("quantization", NONE)
+    if mode == NONE:
+        return frozenset(n for n in QUANT_SPEC if n != "quantization")
+    if mode == DYNAMIC:
+        return frozenset(STATIC_ONLY)
+    return frozenset()
+
+
+def transforms(values: Mapping[str, str]) -> bool:
+    """Whether a route with these effective values transforms the model."""
+    return values.get("quantization", NONE) != NONE
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """A failure of the quantizer is the route's failed build, with the quantizer's reason."""
+    try:
+        yield
+    except (BuildError, MemoryError):
+        raise
+    except Exception as exc:  # the quantizer raises whatever its dependencies raise
+        raise BuildError(f"{what}: {type(exc).__name__}: {first_line(exc)}") from exc
+
+
+def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet | None,
+             out: Path) -> dict[str, str]:
+    """Write the model quantized as ``values`` say to ``out`` (ONNX); return the build facts.
+    BuildError with the quantizer's reason when it fails."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    mode = values["quantization"]
+    types = {"s8": QuantType.QInt8, "u8": QuantType.QUInt8}
+    on = {k: values.get(k) == "on" for k in ("quant_per_channel", "quant_reduce_range")}
+    facts: dict[str, str] = {"quantization": mode,
+                             "quant_weight_type": values["quant_weight_type"],
+                             "quant_per_channel": values["quant_per_channel"],
+                             "quant_reduce_range": values["quant_reduce_range"]}
+    with tempfile.TemporaryDirectory(prefix="dossier-quant-") as tmp:
+        source = model
+        if values.get("quant_preprocess", "on") == "on":
+            source = Path(tmp) / "preprocessed.onnx"
+            with _step("quant_pre_process"):
+                quant_pre_process(str(model), str(source))
+        if mode == DYNAMIC:
+            with _step("quantize_dynamic"):
+                quantize_dynamic(str(source), str(out), op_types_to_quantize=DYNAMIC_OPS,
+                                 per_channel=on["quant_per_channel"],
+                                 reduce_range=on["quant_reduce_range"],
+                                 weight_type=types[values["quant_weight_type"]])
+            ranges = None
+        else:
+            if calibration is None:
+                raise BuildError("-quantization=static needs a calibration set ([calibration] "
+                                 "in the release spec)")
+            feeds = calibration.feeds()
+
+            class Reader(CalibrationDataReader):  # type: ignore[misc]
+                def __init__(self) -> None:
+                    self._it = iter(feeds)
+
+                def get_next(self) -> dict[str, Any] | None:
+                    return next(self._it, None)
+
+            method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+                      "percentile": CalibrationMethod.Percentile}[values["quant_calibration"]]
+            cache = Path(tmp) / "ranges.json"
+            kw: dict[str, Any] = {}
+            if "calibration_cache_path" in inspect.signature(quantize_static).parameters:
+                kw["calibration_cache_path"] = str(cache)
+            with _step("quantize_static"):
+                quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ,
+                                per_channel=on["quant_per_channel"],
+                                reduce_range=on["quant_reduce_range"],
+                                activation_type=types[values["quant_activation_type"]],
+                                weight_type=types[values["quant_weight_type"]],
+                                calibrate_method=method, **kw)
+            ranges = json.loads(cache.read_text()) if cache.is_file() else None
+            facts.update(quant_activation_type=values["quant_activation_type"],
+                         quant_calibration=values["quant_calibration"],
+                         calibration_samples=str(len(calibration.samples)),
+                         calibration_digest=calibration.digest())
+            if ranges is not None:
+                facts["calibration_ranges"] = str(len(ranges.get("data", ranges)))
+                facts["calibration_ranges_digest"] = digest_bytes(
+                    json.dumps(ranges, sort_keys=True).encode())
+        with _step("recording the quantization in the model"):
+            _stamp(out, {"facts": facts, "ranges": ranges})
+    return facts
+
+
+def _stamp(path: Path, record: Mapping[str, object]) -> None:
+    """Write ``record`` into the model's metadata (ONNX Runtime keeps it in the saved engine)."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    prop = m.metadata_props.add()
+    prop.key, prop.value = METADATA_KEY, json.dumps(record, sort_keys=True)
+    onnx.save(m, str(path))
+
+
+def engine_record(session: Any) -> dict[str, Any] | None:
+    """What a quantized engine says of its quantization (None for one that does not)."""
+    text = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
+    if text is None:
+        return None
+    data = json.loads(text)
+    return data if isinstance(data, dict) else None
+
+
+# ------------------------------------------------------------------------- execution provider
+def openvino_devices() -> tuple[list[Any], str | None]:
+    """The OpenVINO CPU devices ONNX Runtime offers through the ``onnxruntime-ep-openvino``
+    plug-in, and why there are none (None when there are)."""
+    if importlib.util.find_spec("onnxruntime_ep_openvino") is None:
+        return [], "the OpenVINO plug-in is not installed (pip install onnxruntime-ep-openvino)"
+    import onnxruntime as ort
+
+    if not hasattr(ort, "register_execution_provider_library"):
+        return [], f"onnxruntime {ort.__version__} cannot load execution provider plug-ins"
+    import onnxruntime_ep_openvino as plugin
+
+    try:
+        if not any(d.ep_name == OPENVINO_EP for d in ort.get_ep_devices()):
+            ort.register_execution_provider_library(OPENVINO_EP, plugin.get_library_path())
+    except Exception as exc:  # the plug-in's native load failed
+        return [], f"the OpenVINO plug-in did not load: {first_line(exc)}"
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == OPENVINO_EP
+               and d.ep_metadata.get("ov_device") == "CPU"]
+    if not devices:
+        vendors = sorted({d.device.vendor for d in ort.get_ep_devices()})
+        return [], ("the OpenVINO plug-in loaded but offers no CPU device on this host "
+                    f"(CPU vendor: {', '.join(vendors) or 'unknown'})")
+    return devices, None
+
+
+def provider_problem(session: Any, wanted: str) -> str | None:
+    """Why ``session`` is not the route it names (None when it runs on ``wanted`` first):
+    ONNX Runtime falls back to the CPU provider with only a warning, and a route measured there
+    would be the CPU route under another name."""
+    got = list(session.get_providers())
+    if got and got[0] == wanted:
+        return None
+    return (f"the session fell back to {', '.join(got) or 'no provider'} instead of {wanted}: "
+            "the route is not what it names")

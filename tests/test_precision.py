@@ -1,0 +1,152 @@
+"""Precision routes of the ONNX Runtime backend: int8 quantization as transform knobs, the
+execution provider knob, and the engines they build (real onnxruntime.quantization runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dossier.backends import BuildError, get_backend
+from dossier.backends.onnxruntime import precision
+from dossier.datasets import load_calibration_set
+from dossier.knobs import KnobPhase
+from dossier.routes import Route
+from dossier.validation import load_validation_set, loss
+
+
+@pytest.fixture(scope="module")
+def ort_backend():  # type: ignore[no-untyped-def]
+    return get_backend("onnxruntime")
+
+
+def _cos_against_refs(backend, engine: Path, route: Route, vset_path: Path) -> float:  # type: ignore[no-untyped-def]
+    runner = backend.load(engine, route)
+    worst = 0.0
+    for pair in load_validation_set(vset_path).pairs:
+        out = runner.run(pair.inputs)
+        for name, ref in pair.references.items():
+            value = loss("cos", out[name], ref)
+            assert value is not None
+            worst = max(worst, value)
+    return worst
+
+
+def test_quantization_knobs_are_transform_knobs_that_change_the_numbers(ort_backend) -> None:  # type: ignore[no-untyped-def]
+    db = ort_backend.knob_database()
+    for name in precision.QUANT_SPEC:
+        k = db.get(name)
+        assert k.phase is KnobPhase.TRANSFORM and k.changes_numerics
+    assert db.get("quantization").values == ("none", "dynamic", "static")
+    assert db.get("quantization").default == "none"
+
+
+def test_knobs_without_effect_are_named_per_route(ort_backend) -> None:  # type: ignore[no-untyped-def]
+    db = ort_backend.knob_database()
+    none = ort_backend.inert_knobs(Route.parse("-quant_per_channel=on", db), db)
+    assert "quant_per_channel" in none and "quantization" not in none
+    dyn = ort_backend.inert_knobs(Route.parse("-quantization=dynamic", db), db)
+    assert dyn == {"quant_activation_type", "quant_calibration"}
+    assert ort_backend.inert_knobs(Route.parse("-quantization=static", db), db) == frozenset()
+    assert ort_backend.needs_calibration(Route.parse("-quantization=static", db), db)
+    assert not ort_backend.needs_calibration(Route.parse("-quantization=dynamic", db), db)
+
+
+def test_dynamic_int8_changes_the_numbers_within_a_cosine_bar(ort_backend, samples_dir: Path,
+                                                              tmp_path: Path) -> None:
+    db = ort_backend.knob_database()
+    model = samples_dir / "tblock" / "model.onnx"
+    route = Route.parse("-quantization=dynamic", db)
+    engine = tmp_path / "int8.ort"
+    info = ort_backend.build(model, route, engine)
+    assert info.facts["quantization"] == "dynamic" and info.facts["format"] == "ort"
+    fp32 = tmp_path / "fp32.ort"
+    ort_backend.build(model, Route.parse("", db), fp32)
+    vset = samples_dir / "tblock" / "validation"
+    int8_loss = _cos_against_refs(ort_backend, engine, route, vset)
+    fp32_loss = _cos_against_refs(ort_backend, fp32, Route.parse("", db), vset)
+    assert fp32_loss < 1e-9 < int8_loss < 1e-3, (fp32_loss, int8_loss)
+    doc = json.loads(ort_backend.engine_documents(engine)["quantization.json"])
+    assert doc["facts"]["quantization"] == "dynamic" and doc["ranges"] is None
+    assert ort_backend.engine_documents(fp32) == {}
+
+
+def test_static_int8_needs_a_calibration_set_and_records_its_ranges(samples_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    model = samples_dir / "tblock" / "model.onnx"
+    route = Route.parse("-quantization=static -quant_calibration=minmax", db)
+    with pytest.raises(BuildError, match="needs a calibration set"):
+        backend.build(model, route, tmp_path / "no-cal.ort")
+    cal = load_calibration_set(samples_dir / "tblock" / "calibration")
+    backend.use_calibration(cal)
+    info = backend.build(model, route, tmp_path / "static.ort")
+    assert info.facts["calibration_digest"] == cal.digest()
+    assert info.facts["calibration_samples"] == str(len(cal.samples))
+    assert int(info.facts["calibration_ranges"]) > 0
+    doc = json.loads(backend.engine_documents(tmp_path / "static.ort")["quantization.json"])
+    assert doc["facts"]["calibration_digest"] == cal.digest() and doc["ranges"]
+    # another calibration set gives other ranges: the engine depends on what it was calibrated on
+    backend.use_calibration(type(cal)(cal.path, cal.samples[:2]))
+    other = backend.build(model, route, tmp_path / "static-2.ort")
+    assert other.facts["calibration_ranges_digest"] != info.facts["calibration_ranges_digest"]
+
+
+def test_a_quantizer_failure_is_the_routes_failed_build_with_its_reason(
+        ort_backend, samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime.quantization as q
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("Unable to find data type for weight_name='w1'")
+
+    monkeypatch.setattr(q, "quantize_dynamic", broken)
+    db = ort_backend.knob_database()
+    with pytest.raises(BuildError, match="quantize_dynamic: RuntimeError: Unable to find data type"):
+        ort_backend.build(samples_dir / "tblock" / "model.onnx",
+                          Route.parse("-quantization=dynamic", db), tmp_path / "x.ort")
+
+
+def test_a_session_that_fell_back_to_the_cpu_provider_is_not_the_route_it_names(
+        samples_dir: Path) -> None:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(samples_dir / "tblock" / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    assert precision.provider_problem(session, "CPUExecutionProvider") is None
+    why = precision.provider_problem(session, precision.OPENVINO_EP)
+    assert why is not None and "fell back to CPUExecutionProvider" in why
+
+
+def test_the_execution_provider_knob_is_offered_only_where_it_loads(ort_backend) -> None:  # type: ignore[no-untyped-def]
+    devices, why = precision.openvino_devices()
+    names = ort_backend.knob_database().names()
+    if devices:
+        assert precision.EP_KNOB in names and ort_backend.knobs_not_offered() == {}
+    else:
+        assert why and precision.EP_KNOB not in names
+        assert why in ort_backend.knobs_not_offered()[precision.EP_KNOB]
+
+
+def test_dossier_knobs_says_why_a_knob_is_not_offered(ort_backend) -> None:  # type: ignore[no-untyped-def]
+    from conftest import cli
+
+    r = cli("knobs", "--backend", "onnxruntime", columns=200)
+    assert r.exit_code == 0 and "-quantization" in r.stdout
+    if ort_backend.knobs_not_offered():
+        assert "not offered on this host: -execution_provider=openvino" in r.stdout
+    data = json.loads(cli("knobs", "--backend", "onnxruntime", "--json").stdout)
+    assert data["not_offered"] == ort_backend.knobs_not_offered()
+
+
+def test_a_per_channel_dynamic_engine_builds_and_runs_at_another_batch(
+        ort_backend, samples_dir: Path, tmp_path: Path) -> None:
+    db = ort_backend.knob_database()
+    engine = tmp_path / "int8.ort"
+    ort_backend.build(samples_dir / "tblock" / "model.onnx",
+                      Route.parse("-quantization=dynamic -quant_per_channel=on", db), engine)
+    runner = ort_backend.load(engine, Route.parse("-quantization=dynamic", db))
+    x = np.random.default_rng(0).standard_normal((2, 32, 128)).astype(np.float32)
+    assert runner.run({"x": x})["y"].shape == (2, 32, 128)
