@@ -11,7 +11,14 @@ import typer
 from dossier.errors import ExitCode
 from dossier.formats import Document, FormatName
 from dossier_cli.app import app, handled, on_interrupt
-from dossier_cli.cmd_tune import address_option, build_cache_option, executor_option, print_notes
+from dossier_cli.cmd_tune import (
+    address_option,
+    build_cache_option,
+    executor_option,
+    max_builds_option,
+    max_search_s_option,
+    print_notes,
+)
 from dossier_cli.render import (
     choose_format,
     emit,
@@ -95,6 +102,8 @@ def release(
     executor: str = executor_option(),
     address: str = address_option(),
     build_cache: Path = build_cache_option(),
+    max_builds: int = max_builds_option(),
+    max_search_s: float = max_search_s_option(),
 ) -> None:
     """Tune a release spec and bundle the result, in one command.
 
@@ -109,7 +118,7 @@ def release(
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver
 
-    s = load_spec(spec)
+    s = load_spec(spec, {"max_builds": max_builds, "max_search_s": max_search_s})
     check_target(out_dir, s.release.name, s.release.version)
     folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
     again = shlex.join(["dossier", "release", str(spec), "--out", str(out_dir),

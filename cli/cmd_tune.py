@@ -57,10 +57,44 @@ def knobs(
 
 
 # ---------------------------------------------------------------------------------------- tune
+def _forecast(spec: Any, build_cache: Path | None, as_json: bool) -> None:
+    """``--dry-run`` of a budgeted search: what its budget buys."""
+    import dataclasses
+
+    from dossier.strategies.forecast import forecast
+    from dossier.tuner import prepare
+
+    p = prepare(spec)
+    f = forecast(p.spec, p.strategy, p.selection, p.db, p.backend, p.model, build_cache)
+    if as_json:
+        print_json({**dataclasses.asdict(f), "builds_s": f.builds_s})
+        return
+    for line in f.lines():
+        out.print(line, markup=False, soft_wrap=True)
+
+
 def _overrides(selection: str | None, strategy: str | None, threshold: float | None,
-               metric: str | None, backend: str | None = None) -> dict[str, Any]:
+               metric: str | None, backend: str | None = None, max_builds: int | None = None,
+               max_search_s: float | None = None) -> dict[str, Any]:
     return {"selection": selection, "strategy": strategy, "threshold": threshold,
-            "metric": metric, "backend": backend}
+            "metric": metric, "backend": backend, "max_builds": max_builds,
+            "max_search_s": max_search_s}
+
+
+def max_builds_option() -> int | None:
+    """The ``--max-builds`` option."""
+    option: int | None = typer.Option(None, "--max-builds", metavar="N", min=1, help="Strategies random "
+                                      "and budget: routes measured at most, the baseline "
+                                      "included (overrides tune.max_builds).")
+    return option
+
+
+def max_search_s_option() -> float | None:
+    """The ``--max-search-s`` option."""
+    option: float | None = typer.Option(None, "--max-search-s", metavar="S", help="Strategies "
+                                        "random and budget: seconds of trials at most "
+                                        "(overrides tune.max_search_s).")
+    return option
 
 
 EXECUTOR_HELP = ("Where builds and measurements run: local (this host) or ray (a Ray cluster: "
@@ -117,13 +151,17 @@ def tune(
     spec: Path = typer.Argument(None, metavar="SPEC", help="Release spec (release.toml). Optional with --continue."),
     selection: str = typer.Option(None, help="Override the spec's selection, trtexec syntax: "
                                   "'-a=[x|y] -b=z'."),
-    strategy: str = typer.Option(None, help="Override the strategy: fast, mixed or full."),
+    strategy: str = typer.Option(None, help="Override the strategy: fast, mixed, full, random or "
+                                 "budget."),
     threshold: float = typer.Option(None, help="Override the accuracy threshold (> 0)."),
     metric: str = typer.Option(None, help="Override the metric: l0, l1, l2, linf or cos."),
     out_dir: Path = typer.Option(None, "--out", "-o", metavar="RUN", help="Run folder (default: "
                                  "dossier-runs/NAME-VERSION). Must not hold a search yet."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the routes in order; build "
-                                 "nothing. Refused for mixed (its phase 2 depends on results)."),
+                                 "nothing. Refused for mixed (its phase 2 depends on results). "
+                                 "For random and budget: what the budget buys (builds, and "
+                                 "their time from the build cache or one build of the "
+                                 "baseline)."),
     resume: Path = typer.Option(None, "--continue", metavar="RUN", help="Resume the search of this tuning "
                                 "cache (or run folder). Finished trials are never re-run."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
@@ -135,6 +173,8 @@ def tune(
     executor: str = executor_option(),
     address: str = address_option(),
     build_cache: Path = build_cache_option(),
+    max_builds: int = max_builds_option(),
+    max_search_s: float = max_search_s_option(),
 ) -> None:
     """Search build routes, drop those that fail or break accuracy, keep the fastest admissible
     one if it beats the baseline significantly.
@@ -147,7 +187,8 @@ def tune(
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver
 
-    overrides = _overrides(selection, strategy, threshold, metric)
+    overrides = _overrides(selection, strategy, threshold, metric, max_builds=max_builds,
+                           max_search_s=max_search_s)
     if resume is not None:
         if spec is not None:
             s = load_spec(spec, overrides)
@@ -169,6 +210,9 @@ def tune(
         if spec is None:
             raise typer.BadParameter("give a release spec, or --continue CACHE")
         s = load_spec(spec, overrides)
+        if dry_run and s.tune.strategy in ("random", "budget"):
+            _forecast(s, build_cache, as_json)
+            return
         if dry_run:
             baseline, routes = plan(s)
             if as_json:

@@ -27,7 +27,7 @@ from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
 from dossier.timing import TimingSettings
 from dossier.validation import Metric
 
-StrategyName = Literal["fast", "mixed", "full"]
+StrategyName = Literal["fast", "mixed", "full", "random", "budget"]
 """The search strategies (:mod:`dossier.strategies` registers one class per name)."""
 BUILTIN_BACKENDS = ("onnxruntime", "torch-inductor", "tensorrt")
 """Backends that ship with dossier; others register through the backend registry, which
@@ -124,9 +124,18 @@ class TuneSection(AccuracyRule):
     """Compiler backend: a name of the backend registry (built in: onnxruntime,
     torch-inductor, tensorrt)."""
     strategy: StrategyName = "fast"
-    """fast, mixed or full."""
+    """fast, mixed, full, random or budget."""
     selection: str
     """Knobs to vary and pin, trtexec syntax: ``-a=[x|y] -b=z``."""
+    max_builds: int | None = Field(None, ge=1, le=10**6)
+    """random and budget: routes measured at most, the baseline included."""
+    max_search_s: float | None = Field(None, gt=0, le=365 * 86400.0, allow_inf_nan=False)
+    """random and budget: seconds of trials at most (the sum of their wall times)."""
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    """random and budget: the seed of the draws (the same seed, the same proposals)."""
+    patience: int | None = Field(None, ge=1, le=10**6)
+    """budget: proposals in a row without a gain of the minimum effect before the search stops
+    (default 50)."""
 
 
 class ShapeEntry(_Section):

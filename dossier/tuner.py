@@ -47,6 +47,7 @@ from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.routes import Route, Selection
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
+from dossier.strategies.budget import STUDY_NAME
 from dossier.threshold import check_threshold
 from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
@@ -135,7 +136,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
-    strategy = get_strategy(spec.tune.strategy)
+    strategy = get_strategy(spec.tune.strategy, spec)
     db = backend.knob_database()
     selection = Selection.parse(spec.tune.selection, db)
     model = spec.model_path()
@@ -298,6 +299,7 @@ class Tuner:
             LocalScheduler(p.backend, build_jobs, build_cache)
         self.scheduler.attach(self.requests)
         self._canonical: dict[str, str] = {}
+        p.strategy.open(run_dir)  # where a strategy keeps its state for --continue
 
     def run_trial(self, route: Route, role: str) -> TrialRecord:
         """Build (or take the build job's engine, or an earlier trial's), then measure one
@@ -632,6 +634,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                                trials_run=tuner.ran, interrupted=False))
     clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
+    notes += p.strategy.notes()
     if store is not None:
         notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "
                   f"{store.stored} stored"]
@@ -645,7 +648,7 @@ def _close(ex: Scheduler | None) -> None:
 
 def _clear_failed_start(out: Path) -> None:
     """Remove what a search that never got an admissible trial wrote in ``out``."""
-    for name in (CACHE_NAME, KNOBS_NAME, FINGERPRINT_NAME):
+    for name in (CACHE_NAME, KNOBS_NAME, FINGERPRINT_NAME, STUDY_NAME):
         (out / name).unlink(missing_ok=True)
     for name in (ENGINES, WORK):
         shutil.rmtree(out / name, ignore_errors=True)

@@ -104,7 +104,7 @@ def toy_registered() -> Iterator[None]:
 # ----------------------------------------------------------------------------- the registry
 def test_the_shipped_backends_come_from_entry_points_and_the_test_backend_is_hidden() -> None:
     assert backend_names() == ["onnxruntime", "tensorrt", "torch-inductor"]
-    assert backend_names(include_tests=True) == ["faulty", "onnxruntime", "tensorrt",
+    assert backend_names(include_tests=True) == ["faulty", "landscape", "onnxruntime", "tensorrt",
                                                  "torch-inductor"]
     for name in backend_names(include_tests=True):
         backend = get_backend(name)

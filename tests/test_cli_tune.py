@@ -65,7 +65,8 @@ def test_dry_run_text_and_mixed_refusal(runner, conv: Path) -> None:
     (["--threshold", "inf"], "--threshold inf: Input should be a finite number"),
     (["--threshold", "nan"], "--threshold nan: Input should be a finite number"),
     (["--metric", "l3"], "--metric l3: Input should be 'l0', 'l1', 'l2', 'linf' or 'cos'"),
-    (["--strategy", "random"], "--strategy random: Input should be 'fast', 'mixed' or 'full'"),
+    (["--strategy", "greedy"], "--strategy greedy: Input should be 'fast', 'mixed', 'full', "
+                               "'random' or 'budget'"),
 ])
 def test_bad_tune_input(runner, conv: Path, tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "run"

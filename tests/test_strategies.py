@@ -206,7 +206,7 @@ def test_mixed_positive_needs_admissible_and_faster(case):
 # --------------------------------------------------------------------------------------- lookup
 
 def test_strategy_registry():
-    assert set(STRATEGIES) == {"fast", "full", "mixed"}
+    assert set(STRATEGIES) == {"fast", "full", "mixed", "random", "budget"}
     assert isinstance(get_strategy("mixed"), MixedStrategy)
     with pytest.raises(SelectionError, match="unknown strategy"):
         get_strategy("exhaustive")

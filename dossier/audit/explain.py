@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from dossier.audit.budget import SearchBudget, search_budget
 from dossier.audit.payback import Payback, payback
 from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
@@ -592,6 +593,8 @@ class Explanation(_Model):
     """The accuracy-speed trade: per route its worst loss per output and its speed, the
     frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
     :func:`dossier.audit.trade.informative`)."""
+    search_budget: SearchBudget | None = None
+    """How a budgeted search (strategy budget or random) spent its budget; None for others."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -761,6 +764,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         contention_knobs=sorted(k for k in {k for v in values.values() for k in v}
                                 if k in contention),
         trade=_trade(header, trials, decision, holdouts),
+        search_budget=search_budget(header, trials, run_dir),
     )
 
 

@@ -240,6 +240,12 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
 
     page.heading("Search cost")
     p("  " + escape(fig.cost_text(e)))
+    if e.search_budget is not None:  # a budgeted search: how it spent its budget
+        from dossier.audit.budget import lines as budget_lines
+
+        page.heading("Search budget")
+        for line in budget_lines(e.search_budget):
+            p("  " + escape(line))
 
     pb = e.payback
     page.heading("Payback (search cost against benefit)")

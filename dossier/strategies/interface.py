@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Mapping
-from typing import ClassVar, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection
+
+if TYPE_CHECKING:
+    from dossier.spec import ReleaseSpec
 
 
 class Judged(Protocol):
@@ -29,6 +33,17 @@ class Strategy(abc.ABC):
     summary: ClassVar[str]
     plans_ahead: ClassVar[bool] = True
     """False when the routes depend on results (then ``--dry-run`` cannot list them)."""
+
+    def configure(self, spec: ReleaseSpec) -> None:
+        """Take the strategy's settings from the spec (a budget, a seed); none by default."""
+
+    def open(self, run_dir: Path | None) -> None:
+        """Keep what the strategy must remember across ``tune --continue`` in ``run_dir``
+        (None: nowhere); nothing by default."""
+
+    def notes(self) -> list[str]:
+        """What the last walk has to say (why it stopped early); nothing by default."""
+        return []
 
     @abc.abstractmethod
     def routes(self, selection: Selection, db: KnobDatabase,

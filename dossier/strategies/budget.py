@@ -1,0 +1,270 @@
+"""``budget``: the best admissible route of a large space within a budget of builds or seconds.
+
+A structured start (the baseline and every one-knob route, as ``fast``), then routes proposed by
+Optuna's TPE sampler (multivariate, with constraints): a route that fails to build, crashes, times
+out or breaks accuracy is told to the sampler as infeasible (a violated constraint), never as a
+slow route; an admissible one as log(speedup over the baseline timed alongside). Every route is
+screened once, as in every strategy; the confirmation that follows the search is, as always, the
+only gate to shipping.
+
+The study lives in the run folder (``search-study.jsonl``, Optuna's journal storage), and each
+proposal is drawn by a sampler seeded from the strategy's seed and the number of proposals so
+far, so a search resumed with ``tune --continue`` (after Ctrl-C or kill -9) makes the same
+proposals as one that was never stopped. The search stops when the budget is spent, or earlier
+when no proposal is expected to beat the best route by the minimum effect
+(:mod:`dossier.strategies.spend`), or when the sampler keeps proposing routes already measured.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dossier.errors import InputError, TuneError
+from dossier.knobs import KnobDatabase
+from dossier.routes import Route, Selection
+from dossier.strategies.fast import FastStrategy
+from dossier.strategies.interface import Judged, Strategy
+from dossier.strategies.spend import DEFAULT_PATIENCE, Account, Limits, Scored, account, speedup
+from dossier.trial import Outcome
+
+if TYPE_CHECKING:
+    import optuna
+
+    from dossier.spec import ReleaseSpec
+
+STUDY_NAME = "search-study.jsonl"
+"""The study's journal in the run folder."""
+REPEATS_TO_STOP = 50
+"""Proposals in a row of routes already measured after which the sampler has converged."""
+STOPPED_ATTR = "stopped"
+"""Study attribute that records why the search stopped."""
+
+
+def build_limit(max_builds: int | None, max_search_s: float | None) -> None:
+    """Refuse a budget strategy without a budget (InputError)."""
+    if max_builds is None and max_search_s is None:
+        raise InputError("strategy 'budget' needs a budget",
+                         hint="set max_builds and/or max_search_s in [tune], or give "
+                              "--max-builds / --max-search-s")
+
+
+class BudgetStrategy(Strategy):
+    """Structured start, then constrained TPE proposals, within ``max_builds`` / ``max_search_s``."""
+
+    name = "budget"
+    summary = ("the baseline and one-knob routes, then routes proposed by a model of the space "
+               "(Optuna TPE, failures as constraints) until the budget is spent or no gain is "
+               "expected")
+    plans_ahead = False
+
+    def __init__(self, limits: Limits | None = None, seed: int = 0) -> None:
+        self.limits = limits or Limits()
+        self.seed = seed
+        self.storage_path: Path | None = None
+        self.stopped: str | None = None
+        """Why the last walk stopped."""
+
+    def configure(self, spec: ReleaseSpec) -> None:
+        """Take the budget, seed and patience from ``[tune]``, the minimum effect from
+        ``[timing]``; InputError when there is no budget."""
+        t = spec.tune
+        build_limit(t.max_builds, t.max_search_s)
+        self.limits = Limits(max_builds=t.max_builds, max_search_s=t.max_search_s,
+                             min_effect=spec.timing.min_effect,
+                             patience=t.patience or DEFAULT_PATIENCE)
+        self.seed = t.seed
+
+    def open(self, run_dir: Path | None) -> None:
+        """Keep the study in ``run_dir`` (None: in memory, for replays)."""
+        self.storage_path = run_dir / STUDY_NAME if run_dir is not None else None
+
+    def notes(self) -> list[str]:
+        """Why the search stopped."""
+        return [f"search stopped: {self.stopped}"] if self.stopped else []
+
+    def start(self, selection: Selection, db: KnobDatabase) -> list[Route]:
+        """The structured start: the baseline and every one-knob route (``fast``'s routes)."""
+        return list(FastStrategy().routes(selection, db, {}))
+
+    def ahead(self, selection: Selection, db: KnobDatabase,
+              results: Mapping[str, Judged]) -> list[Route]:
+        """The structured start, within the build budget (its builds may start at once)."""
+        routes = self.start(selection, db)
+        if self.limits.max_builds is not None:
+            routes = routes[: self.limits.max_builds]
+        return routes
+
+    def plan(self, selection: Selection, db: KnobDatabase) -> list[Route]:
+        """The structured start; the proposals after it depend on what is measured."""
+        return self.ahead(selection, db, {})
+
+    def count(self, selection: Selection, db: KnobDatabase) -> int:
+        """The build budget, or the size of the space when that is smaller (without a build
+        budget: the size of the space, an upper bound)."""
+        space = math.prod(len(i.values) for i in selection.varied)
+        return min(space, self.limits.max_builds) if self.limits.max_builds else space
+
+    def routes(self, selection: Selection, db: KnobDatabase,
+               results: Mapping[str, Judged]) -> Iterator[Route]:
+        import optuna
+
+        base = selection.baseline(db).as_dict()
+        dists: dict[str, Any] = {i.knob: optuna.distributions.CategoricalDistribution(i.values)
+                                 for i in selection.varied}
+        start = [r.as_dict() for r in self.start(selection, db)]
+        space = math.prod(len(i.values) for i in selection.varied)
+        study = self._study()
+
+        def route_of(params: Mapping[str, Any]) -> Route:
+            return Route.of({**base, **{k: str(v) for k, v in params.items()}})
+
+        def tell(trial: optuna.trial.FrozenTrial | optuna.trial.Trial, route: Route) -> None:
+            value, violation = _observation(results[route.text()])
+            if isinstance(trial, optuna.trial.FrozenTrial):  # asked by a search that was killed
+                trial = optuna.trial.Trial(study, trial._trial_id)
+            trial.set_constraint("admissible", violation)
+            study.tell(trial, value)
+
+        def spent() -> Account:
+            # every trial of the search in measuring order (results keeps the tuner's order)
+            return account(list(results.values()), self.limits, len(start))  # type: ignore[arg-type]
+
+        # replay the study: trials told, and the one asked but not told when the search stopped
+        pending: optuna.trial.FrozenTrial | None = None
+        for ft in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if route_of(ft.params).text() in results:
+                tell(ft, route_of(ft.params))
+            else:
+                pending = ft
+        if pending is not None:
+            yield route_of(pending.params)
+            tell(pending, route_of(pending.params))
+        repeats = 0
+        while True:
+            acc = spent()
+            self.stopped = acc.stop or _space_done(len(results), space) or \
+                (f"the sampler proposed {REPEATS_TO_STOP} measured routes in a row: it has "
+                 "converged" if repeats >= REPEATS_TO_STOP else None)
+            if self.stopped:
+                if study.user_attrs.get(STOPPED_ATTR) != self.stopped:
+                    study.set_user_attr(STOPPED_ATTR, self.stopped)
+                return
+            trials = study.get_trials(deepcopy=False)
+            waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
+            n = len(trials) - waiting
+            if n < len(start) and not waiting:
+                study.enqueue_trial({k: start[n][k] for k in dists})
+            elif n == len(start) and not waiting:  # then the one-offs that helped, together
+                study.enqueue_trial({k: v for k, v in helpful(
+                    selection, db, results, self.limits.min_effect).as_dict().items()
+                    if k in dists})
+            study.sampler = _sampler(self.seed, n)
+            trial = study.ask(dists)
+            route = route_of(trial.params)
+            if route.text() in results:
+                repeats += 1 if n >= len(start) else 0
+                tell(trial, route)
+                continue
+            repeats = 0
+            yield route
+            if route.text() not in results:
+                raise TuneError(f"the budget strategy proposed {route} but got no result for it")
+            tell(trial, route)
+
+    def _study(self) -> optuna.Study:
+        if self.storage_path is None:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
+            return optuna.create_study(direction="maximize")
+        _repair(self.storage_path)
+        try:
+            return self.open_study(self.storage_path)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # what a bad line raises
+            raise TuneError(f"cannot read the search's study journal {self.storage_path}: {exc}",
+                            hint="remove it to let --continue start the proposals afresh from "
+                                 "the trials recorded") from exc
+
+    @staticmethod
+    def open_study(path: Path) -> optuna.Study:
+        """The study kept in the journal ``path`` (created when missing)."""
+        import optuna
+        from optuna.storages.journal import JournalFileBackend
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.JournalStorage(
+                JournalFileBackend(str(path), lock_obj=_run_folder_lock()))
+        return optuna.create_study(storage=storage, study_name="search", direction="maximize",
+                                   load_if_exists=True)
+
+
+def helpful(selection: Selection, db: KnobDatabase, results: Mapping[str, Judged],
+            min_effect: float) -> Route:
+    """The baseline with every knob at the value whose one-knob route was admissible and
+    fastest, when at least ``min_effect`` faster than the baseline (``mixed``'s insight, as
+    one route)."""
+    from dossier.strategies.fast import one_offs
+
+    best: dict[str, tuple[float, str]] = {}
+    for knob, route in one_offs(selection, db):
+        r = results.get(route.text())
+        s = speedup(r) if r is not None else None  # type: ignore[arg-type]
+        if s is not None and s >= 1 + min_effect and s > best.get(knob, (0.0, ""))[0]:
+            best[knob] = (s, route.as_dict()[knob])
+    return Route.of({**selection.baseline(db).as_dict(), **{k: v for k, (_, v) in best.items()}})
+
+
+def _observation(r: Judged) -> tuple[float, float]:
+    """What the sampler is told about a trial: (log speedup, constraint violation). A failed
+    route is infeasible (violation 1; a rejected one by how far its worst loss is over)."""
+    scored: Scored = r  # type: ignore[assignment]
+    if scored.outcome is Outcome.OK:
+        c = scored.comparison
+        return (math.log(c.speedup) if c is not None and c.speedup > 0 else 0.0), -1.0
+    return 0.0, 1.0
+
+
+def _space_done(measured: int, space: int) -> str | None:
+    return f"every one of the {space} routes is measured" if measured >= space else None
+
+
+def _sampler(seed: int, n: int) -> optuna.samplers.BaseSampler:
+    """The sampler for proposal ``n``: seeded from the search's seed and ``n``, so that a resumed
+    search draws what an uninterrupted one would."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + n) % 2**32, multivariate=True,
+                                          group=True, n_startup_trials=0)
+
+
+def _repair(path: Path) -> None:
+    """Cut a journal line a kill left half-written (what it recorded before stays)."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def _run_folder_lock() -> Any:
+    """The journal's lock: none of its own. The run folder's lock already keeps every other
+    search out, and a lock file of Optuna's left by a kill would stall ``--continue``."""
+    from optuna.storages.journal._file import BaseJournalFileLock
+
+    class RunFolderLock(BaseJournalFileLock):
+        def acquire(self) -> bool:
+            return True
+
+        def release(self) -> None:
+            return None
+
+    return RunFolderLock()

@@ -1,0 +1,289 @@
+"""The budgeted search: the landscape's known optimum, the budget's account and stopping rule,
+TPE proposals within the budget, an exact resume, the dry run and the account in explain."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dossier.backends.landscape.space import Landscape
+from dossier.cache import TuningCache
+from dossier.errors import InputError
+from dossier.routes import Route
+from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy
+from dossier.strategies.budget import STUDY_NAME
+from dossier.strategies.spend import Limits, account
+from dossier.trial import Outcome
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench import replay  # noqa: E402
+
+
+@dataclass(frozen=True)
+class _C:
+    speedup: float
+
+
+@dataclass(frozen=True)
+class _T:
+    route: str
+    outcome: Outcome
+    comparison: _C | None
+    trial_s: float = 1.0
+
+
+def _ok(route: str, s: float, trial_s: float = 1.0) -> _T:
+    return _T(route, Outcome.OK, _C(s), trial_s)
+
+
+def test_the_landscape_optimum_is_the_best_feasible_route_of_all() -> None:
+    land = Landscape.generate(knobs=9, seed=3)
+    best, speed = land.optimum()
+    routes = [dict(zip(land.knobs, combo)) for combo in itertools.product(*land.values.values())]
+    feasible = [r for r in routes if land.feasibility(r) == "ok"]
+    assert len(feasible) < len(routes)  # it has infeasible regions
+    assert land.feasibility(best) == "ok"
+    assert speed == pytest.approx(max(land.speedup(r) for r in feasible))
+    assert land.feasibility(land.default()) == "ok" and land.speedup(land.default()) == 1.0
+
+
+def test_the_account_stops_on_builds_seconds_and_patience() -> None:
+    trials = [_ok("b", 1.0), _ok("s1", 1.10), _ok("s2", 1.11), _ok("s3", 1.05)]
+    assert "3 builds" in (account(trials, Limits(max_builds=3), 1).stop or "")
+    assert account(trials, Limits(max_builds=5), 1).stop is None
+    assert account(trials, Limits(max_search_s=3.5), 1).stop == \
+        "the budget of 3.5 s of trials is spent (4.0 s)"
+    assert account(trials, Limits(max_search_s=4.5), 1).stop is None
+    # after the start (2 trials): s2 (+0.9%) and s3 do not beat 1.10 by 2%: two misses
+    a = account(trials, Limits(max_builds=99, patience=2), 2)
+    assert a.misses == 2 and a.best == pytest.approx(1.11) and a.best_route == "s2"
+    assert a.stop is not None and a.stop.startswith("no gain: 2 proposals")
+    assert a.improved_at == [1]
+    failed = _T("f", Outcome.BUILD_FAILED, None)
+    assert account([*trials[:2], failed], Limits(max_builds=99, patience=1), 2).stop
+
+
+def test_strategies_without_a_budget_are_refused(sample) -> None:
+    _, spec = sample("convnet", strategy="budget")
+    with pytest.raises(InputError, match="needs a budget"):
+        get_strategy("budget", spec)
+    _, spec = sample("convnet", strategy="random", max_builds=3)
+    assert isinstance(get_strategy("random", spec), RandomStrategy)
+
+
+def _walk(space: replay.Space, strategy: BudgetStrategy, results: dict[str, replay.Replayed],
+          stop_after: int | None = None) -> list[str]:
+    """Drive ``strategy`` as the tuner does; with ``stop_after``, drop it after that many
+    routes were yielded, the last one unmeasured (a kill between proposal and record)."""
+    base = space.selection.baseline(space.db)
+    results.setdefault(base.text(), space.measure(base, 0))
+    order = []
+    for route in strategy.routes(space.selection, space.db, results):
+        order.append(route.text())
+        if stop_after is not None and len(order) == stop_after:
+            return order
+        results[route.text()] = space.measure(route, 0)
+    return order
+
+
+def test_budget_stays_in_budget_and_tells_failures_as_infeasible(tmp_path: Path) -> None:
+    space = replay.landscape_space(12, 0.01, 1)
+    s = BudgetStrategy(Limits(max_builds=40, patience=1000), seed=2)
+    s.open(tmp_path)
+    results: dict[str, replay.Replayed] = {}
+    _walk(space, s, results)
+    assert len(results) == 40 and s.stopped and "40 builds" in s.stopped
+    study = BudgetStrategy.open_study(tmp_path / STUDY_NAME)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert done and study.user_attrs["stopped"] == s.stopped
+    for t in done:
+        r = results[Route.of({k: str(v) for k, v in t.params.items()}).text()]
+        assert (t.constraints["admissible"] > 0) == (r.outcome is not Outcome.OK)
+    assert any(r.outcome is not Outcome.OK for r in results.values())
+
+
+def test_budget_goes_past_its_structured_start_on_the_landscape() -> None:
+    """The proposals combine knobs, and what they find beats the best one-knob route (the
+    comparison with random is the benchmark's: bench/results/replay-landscape-30.md)."""
+    space = replay.landscape_space(16, 0.01, 4)
+    shares = {name: replay.walk(space, name, 80, seed=0)[-1] for name in ("fast", "budget")}
+    assert shares["budget"] > shares["fast"] + 0.05
+
+
+def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
+    space = replay.landscape_space(10, 0.01, 2)
+    limits = Limits(max_builds=30, patience=1000)
+    whole = BudgetStrategy(limits, seed=5)
+    whole.open(tmp_path / "whole")
+    (tmp_path / "whole").mkdir()
+    reference = _walk(space, whole, {})
+    (tmp_path / "cut").mkdir()
+    results: dict[str, replay.Replayed] = {}
+    first = BudgetStrategy(limits, seed=5)
+    first.open(tmp_path / "cut")
+    got = _walk(space, first, results, stop_after=22)  # killed: route 22 asked, never measured
+    journal = tmp_path / "cut" / STUDY_NAME
+    with journal.open("ab") as f:
+        f.write(b'{"op_code": 5, "worker_id": "x", "trial_id"')  # a line a kill cut short
+    again = BudgetStrategy(limits, seed=5)
+    again.open(tmp_path / "cut")
+    got = got[:-1] + _walk(space, again, results)
+    assert got == reference
+
+
+def test_an_unreadable_journal_is_one_clear_error(tmp_path: Path) -> None:
+    from dossier.errors import TuneError
+
+    space = replay.landscape_space(6, 0.01, 0)
+    (tmp_path / STUDY_NAME).write_text('{"op_code": 0}\n{"op_code": 4, "trial_id": "x"}\n')
+    s = BudgetStrategy(Limits(max_builds=5))
+    s.open(tmp_path)
+    with pytest.raises(TuneError, match="cannot read the search's study journal"):
+        _walk(space, s, {})
+
+
+def test_dry_run_says_what_the_budget_buys(sample) -> None:
+    from conftest import cli
+
+    path, _ = sample("convnet")
+    res = cli("tune", path, "--strategy", "budget", "--max-builds", "8", "--dry-run")
+    assert res.exit_code == 0, res.stderr
+    assert "the budget buys 8 builds" in res.stdout
+    assert "structured start: 5 of 5 routes" in res.stdout and "up to 3 proposals" in res.stdout
+    assert "(a first build)" in res.stdout
+    res = cli("tune", path, "--strategy", "budget", "--dry-run")
+    assert res.exit_code == 3 and "needs a budget" in res.stderr
+
+
+def test_release_takes_the_budget_and_refuses_a_search_without_one(sample, tmp_path: Path) -> None:
+    from conftest import cli
+
+    path, _ = sample("convnet")
+    path.write_text(path.read_text().replace('strategy = "full"', 'strategy = "budget"'))
+    res = cli("release", path, "--out", tmp_path / "out")
+    assert res.exit_code == 3 and "needs a budget" in res.stderr
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    res = cli("release", path, "--out", tmp_path / "out", "--max-builds", "0")
+    assert res.exit_code == 2 and "--max-builds" in res.stderr
+
+
+def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path) -> None:
+    from dossier.audit.explain import explain_search
+    from dossier.tuner import tune
+
+    _, spec = sample("convnet", backend="landscape", strategy="budget", max_builds=4,
+                     selection="-k06=[v0|v1|v2] -k07=[v0|v1]")
+    res = tune(spec, tmp_path / "run")
+    main = [t for t in res.cache.trials if t.role != "confirm"]
+    assert len(main) == 4 and (tmp_path / "run" / STUDY_NAME).is_file()
+    assert "search stopped: the budget of 4 builds is spent" in res.notes
+    # the one proposal after the start sets both knobs: -k06=v2 -k07=v1 fails to build
+    c = res.cache
+    e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
+    b = e.search_budget
+    assert b is not None and b.builds == 4 and b.start == 4 and b.max_builds == 4
+    assert b.stopped == "the budget of 4 builds is spent"
+    assert [r.phase for r in b.routes] == ["baseline", "start", "start", "start"]
+
+
+@pytest.mark.bench
+def test_replay_bench_smoke(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    out = tmp_path / "replay.json"
+    subprocess.run([sys.executable, str(REPO / "bench" / "replay.py"), "--landscape", "10",
+                    "--smoke", "--out", str(out)], check=True, capture_output=True, cwd=REPO)
+    data = json.loads(out.read_text())
+    assert data["provenance"]["command"].startswith("python bench/replay.py --landscape 10")
+    assert set(data["strategies"]) == {"fast", "mixed", "random", "budget"}
+    for r in data["strategies"].values():
+        assert all(len(c) <= 30 for c in r["curves"]) and len(r["curves"]) == 2
+        assert all(0 < x <= 1.0 + 1e-9 for c in r["curves"] for x in c)
+    assert "| budget |" in out.with_suffix(".md").read_text()
+
+
+def _replayed_order(cache: TuningCache, limits: Limits, seed: int) -> list[str]:
+    """The routes a fresh, uninterrupted budget search with ``seed`` proposes when each route
+    measures what the recorded search measured, in the order it proposes them."""
+    from dossier.knobs import KnobDatabase
+    from dossier.routes import Selection
+
+    db = KnobDatabase.model_validate_json((cache.path.parent / "knobs.json").read_text())
+    selection = Selection.parse(cache.header.spec.tune.selection, db)
+    recorded = {t.route: t for t in cache.trials if t.role != "confirm"}
+    base = selection.baseline(db).text()
+    results = {base: recorded[base]}
+    strategy = BudgetStrategy(limits, seed)
+    strategy.open(None)
+    for route in strategy.routes(selection, db, results):  # type: ignore[arg-type]
+        results[route.text()] = recorded[route.text()]
+    return list(results)
+
+
+@pytest.mark.slow
+def test_kill_9_then_continue_makes_the_proposals_of_an_uninterrupted_search(
+        samples_dir: Path, tmp_path: Path) -> None:
+    """A real SIGKILL mid-proposals, then --continue: the trials recorded are, in order, those an
+    uninterrupted search with the same seed proposes given the same measurements."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    from conftest import subprocess_env, write_tiny_timing
+
+    from dossier.tuner import CACHE_NAME, continue_tune
+
+    work = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", work)
+    spec = work / "release.toml"
+    spec.write_text(spec.read_text().replace('backend = "onnxruntime"', 'backend = "landscape"'))
+    write_tiny_timing(spec)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dossier_cli.main", "tune", str(spec), "--out",
+         str(run), "--quiet", "--strategy", "budget", "--max-builds",
+         "10", "--selection", "-k06=[v0|v1|v2] -k07=[v0|v1] -k02=[v0|v1]"],
+        env=subprocess_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    cache = run / CACHE_NAME
+    deadline = time.time() + 240
+    while time.time() < deadline:  # the start (5) and the combination (1), then a proposal
+        if cache.exists() and cache.read_text().count('"kind":"trial"') >= 7:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("the search did not get going")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = continue_tune(run)
+    main = [t.route for t in res.cache.trials if t.role != "confirm"]
+    assert len(main) == len(set(main)) == 10
+    assert main == _replayed_order(res.cache, Limits(max_builds=10), seed=0)
+    assert "search stopped: the budget of 10 builds is spent" in res.notes
+
+
+def test_the_replay_takes_a_recorded_full_search(rel, tmp_path: Path) -> None:
+    """bench/replay.py --cache: every strategy walks the routes the convnet release's ``full``
+    search measured; each reading is the recorded one, the optimum the best recorded."""
+    cache = rel["convnet"].run / "tuning-cache.jsonl"
+    space = replay.cache_space(cache)
+    recorded = [t for t in TuningCache.open(cache).trials if t.role != "confirm"]
+    n = len(recorded)
+    assert space.notes["routes"] == n >= 2
+    assert space.optimum == max(1.0, *(t.comparison.speedup for t in recorded
+                                       if t.admissible and t.role != "baseline" and t.comparison))
+    for name in replay.STRATEGIES:
+        curve = replay.walk(space, name, n, seed=1)
+        assert 0 < curve[-1] <= 1.0 and len(curve) <= n
+    # a walk over every route reaches the best recorded one: the curve ends at 1.0
+    whole = replay.walk(space, "random", n, seed=0)
+    assert len(whole) == n and whole[-1] == pytest.approx(1.0)
