@@ -308,13 +308,13 @@ def test_validation_create_reads_an_external_data_model_and_records_no_host_path
     assert prov["model"]["file"] == "model.onnx" and prov["inputs"][0]["file"] == "a.npz"
     assert str(tmp_path) not in json.dumps(prov)
 
-    (tmp_path / "myref.py").write_text(
+    (tmp_path / "figref.py").write_text(
         "import scipy.special\n"
         "def y(inputs):\n"
         "    return {'y': scipy.special.expit(inputs['x']) * 0 + inputs['x'].sum()}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     r = cli("validation", "create", tmp_path / "set2", "-i", tmp_path / "a.npz", "--reference",
-            "myref:y")
+            "figref:y")
     assert r.exit_code == 0, r.output
     versions = json.loads((tmp_path / "set2" / "provenance.json").read_text())["versions"]
     assert set(versions) >= {"numpy", "scipy"}

@@ -429,7 +429,7 @@ def test_report_latency_axis_fits_the_samples_and_routes_wrap_between_knobs(
     page = tmp_path / "r.html"
     assert _cli("explain", bundle, "--html", page).exit_code == 0
     html = page.read_text()
-    axis = json.loads(re.search(r'"yaxis":(\{"title":\{"text":"latency per sample[^}]*\},'
+    axis = json.loads(re.search(r'"yaxis":(\{"title":\{"text":"ms per inference[^}]*\},'
                                 r'[^}]*\})', html).group(1))  # type: ignore[union-attr]
     low, high = (10 ** v for v in axis["range"]) if axis["type"] == "log" else axis["range"]
     medians = [t["median_ms"] for t in json.loads(_cli("explain", bundle, "--json").stdout)
