@@ -591,6 +591,48 @@ def _describe_chain(chain: list[Any] | None) -> str:
     return "; ".join(parts) or "-"
 
 
+def goal_check(model: str, threshold: float, work: Path, out: Path,
+               olive_python: str) -> dict[str, Any]:
+    """Olive's int8 flow with an accuracy goal tighter than int8's loss: does Olive's best
+    meet it, and which candidates does Olive mark as meeting the goals?"""
+    folder = _folder(work, model)
+    run_dir = work / "olive-goal-check" / model
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    config = olive_config(folder, model, run_dir, True)
+    config["evaluators"]["bar"]["metrics"][1]["sub_types"][0]["goal"]["value"] = threshold
+    path = run_dir / "config-int8.json"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    load0 = _load()
+    proc = subprocess.run([olive_python, str(Path(__file__).resolve()), "olive-child",
+                           str(run_dir / "result.json"), str(path)],
+                          capture_output=True, text=True)
+    doc: dict[str, Any] = {
+        "command": f"python bench/olive_compare.py goal-check {model} --threshold {threshold}",
+        "commit": _commit(), "rc": proc.returncode, "load_before": load0,
+        "goal": {"metric": "accuracy-worst_cos_loss", "type": "threshold",
+                 "value": threshold}}
+    if proc.returncode == 0:
+        flow = json.loads((run_dir / "result.json").read_text())["flows"][0]
+        best = flow["best"] or {}
+        doc["olive_best"] = {"model_id": best.get("model_id"),
+                             "metrics": {k: v["value"] for k, v in
+                                         (best.get("metrics") or {}).items()}}
+        doc["candidates"] = [
+            {"id": mid, "from": n["from_pass"], "if_goals_met": n["if_goals_met"],
+             "worst_cos_loss": (n["metrics"] or {}).get("accuracy-worst_cos_loss",
+                                                         {}).get("value")}
+            for mid, n in flow["footprint"].items() if n["metrics"]]
+        doc["marked_meeting_goal_above_threshold"] = sum(
+            bool(c["if_goals_met"]) and (c["worst_cos_loss"] or 0) > threshold
+            for c in doc["candidates"])
+    else:
+        doc["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    _save(out, doc)
+    return doc
+
+
 def report(src: Path, dst: Path) -> None:
     """The Markdown summary of ``src`` (what ``compare`` wrote)."""
     doc = json.loads(src.read_text())
@@ -636,6 +678,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", type=Path, default=WORK)
     c.add_argument("--out", type=Path, default=RESULTS / "olive-compare.json")
     c.add_argument("--olive-python", default=OLIVE_PYTHON)
+    g = sub.add_parser("goal-check")
+    g.add_argument("model", choices=MODELS)
+    g.add_argument("--threshold", type=float, default=1e-5)
+    g.add_argument("--work", type=Path, default=WORK)
+    g.add_argument("--out", type=Path, default=RESULTS / "olive-goal-check.json")
+    g.add_argument("--olive-python", default=OLIVE_PYTHON)
     r = sub.add_parser("report")
     r.add_argument("--src", type=Path, default=RESULTS / "olive-compare.json")
     r.add_argument("--out", type=Path, default=RESULTS / "olive-compare.md")
@@ -653,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.work, args.precision_models)
     elif args.cmd == "compare":
         compare(args.models, args.work, args.out, args.olive_python)
+    elif args.cmd == "goal-check":
+        goal_check(args.model, args.threshold, args.work, args.out, args.olive_python)
     elif args.cmd == "report":
         report(args.src, args.out)
     elif args.cmd == "olive-child":
