@@ -547,11 +547,14 @@ def compare(models: list[str], work: Path, out: Path, olive_python: str) -> dict
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": f"python bench/olive_compare.py compare {model}"}
         with tempfile.TemporaryDirectory(prefix=f"olive-compare-{model}-") as tmp:
+            doc["models"][model] = row  # saved after each stage: a run cut short keeps it
             row["dossier"] = dossier_release(folder, s["spec"], Path(tmp) / "dossier")
+            _save(out, doc)
             print(model, "dossier", {k: row["dossier"].get(k) for k in
                                      ("rc", "wall_s", "shipped", "speedup", "error")},
                   flush=True)
             row["olive"] = olive_run(folder, model, work / "olive-runs" / model, olive_python)
+            _save(out, doc)
             best = row["olive"].get("best")
             print(model, "olive", row["olive"].get("wall_s"), row["olive"].get("error"),
                   best and best.get("metrics"), flush=True)
@@ -633,6 +636,10 @@ def goal_check(model: str, threshold: float, work: Path, out: Path,
     return doc
 
 
+def _g(v: Any) -> str:
+    return "-" if v is None else f"{v:.2g}"
+
+
 def report(src: Path, dst: Path) -> None:
     """The Markdown summary of ``src`` (what ``compare`` wrote)."""
     doc = json.loads(src.read_text())
@@ -645,25 +652,56 @@ def report(src: Path, dst: Path) -> None:
         f"Commit {doc.get('commit')}, {doc.get('cores')} cores, shared (load average "
         "1/5/15 min at the start of each timing). Every figure: `python bench/olive_compare.py "
         "compare MODEL` (data and settings: `olive-compare.json`).", "",
-        "| model | dossier ships | dossier release | Olive's best (meets bar) | Olive run | "
-        "ratio (95% CI), n | ms per round dossier / Olive | load avg |",
+        "| model | dossier ships (loss val / hold-out) | dossier release | Olive's best that "
+        "meets the bar (loss val / hold-out) | Olive run | ratio (95% CI), n | ms per round "
+        "dossier / Olive | load avg |",
         "|---|---|---|---|---|---|---|---|"]
     for model in MODELS:
         row = doc.get("models", {}).get(model)
         if not row:
             continue
-        d, o, s = row["dossier"], row["olive"], row.get("side_by_side") or {}
+        d, o = row.get("dossier") or {}, row.get("olive") or {"error": "not run"}
+        s = row.get("side_by_side") or {}
         best = o.get("best")
         olive_desc = (_describe_chain(best.get("chain")) if best
                       else f"none ({o.get('error', 'no candidate meets the bar')})")
         r = s.get("ratio_olive_over_dossier")
         ratio = (f"{r['median']:.3f} ({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}), "
                  f"{s['n_rounds']}" if r else str(s.get("error", "-")))
-        shipped = d.get("shipped") or d.get("error")
+        shipped = (f"`{d['shipped']}` ({_g(d.get('validation_worst_loss'))} / "
+                   f"{_g(d.get('holdout_worst_loss'))})" if d.get("shipped")
+                   else str(d.get("error", "not run")))
+        if best and s:
+            olive_desc += (f" ({_g(s.get('olive_validation_worst_loss'))} / "
+                           f"{_g(s.get('olive_holdout_worst_loss'))})")
         lines.append(
-            f"| {model} | `{shipped}` | {d.get('wall_s')} s | {olive_desc} | "
+            f"| {model} | {shipped} | {d.get('wall_s')} s | {olive_desc} | "
             f"{o.get('wall_s')} s | {ratio} | {s.get('dossier_median_ms', '-')} / "
             f"{s.get('olive_median_ms', '-')} | {s.get('load_before', '-')} |")
+    lines += [
+        "", "Settings. dossier: each spec's `-quantization=[none|dynamic|static] "
+        "-quant_per_channel=[off|on]` (`full`), the other knobs at their defaults, its own "
+        "`[timing]`; the engine as `dossier.load` serves it. Olive "
+        f"{next((r['olive'].get('olive') for r in doc.get('models', {}).values() if r.get('olive', {}).get('olive')), '?')}: "
+        "`OnnxQuantization` (quant_mode dynamic|static x per_channel off|on; int8 weights, "
+        "uint8 activations, QDQ, MinMax, `quant_preprocess`, as dossier's defaults; its "
+        "dynamic mode quantizes every op type, Conv included) then `OrtSessionParamsTuning` "
+        "(CPU provider, intra-op threads 1|2), exhaustive joint search; and a second workflow "
+        "with the session tuning alone (Olive 0.13 has no pass flows: the float32 route); "
+        "latency metric (avg, ranked first) on the first validation input, accuracy metric "
+        "this script's `worst_cos_loss` with a `threshold` goal. Olive's best = the lowest "
+        "Olive latency among the candidates of both workflows whose Olive accuracy is within "
+        "the bar; the side-by-side re-checks it on the validation and hold-out sets."]
+    goal = src.with_name("olive-goal-check.json")
+    if goal.is_file():
+        g = json.loads(goal.read_text())
+        lines += ["", f"Olive's `threshold` goal is not enforced (`{g['command']}`): with the "
+                  f"goal at {g['goal']['value']:g}, Olive marked "
+                  f"{g.get('marked_meeting_goal_above_threshold')} of "
+                  f"{len(g.get('candidates', []))} evaluated models as meeting its goals "
+                  "although their loss is above it, and returned one of them "
+                  f"({g.get('olive_best')}): with only `threshold` goals, "
+                  "`Engine.resolve_goals` returns no goals at all (no baseline is computed)."]
     dst.write_text("\n".join(lines) + "\n")
 
 
