@@ -175,17 +175,21 @@ def dossier_release(folder: Path, spec: str, out: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         row["error"] = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return row
+    row.update(bundle_summary(Path(proc.stdout.strip().splitlines()[-1])))
+    return row
+
+
+def bundle_summary(bundle: Path) -> dict[str, Any]:
+    """What a release bundle says about its decision and routes."""
     from dossier.bundle import open_bundle
 
-    bundle = Path(proc.stdout.strip().splitlines()[-1])
-    row["bundle"] = str(bundle)
     with open_bundle(bundle) as b:
         rec = b.tuning_cache()
         d = rec.decision
         assert d is not None
         trials = [t for t in rec.trials if t.role != "confirm"]
-        row.update(
-            shipped=d.shipped_route, gain=d.gain, speedup=d.speedup,
+        return dict(
+            bundle=str(bundle), shipped=d.shipped_route, gain=d.gain, speedup=d.speedup,
             speedup_ci=[d.speedup_ci_low, d.speedup_ci_high], reason=d.reason,
             holdout_worst_loss=d.holdout.worst_loss if d.holdout else None,
             validation_worst_loss=next((t.worst_loss for t in trials
@@ -193,7 +197,6 @@ def dossier_release(folder: Path, spec: str, out: Path) -> dict[str, Any]:
             routes={t.route: {"outcome": t.outcome.value, "worst_loss": t.worst_loss,
                               "median_ms": t.timing.median_ms if t.timing else None}
                     for t in trials})
-    return row
 
 
 # --------------------------------------------------------------------------------- Olive
@@ -594,6 +597,45 @@ def _describe_chain(chain: list[Any] | None) -> str:
     return "; ".join(parts) or "-"
 
 
+def _merge(out: Path, model: str, key: str, value: Any) -> None:
+    doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    doc.setdefault("models", {}).setdefault(model, {})[key] = value
+    _save(out, doc)
+
+
+def olive_only(model: str, work: Path, out: Path, olive_python: str) -> None:
+    """Olive's run alone (a ``compare`` whose stages were run apart)."""
+    row = olive_run(_folder(work, model), model, work / "olive-runs" / f"{model}-apart",
+                    olive_python)
+    row["command"] = f"python bench/olive_compare.py olive-only {model}: " + row["command"]
+    _merge(out, model, "olive", row)
+
+
+def finish(model: str, bundle: Path, work: Path, out: Path, calls: int, rounds: int) -> None:
+    """The side by side of a model whose release and Olive run are in ``out`` already (their
+    stages run apart): the bundle's summary, then the timing in one fresh process."""
+    doc = json.loads(out.read_text())
+    row = doc["models"][model]
+    row.setdefault("dossier", {}).update(bundle_summary(bundle))
+    best = row["olive"]["best"]
+    folder = _folder(work, model)
+    with tempfile.TemporaryDirectory(prefix="olive-compare-side-") as tmp:
+        side = Path(tmp) / "side.json"
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "side-by-side", "--bundle",
+             str(bundle), "--olive-model", best["model_path"], "--settings",
+             json.dumps(best.get("inference_settings") or {}), "--folder", str(folder),
+             "--spec", SETTINGS[model]["spec"], "--calls", str(calls), "--rounds",
+             str(rounds), "--out", str(side)], capture_output=True, text=True)
+        row["side_by_side"] = (json.loads(side.read_text()) if proc.returncode == 0
+                               else {"error": proc.stderr.strip().splitlines()[-3:]})
+    row["side_by_side"]["command"] = (
+        f"python bench/olive_compare.py finish {model} --bundle B --calls {calls} "
+        f"--rounds {rounds} (one fresh process)")
+    doc["models"][model] = row
+    _save(out, doc)
+
+
 def goal_check(model: str, threshold: float, work: Path, out: Path,
                olive_python: str) -> dict[str, Any]:
     """Olive's int8 flow with an accuracy goal tighter than int8's loss: does Olive's best
@@ -716,6 +758,18 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", type=Path, default=WORK)
     c.add_argument("--out", type=Path, default=RESULTS / "olive-compare.json")
     c.add_argument("--olive-python", default=OLIVE_PYTHON)
+    oo = sub.add_parser("olive-only")
+    oo.add_argument("model", choices=MODELS)
+    oo.add_argument("--work", type=Path, default=WORK)
+    oo.add_argument("--out", type=Path, default=RESULTS / "olive-compare.json")
+    oo.add_argument("--olive-python", default=OLIVE_PYTHON)
+    fi = sub.add_parser("finish")
+    fi.add_argument("model", choices=MODELS)
+    fi.add_argument("--bundle", type=Path, required=True)
+    fi.add_argument("--work", type=Path, default=WORK)
+    fi.add_argument("--out", type=Path, default=RESULTS / "olive-compare.json")
+    fi.add_argument("--calls", type=int, default=3)
+    fi.add_argument("--rounds", type=int, default=12)
     g = sub.add_parser("goal-check")
     g.add_argument("model", choices=MODELS)
     g.add_argument("--threshold", type=float, default=1e-5)
@@ -739,6 +793,10 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.work, args.precision_models)
     elif args.cmd == "compare":
         compare(args.models, args.work, args.out, args.olive_python)
+    elif args.cmd == "olive-only":
+        olive_only(args.model, args.work, args.out, args.olive_python)
+    elif args.cmd == "finish":
+        finish(args.model, args.bundle, args.work, args.out, args.calls, args.rounds)
     elif args.cmd == "goal-check":
         goal_check(args.model, args.threshold, args.work, args.out, args.olive_python)
     elif args.cmd == "report":
