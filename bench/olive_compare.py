@@ -24,6 +24,10 @@ The load average is recorded beside each timing (the CPU is shared).
     python bench/olive_compare.py prepare            # the four models under bench/work/olive
     python bench/olive_compare.py compare tblock convnet resnet18 bert
     python bench/olive_compare.py report             # bench/results/olive-compare.md
+    python bench/olive_compare.py goal-check tblock --threshold 1e-5   # Olive's goal alone
+
+A model's stages can also run apart: ``olive-only MODEL`` (Olive's run), then ``finish MODEL
+--bundle B`` (the side by side against a bundle released by ``dossier release``).
 
 ``compare`` writes ``bench/results/olive-compare.json`` after each model (``--out``), merging
 with what is there, so a run cut short keeps what it measured.
@@ -691,7 +695,8 @@ def report(src: Path, dst: Path) -> None:
         f"<= {BAR:g}, against float64 references. Ratio = Olive's best that meets the bar / "
         "dossier's shipped engine (time per round; > 1: dossier's engine is faster), median "
         "over n alternating rounds in one fresh process, 95% bootstrap interval. "
-        f"Commit {doc.get('commit')}, {doc.get('cores')} cores, shared (load average "
+        f"dossier at commit {doc.get('commit')} (this script as committed with this file), "
+        f"{doc.get('cores')} cores, shared (load average "
         "1/5/15 min at the start of each timing). Every figure: `python bench/olive_compare.py "
         "compare MODEL` (data and settings: `olive-compare.json`).", "",
         "| model | dossier ships (loss val / hold-out) | dossier release | Olive's best that "
@@ -720,6 +725,12 @@ def report(src: Path, dst: Path) -> None:
             f"| {model} | {shipped} | {d.get('wall_s')} s | {olive_desc} | "
             f"{o.get('wall_s')} s | {ratio} | {s.get('dossier_median_ms', '-')} / "
             f"{s.get('olive_median_ms', '-')} | {s.get('load_before', '-')} |")
+    missing = [m for m in MODELS if m not in doc.get("models", {})]
+    if missing:
+        lines += ["", f"Not run: {', '.join(missing)}."]
+    for model, row in doc.get("models", {}).items():
+        if "stopped" in (row.get("dossier") or {}).get("command", ""):
+            lines += ["", f"{model}: {row['dossier']['command']}."]
     lines += [
         "", "Settings. dossier: each spec's `-quantization=[none|dynamic|static] "
         "-quant_per_channel=[off|on]` (`full`), the other knobs at their defaults, its own "
