@@ -195,6 +195,39 @@ def models(out: Path) -> None:
         "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]", 1e-3))
 
 
+def quiet_model(out: Path) -> None:
+    """The ResNet-18 (random init, batch 1) with a spec that searches only the thread count
+    (``-intra_op_num_threads=[0|1]``: a load-sensitive route, fewer threads win on a contended
+    host) with ``timing.quiet_host = "wait"``: releases on a quiet host should agree on the
+    shipped route."""
+    import torch
+
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    net = _resnet18().eval()
+    folder = out / "quiet"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(folder / "model.onnx"),
+                      input_names=["x"], output_names=["logits"], opset_version=17, dynamo=False)
+    net64 = _resnet18().eval()
+    net64.load_state_dict(net.state_dict())
+    net64 = net64.double()
+
+    def ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            return {"logits": net64(torch.from_numpy(x["x"]).double()).numpy()}
+
+    feeds = [{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(6)]
+    _write_sets(folder, feeds, ref, (3, 3, 0))
+    spec = _spec("resnet18-quiet", "x [1, 3, 224, 224] float32", "-intra_op_num_threads=[0|1]",
+                 1e-3)
+    spec = spec.replace('[calibration]\npath = "calibration"\n\n', "")
+    spec = spec.replace("[timing]\n", '[timing]\nquiet_host = "wait"\nquiet_wait_s = 1800\n')
+    (folder / "release.toml").write_text(spec)
+
+
 # ----------------------------------------------------------------------------------- release
 def _load() -> list[float]:
     return list(os.getloadavg())
@@ -236,6 +269,10 @@ def _release(spec: Path, out: Path, cache: Path, extra: list[str]) -> dict[str, 
                     for t in trials},
             baseline_median_ms=next((t.timing.median_ms for t in trials
                                      if t.role == "baseline" and t.timing), None))
+        from dossier.bundle.overview import decision_conditions
+
+        summary, of = decision_conditions(cache_rec.trials)
+        row["conditions"] = {"of": of, **(summary.model_dump() if summary else {})}
     return row
 
 
@@ -322,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("models")
     m.add_argument("--out", type=Path, default=ROOT / "bench" / "work" / "precision")
+    m.add_argument("--quiet", action="store_true",
+                   help="export only the model of the quiet-host check (bench/work/precision/quiet)")
     r = sub.add_parser("release")
     r.add_argument("spec", type=Path)
     r.add_argument("--releases", type=int, default=5)
@@ -331,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--out", type=Path, default=RESULTS / "precision-filter.json")
     args = parser.parse_args(argv)
     if args.cmd == "models":
-        models(args.out)
+        (quiet_model if args.quiet else models)(args.out)
     elif args.cmd == "release":
         out = args.out or RESULTS / f"precision-{args.spec.parent.name}.json"
         release(args.spec, args.releases, out)
