@@ -63,13 +63,15 @@ def candidates(trials: Sequence[TrialRecord], settings: TimingSettings) -> list[
     """Search trials the confirmation may re-measure, best first: every admissible one, ranked
     by its screened speedup (screening ranks, it does not judge: on a loaded host a real 1.25x
     gain once screened 0.985x, and a threshold there would have kept it from the
-    confirmation); the tuner takes the first ``confirm_top``. With ``confirm_top = 0`` the
-    screening judges: those it found significantly faster."""
+    confirmation), except those whose whole screened interval lies below
+    ``confirm_floor``; the tuner takes the first ``confirm_top``. With ``confirm_top = 0``
+    the screening judges: those it found significantly faster."""
     if settings.confirm_top == 0:
         found = [t for t in trials if t.role == "search" and t.faster]
     else:
         found = [t for t in trials if t.role == "search" and t.admissible
-                 and t.comparison is not None]
+                 and t.comparison is not None
+                 and t.comparison.speedup_ci_high >= settings.confirm_floor]
     return sorted(found, key=lambda t: (-t.comparison.speedup, -t.comparison.speedup_ci_low))  # type: ignore[union-attr]
 
 
@@ -167,9 +169,13 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
         else:
             c = best.comparison
             assert c is not None
+            floor = (settings.confirm_top > 0
+                     and c.speedup_ci_high < settings.confirm_floor)
             reason = (f"no significant gain: the best admissible route, {best.route}, screened "
                       f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
                       + f"({_why_not(best, settings, settings.alpha)})"
+                      + (f"; no route screened above the confirmation floor "
+                         f"{settings.confirm_floor:.2f}x, so none was confirmed" if floor else "")
                       + "; the baseline ships")
     return DecisionRecord(**common, **no_gain, reason=reason,
                           runner_up_route=best.route if best else None,

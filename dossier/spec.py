@@ -39,7 +39,7 @@ TIMING_MAXIMA: dict[str, float] = {
     "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "warmup_min_runs": 100_000,
     "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
     "min_effect": 10.0, "trial_timeout_s": 7 * 86400.0,
-    "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_rounds": 1000,
+    "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_floor": 1.0, "confirm_rounds": 1000,
     "confirm_warmup": 1_000_000, "confirm_runs": 1_000_000, "confirm_block_s": 3600.0,
     "confirm_processes": 1000, "confirm_max_processes": 1000,
 }

@@ -86,6 +86,11 @@ class TimingSettings(BaseModel):
     confirm_top: int = Field(3, ge=0)
     """How many of the best screened candidates the confirmation re-measures (0: screening
     decides alone)."""
+    confirm_floor: float = Field(0.7, ge=0, le=1)
+    """A route whose screened interval lies wholly below this speedup (its upper end below
+    0.7x) does not go to the confirmation: no screening bias seen makes such a route a gain
+    (the largest, on a loaded host, was 1.27x: a real 1.25x gain screened 0.985x), and its
+    confirmation would spend minutes to say so. 0 sends every admissible route."""
     confirm_rounds: int = Field(12, ge=2)
     """Rounds inside each measuring process of the confirmation: every engine (the baseline, a
     second load of it, the candidates) times one block per round, in rotating order."""

@@ -191,6 +191,18 @@ def judge(outputs: Mapping[str, Mapping[str, np.ndarray]], vset: ValidationSet, 
                     failure = f"{pair.name}: output {out!r} holds NaN or Inf"
                 elif value >= threshold:
                     failure = (f"{pair.name}: output {out!r} {metric} loss {value:.3g} "
-                               f">= threshold {threshold:.3g}")
+                               f">= threshold {threshold:.3g}"
+                               + (_zero_note(got[out], ref) if metric == "cos" else ""))
         losses[pair.name] = per
     return AccuracyResult(losses, threshold, metric, failure)
+
+
+def _zero_note(output: np.ndarray, reference: np.ndarray) -> str:
+    """Why a cos loss is 1 when one side is all zeros (a zero vector has no direction)."""
+    zero_out, zero_ref = not np.any(output), not np.any(reference)
+    if zero_out and not zero_ref:
+        return " (the output is all zeros, the reference is not)"
+    if zero_ref and not zero_out:
+        return (" (the reference is all zeros, the output is not: cos cannot judge an all-zero "
+                "reference; use linf or l1 for it)")
+    return ""

@@ -39,6 +39,22 @@ def test_screening_ranks_and_the_top_go_on_whatever_they_read() -> None:
     assert d.gain and d.shipped_route == "-a=s"  # screened 0.98x, confirmed 1.25x
 
 
+def test_a_route_screened_wholly_below_the_floor_is_not_confirmed() -> None:
+    """A route whose whole screened interval lies below ``confirm_floor`` (0.7x) does not go to
+    the confirmation; the decision says why no route was confirmed. With the floor at 0 it
+    goes on, as every admissible route did before."""
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=slow", 0.5, S),
+              screened(2, "-a=near", 0.75, S)]
+    assert [t.route for t in candidates(trials, S)] == ["-a=near"]
+    only_slow = trials[:2]
+    assert candidates(only_slow, S) == []
+    d = decide(only_slow, S)
+    assert not d.gain and "confirmation floor 0.70x" in d.reason
+    off = S.model_copy(update={"confirm_floor": 0.0})
+    assert [t.route for t in candidates(only_slow, off)] == ["-a=slow"]
+    assert "floor" not in decide(only_slow, off).reason
+
+
 def test_a_confirmed_gain_ships_with_the_confirmations_numbers() -> None:
     trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=y", 1.3, S),
               screened(2, "-a=z", 1.1, S)]

@@ -95,3 +95,22 @@ def test_digest_changes_with_any_tensor(tmp_path: Path) -> None:
     pairs[0][1]["y"][1] = 1.0000001
     b = load_validation_set(_write_set(tmp_path / "b", pairs)).digest()
     assert a != b
+
+
+def test_a_cos_rejection_of_an_all_zero_side_names_the_cause(tmp_path: Path) -> None:
+    """cos is 1 when one side is all zeros (no direction); the rejection says which side."""
+    vset = load_validation_set(_write_set(tmp_path / "v", [
+        ({"x": np.zeros(2, np.float32)}, {"y": np.array([1e-9, 2e-9], np.float32)}),
+        ({"x": np.ones(2, np.float32)}, {"y": np.zeros(2, np.float32)}),
+    ]))
+    zero_out = judge({"pair-000": {"y": np.zeros(2)}, "pair-001": {"y": np.zeros(2)}},
+                     vset, "cos", 1e-3)
+    assert not zero_out and "pair-000" in zero_out.failure
+    assert "the output is all zeros, the reference is not" in zero_out.failure
+    zero_ref = judge({"pair-000": {"y": np.array([1e-9, 2e-9])},
+                      "pair-001": {"y": np.array([0.0, 1e-6])}}, vset, "cos", 1e-3)
+    assert not zero_ref and "pair-001" in zero_ref.failure
+    assert "the reference is all zeros" in zero_ref.failure
+    small = judge({"pair-000": {"y": np.array([1.0001e-9, 2e-9])},
+                   "pair-001": {"y": np.zeros(2)}}, vset, "cos", 1e-3)
+    assert small  # correct small outputs pass: the metric is scale-free
