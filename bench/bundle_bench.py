@@ -40,14 +40,14 @@ sys.path.insert(0, str(ROOT))
 from bench.provenance import cpu_model, provenance  # noqa: E402
 from dossier.bundle import check_integrity, open_bundle, write_bundle  # noqa: E402
 from dossier.hashing import digest_file  # noqa: E402
-from dossier.timing import median_ci  # noqa: E402
+from dossier.measure.timing import median_ci  # noqa: E402
 
 GIB = 1 << 30
 TUNE = """
 import importlib.util, sys
 from pathlib import Path
 from dossier.spec import load_spec
-from dossier.timing import TimingSettings
+from dossier.measure.timing import TimingSettings
 from dossier.tuner import tune
 build = importlib.util.spec_from_file_location("samples_build", "samples/build.py")
 module = importlib.util.module_from_spec(build)

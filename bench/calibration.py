@@ -41,10 +41,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dossier import confirmation  # noqa: E402
 from dossier.errors import DossierError  # noqa: E402
+from dossier.measure import confirmation  # noqa: E402
+from dossier.measure.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
-from dossier.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.tuner import tune  # noqa: E402
 
 TRUTH = {"x1.25": 1.25, "x1.05": 1.05, "aa": 1.0}

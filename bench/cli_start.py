@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.provenance import provenance  # noqa: E402
-from dossier.timing import median_ci  # noqa: E402
+from dossier.measure.timing import median_ci  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "assets" / "golden" / "convnet-1.dossier"
 HEAVY = ("numpy", "pyarrow", "onnxruntime", "onnx", "torch", "scipy", "pydantic", "rich",
-         "dossier.tuner", "dossier.backends", "dossier.signing")
+         "dossier.tuner", "dossier.backends", "dossier.trust.signing")
 """Libraries a command should import only when it uses them."""
 PROBE = ("import runpy, sys; sys.argv = ['dossier', *sys.argv[1:]]\n"
          "try:\n    runpy.run_module('dossier_cli.main', run_name='__main__')\n"

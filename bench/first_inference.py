@@ -41,8 +41,8 @@ def make(out: Path) -> None:
     import importlib.util
 
     from dossier.bundle import write_bundle
+    from dossier.measure.timing import TimingSettings
     from dossier.spec import load_spec
-    from dossier.timing import TimingSettings
     from dossier.tuner import tune
 
     spec = importlib.util.spec_from_file_location("samples_build", REPO / "samples" / "build.py")

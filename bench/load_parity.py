@@ -5,7 +5,7 @@ an AOTInductor CUDA-graph bundle on the H200).
 1. Builds the samples (samples/build.py), tunes each ONNX Runtime sample with a small
    selection and writes its bundle (the shipped engine is whatever the rule ships); or takes
    the bundles given with ``--bundle``.
-2. Times two engines in the tuner's own procedure (:func:`dossier.timing.sample_rounds`: rounds
+2. Times two engines in the tuner's own procedure (:func:`dossier.measure.timing.sample_rounds`: rounds
    of one block per engine, which goes first alternating; each engine loaded afresh for its
    block where the backend asks for it, as ONNX Runtime does, else loaded once and kept, as
    the tuner's worker does):
@@ -15,8 +15,8 @@ an AOTInductor CUDA-graph bundle on the H200).
      events around the call with torch tensors on the device in and out, as the tuner's runner
      times (a serving process on a GPU keeps its tensors there);
    - ``tuner``: the shipped engine loaded by the backend as the tuner's worker loads it, timed
-     by the worker's own timer (:func:`dossier.worker._timers`: one pass over every pair).
-3. Compares them with :func:`dossier.timing.compare` (tuner as the baseline): the ratio
+     by the worker's own timer (:func:`dossier.jobs.worker._timers`: one pass over every pair).
+3. Compares them with :func:`dossier.measure.timing.compare` (tuner as the baseline): the ratio
    served / tuner is 1 / speedup, with the exact signed-rank interval over rounds. The target:
    the ratio within [0.97, 1.03]. Also the bundle's recorded latency of the shipped route, for
    reference (a different process and time).
@@ -65,8 +65,8 @@ def _samples(out: Path) -> Path:
 
 def _bundle(samples: Path, name: str, work: Path, tiny: bool) -> Path:
     from dossier.bundle import write_bundle
+    from dossier.measure.timing import TimingSettings
     from dossier.spec import load_spec
-    from dossier.timing import TimingSettings
     from dossier.tuner import tune
 
     spec = load_spec(samples / name / "release.toml",
@@ -87,10 +87,10 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
     import dossier
     from dossier.backends import get_backend
     from dossier.bundle import read_bundle
+    from dossier.jobs.worker import _timers
+    from dossier.measure.timing import TimingSettings, compare, flatten, sample_rounds, summarize
     from dossier.routes import Route
-    from dossier.timing import TimingSettings, compare, flatten, sample_rounds, summarize
     from dossier.validation import load_validation_set
-    from dossier.worker import _timers
 
     b = read_bundle(bundle)
     m = b.manifest
@@ -235,9 +235,9 @@ def main() -> None:
     result = {
         "benchmark": "dossier.load parity: an engine served through dossier.load against the "
                      "same engine in the tuner's timing procedure",
-        "procedure": "dossier.timing.sample_rounds over [tuner, served], each loaded afresh "
+        "procedure": "dossier.measure.timing.sample_rounds over [tuner, served], each loaded afresh "
                      "per block where the backend reloads per block, else once and kept; "
-                     "dossier.timing.compare with the tuner as the baseline; "
+                     "dossier.measure.timing.compare with the tuner as the baseline; "
                      "ratio = served / tuner latency = 1 / speedup",
         "provenance": made, "target": list(TARGET), "smoke": args.smoke, "rounds": rounds,
         "samples_per_engine": samples,

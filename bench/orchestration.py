@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.provenance import provenance  # noqa: E402
+from dossier.measure.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
-from dossier.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.tuner import tune  # noqa: E402
 
 SELECTION = "-intra_op_num_threads=[0|1|2] -enable_mem_pattern=[on|off]"

@@ -79,7 +79,7 @@ def bundle_size(path: Path) -> int:
 
 
 def _stats(samples: list[float]) -> dict[str, object]:
-    from dossier.timing import median_ci
+    from dossier.measure.timing import median_ci
 
     lo, hi = median_ci(samples, 0.95)
     ordered = sorted(samples)
@@ -140,7 +140,7 @@ def main() -> None:
     from cli_start import compile_sources
 
     from bench.provenance import provenance
-    from dossier.signing import generate_key_pair, sign_bundle
+    from dossier.trust.signing import generate_key_pair, sign_bundle
 
     made = provenance()
 

@@ -77,9 +77,11 @@ def bundle(
     """Bundle a finished search as OUT/NAME-VERSION.dossier/: engines, model identity,
     knob database, every trial, raw timings, shapes, validation set, tuning cache, host
     fingerprint, and a manifest with every file's size and xxh3-128."""
+    from dossier.backends import describe
     from dossier.bundle import write_bundle
 
-    written = write_bundle(source, out_dir, parent=parent, include_model=not no_model)
+    written = write_bundle(source, out_dir, parent=parent, include_model=not no_model,
+                           describe=describe)
     _report_written(written, as_json)
 
 
@@ -111,16 +113,17 @@ def release(
     version of the same release in OUT), so a search is never run for a bundle that cannot be
     written. An interrupted release resumes its run folder when run again.
     """
+    from dossier.backends import describe
     from dossier.bundle import check_target, write_bundle
     from dossier.lock import new_or_locked_run_folder
+    from dossier.run_folder import CACHE_NAME, release_folder
     from dossier.spec import load_spec
-    from dossier.tuner import CACHE_NAME
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver
 
     s = load_spec(spec, {"max_builds": max_builds, "max_search_s": max_search_s})
     check_target(out_dir, s.release.name, s.release.version)
-    folder = work or out_dir / ".runs" / f"{s.release.name}-{s.release.version}"
+    folder = work or release_folder(out_dir, s.release.name, s.release.version)
     again = shlex.join(["dossier", "release", str(spec), "--out", str(out_dir),
                         *(["--work", str(work)] if work else [])])
     with new_or_locked_run_folder(folder):  # one release at a time, from search to bundle
@@ -131,7 +134,8 @@ def release(
                               build_jobs=build_jobs, executor=executor, address=address,
                               build_cache=build_cache)
         print_notes(result.notes)
-        written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model)
+        written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model,
+                               describe=describe)
     _report_written(written, as_json)
 
 
@@ -149,12 +153,13 @@ def inspect(
     baseline, shipped route with its speedup and interval (or why there is no gain), trial
     counts, warnings and the tuning host."""
     from dossier.bundle import open_bundle
+    from dossier.bundle.overview import overview_of
     from dossier.bundle.reader import RECORDS_MAX_EXTRACT
 
     chosen = choose_format(fmt, as_json, Document.overview, "inspect", output)
     # the manifest, and the records (per-output losses, load hints): never an engine
     with open_bundle(path, lazy=True, max_extract=RECORDS_MAX_EXTRACT) as b:
-        o = b.overview()
+        o = overview_of(b)
     for note in o.notes:
         err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     emit(chosen.overview(o), output)

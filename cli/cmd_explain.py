@@ -63,7 +63,7 @@ def explain(
         for note in altered_notes(b, EXPLAIN_READS):
             err.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
         if html is not None or chosen.name == FormatName.html:
-            from dossier.audit.report import samples_from_timings
+            from dossier.formats.report import samples_from_timings
 
             samples = samples_from_timings(b.timings())
     if html is not None:

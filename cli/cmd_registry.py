@@ -30,7 +30,7 @@ def push(
     signature beside the bundle is attached as an OCI 1.1 referrer of the manifest.
     Prints the pinned reference REGISTRY/REPO@sha256:... on stdout."""
     from dossier.registry import push_bundle
-    from dossier.sigfile import signature_path
+    from dossier.trust.sigfile import signature_path
 
     if signature is None and not no_signature and signature_path(path).is_file():
         signature = signature_path(path)

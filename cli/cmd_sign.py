@@ -21,7 +21,7 @@ def keygen(
     """Write a new Ed25519 key pair (PEM) for dossier sign. Give the .pub file to
     the hosts that verify (dossier verify --trusted-key); keep the .key secret.
     Existing key files are never overwritten."""
-    from dossier.signing import generate_key_pair
+    from dossier.trust.signing import generate_key_pair
 
     keys = generate_key_pair(out_dir, name)
     if as_json:
@@ -51,7 +51,7 @@ def sign(
     The bundle must pass its integrity check first. Signing again with another key adds a
     signature to the same envelope (co-signing).
     """
-    from dossier.signing import sign_bundle
+    from dossier.trust.signing import sign_bundle
 
     done = sign_bundle(path, key, out=sig_out)
     if as_json:

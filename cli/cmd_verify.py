@@ -87,7 +87,7 @@ def verify(
 
     A registry reference is pulled into the cache first (digests checked, signatures found as referrers): exit 20, 21, 22 when the registry fails, wants credentials, or lacks the tag.
     """
-    from dossier.verify import Outcome, Step, VerifyOptions, refused_report
+    from dossier.verify import Step, StepOutcome, VerifyOptions, refused_report
     from dossier.verify import verify as run_verify
 
     chosen = choose_format(fmt, as_json, Document.verify, "verify", output,
@@ -107,14 +107,14 @@ def verify(
     where = f"the host of {host}" if host else "this host"
 
     def said(step: Step) -> None:  # the OK/FAIL lines on stderr, as each step ends
-        if step.outcome is Outcome.WARNED and step.name.value in ("fetch", "signature"):
+        if step.outcome is StepOutcome.WARNED and step.name.value in ("fetch", "signature"):
             for problem in step.problems:  # malformed or foreign signature referrers, ignored
                 line(f"warning: {problem}")
             if step.name.value == "fetch":
                 line(f"OK: {step.detail}")
-        elif step.outcome is Outcome.PASSED and step.name.value in _LINES:
+        elif step.outcome is StepOutcome.PASSED and step.name.value in _LINES:
             line(f"OK: {step.detail}")
-        elif step.outcome is Outcome.FAILED and step.problems:
+        elif step.outcome is StepOutcome.FAILED and step.problems:
             for problem in step.problems:
                 line(f"FAIL: {problem}")
             line(step.detail)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dossier.formats import Document, FormatName, format_class
 from dossier.formats.escaping import printable
 from dossier.formats.text import UNWRAPPED
+from dossier.measure.figure import speedup_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,13 +84,14 @@ def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> st
     """``1.234x [1.200, 1.270]`` or ``-``."""
     if speedup is None:
         return "-"
-    return f"{speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+    return speedup_text(speedup, lo if lo is not None else float("nan"),
+                        hi if hi is not None else float("nan"))
 
 
 def row_label(r: Any) -> str:
     """What a trial's reading shows, as the judge recorded it (``Comparison.faster`` and
-    ``slower``, set by :func:`dossier.timing.compare` and :func:`dossier.timing.process_compare`
-    with the rule of :func:`dossier.verdict.judge`): a screening trial is only ever *screened*
+    ``slower``, set by :func:`dossier.measure.timing.compare` and :func:`dossier.measure.timing.process_compare`
+    with the rule of :func:`dossier.measure.verdict.judge`): a screening trial is only ever *screened*
     faster or slower (the confirmation decides); a confirmation row is confirmed or not."""
     c = r.comparison
     label = "faster" if c.faster else "slower" if c.slower else "no significant effect"

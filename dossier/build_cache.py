@@ -40,7 +40,6 @@ from typing import Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dossier import __version__
 from dossier.errors import InputError
 from dossier.files import (
     copy_file_hashed,
@@ -53,6 +52,7 @@ from dossier.files import (
 )
 from dossier.hashing import digest_json, digest_stream
 from dossier.names import folder_problem
+from dossier.version import __version__
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from dossier import __version__
 from dossier.diskfull import host_io
 from dossier.errors import CacheMismatchError, InputError
+from dossier.measure.figure import speedup_text
+from dossier.measure.timing import TimingSettings
 from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
-from dossier.timing import TimingSettings
 from dossier.trial import Reading, TrialRecord
+from dossier.version import __version__
 
 CACHE_FORMAT: Literal[2] = 2
 """Format of the caches written now; format 1 caches are read too (:class:`CacheHeader`)."""
@@ -309,11 +310,20 @@ class DecisionRecord(_Model):
     holdout_rejected: list[str] = Field(default_factory=list)
     """Confirmed routes that failed the hold-out set, and so did not ship."""
 
+    def result_text(self) -> str:
+        """``1.234x [1.100, 1.380] (p=0.0001)`` for a gain, else ``no significant gain``."""
+        if not self.gain or self.speedup is None:
+            return "no significant gain"
+        figure = speedup_text(self.speedup, self.speedup_ci_low or 0.0,
+                              self.speedup_ci_high or 0.0)
+        return f"{figure} (p={self.p_value or 0.0:.2g})"
+
 
 AnyRecord = TrialRecord | SessionRecord | DecisionRecord | HoldoutRecord
 """Every record a tuning cache holds after its header."""
 Record = Annotated[AnyRecord, Field(discriminator="kind")]
 _RECORD = TypeAdapter(Record)
+
 
 
 class TuningCache:

@@ -1,10 +1,10 @@
 """The decision rule: which route ships, and why.
 
 1. **Screening** ranks. Every admissible search trial is timed against the baseline in its own
-   process (rounds, :func:`dossier.timing.compare`); trial 0 times the baseline against a second
+   process (rounds, :func:`dossier.measure.timing.compare`); trial 0 times the baseline against a second
    load of itself (the screening A/A, shown, never a veto). The ``confirm_top`` admissible routes
    with the largest screened speedups go on to the confirmation, whatever they read.
-2. **The confirmation decides** (:mod:`dossier.confirmation`): measuring processes of their
+2. **The confirmation decides** (:mod:`dossier.measure.confirmation`): measuring processes of their
    own, each with the baseline, its A/A load and the candidates; a candidate's observation per
    process is its log speedup minus the A/A's; Student's t over processes, one-sided against
    the minimum effect, at alpha / (k x L) (k candidates, L looks of a sequential design that
@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dossier import confirmation
 from dossier.cache import DecisionRecord
-from dossier.timing import TimingSettings
+from dossier.measure import confirmation
+from dossier.measure.timing import TimingSettings
+from dossier.measure.verdict import judge
 from dossier.trial import Reading, TrialRecord
-from dossier.verdict import judge
 
 
 def rule_text(settings: TimingSettings) -> str:
@@ -55,7 +55,7 @@ def confirm_calibration(trials: Sequence[TrialRecord], settings: TimingSettings)
     if not found:
         return None
     c = found[-1].comparison
-    level = c.level if c is not None and c.level is not None else settings.alpha
+    level = c.judged_at(settings.alpha) if c is not None else settings.alpha
     return found[-1].reading(level, settings.min_effect)
 
 
@@ -111,7 +111,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
                             and t.route not in excluded),
                            key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
     older = settings.alpha / max(len(confirms), 1)  # the level of records that keep none
-    level = (confirms[0].comparison.level or older if confirms and confirms[0].comparison
+    level = (confirms[0].comparison.judged_at(older) if confirms and confirms[0].comparison
              else settings.alpha)
     common: dict[str, Any] = dict(
         rule=rule_text(settings), baseline_route=baseline.route,
@@ -138,7 +138,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
             p_value=c.p_value,
             reason=(f"{win.route} was {c.speedup:.3f}x the baseline's speed "
                     f"[{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                    f"(p={c.p_value:.2g} < {c.level or older:.2g}), {where}"
+                    f"(p={c.p_value:.2g} < {c.judged_at(older):.2g}), {where}"
                     + (f"; the A/A read {cal.text()}" if cal else "")),
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
@@ -159,7 +159,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
         assert c is not None
         reason = (f"no significant gain: {len(confirms)} route(s) screened fastest went to the "
                   f"confirmation, and none was confirmed; the best, {best.route}, measured "
-                  f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] over "
+                  f"{c.text()} over "
                   f"{c.processes} measuring processes ({_why_not(best, settings, level)})"
                   + (f"; {stopped}" if stopped else "") + "; the baseline ships")
     else:
@@ -172,7 +172,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
             floor = (settings.confirm_top > 0
                      and c.speedup_ci_high < settings.confirm_floor)
             reason = (f"no significant gain: the best admissible route, {best.route}, screened "
-                      f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
+                      f"{c.text()} "
                       + f"({_why_not(best, settings, settings.alpha)})"
                       + (f"; no route screened above the confirmation floor "
                          f"{settings.confirm_floor:.2f}x, so none was confirmed" if floor else "")

@@ -4,7 +4,7 @@
 host. It never imports torch, tensorrt or onnxruntime: package versions come from
 :mod:`importlib.metadata`. A fact that cannot be read is ``None``; collecting never raises.
 :func:`flatten` turns a fingerprint into ``field path -> string`` pairs that
-:mod:`dossier.policy` compares.
+:mod:`dossier.verify.policy` compares.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def _os_release() -> str | None:
 def _packages() -> dict[str, str]:
     found = {name: v for name in PACKAGES if (v := _call(importlib.metadata.version, name))}
     if "dossier" not in found:  # running from a source tree
-        from dossier import __version__
+        from dossier.version import __version__
 
         found["dossier"] = __version__
     return found

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dossier.backends import describe
 from dossier.bundle import (
     Bundle,
     Manifest,
@@ -26,6 +27,7 @@ from dossier.cache import CacheHeader
 from dossier.errors import InputError, IntegrityError
 from dossier.hashing import digest_file
 from dossier.names import inside
+from dossier.run_folder import release_folder
 from dossier.trial import TrialRecord
 from dossier.tuner import TuneObserver, TuneResult, tune
 
@@ -79,7 +81,7 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
         # the work folder the first one left
         check_target(out_dir, m.release, m.release_version + 1)
         run = Path(work) if work else inside(
-            out_dir, out_dir / ".runs" / f"{m.release}-{m.release_version + 1}", str(b.source))
+            out_dir, release_folder(out_dir, m.release, m.release_version + 1), str(b.source))
         if run.exists() and any(run.iterdir()):
             from dossier.errors import OutputError
 
@@ -103,7 +105,7 @@ def retune(bundle_path: Path, out_dir: Path, *, model: Path | None = None,
 def _trials_in(run: Path) -> list[TrialRecord]:
     from dossier.cache import TuningCache
     from dossier.errors import DossierError
-    from dossier.tuner import CACHE_NAME
+    from dossier.run_folder import CACHE_NAME
 
     try:
         return TuningCache.open(run / CACHE_NAME).trials if (run / CACHE_NAME).is_file() else []
@@ -139,5 +141,5 @@ def _retune(b: Bundle, m: Manifest, header: CacheHeader, trials: list[TrialRecor
         "validation": base.validation.model_copy(update={"path": str(inputs / "validation")}),
     })
     result = tune(spec, run, observer=observer, warm_start=warm, parent=m.dossier_id)
-    written = write_bundle(run, out_dir, parent=m.dossier_id)
+    written = write_bundle(run, out_dir, parent=m.dossier_id, describe=describe)
     return Retuned(result, written, m.dossier_id, warm)

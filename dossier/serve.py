@@ -58,8 +58,8 @@ from dossier.errors import (
     InvalidHostError,
     SuboptimalHostError,
 )
-from dossier.policy import Verdict
 from dossier.verify import VerifyOptions, VerifyReport, verified, with_report
+from dossier.verify.policy import Verdict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -311,7 +311,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
         prepare_backend=import_runtime)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
-        _judge(report, on_suboptimal)
+        _apply_verdict(report, on_suboptimal)
         yield _load(bundle, report), bundle
 
 
@@ -329,7 +329,7 @@ def import_runtime(backend: str) -> None:
         logger.debug("importing the runtime of %r ahead of the load failed: %s", backend, exc)
 
 
-def _judge(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
+def _apply_verdict(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
     why = "; ".join(report.reasons[:3]) or "no reason recorded"
     if report.verdict is Verdict.INVALID:
         raise with_report(InvalidHostError(

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dossier.errors import SpecError
 from dossier.files import read_small
+from dossier.measure.timing import TimingSettings
 from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
-from dossier.timing import TimingSettings
 from dossier.validation import Metric
 
 StrategyName = Literal["fast", "mixed", "full", "random", "budget"]

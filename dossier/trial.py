@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dossier.conditions import Conditions
 from dossier.load_config import LoadConfig
+from dossier.measure.conditions import Conditions
+from dossier.measure.figure import speedup_text
 
 
 class Outcome(str, enum.Enum):
@@ -90,7 +91,7 @@ class Comparison(_Model):
     """Per round: the baseline's block median / the candidate's block median."""
     procedure: str | None = None
     """``screening`` (one process, engines alternating in blocks) or ``independent`` (the
-    confirmation: measuring processes of their own, :mod:`dossier.confirmation`)."""
+    confirmation: measuring processes of their own, :mod:`dossier.measure.confirmation`)."""
     generation_speedups: list[float] | None = None
     """Older records only (a confirmation in process generations, one process per engine):
     each generation's own speedup."""
@@ -114,6 +115,15 @@ class Comparison(_Model):
     re-measurement, ``verify --rebench``, is expected to read)."""
     prediction_high: float | None = None
     """Upper end of that prediction interval."""
+
+    def text(self) -> str:
+        """``1.234x [1.100, 1.380]``."""
+        return speedup_text(self.speedup, self.speedup_ci_low, self.speedup_ci_high)
+
+    def judged_at(self, alpha: float) -> float:
+        """The level this reading is judged at: the one it records, else ``alpha`` (older
+        records, which kept none: the caller says what they were judged at)."""
+        return self.level if self.level is not None else alpha
 
     def round_range(self) -> tuple[float, float] | None:
         """The smallest and largest per-round ratio (None in records without them)."""
@@ -147,7 +157,7 @@ class Reading(_Model):
         """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)`` or ``(p=0.6, 5 processes)``."""
         n = (f", {self.processes} processes" if self.processes
              else f", {self.rounds} rounds" if self.rounds else "")
-        return (f"{self.speedup:.3f}x [{self.speedup_ci_low:.3f}, {self.speedup_ci_high:.3f}] "
+        return (f"{speedup_text(self.speedup, self.speedup_ci_low, self.speedup_ci_high)} "
                 f"(p={self.p_value:.2g}{n})")
 
 
@@ -207,7 +217,7 @@ class TrialRecord(_Model):
     ``version_compatible``), recorded like ``load``; None when no engine was kept, and in
     records written before they were recorded."""
     conditions: list[Conditions] | None = None
-    """What the host was doing while the trial ran (:mod:`dossier.conditions`): one entry for
+    """What the host was doing while the trial ran (:mod:`dossier.measure.conditions`): one entry for
     a search trial, one per measuring process for a confirmation record; None in records
     written before they were recorded."""
 

@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dossier import __version__, conditions, confirmation
 from dossier.backends import Backend, ModelSignature, get_backend
 from dossier.build_cache import BuildCache, open_build_cache
 from dossier.build_plan import BuildPlan
@@ -31,8 +30,6 @@ from dossier.cache import (
     TuningCache,
 )
 from dossier.cache_check import check_cache
-from dossier.child import clear_work, run_child
-from dossier.conditions import Conditions
 from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
@@ -41,26 +38,26 @@ from dossier.executors import Scheduler, open_scheduler
 from dossier.executors.local import LocalScheduler
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
-from dossier.job_requests import JobRequests
+from dossier.jobs.child import clear_work, run_child
+from dossier.jobs.requests import JobRequests
+from dossier.jobs.worker import FailedResult, JudgedResult, WorkerResult
 from dossier.knobs import KnobDatabase
 from dossier.lock import RUN_LOCK, new_or_locked_run_folder
+from dossier.measure import conditions, confirmation
+from dossier.measure.conditions import Conditions
+from dossier.measure.timing import compare, summarize, unflatten
 from dossier.routes import Route, Selection
+from dossier.run_folder import CACHE_NAME, ENGINES, FINGERPRINT_NAME, KNOBS_NAME, WORK
 from dossier.spec import ReleaseSpec
 from dossier.strategies import Strategy, get_strategy
 from dossier.strategies.budget import STUDY_NAME
 from dossier.threshold import check_threshold
-from dossier.timing import compare, summarize, unflatten
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
-from dossier.worker import FailedResult, JudgedResult, WorkerResult
+from dossier.version import __version__
 
 logger = logging.getLogger(__name__)
 
-CACHE_NAME = "tuning-cache.jsonl"
-KNOBS_NAME = "knobs.json"
-FINGERPRINT_NAME = "fingerprint.json"
-ENGINES = "engines"
-WORK = ".work"
 
 class TuneObserver:
     """Receives progress; the CLI renders it. Every method is optional."""
@@ -316,7 +313,7 @@ class Tuner:
             started.append(_now())
 
         t = self.p.spec.timing
-        # what this host does meanwhile (dossier.conditions), where the trial runs here
+        # what this host does meanwhile (dossier.measure.conditions), where the trial runs here
         watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s) \
             if isinstance(self.scheduler, LocalScheduler) else None
         result, trial_s = self.scheduler.trial(route, index, job, start)
@@ -326,7 +323,7 @@ class Tuner:
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
                 trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
         record = self._record(index, route, role, result, engine, trial_s, started)
-        if seen is not None:  # what the host was doing meanwhile (dossier.conditions)
+        if seen is not None:  # what the host was doing meanwhile (dossier.measure.conditions)
             record = record.model_copy(update={"conditions": [seen]})
         if record.outcome is not Outcome.OK:
             engine.unlink(missing_ok=True)
@@ -376,7 +373,7 @@ class Tuner:
 
     def confirm(self, chosen: list[TrialRecord]) -> str:
         """Re-measure the chosen candidates in measuring processes of their own
-        (:mod:`dossier.confirmation`), each with the baseline and a second load of it (the A/A);
+        (:mod:`dossier.measure.confirmation`), each with the baseline and a second load of it (the A/A);
         record one confirmation trial per candidate and one for the A/A. Returns why the
         confirmation stopped."""
         self.observer.confirming([t.route for t in chosen])
@@ -551,7 +548,7 @@ def tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
     every record against the header and the knob database (:mod:`dossier.cache_check`), and
     the search continues. ``warm_start`` routes are measured first, right after the baseline
     (routes the selection does not allow are refused); ``parent`` is recorded in the header.
-    ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.builds`); the
+    ``build_jobs`` builds run at once (None: from the cores; see :mod:`dossier.jobs.builds`); the
     results do not depend on it, only the wall time does. ``executor`` ``"ray"`` runs build and
     measure jobs on the Ray cluster at ``address`` (see :mod:`dossier.executors`).
     ``build_cache``: a folder of engines kept across searches (:mod:`dossier.build_cache`;

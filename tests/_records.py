@@ -1,6 +1,6 @@
 """Trial records built through the production judge: screening readings from
-:func:`dossier.timing.compare` over synthetic rounds, confirmation readings from
-:func:`dossier.confirmation.confirm` over simulated measuring processes. No test builds a
+:func:`dossier.measure.timing.compare` over synthetic rounds, confirmation readings from
+:func:`dossier.measure.confirmation.confirm` over simulated measuring processes. No test builds a
 comparison by hand, so no test can decide by a rule production does not apply."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dossier import confirmation
-from dossier.confirmation import Confirmation, ProcessRun
-from dossier.timing import TimingSettings, compare, flatten, summarize
+from dossier.measure import confirmation
+from dossier.measure.confirmation import Confirmation, ProcessRun
+from dossier.measure.timing import TimingSettings, compare, flatten, summarize
 from dossier.trial import Outcome, TrialRecord
 
 STARTED = "2026-01-01T00:00:00+00:00"
@@ -61,7 +61,7 @@ def screening_rounds(speedup: float, *, seed: int = 0, rounds: int = 16, sd: flo
 def screened(index: int, route: str, speedup: float, settings: TimingSettings, *,
              role: str = "search", seed: int | None = None, sd: float = 0.02,
              outcome: Outcome = Outcome.OK) -> TrialRecord:
-    """A screening trial whose comparison :func:`dossier.timing.compare` computed from rounds
+    """A screening trial whose comparison :func:`dossier.measure.timing.compare` computed from rounds
     in which the route ran ``speedup`` times as fast as the baseline."""
     base, cand = screening_rounds(speedup, seed=index if seed is None else seed, sd=sd)
     samples, rounds = flatten(cand)

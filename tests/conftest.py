@@ -15,14 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from dossier.measure.timing import TimingSettings
 from dossier.spec import ReleaseSpec, load_spec
-from dossier.timing import TimingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT
@@ -31,8 +31,9 @@ TINY_TIMING = TimingSettings(samples=12, rounds=6, block_warmup=1, warmup_window
                              warmup_min_runs=1, warmup_max_s=0.2, confirm_top=1,
                              trial_timeout_s=60, confirm_rounds=3, confirm_warmup=2,
                              confirm_runs=5, confirm_block_s=0.05, confirm_processes=3,
-                             confirm_max_processes=3)
-"""Timing small enough for tests: decisions made with it are not meaningful, the plumbing is."""
+                             confirm_max_processes=3, confirm_floor=0.0)
+"""Timing small enough for tests: decisions made with it are not meaningful, the plumbing is
+(so every admissible route goes to the confirmation: no floor)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -162,3 +163,26 @@ def isolate_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
     monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    """A private copy of the golden convnet bundle (tests/assets/golden), which a test may
+    alter; a test file that means another bundle by this name defines its own."""
+    import test_bundle_helpers as h
+
+    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local OCI registry (the ``docker-registry`` binary) for a test module; skipped where
+    it, or the [oci] extra, is not installed."""
+    from test_registry import REGISTRY_BIN, Registry
+
+    if not os.access(REGISTRY_BIN, os.X_OK):
+        pytest.skip("docker-registry is not installed")
+    pytest.importorskip("oras", reason="registries need the [oci] extra (oras)")
+    server = Registry(tmp_path_factory.mktemp("registry")).start()
+    yield server
+    server.kill()

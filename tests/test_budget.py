@@ -239,7 +239,8 @@ def test_kill_9_then_continue_makes_the_proposals_of_an_uninterrupted_search(
 
     from conftest import subprocess_env, write_tiny_timing
 
-    from dossier.tuner import CACHE_NAME, continue_tune
+    from dossier.run_folder import CACHE_NAME
+    from dossier.tuner import continue_tune
 
     work = tmp_path / "convnet"
     shutil.copytree(samples_dir / "convnet", work)

@@ -12,10 +12,11 @@ from dossier.backends import get_backend
 from dossier.build_plan import BuildPlan
 from dossier.cache import TuningCache
 from dossier.fingerprint import collect
-from dossier.job_requests import JobRequests
+from dossier.jobs.requests import JobRequests
 from dossier.routes import Route
+from dossier.run_folder import CACHE_NAME
 from dossier.trial import Outcome, TrialRecord
-from dossier.tuner import CACHE_NAME, Tuner, prepare
+from dossier.tuner import Tuner, prepare
 
 BASE = "-intra_op_num_threads=0 -optimizer:NchwcTransformer=on"
 THREADS = "-intra_op_num_threads=1 -optimizer:NchwcTransformer=on"

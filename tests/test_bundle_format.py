@@ -21,6 +21,7 @@ from dossier.bundle import (
     parse_manifest,
 )
 from dossier.bundle.manifest import body_digest
+from dossier.bundle.overview import overview_of
 from dossier.bundle.tables import ROUTES_HEAD, ROUTES_TAIL, SHAPES_SCHEMA, TIMINGS_SCHEMA
 from dossier.errors import BundleFormatError, ExitCode
 
@@ -63,7 +64,7 @@ def test_golden_bundle_still_opens_passes_integrity_and_reads_its_tables() -> No
         assert (info.metric, info.threshold, len(info.pairs)) == ("linf", 1e-4, 3)
         assert b.fingerprint().python.version
         assert b.engine_path().is_file() and b.engine_path("baseline").is_file()
-        o = b.overview()
+        o = overview_of(b)
     assert o.winner.route and o.baseline.route == "-graph_optimization_level=all"
     assert (o.gain and o.speedup) or (not o.gain and "no significant gain" in o.reason)
 

@@ -177,7 +177,7 @@ def test_verify_reads_every_byte_once(tmp_path: Path) -> None:
     twice, once per digest, would be over 2)."""
     import importlib.util
 
-    from dossier.signing import generate_key_pair, sign_bundle
+    from dossier.trust.signing import generate_key_pair, sign_bundle
 
     spec = importlib.util.spec_from_file_location(
         "verify_speed", Path(__file__).resolve().parents[1] / "bench" / "verify_speed.py")

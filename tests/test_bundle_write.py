@@ -17,10 +17,11 @@ import pyarrow as pa
 import pytest
 import test_bundle_helpers as h
 
+from dossier.backends import describe
 from dossier.bundle import check_integrity, coverage_warnings, open_bundle, write_bundle
 from dossier.bundle.tables import KNOB_PREFIX, ROUTES_HEAD, ROUTES_TAIL
 from dossier.cache import TuningCache
-from dossier.errors import ExitCode
+from dossier.errors import ExitCode, InputError
 from dossier.hashing import digest_file
 from dossier.spec import ShapeEntry
 
@@ -316,8 +317,8 @@ def test_load_configuration_and_engine_flags_are_the_ones_the_search_recorded(
         raise AssertionError(f"the writer asked the backend {name}")
 
     h.rewrite_cache(cache, mark)
-    monkeypatch.setattr("dossier.backends.get_backend", no_backend)
-    e = write_bundle(run, tmp_path / "out").manifest.engines.shipped
+    monkeypatch.setattr("dossier.backends.registry.get_backend", no_backend)
+    e = write_bundle(run, tmp_path / "out", describe=describe).manifest.engines.shipped
     assert e.load is not None and e.load.note == f"recorded for trial {e.trial_index}"
     assert e.flags == {"recorded": True}
 
@@ -325,7 +326,8 @@ def test_load_configuration_and_engine_flags_are_the_ones_the_search_recorded(
 def test_trials_recorded_without_load_configuration_still_bundle(rel: dict[str, h.Released],
                                                                  tmp_path: Path) -> None:
     """A run tuned before trials recorded ``load`` and ``engine_flags`` still bundles: the
-    writer asks the backend, which gives what the search records now."""
+    writer asks the backend through what its caller passes (the bundle layer imports no
+    backend), which gives what the search records now; without it, one clear refusal."""
     run = _copy_run(rel, tmp_path)
 
     def strip(r: dict) -> dict:
@@ -336,7 +338,11 @@ def test_trials_recorded_without_load_configuration_still_bundle(rel: dict[str, 
     h.rewrite_cache(run / "tuning-cache.jsonl", strip)
     assert all(t.load is None and t.engine_flags is None
                for t in TuningCache.open(run / "tuning-cache.jsonl").trials)
-    got = write_bundle(run, tmp_path / "out").manifest.engines.model_dump(mode="json")
+    with pytest.raises(InputError, match="before runs recorded their load configuration"):
+        write_bundle(run, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists() or list((tmp_path / "refused").iterdir()) == []
+    got = write_bundle(run, tmp_path / "out", describe=describe).manifest.engines.model_dump(
+        mode="json")
     want = json.loads((rel["convnet"].bundle / "manifest.json").read_text())["engines"]
     assert got["shipped"]["load"] is not None
     assert (got["shipped"]["load"], got["shipped"]["flags"]) == (want["shipped"]["load"],

@@ -22,7 +22,7 @@ from _figures import figures
 from dossier.errors import ExitCode
 from dossier.hashing import digest_file
 from dossier.lock import RUN_LOCK
-from dossier.tuner import CACHE_NAME
+from dossier.run_folder import CACHE_NAME
 
 Records = list[dict[str, Any]]
 PASSWD = Path("/etc/passwd")
@@ -188,7 +188,7 @@ def test_the_unedited_run_still_resumes_and_bundles(rel: dict[str, h.Released],
 def test_the_golden_format_1_header_reads_as_the_spec_it_flattened() -> None:
     """A format 1 header (the spec's settings as flat fields) reads into the format 2 model."""
     from dossier.cache import TuningCache
-    from dossier.timing import RETIRED
+    from dossier.measure.timing import RETIRED
 
     path = h.GOLDEN / CACHE_NAME
     flat = json.loads(path.read_text().split("\n")[0])

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from dossier.child import run_child
-from dossier.timing import TimingSettings
-from dossier.worker import RESULT, BuiltResult, FailedResult, JudgedResult, WorkerRequest
+from dossier.jobs.child import run_child
+from dossier.jobs.worker import RESULT, BuiltResult, FailedResult, JudgedResult, WorkerRequest
+from dossier.measure.timing import TimingSettings
 
 
 def _request(tmp: Path, **kw: object) -> WorkerRequest:
@@ -39,7 +39,7 @@ def test_a_child_whose_parent_is_gone_leaves_at_once(tmp_path: Path) -> None:
     req = _request(tmp_path, parent_pid=1)  # not our parent: the parent "died" before prctl
     path = tmp_path / "req.json"
     path.write_text(req.model_dump_json())
-    run = subprocess.run([sys.executable, "-m", "dossier.worker", str(path)], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "dossier.jobs.worker", str(path)], capture_output=True,
                          timeout=120, check=False)
     assert run.returncode == 1 and not (tmp_path / "r.json").exists()
 
@@ -58,7 +58,7 @@ def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> No
     import os
     import signal
 
-    from dossier.child import Child
+    from dossier.jobs.child import Child
 
     child = Child(_request(tmp_path), tmp_path, "paused", 120, None)
     try:
@@ -106,8 +106,8 @@ def test_a_child_on_standby_imports_then_waits_for_its_final_request(
     its provisional one), and its time limit counts from then."""
     import time
 
-    from dossier.child import Child
-    from dossier.worker import MeasuredResult
+    from dossier.jobs.child import Child
+    from dossier.jobs.worker import MeasuredResult
 
     guess = _measure_request(tmp_path, samples_dir, convnet_engine,
                              engines=[(str(tmp_path / "not-there.ort"), "")])
@@ -133,7 +133,7 @@ def test_a_child_on_standby_imports_then_waits_for_its_final_request(
 
 def test_a_child_on_standby_that_fails_to_start_says_why_once_its_turn_comes(
         tmp_path: Path, samples_dir: Path, convnet_engine: Path) -> None:
-    from dossier.child import Child
+    from dossier.jobs.child import Child
 
     req = _measure_request(tmp_path, samples_dir, convnet_engine).model_copy(
         update={"backend": "no-such-backend", "engines": [(str(convnet_engine), "")] * 2})
@@ -148,7 +148,7 @@ def test_a_child_on_standby_that_fails_to_start_says_why_once_its_turn_comes(
 
 def test_a_child_on_standby_leaves_when_it_is_not_needed(
         tmp_path: Path, samples_dir: Path, convnet_engine: Path) -> None:
-    from dossier.child import Child
+    from dossier.jobs.child import Child
 
     req = _measure_request(tmp_path, samples_dir, convnet_engine,
                            engines=[(str(convnet_engine), "")] * 2)
@@ -164,7 +164,7 @@ def test_a_measuring_process_waits_for_its_successors_imports(tmp_path: Path) ->
     import threading
     import time
 
-    from dossier.worker import _wait_for_standby
+    from dossier.jobs.worker import _wait_for_standby
 
     stage = tmp_path / "next.stage"
     stage.write_text("setup")

@@ -88,5 +88,5 @@ def test_root_help_imports_neither_rich_nor_pydantic() -> None:
 def test_integrity_check_imports_neither_rich_nor_signing() -> None:
     golden = Path(__file__).parent / "assets" / "golden" / "convnet-1.dossier"
     _, loaded = _loaded("verify", str(golden), "--integrity-only",
-                        watch=("rich", "dossier.signing", "dossier.bundle", "pydantic"))
+                        watch=("rich", "dossier.trust.signing", "dossier.bundle", "pydantic"))
     assert loaded == ["dossier.bundle", "pydantic"]  # the manifest is read: the probe sees it

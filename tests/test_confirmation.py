@@ -13,12 +13,13 @@ import pytest
 import test_bundle_helpers as h
 from _records import Simulated
 
-from dossier import confirmation
 from dossier.backends import get_backend
 from dossier.decision import decide
 from dossier.errors import TuneError
+from dossier.jobs import measuring
+from dossier.measure import confirmation
+from dossier.measure.timing import PROCESS_TEST, TimingSettings
 from dossier.routes import Route
-from dossier.timing import PROCESS_TEST, TimingSettings
 from dossier.trial import Comparison, TimingSummary
 from dossier.tuner import Tuner, prepare
 from dossier.validation import load_validation_set
@@ -95,12 +96,12 @@ def test_stopping_early_keeps_the_false_positive_rate_where_re_testing_does_not(
         r = _run({"-a=edge": edge}, s, seed=seed, block_sd=0.05, state_sd=0.0)
         ours += r.candidates[0].status == "confirmed"
         logs = r.candidates[0].logs  # all its processes when nothing stopped it early
-        from dossier.timing import process_stats
+        from dossier.measure.timing import process_stats
         sim = Simulated({"-a=edge": edge}, seed=10_000 + seed, block_sd=0.05, state_sd=0.0)
         xs: list[float] = []
         for n in range(20):
             run = sim([BASE, BASE, (Path("e"), "-a=edge")], n)
-            from dossier.timing import process_log
+            from dossier.measure.timing import process_log
             xs.append(process_log(run.rounds[0], run.rounds[2], 0.95)
                       - process_log(run.rounds[0], run.rounds[1], 0.95))
             if n >= 2 and process_stats(xs, 0.95, bound=math.log1p(s.min_effect)).p_value < s.alpha:
@@ -152,7 +153,7 @@ def test_fixed_processes_decide_once_at_the_end() -> None:
 def test_measuring_processes_find_a_known_slowdown(engines: dict[str, Path], samples_dir: Path,
                                                   tmp_path: Path) -> None:
     settings = SETTINGS.model_copy(update={"confirm_prestart": True})  # not ORT's default
-    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+    measure = measuring.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
                                            settings, work=tmp_path / "w")
     r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure)
     assert r.processes == 3 and sorted(p.name for p in (tmp_path / "w").glob("*.log")) == [
@@ -180,7 +181,7 @@ def test_a_measuring_process_that_died_on_standby_is_replaced(
 
     killed = _killed_at_go(monkeypatch)
     settings = SETTINGS.model_copy(update={"confirm_prestart": True})
-    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+    measure = measuring.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
                                            settings, work=tmp_path / "w")
     r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure)
     assert killed == ["measure-1", "measure-2"] and r.processes == 3
@@ -195,7 +196,7 @@ def test_without_prestart_each_process_starts_at_its_turn(engines: dict[str, Pat
     """ONNX Runtime's loads take milliseconds: starting a successor ahead would save no more
     than that, so its confirmation starts each process at its turn unless told otherwise."""
     settings = SETTINGS.model_copy(update={"confirm_prestart": prestart})
-    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+    measure = measuring.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
                                            settings, work=tmp_path / "w")
     r = confirmation.confirm((engines[FAST], FAST), [(engines[SLOW], SLOW)], settings, measure,
                              fixed=2)
@@ -210,7 +211,7 @@ def test_a_confirmation_cut_short_stops_the_process_on_standby(engines: dict[str
     """An error in the parent between processes (here: the observer raising) leaves no
     process waiting on standby."""
     settings = SETTINGS.model_copy(update={"confirm_prestart": True})
-    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+    measure = measuring.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
                                            settings, work=tmp_path / "w")
 
     def stop(n: int, cap: int, open_routes: list[str]) -> None:
@@ -231,7 +232,7 @@ def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
                                                                 samples_dir: Path) -> None:
     bad = tmp_path / "bad.ort"
     bad.write_bytes(b"not an engine")
-    measure = confirmation.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
+    measure = measuring.local_processes("onnxruntime", samples_dir / "convnet" / "validation",
                                            SETTINGS, work=tmp_path / "w")
     with pytest.raises(TuneError, match="measuring process 1 ended runtime_error") as err:
         confirmation.confirm((bad, FAST), [], SETTINGS, measure, fixed=2)
@@ -241,21 +242,21 @@ def test_a_process_that_cannot_load_its_engine_is_a_clear_error(tmp_path: Path,
 def test_measuring_processes_run_under_the_trial_memory_limit(engines: dict[str, Path],
                                                              samples_dir: Path,
                                                              tmp_path: Path) -> None:
-    """A measuring process is a worker child like a trial's (dossier.child), with the trial
+    """A measuring process is a worker child like a trial's (dossier.jobs.child), with the trial
     memory limit: its request carries the limit, and a limit too small to load the engine ends
     the process, a clear error (a MemoryError, or another error raised where an allocation
     failed); the same process under a workable limit measures."""
     vset = samples_dir / "convnet" / "validation"
     pair = ((engines[FAST], FAST), [(engines[SLOW], SLOW)])
     tight = SETTINGS.model_copy(update={"trial_memory_limit_mb": 64})
-    measure = confirmation.local_processes("onnxruntime", vset, tight, work=tmp_path / "tight")
+    measure = measuring.local_processes("onnxruntime", vset, tight, work=tmp_path / "tight")
     with pytest.raises(TuneError,
                        match="measuring process 1 ended (runtime_error|crashed)"):
         confirmation.confirm(*pair, tight, measure, fixed=1)
     assert json.loads((tmp_path / "tight" / "measure-0.request.json").read_text())[
         "memory_mb"] == 64
     roomy = SETTINGS.model_copy(update={"trial_memory_limit_mb": 1 << 16})
-    measure = confirmation.local_processes("onnxruntime", vset, roomy, work=tmp_path / "roomy")
+    measure = measuring.local_processes("onnxruntime", vset, roomy, work=tmp_path / "roomy")
     assert confirmation.confirm(*pair, roomy, measure, fixed=2).processes == 2
     assert json.loads((tmp_path / "roomy" / "measure-0.request.json").read_text())[
         "memory_mb"] == 1 << 16
@@ -267,7 +268,8 @@ def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None
         k: getattr(SETTINGS, k) for k in ("confirm_rounds", "confirm_runs", "confirm_block_s",
                                           "confirm_processes", "confirm_max_processes")})})
     from dossier.cache import TuningCache
-    from dossier.tuner import CACHE_NAME, _header
+    from dossier.run_folder import CACHE_NAME
+    from dossier.tuner import _header
 
     p = prepare(spec)
     run = tmp_path / "run"

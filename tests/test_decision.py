@@ -7,7 +7,7 @@ import pytest
 from _records import confirmed, screened
 
 from dossier.decision import candidates, decide, rule_text
-from dossier.timing import TimingSettings
+from dossier.measure.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 
 S = TimingSettings()

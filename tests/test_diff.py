@@ -12,8 +12,8 @@ from test_explain import cli, make_bundle
 
 from dossier.audit import BundleDiff, diff_bundles
 from dossier.bundle import open_bundle, pack_bundle, write_bundle
-from dossier.policy import Verdict
 from dossier.routes import Route
+from dossier.verify.policy import Verdict
 
 
 @pytest.fixture(scope="module")

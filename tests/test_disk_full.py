@@ -28,7 +28,7 @@ from conftest import dossier_command
 from conftest import subprocess_env as _env
 
 from dossier.errors import ExitCode
-from dossier.tuner import CACHE_NAME
+from dossier.run_folder import CACHE_NAME
 
 ROOM = "64m"
 """Size the tmpfs is grown to once the test frees space."""

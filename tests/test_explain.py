@@ -26,6 +26,7 @@ from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
 from dossier.cache import CacheHeader, FileIdentity, SessionRecord
 from dossier.decision import decide
+from dossier.measure.timing import TimingSettings
 from dossier.schema import schema_of
 from dossier.spec import (
     DeploymentSection,
@@ -36,7 +37,6 @@ from dossier.spec import (
     ValidationSection,
     load_spec,
 )
-from dossier.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 from dossier.tuner import tune
 from dossier_cli.main import app
@@ -212,7 +212,7 @@ def test_html_report_escapes_every_fact(faulty: Path) -> None:
     The hostile page has exactly the tags of the clean one, and the raw string is nowhere in it
     (not in the markup, not in plotly's figure data)."""
     pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
-    from dossier.audit.report import render_report, samples_from_timings
+    from dossier.formats.report import render_report, samples_from_timings
 
     with open_bundle(faulty) as b:
         facts = explain(b)
@@ -358,7 +358,7 @@ def test_the_spread_of_the_round_ratios_is_shown(capsys: pytest.CaptureFixture) 
     """A gain whose rounds disagree (a launch-bound baseline on a host that switches state):
     explain gives the smallest and largest per-round ratio beside the estimate, in the text and
     on the HTML page; a record without round ratios shows no such line."""
-    from dossier.audit.report import render_report
+    from dossier.formats.report import render_report
     from dossier_cli.cmd_explain import render_explanation
 
     trials = [_trial(0, "-a=x -b=p", 1.0, 0.98, 1.02, 0.9, role="baseline"),
@@ -532,7 +532,7 @@ def test_one_baseline_figure_and_per_output_losses_everywhere(convnet: Path,
     """inspect, explain, explain --json and the HTML name the same baseline figure (per
     inference, the confirmation's reading where it ran) and show the passing routes' losses
     per output (worst pair)."""
-    from dossier.latency import of_route
+    from dossier.measure.latency import of_route
 
     with open_bundle(convnet) as b:
         trials = b.tuning_cache().trials
@@ -618,7 +618,7 @@ def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFix
     the reading the decision recorded (the A/A stopped it), in the text and on the HTML page,
     not a re-judgment by today's rule ("as expected"); a decision that recorded no A/A reading
     is judged by today's rule."""
-    from dossier.audit.report import render_report
+    from dossier.formats.report import render_report
     from dossier_cli.cmd_explain import render_explanation
 
     s = TimingSettings()
@@ -712,7 +712,7 @@ def test_why_not_names_the_aa_reading_a_faster_route_did_not_clear(
     e = explain_search(_header(), trials, SESSION, d)
     assert e.decision.why_not == ["its interval's lower end 1.100 does not clear the "
                                   "confirmation A/A reading's upper end 1.150"]
-    from dossier.audit.report import render_report
+    from dossier.formats.report import render_report
     from dossier_cli.cmd_explain import render_explanation
 
     render_explanation(e)  # the runner-up's margin is the baseline's, which ships, against

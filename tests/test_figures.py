@@ -12,15 +12,15 @@ import pytest
 from _records import confirmed, screened
 from test_explain import SESSION, _header
 
-from dossier import conditions
 from dossier.audit import explain_search
-from dossier.conditions import Conditions, GpuState, Watch, summarize, wait_for_quiet
 from dossier.decision import decide
 from dossier.errors import ModelError, SpecError, TuneError
 from dossier.formats import figures as fig
-from dossier.latency import of_route, per_inference
+from dossier.measure import conditions
+from dossier.measure.conditions import Conditions, GpuState, Watch, summarize, wait_for_quiet
+from dossier.measure.latency import of_route, per_inference
+from dossier.measure.timing import TimingSettings
 from dossier.threshold import check_threshold
-from dossier.timing import TimingSettings
 from dossier.validation import Pair, ValidationSet, loss
 
 SETTINGS = TimingSettings(confirm_top=2, confirm_processes=3, confirm_max_processes=6)
@@ -72,7 +72,7 @@ def test_a_confirmed_route_shows_the_confirmation_reading_everywhere() -> None:
 
 def test_the_html_charts_take_the_confirmed_reading() -> None:
     pytest.importorskip("plotly")
-    from dossier.audit.report import shown_speedup
+    from dossier.formats.report import shown_speedup
 
     trials, _ = _search({"-a=y -b=p": 0.85}, {"-a=y -b=p": 3.0})
     e = explain_search(_header(), trials, SESSION, decide(trials, SETTINGS))
@@ -215,7 +215,7 @@ def test_an_aa_reading_whose_interval_excludes_one_is_not_called_no_difference()
 
 def test_the_latency_axis_is_per_inference_and_keeps_its_title() -> None:
     pytest.importorskip("plotly")
-    from dossier.audit.report import latency_axis
+    from dossier.formats.report import latency_axis
 
     axis = latency_axis([[0.2, 0.3, 0.25], [0.21, 0.35]])
     assert axis["title_text"].startswith("ms per inference") and axis["automargin"] is True

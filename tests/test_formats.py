@@ -18,6 +18,7 @@ from conftest import cli
 from markdown_it import MarkdownIt
 
 from dossier.bundle import Overview, open_bundle
+from dossier.bundle.overview import overview_of
 from dossier.errors import ExitCode
 from dossier.formats import Document, Format, FormatName, format_class, get_format
 from dossier.formats import figures as fig
@@ -40,7 +41,7 @@ OLD_KEYS = ["bundle", "release", "version", "description", "dossier_id", "parent
 
 def _overview(path: Path = GOLDEN) -> Overview:
     with open_bundle(path, lazy=True) as b:
-        return b.overview()
+        return overview_of(b)
 
 
 def _gfm(text: str) -> tuple[str, list[list[list[str]]]]:

@@ -498,7 +498,7 @@ def _trtexec_rows(scratch: Path, rows: list, tail: bytes) -> None:
 
 
 def _policy(scratch: Path, text: str) -> None:
-    from dossier.policy import Policy, load_policy
+    from dossier.verify.policy import Policy, load_policy
 
     path = scratch / "policy.toml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")

@@ -59,10 +59,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     isolate_registry(monkeypatch, tmp_path)
 
 
-@pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
-
 
 def _craft(bundle: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
     """Edit ``bundle``'s manifest.json as JSON and seal it again (a new dossier id), the way an
@@ -141,18 +137,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not os.access(REGISTRY_BIN, os.X_OK):
-        pytest.skip("docker-registry is not installed")
-    pytest.importorskip("oras")
-    from test_registry import Registry
-
-    server = Registry(tmp_path_factory.mktemp("registry")).start()
-    yield server
-    server.kill()
 
 
 _REPOS = iter(range(10_000))
@@ -235,7 +219,7 @@ def test_verify_ref_of_a_crafted_artifact_writes_nothing_outside_the_cache(
         registry: Any, bundle: Path, tmp_path: Path, require: bool) -> None:
     """Before: verify REF wrote the bundle outside its cache; with --require-signature it wrote
     first and refused (exit 13) afterwards."""
-    from dossier.signing import generate_key_pair
+    from dossier.trust.signing import generate_key_pair
 
     _craft(bundle, _release("../../escaped"))
     ref = _ref(registry)
@@ -359,7 +343,7 @@ def test_a_malformed_referrer_is_a_warning_without_require_signature(registry: A
 @needs_registry
 def test_a_malformed_referrer_is_refused_with_require_signature(registry: Any, bundle: Path,
                                                                 tmp_path: Path) -> None:
-    from dossier.signing import generate_key_pair
+    from dossier.trust.signing import generate_key_pair
 
     ref = _ref(registry)
     assert h.cli("push", bundle, ref, "--insecure").exit_code == 0

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import test_bundle_helpers as h
 from conftest import isolate_registry
-from test_hostile import _http, _ref, needs_registry, registry  # noqa: F401 - a fixture
+from test_hostile import _http, _ref, needs_registry
 
 import dossier
 from dossier.errors import EngineFailedError, ExitCode, InputError
@@ -28,10 +28,6 @@ from dossier.errors import EngineFailedError, ExitCode, InputError
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     isolate_registry(monkeypatch, tmp_path)
 
-
-@pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
 
 
 @pytest.fixture
@@ -66,7 +62,7 @@ def _digest(registry: Any, ref: str) -> tuple[str, int]:  # noqa: F811 - the fix
 def _foreign_signature(tmp_path: Path, registry: Any, ref: str) -> None:  # noqa: F811
     """Another bundle's valid signature attached as a referrer of ``ref``."""
     from dossier.registry.referrers import attach_signature
-    from dossier.signing import generate_key_pair, sign_bundle
+    from dossier.trust.signing import generate_key_pair, sign_bundle
 
     other = h.copy_bundle(h.GOLDEN, tmp_path / "other")
     manifest = json.loads((other / "manifest.json").read_text())
@@ -207,7 +203,7 @@ def test_a_fifo_where_a_small_file_is_read_is_refused_at_once(bundle: Path, host
                                                               tmp_path: Path, where: str) -> None:
     """Before: verify, run, sign and dossier.load waited for ever on a FIFO in place of the
     signature beside the bundle, a trusted key, a host fingerprint or run's inputs."""
-    from dossier.sigfile import signature_path
+    from dossier.trust.sigfile import signature_path
 
     fifo = tmp_path / "fifo"
     args: list[object]

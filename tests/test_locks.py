@@ -26,7 +26,7 @@ from test_reliability import _dossier, _kill, _log_text, _spec
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
 from dossier.lock import RUN_LOCK, FolderLock, bundle_lock, run_folder_lock
-from dossier.tuner import CACHE_NAME
+from dossier.run_folder import CACHE_NAME
 
 SLOW_SELECTION = "-fault=[none|hang]"
 """A baseline, then a trial that hangs until its timeout: the search holds its lock that long."""

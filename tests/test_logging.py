@@ -66,7 +66,7 @@ def test_v_logs_the_steps_and_closes_with_the_exit_code(tmp_path: Path) -> None:
     res = cli("-v", "verify", tmp_path / "nothing")
     assert res.exit_code == ExitCode.BUNDLE  # unchanged by the closing line
     lines = res.stderr.splitlines()
-    assert any(ln.startswith("INFO dossier.verify: ") and "integrity: failed" in ln for ln in lines)
+    assert any(ln.startswith("INFO dossier.verify.pipeline: ") and "integrity: failed" in ln for ln in lines)
     assert not any(ln.startswith("DEBUG") for ln in lines)
     assert re.fullmatch(r"FAILED \(exit 6\) \| dossier -v verify \S+nothing \| \d+\.\d s",
                         lines[-1]), lines[-1]
@@ -99,7 +99,7 @@ def test_a_release_with_failed_trials(sample, tmp_path: Path) -> None:  # type: 
     assert res.exit_code == 0, res.output
     assert "PASSED" not in res.stderr and "INFO" not in res.stderr  # not a terminal, no -v
     text = log_file.read_text()
-    assert " DEBUG dossier.child: trial-0000: trial process " in text
+    assert " DEBUG dossier.jobs.child: trial-0000: trial process " in text
     assert re.search(r" INFO dossier\.tuner: trial 0 \(baseline\) .* started; its log: \S+"
                      r"trial-0000\.log", text)
     assert re.search(r" INFO dossier_cli\.status: PASSED \| dossier --log-file \S+ release ", text)
@@ -133,7 +133,7 @@ def test_verbosity_levels(sample, tmp_path: Path, flags: list[str], debug: bool)
     assert res.exit_code == 0, res.output
     lines = res.stderr.splitlines()
     assert any(ln.startswith("INFO dossier.tuner: trial 0 (baseline)") for ln in lines)
-    assert any(ln.startswith("DEBUG dossier.child: ") for ln in lines) is debug
+    assert any(ln.startswith("DEBUG dossier.jobs.child: ") for ln in lines) is debug
     assert lines[-1].startswith(f"PASSED | dossier {flags[0]} tune ")
 
 

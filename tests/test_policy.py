@@ -1,4 +1,4 @@
-"""Tests for dossier.policy: verdict rules, default policies, policy files, diff."""
+"""Tests for dossier.verify.policy: verdict rules, default policies, policy files, diff."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dossier.backends import backend_names, default_policy, get_backend, requirement_findings
 from dossier.errors import ExitCode, InputError, SpecError
 from dossier.fingerprint import Fingerprint, GpuInfo, collect
-from dossier.policy import (
+from dossier.verify.policy import (
     Finding,
     Policy,
     Rule,

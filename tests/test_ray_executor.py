@@ -21,8 +21,9 @@ from conftest import write_tiny_timing  # noqa: E402
 from dossier.bundle import write_bundle  # noqa: E402
 from dossier.errors import TuneError  # noqa: E402
 from dossier.executors import ray_cluster  # noqa: E402
+from dossier.run_folder import CACHE_NAME  # noqa: E402
 from dossier.trial import Outcome  # noqa: E402
-from dossier.tuner import CACHE_NAME, continue_tune, tune  # noqa: E402
+from dossier.tuner import continue_tune, tune  # noqa: E402
 
 WHERE = ("worker_node", "worker_host", "worker_gpu")
 

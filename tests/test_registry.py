@@ -19,7 +19,6 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from dossier.bundle.manifest import Manifest, manifest_bytes, seal
 from dossier.errors import ExitCode
 from dossier.hashing import digest_file
 from dossier.registry import ARTIFACT_TYPE, CONFIG_TYPE, LAYER_TYPE, SIGNATURE_TYPE
-from dossier.signing import generate_key_pair
+from dossier.trust.signing import generate_key_pair
 
 REGISTRY_BIN = Path("/usr/bin/docker-registry")
 pytestmark = pytest.mark.skipif(not os.access(REGISTRY_BIN, os.X_OK),
@@ -107,22 +106,10 @@ class Registry:
         return [s for s in map(_size, found) if s is not None]
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    server = Registry(tmp_path_factory.mktemp("registry")).start()
-    yield server
-    server.kill()
-
-
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     isolate_registry(monkeypatch, tmp_path)
 
-
-@pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    """A private copy of the golden convnet bundle."""
-    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
 
 
 _REPOS = iter(range(10_000))

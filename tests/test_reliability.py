@@ -60,8 +60,9 @@ from dossier.bundle.manifest import MANIFEST_MAX_BYTES, body_digest
 from dossier.cache import TuningCache
 from dossier.errors import BundleFormatError, ExitCode, UnsafeArchiveError
 from dossier.hashing import CHUNK, digest_bytes, digest_file
+from dossier.run_folder import CACHE_NAME
 from dossier.trial import Outcome
-from dossier.tuner import CACHE_NAME, tune
+from dossier.tuner import tune
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_KILLS = int(os.environ.get("DOSSIER_KILLS", "20"))

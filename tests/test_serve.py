@@ -6,6 +6,7 @@ fingerprint stand for other hosts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,14 +29,9 @@ from dossier.errors import (
     SignatureError,
     SuboptimalHostError,
 )
-from dossier.policy import Verdict
 from dossier.serve import Engine, SuboptimalWarning, read_inputs, run_bundle
 from dossier.verify import refused_report
-
-
-@pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
+from dossier.verify.policy import Verdict
 
 
 def _host(bundle: Path, tmp_path: Path, edit: Any = None) -> Path:
@@ -85,10 +81,10 @@ def test_outputs_equal_the_tuner_workers(bundle: Path, tmp_path: Path,
     """The engine's outputs are those of the engine loaded as the tuner's worker loads it (in
     this process), and their losses those the worker computes in its own child process
     (``verify --recheck``)."""
+    from dossier.jobs.worker import WorkerRequest, _backend
     from dossier.routes import Route
     from dossier.validation import ValidationSet, judge
     from dossier.verify import VerifyOptions, verify
-    from dossier.worker import WorkerRequest, _backend
 
     host = _host(bundle, tmp_path)
     engine = dossier.load(bundle, host=host)
@@ -208,7 +204,7 @@ def test_the_runtime_is_imported_while_the_fingerprint_is_collected(
     """No ``host``: this host's fingerprint is collected in the background while load imports
     the backend's runtime. The stand-in collector waits for the import to begin and the
     import for the collector to have started: one after the other, a wait times out."""
-    import dossier.verify
+    import dossier.verify.pipeline
     from dossier.backends.interface import Backend
     from dossier.fingerprint import load_fingerprint
 
@@ -229,7 +225,7 @@ def test_the_runtime_is_imported_while_the_fingerprint_is_collected(
             raise AssertionError("the fingerprint was not being collected meanwhile")
         recording(self)
 
-    monkeypatch.setattr(dossier.verify, "collect", collector)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", collector)
     monkeypatch.setattr(Backend, "import_runtime", waiting)
     engine = dossier.load(bundle)
     assert engine.report.verdict is Verdict.VALID and loads[0] == "onnxruntime.load"
@@ -271,7 +267,7 @@ def test_importing_the_runtime_ahead_raises_nothing(monkeypatch: pytest.MonkeyPa
 
 def test_signatures_under_require_signature(bundle: Path, tmp_path: Path,
                                             loads: list[str]) -> None:
-    from dossier.signing import generate_key_pair, sign_bundle
+    from dossier.trust.signing import generate_key_pair, sign_bundle
 
     keys = {n: generate_key_pair(tmp_path / "keys", n) for n in ("release", "stranger")}
     host = _host(bundle, tmp_path)
@@ -353,8 +349,9 @@ def test_loading_an_onnxruntime_bundle_imports_neither_scipy_pyarrow_nor_the_tun
     # onnxruntime's own line is missing when importlib.import_module imports it (the runtime
     # imported while the checks run): -X importtime times `import` statements only
     assert "onnxruntime.capi._pybind_state" in names
-    heavy = {"scipy", "pyarrow", "dossier.tuner", "dossier.spec", "dossier.replicate",
+    heavy = {"scipy", "pyarrow", "dossier.tuner", "dossier.spec", "dossier.measure.confirmation",
              "dossier.strategies", "torch"}
+    assert all(importlib.util.find_spec(m) for m in heavy)  # every name is a real module
     assert not heavy & names, heavy & names
     res = subprocess.run([sys.executable, "-X", "importtime", "-c", "import dossier"],
                          capture_output=True, text=True, timeout=60, check=False, env=env)
@@ -408,7 +405,7 @@ def test_run_exit_codes(bundle: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     other_ort = _host(bundle, tmp_path, lambda fp: fp["packages"].update(onnxruntime="1.0"))
     assert _run(bundle, "--host-fingerprint", other_ort).exit_code == ExitCode.INVALID
     # signatures
-    from dossier.signing import generate_key_pair
+    from dossier.trust.signing import generate_key_pair
 
     key = generate_key_pair(tmp_path / "keys", "k")
     assert _run(bundle, "--require-signature", *host).exit_code == ExitCode.USAGE

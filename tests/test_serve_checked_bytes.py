@@ -24,7 +24,7 @@ from _figures import figures
 import dossier
 import dossier.serve as serve
 from dossier.errors import DossierError
-from dossier.policy import Verdict
+from dossier.verify.policy import Verdict
 
 ENGINE = "engine/convnet.ort"
 
@@ -33,7 +33,7 @@ ENGINE = "engine/convnet.ort"
 def signed(tmp_path: Path) -> dict[str, Any]:
     """A signed copy of the golden bundle, its key, its tuning host's fingerprint (VALID
     here), the shipped engine's outputs on the first pair, and a forged engine."""
-    from dossier.signing import generate_key_pair, sign_bundle
+    from dossier.trust.signing import generate_key_pair, sign_bundle
     from dossier.validation import load_validation_set
 
     bundle = h.copy_bundle(h.GOLDEN, tmp_path / "release")
@@ -76,13 +76,13 @@ def after_checks(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], None
     """Run an action right after the checks and the verdict, before the engine is loaded."""
 
     def install(action: Callable[[], None]) -> None:
-        judge = serve._judge
+        judge = serve._apply_verdict
 
         def judged(*args: Any) -> None:
             action()
             judge(*args)
 
-        monkeypatch.setattr(serve, "_judge", judged)
+        monkeypatch.setattr(serve, "_apply_verdict", judged)
 
     return install
 
@@ -138,20 +138,20 @@ def test_a_fingerprint_swapped_after_integrity_does_not_change_the_verdict(
         signed: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The environment step judges the fingerprint the integrity check read, in place (plain
     verify) and in a loader's private copy alike."""
-    from dossier.verify import VerifyOptions, _Run, verify
+    from dossier.verify.pipeline import VerifyOptions, _Run, verify
 
     bundle = signed["bundle"]
     other = json.loads(signed["host"].read_text())
     other["packages"]["onnxruntime"] = "1.31.1"  # an INVALID host for this bundle
     host = tmp_path / "other-host.json"
     host.write_text(json.dumps(other))
-    judge = _Run._judge
+    judge = _Run._environment
 
     def swapped(self: _Run, b: Any) -> Any:
         (bundle / "fingerprint.json").write_text(json.dumps(other))  # now "the same host"
         return judge(self, b)
 
-    monkeypatch.setattr(_Run, "_judge", swapped)
+    monkeypatch.setattr(_Run, "_environment", swapped)
     options = VerifyOptions(host=host, trusted_keys=(signed["key"],), require_signature=True)
     report = verify(bundle, options)
     assert report.verdict is Verdict.INVALID, report.reasons

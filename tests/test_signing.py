@@ -25,7 +25,7 @@ from dossier.bundle import check_integrity, open_bundle, pack_bundle
 from dossier.bundle.manifest import body_digest
 from dossier.errors import ExitCode, SignatureError
 from dossier.hashing import canonical_json
-from dossier.signing import (
+from dossier.trust.signing import (
     BUILD_TYPE,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
@@ -149,7 +149,7 @@ def test_sign_writes_an_in_toto_statement_in_a_dsse_envelope_beside_the_bundle(
     [signature] = envelope["signatures"]
     assert signature["keyid"] == keys["release"].keyid
     payload = base64.b64decode(envelope["payload"])
-    # DSSE v1 PAE, spelled out here independently of dossier.signing.pae
+    # DSSE v1 PAE, spelled out here independently of dossier.trust.signing.pae
     type_ = envelope["payloadType"].encode()
     message = b"DSSEv1 " + str(len(type_)).encode() + b" " + type_ + b" " \
         + str(len(payload)).encode() + b" " + payload
@@ -449,17 +449,17 @@ def no_later_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail loudly if verify goes past the signature: integrity, the environment diff, or an
     engine loaded (every engine load runs in a child process started by run_child)."""
     import dossier.bundle
-    import dossier.child
     import dossier.executors.local
-    import dossier.verify
+    import dossier.jobs.child
+    import dossier.verify.pipeline
 
     def boom(*_: object, **__: object) -> None:
         raise AssertionError("verify went on after a bad signature")
 
     monkeypatch.setattr(dossier.bundle, "check_integrity", boom)
-    monkeypatch.setattr(dossier.verify, "verify_bundle", boom)
-    monkeypatch.setattr(dossier.verify, "collect", boom)
-    monkeypatch.setattr(dossier.child, "run_child", boom)  # verify --recheck's, imported late
+    monkeypatch.setattr(dossier.verify.pipeline, "verify_bundle", boom)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", boom)
+    monkeypatch.setattr(dossier.jobs.child, "run_child", boom)  # verify --recheck's, imported late
     monkeypatch.setattr(dossier.executors.local, "run_child", boom)  # a search's trials
 
 
@@ -659,7 +659,7 @@ def test_a_corrupt_manifest_in_a_signed_archive_is_a_signature_failure(
 def test_envelope_model_keeps_what_it_does_not_know() -> None:
     """The DSSE model reads the URL-safe alphabet and fields it does not know and writes them
     back unchanged; a bad field is refused with its one-line reason."""
-    from dossier.dsse import EnvelopeProblem, parse_envelope, parse_statement
+    from dossier.trust.dsse import EnvelopeProblem, parse_envelope, parse_statement
 
     sig = base64.urlsafe_b64encode(b"\xfb" * 64).decode()
     raw = {"payloadType": PAYLOAD_TYPE, "payload": base64.urlsafe_b64encode(b"\xff{}").decode(),

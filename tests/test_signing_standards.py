@@ -38,7 +38,7 @@ from dossier.bundle import open_bundle, pack_bundle
 from dossier.bundle.archive import index_archive
 from dossier.errors import ExitCode, SignatureError, UnsafeArchiveError
 from dossier.hashing import canonical_json
-from dossier.signing import (
+from dossier.trust.signing import (
     PAYLOAD_TYPE,
     KeyPair,
     check_signature,

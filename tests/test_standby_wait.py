@@ -26,7 +26,7 @@ def test_a_stalled_standby_costs_no_route_its_time(sample, tmp_path: Path,
     baseline trial waits for it longer than its own time limit, yet is not killed; the
     stalled process is killed after the wait's bound and the second trial runs in a new
     process, logged."""
-    from dossier.child import Child
+    from dossier.jobs.child import Child
 
     monkeypatch.setenv("DOSSIER_STANDBY_WAIT_S", "6")
     init, stopped = Child.__init__, []

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dossier.timing import (
+from dossier.measure.timing import (
     TimingSettings,
     compare,
     flatten,

@@ -125,8 +125,8 @@ def test_a_trial_whose_loader_environment_differs_starts_a_process_of_its_own(
     from the one its standby was started in (here: each engine asks for its own) runs in a
     fresh process with its own, and the standby is killed."""
     from dossier.backends.onnxruntime import OnnxRuntimeBackend
-    from dossier.child import Child
     from dossier.executors import local
+    from dossier.jobs.child import Child
 
     monkeypatch.setattr(OnnxRuntimeBackend, "loader_env_impl",
                         lambda self, engine: {"DOSSIER_TEST_LOADER": engine.name})
@@ -189,7 +189,7 @@ def test_a_trial_whose_build_still_runs_starts_its_process_as_it_waits_for_it(
     but as the wait for its build begins: every trial with a build runs in a prestarted
     process, and none waits for another's imports. A trial with no build to wait for (it
     reuses an engine) then starts at its turn."""
-    from dossier.builds import Builds
+    from dossier.jobs.builds import Builds
 
     monkeypatch.setattr(Builds, "pending", lambda self, route: True)
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
@@ -211,7 +211,7 @@ def _killed_at_go(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     import os
     import signal
 
-    from dossier.child import Child
+    from dossier.jobs.child import Child
 
     go, killed = Child.go, []
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from conftest import TINY_TIMING
 
 from dossier.backends import get_backend
-from dossier.child import run_child
+from dossier.jobs.child import run_child
+from dossier.jobs.worker import JudgedResult, WorkerRequest
 from dossier.routes import Route
-from dossier.worker import JudgedResult, WorkerRequest
 
 ROUTE = "-intra_op_num_threads=1"
 """A route that leaves graph_optimization_level at its default."""
@@ -48,7 +48,7 @@ def test_a_trial_process_uses_the_knob_database_of_its_request(sample, tmp_path:
 
 def test_the_search_sends_its_knob_database_with_every_trial(sample, tmp_path: Path,
                                                              monkeypatch) -> None:
-    from dossier import child
+    from dossier.jobs import child
     from dossier.tuner import tune
 
     sent: list[WorkerRequest] = []

@@ -32,11 +32,12 @@ from dossier.backends.tensorrt.importer import (
 )
 from dossier.backends.tensorrt.trtexec import TrtexecIteration, read_trtexec_cache, trtexec_winner
 from dossier.bundle import check_integrity, open_bundle
+from dossier.bundle.overview import overview_of
 from dossier.cache import TuningCache
 from dossier.errors import ExitCode
 from dossier.fingerprint import CpuInfo, Fingerprint, GpuInfo, OsInfo, PythonInfo
-from dossier.policy import Verdict, diff
 from dossier.routes import Route
+from dossier.verify.policy import Verdict, diff
 from dossier_cli.main import app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -380,7 +381,7 @@ def test_baseline_engine_ships_when_given(run: Path, tmp_path: Path) -> None:
         base = b.manifest.engines.baseline
         assert base is not None and base.trial_index == 0 and base.path.endswith(".baseline.plan")
         assert base.facts["plan_trt_version"] == "11.1.0.7"
-        assert b.overview().baseline_engine is True
+        assert overview_of(b).baseline_engine is True
         assert check_integrity(b)
 
 
@@ -389,7 +390,7 @@ def test_winner_that_is_the_baseline_is_both_engines(run: Path, tmp_path: Path) 
     bundle = imported(run, tmp_path / "out")
     with open_bundle(bundle) as b:
         assert b.manifest.engines.baseline == b.manifest.engines.shipped
-        assert b.overview().winner.is_baseline is True
+        assert overview_of(b).winner.is_baseline is True
 
 
 # ------------------------------------------------------------------------------------ export

@@ -15,10 +15,11 @@ from conftest import TINY_TIMING, write_tiny_timing
 
 from dossier.cache import TuningCache
 from dossier.errors import CacheMismatchError, OutputError, TuneError
+from dossier.measure.timing import TimingSettings
+from dossier.run_folder import CACHE_NAME
 from dossier.spec import load_spec
-from dossier.timing import TimingSettings
 from dossier.trial import Outcome
-from dossier.tuner import CACHE_NAME, continue_tune, plan, prepare, tune
+from dossier.tuner import continue_tune, plan, prepare, tune
 
 
 def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, tmp_path: Path) -> None:

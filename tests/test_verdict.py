@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from dossier.measure.verdict import speed_verdict
 from dossier.trial import Comparison, TimingSummary
-from dossier.verdict import speed_verdict
 
 _T = TimingSummary(n=60, median_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.1, mean_ms=1.0, p10_ms=0.9,
                    p90_ms=1.1, warmup_runs=5)
@@ -46,8 +46,8 @@ def test_the_judge_reads_the_level_the_reading_records() -> None:
     A/A in Bonferroni's k and called the shipped route "no significant effect")."""
     import numpy as np
 
-    from dossier.timing import TimingSettings, process_compare
-    from dossier.verdict import judge
+    from dossier.measure.timing import TimingSettings, process_compare
+    from dossier.measure.verdict import judge
 
     logs = list(np.log([1.30, 1.25, 1.28, 1.35, 1.27]))
     s = TimingSettings()

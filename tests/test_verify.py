@@ -16,11 +16,11 @@ from conftest import TINY_TIMING
 from dossier.bundle import open_bundle, write_bundle
 from dossier.errors import IntegrityError
 from dossier.fingerprint import collect
-from dossier.policy import Verdict
 from dossier.retune import retune
 from dossier.spec import load_spec
 from dossier.tuner import tune
 from dossier.verify import verify_bundle
+from dossier.verify.policy import Verdict
 
 
 @pytest.fixture(scope="module")

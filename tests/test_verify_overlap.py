@@ -17,23 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_bundle_helpers as h
 
 import dossier.fingerprint
-import dossier.verify
+import dossier.verify.pipeline
 from dossier.errors import ExitCode, InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, load_fingerprint
-from dossier.verify import Outcome, VerifyOptions, VerifyReport, refused_report, verify
+from dossier.verify import StepOutcome, VerifyOptions, VerifyReport, refused_report, verify
 
 WAIT_S = 20.0
 """Longest wait for the other thread (a loaded 2-core CI host included)."""
 THREAD = "dossier-fingerprint"
 
-
-@pytest.fixture
-def bundle(tmp_path: Path) -> Path:
-    """A private copy of the golden convnet bundle (ONNX Runtime)."""
-    return h.copy_bundle(h.GOLDEN, tmp_path / "release")
 
 
 def _tuning_host(bundle: Path) -> Fingerprint:
@@ -46,7 +40,7 @@ def _no_thread_left() -> bool:
 
 def _sequential(monkeypatch: pytest.MonkeyPatch) -> None:
     """Force the path of earlier versions: nothing collected before the environment step."""
-    monkeypatch.setattr(dossier.verify, "_compiler_recorded", lambda _bundle: None)
+    monkeypatch.setattr(dossier.verify.pipeline, "_compiler_recorded", lambda _bundle: None)
 
 
 def _comparable(report: VerifyReport) -> dict[str, Any]:
@@ -75,7 +69,7 @@ def test_the_fingerprint_is_collected_while_the_backend_is_prepared(
             raise AssertionError("the fingerprint was not being collected meanwhile")
         prepared.set()
 
-    monkeypatch.setattr(dossier.verify, "collect", collector)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", collector)
     t0 = time.monotonic()
     report = verify(bundle, VerifyOptions(prepare_backend=prepare))
     assert time.monotonic() - t0 < WAIT_S
@@ -103,14 +97,14 @@ def test_a_fingerprint_of_a_tuning_host_changed_after_the_peek_is_collected_anew
     """The early start reads fingerprint.json before the checks; the environment step
     decides again on the checked file and, where the two disagree, collects anew."""
     asked: list[bool] = []
-    real = dossier.verify.collect
+    real = dossier.verify.pipeline.collect
 
     def recording(**kw: Any) -> Fingerprint:
         asked.append(kw["include_compiler"])
         return real(**kw)
 
-    monkeypatch.setattr(dossier.verify, "collect", recording)
-    monkeypatch.setattr(dossier.verify, "_compiler_recorded", lambda _bundle: True)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", recording)
+    monkeypatch.setattr(dossier.verify.pipeline, "_compiler_recorded", lambda _bundle: True)
     assert _tuning_host(bundle).compiler is None  # an ONNX Runtime bundle's
     report = verify(bundle)
     assert asked == [True, False]  # the early guess discarded
@@ -123,17 +117,17 @@ def test_the_peek_reads_only_a_regular_file_of_its_recorded_size(bundle: Path) -
     from dossier.bundle import open_bundle
 
     with open_bundle(bundle) as b:
-        assert dossier.verify._compiler_recorded(b) is False
+        assert dossier.verify.pipeline._compiler_recorded(b) is False
     fp = bundle / "fingerprint.json"
     data = json.loads(fp.read_text())
     data["compiler"] = "g++ 99"
     fp.write_text(json.dumps(data))  # another size than the manifest's: not read early
     with open_bundle(bundle) as b:
-        assert dossier.verify._compiler_recorded(b) is None
+        assert dossier.verify.pipeline._compiler_recorded(b) is None
     fp.unlink()
     fp.symlink_to(bundle / "manifest.json")
     with open_bundle(bundle) as b:
-        assert dossier.verify._compiler_recorded(b) is None
+        assert dossier.verify.pipeline._compiler_recorded(b) is None
 
 
 # ----------------------------------------------------------------------- what it records
@@ -159,7 +153,7 @@ def test_cuda_runtime_does_not_depend_on_an_import_during_the_collection(
         monkeypatch.setitem(sys.modules, "torch", _fake_torch())
     imported = threading.Event()
     got: list[Fingerprint] = []
-    real = dossier.verify.collect
+    real = dossier.verify.pipeline.collect
 
     def after_the_import(**kw: Any) -> Fingerprint:
         if threading.current_thread().name.startswith(THREAD) and not imported.wait(WAIT_S):
@@ -171,7 +165,7 @@ def test_cuda_runtime_does_not_depend_on_an_import_during_the_collection(
         monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or _fake_torch())
         imported.set()
 
-    monkeypatch.setattr(dossier.verify, "collect", after_the_import)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", after_the_import)
     overlapped = verify(bundle, VerifyOptions(prepare_backend=import_torch))
     assert "torch" in sys.modules  # imported during the collection
     if not before:
@@ -201,7 +195,7 @@ def test_what_the_collector_raises_is_raised_at_the_environment_step(
     def collector(**kw: Any) -> Fingerprint:
         raise error
 
-    monkeypatch.setattr(dossier.verify, "collect", collector)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", collector)
     reports = []
     for run in ("overlapped", "sequential"):
         if run == "sequential":
@@ -215,7 +209,7 @@ def test_what_the_collector_raises_is_raised_at_the_environment_step(
         report = reports[0]
         assert report is not None and report.exit_code == ExitCode.INPUT
         env = {s.name.value: s for s in report.steps}["environment"]
-        assert env.outcome is Outcome.FAILED and "no fingerprint here" in env.detail
+        assert env.outcome is StepOutcome.FAILED and "no fingerprint here" in env.detail
         assert reports[1] is not None and _comparable(report) == _comparable(reports[1])
     else:
         assert reports == [None, None]  # not a refusal: raised as it was
@@ -233,7 +227,7 @@ def test_a_refusal_before_the_environment_step_leaves_no_thread(
         finished.set()
         raise AssertionError("never taken")
 
-    monkeypatch.setattr(dossier.verify, "collect", slow)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", slow)
     engine = bundle / "engine" / "convnet.ort"
     data = bytearray(engine.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -243,7 +237,7 @@ def test_a_refusal_before_the_environment_step_leaves_no_thread(
     assert started.is_set() and finished.is_set() and _no_thread_left()
     report = refused_report(exc.value)
     assert report is not None and report.exit_code == ExitCode.BUNDLE
-    assert {s.name.value: s.outcome for s in report.steps}["environment"] is Outcome.SKIPPED
+    assert {s.name.value: s.outcome for s in report.steps}["environment"] is StepOutcome.SKIPPED
 
 
 def test_no_collection_without_an_environment_step(bundle: Path,
@@ -251,7 +245,7 @@ def test_no_collection_without_an_environment_step(bundle: Path,
     def boom(**kw: Any) -> Fingerprint:
         raise AssertionError("collected")
 
-    monkeypatch.setattr(dossier.verify, "collect", boom)
+    monkeypatch.setattr(dossier.verify.pipeline, "collect", boom)
     assert verify(bundle, VerifyOptions(integrity_only=True)).verdict is None
     host = _tuning_host(bundle)
     assert verify(bundle, VerifyOptions(host=host)).verdict is not None

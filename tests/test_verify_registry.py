@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,12 @@ from conftest import isolate_registry
 from test_registry import REGISTRY_BIN, Registry
 
 from dossier.errors import NotFoundError, RegistryAuthError, SignatureError
-from dossier.signing import generate_key_pair
+from dossier.trust.signing import generate_key_pair
 from dossier.verify import StepName, VerifyOptions, refused_report, verify
 
 pytestmark = pytest.mark.skipif(not REGISTRY_BIN.exists(), reason="docker-registry is not "
                                 "installed")
 pytest.importorskip("oras", reason="registries need the [oci] extra (oras)")
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    server = Registry(tmp_path_factory.mktemp("registry")).start()
-    yield server
-    server.kill()
 
 
 @pytest.fixture(autouse=True)

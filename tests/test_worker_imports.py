@@ -11,8 +11,8 @@ from conftest import TINY_TIMING
 
 from dossier.backends import get_backend
 from dossier.backends.onnxruntime.knobs import PROBE_MODEL
-from dossier.child import run_child
-from dossier.worker import JudgedResult, WorkerRequest
+from dossier.jobs.child import run_child
+from dossier.jobs.worker import JudgedResult, WorkerRequest
 
 ROUTE = "-intra_op_num_threads=1"
 

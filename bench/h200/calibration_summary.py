@@ -1,5 +1,5 @@
 """Summarise calibration searches confirmed in measuring processes (the rule of
-dossier.confirmation) from the H200 bench's result files: per config, how many releases shipped
+dossier.measure.confirmation) from the H200 bench's result files: per config, how many releases shipped
 the route, their intervals' lower ends, the A/A reading inside every confirmation, the
 confirmation's wall time, and coverage of the recorded prediction interval by (a) the fresh
 re-measurements (``step_fresh``, the procedure of ``verify --rebench``) and (b) the next

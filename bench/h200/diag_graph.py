@@ -33,9 +33,9 @@ def measure(folder: Path, engine: Path) -> dict:
     torch.cuda.init()
     rec["cuda_init_s"] = round(time.perf_counter() - t0, 2)
     from dossier.backends import get_backend
+    from dossier.measure.timing import compare, flatten, sample_rounds, summarize, warm_up
     from dossier.routes import Route
     from dossier.spec import load_spec
-    from dossier.timing import compare, flatten, sample_rounds, summarize, warm_up
     from dossier.validation import judge, load_validation_set
 
     spec = load_spec(folder / "release.toml")

@@ -32,9 +32,9 @@ def _child(engine: str, route: str, validation: str, backend_name: str, builder:
     import numpy as np
 
     from dossier.backends import get_backend
+    from dossier.jobs.worker import _timers
     from dossier.routes import Route
     from dossier.validation import load_validation_set
-    from dossier.worker import _timers
 
     try:
         import pynvml

@@ -140,8 +140,8 @@ def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict
     import torch
 
     from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.measure.timing import flatten, sample_rounds, summarize, warm_up
     from dossier.spec import load_spec
-    from dossier.timing import flatten, sample_rounds, summarize, warm_up
     from dossier.validation import judge, load_validation_set
     from samples import torch_models
 
@@ -356,16 +356,16 @@ def _best_target(cache: Any) -> tuple[Any, str] | tuple[None, str]:
 def step_fresh(run_dir: Path) -> dict:
     """Re-measure the shipped (or best admissible) route against the baseline in new measuring
     processes: the procedure of the confirmation and of ``verify --rebench``
-    (:mod:`dossier.confirmation`, ``confirm_processes`` processes, each with the baseline, its
+    (:mod:`dossier.measure.confirmation`, ``confirm_processes`` processes, each with the baseline, its
     A/A load and the route), and say whether the reading falls inside the prediction interval
     the search recorded for a new process (``inside_prediction``) and inside its confidence
     interval (``speedup_inside_ci``)."""
     import numpy as np
 
-    from dossier import confirmation
     from dossier.backends import get_backend
     from dossier.cache import TuningCache
-    from dossier.timing import flatten, summarize
+    from dossier.measure import confirmation
+    from dossier.measure.timing import flatten, summarize
 
     cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
     h = cache.header

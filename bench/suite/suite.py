@@ -22,7 +22,7 @@ wall time. ``compare`` loads the bundle with ``dossier.load`` and times it besid
 each ``torch.compile`` mode (:func:`timed_side_by_side`): the one plain procedure, wall clock
 per call (the call, then ``torch.cuda.synchronize()``), rounds in which every contender runs
 one block in rotating order; each ratio is the Hodges-Lehmann estimate over rounds of the
-block-median ratio with its exact 95% interval (``dossier.timing.shift_interval``). A profile
+block-median ratio with its exact 95% interval (``dossier.measure.timing.shift_interval``). A profile
 of each contender (kernels per call, kernel time per call, against the wall time) says where a
 slower one loses. ``run`` does the three steps per configuration within a deadline and writes
 ``OUT/suite-TAG.json`` (every record), ``OUT/suite-TAG.log`` and ``OUT/caches-suite-TAG.tar.gz``
@@ -215,7 +215,7 @@ def ratio(baseline: list[list[float]], other: list[list[float]], confidence: flo
     its exact distribution-free interval, and the rounds' ratios."""
     import numpy as np
 
-    from dossier.timing import round_ratios, shift_interval
+    from dossier.measure.timing import round_ratios, shift_interval
 
     r = round_ratios(baseline, other)
     est, lo, hi = shift_interval(np.log(r), confidence)
@@ -229,8 +229,8 @@ def timed_side_by_side(contenders: dict[str, Callable[[Any], Any]], args: list[A
                        warmup: int = 10) -> dict[str, list[list[float]]]:
     """Wall clock per call (the call, then ``sync``) of every contender, in ``rounds`` rounds of
     one block of ``calls`` timed calls each (after ``warmup`` untimed), contenders in rotating
-    order (:func:`dossier.timing.sample_rounds`), inputs rotated over ``args``."""
-    from dossier.timing import TimingSettings, sample_rounds
+    order (:func:`dossier.measure.timing.sample_rounds`), inputs rotated over ``args``."""
+    from dossier.measure.timing import TimingSettings, sample_rounds
 
     def timer(fn: Callable[[Any], Any]) -> Callable[[], Callable[[int], float]]:
         def one(i: int) -> float:
@@ -416,7 +416,7 @@ def _profiled(fn: Callable[[Any], Any], args: list[Any], cuda: bool) -> dict:
 
 def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None:
     """Medians per contender and the served engine's ratio over each (``x`` > 1: faster)."""
-    from dossier.timing import flatten, summarize
+    from dossier.measure.timing import flatten, summarize
 
     table = {}
     for label, rounds in got.items():

@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict
 
 from dossier.backends import default_policy
 from dossier.bundle.overview import decision_conditions
-from dossier.conditions import Summary as ConditionsSummary
 from dossier.errors import DossierError, InputError
 from dossier.knobs import KnobDatabase
-from dossier.latency import RouteLatency, of_route
-from dossier.policy import Policy, Verdict, diff, diff_fields, worst
+from dossier.measure.conditions import Summary as ConditionsSummary
+from dossier.measure.latency import RouteLatency, of_route
 from dossier.routes import Route
 from dossier.trial import TrialRecord
+from dossier.verify.policy import Policy, Verdict, diff, diff_fields, worst
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle
@@ -213,7 +213,7 @@ def _text(value: object) -> str | None:
 def _effective(bundle: Bundle) -> dict[str, str]:
     """The shipped route's knob values; a knob the route does not name but the other bundle's
     route might is shown with its default from this bundle's knob database."""
-    from dossier.bundle.writer import KNOBS_NAME
+    from dossier.run_folder import KNOBS_NAME
 
     named = Route.parse(bundle.manifest.summary.shipped_route).as_dict()
     try:

@@ -35,14 +35,15 @@ from dossier.audit.payback import Payback, payback
 from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
-from dossier.conditions import Summary as ConditionsSummary
 from dossier.fingerprint import Fingerprint
-from dossier.latency import RouteLatency, of_record, of_route, per_inference
+from dossier.measure.conditions import Summary as ConditionsSummary
+from dossier.measure.latency import RouteLatency, of_record, of_route, per_inference
+from dossier.measure.timing import PROCESS_TEST, TimingSettings
+from dossier.measure.verdict import judge
 from dossier.routes import Route
-from dossier.timing import PROCESS_TEST, TimingSettings
+from dossier.run_folder import RUNS
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
-from dossier.verdict import judge
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle, Manifest
@@ -139,7 +140,7 @@ class HeadToHead(_Model):
     interval_includes_one: bool
     """The speedup's interval includes 1.0 (no difference is plausible)."""
     verdict: str = ""
-    """What these figures show, in words (:func:`dossier.verdict.judge`)."""
+    """What these figures show, in words (:func:`dossier.measure.verdict.judge`)."""
 
 
 class RunnerUp(_Model):
@@ -223,7 +224,7 @@ class OneKnobEffect(_Model):
     """Two-sided Mann-Whitney U p-value."""
     verdict: Literal["faster", "slower", "no significant effect"]
     """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
-    (:func:`dossier.verdict.judge`)."""
+    (:func:`dossier.measure.verdict.judge`)."""
     source: Literal["confirmation", "screening"] = "screening"
     """Where the figures come from: the confirmation, where it measured this route (its
     reading replaces the screening one), else the screening trial only."""
@@ -630,10 +631,10 @@ def run_folder(bundle: Bundle) -> Path | None:
     """The run folder that made ``bundle`` when it is still beside it in release's layout
     (``OUT/.runs/NAME-VERSION`` next to ``OUT/NAME-VERSION.dossier``) and its tuning cache
     starts with the bundle's header line (the same search); None otherwise."""
-    from dossier.bundle.manifest import CACHE_NAME
     from dossier.errors import BundleError
+    from dossier.run_folder import CACHE_NAME
 
-    folder = Path(bundle.source).parent / ".runs" / bundle.manifest.name
+    folder = Path(bundle.source).parent / RUNS / bundle.manifest.name
     try:
         with open(bundle.file(CACHE_NAME), "rb") as ours:
             first = ours.readline(_HEADER_MAX)
@@ -818,7 +819,7 @@ def _confirmation_of(trials: Sequence[TrialRecord], route: str) -> TrialRecord |
 
 def _with_confirmed(f: TrialFact, t: TrialRecord, trials: Sequence[TrialRecord]) -> TrialFact:
     """A search trial's fact with the confirmation's reading of its route, if any."""
-    from dossier.conditions import BUSY_SHARE
+    from dossier.measure.conditions import BUSY_SHARE
 
     busy = None if not t.conditions else any(c.busy(BUSY_SHARE) for c in t.conditions)
     c = _confirmation_of(trials, t.route) if t.role == "search" else None
@@ -885,7 +886,7 @@ def shown_verdict(label: str | None, role: str) -> str | None:
 def _alpha(c: Comparison, settings: TimingSettings, k: int = 1) -> float:
     """The level a reading was judged at: the one it records; for older records, alpha / k
     (k: the candidates of the confirmation, the A/A not among them)."""
-    return c.level if c.level is not None else settings.alpha / max(k, 1)
+    return c.judged_at(settings.alpha / max(k, 1))
 
 
 def _cmp(t: TrialRecord) -> Comparison:
@@ -894,10 +895,7 @@ def _cmp(t: TrialRecord) -> Comparison:
 
 
 def _result(d: DecisionRecord) -> str:
-    if d.gain and d.speedup is not None:
-        return (f"{d.speedup:.3f}x [{d.speedup_ci_low:.3f}, {d.speedup_ci_high:.3f}] "
-                f"(p={d.p_value:.2g})")
-    return "no significant gain"
+    return d.result_text()
 
 
 def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
@@ -1092,7 +1090,7 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
     ``vetoes``: the decision was taken by an older rule, under which a significant A/A stopped
     the release (today's confirmation tests each candidate against the A/A instead)."""
     c = baseline.comparison
-    level = c.level if c is not None and c.level is not None else settings.alpha
+    level = c.judged_at(settings.alpha) if c is not None else settings.alpha
     reading = baseline.reading(level, settings.min_effect)
     if c is None or reading is None:
         return None
@@ -1194,8 +1192,8 @@ def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> li
 def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
                 settings: TimingSettings, confirm_alpha: float, pairs: int = 1) -> TrialFact:
     tm, c = t.timing, t.comparison
-    alpha = (c.level if c is not None and c.level is not None
-             else confirm_alpha if t.role == "confirm" else settings.alpha)
+    alpha = (c.judged_at(confirm_alpha if t.role == "confirm" else settings.alpha)
+             if c is not None else confirm_alpha if t.role == "confirm" else settings.alpha)
     return TrialFact(
         index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
         reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dossier.bundle.overview import OutputWorst
 from dossier.cache import DecisionRecord, HoldoutRecord
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import worst_by_output
@@ -20,17 +21,6 @@ from dossier.validation import worst_by_output
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class OutputWorst(_Model):
-    """One output's worst loss over a set's pairs."""
-
-    output: str
-    """Output tensor."""
-    loss: float | None
-    """Its largest loss (None: NaN or Inf)."""
-    pair: str
-    """The pair it came from."""
 
 
 class TradePoint(_Model):

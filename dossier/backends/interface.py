@@ -35,7 +35,7 @@ from dossier.routes import Route
 if TYPE_CHECKING:
     from dossier.datasets import CalibrationSet
     from dossier.fingerprint import Fingerprint
-    from dossier.policy import Finding, Policy, Rule
+    from dossier.verify.policy import Finding, Policy, Rule
 
 
 class BuildError(Exception):
@@ -418,7 +418,7 @@ class Backend(abc.ABC):
     def default_policy(self) -> Policy:
         """The built-in verify policy of this backend's engines: the rules every backend
         shares around the backend's own (:meth:`policy_rules`)."""
-        from dossier.policy import Policy, common_rules, tail_rules
+        from dossier.verify.policy import Policy, common_rules, tail_rules
 
         return Policy(rules=(*common_rules(), *self.policy_rules(), *tail_rules()))
 
@@ -478,7 +478,7 @@ class Backend(abc.ABC):
         return {}
 
     def policy_rules(self) -> tuple[Rule, ...]:
-        """The verify rules for this backend's engines (see :mod:`dossier.policy`)."""
+        """The verify rules for this backend's engines (see :mod:`dossier.verify.policy`)."""
         raise InputError(f"no verify policy for backend {self.name!r}")
 
     def requirement_findings(self, host: Fingerprint) -> list[Finding]:
@@ -492,7 +492,7 @@ class Backend(abc.ABC):
     measuring processes. On the H200 a CUDA graph's gain over a launch-bound baseline ranged
     2.2x-3.7x from process to process (sd of its log about 0.14), so 5 processes left a 95%
     interval reaching below 2x; 6 narrow it, at about 6-10 s a process.
-    (:mod:`dossier.confirmation`)."""
+    (:mod:`dossier.measure.confirmation`)."""
 
     def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
         """``[timing]`` settings engines built with ``route`` need unless the spec sets them

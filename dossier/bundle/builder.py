@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dossier import __version__
 from dossier.bundle import tables
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
@@ -54,6 +53,7 @@ from dossier.files import (
 from dossier.hashing import digest_file
 from dossier.load_config import LoadConfig
 from dossier.trial import TrialRecord
+from dossier.version import __version__
 
 logger = logging.getLogger(__name__)
 

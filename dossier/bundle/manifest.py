@@ -39,12 +39,6 @@ READABLE_MAJORS = (1,)
 MANIFEST_NAME = "manifest.json"
 MANIFEST_MAX_BYTES = 16 << 20
 """A manifest larger than this is refused before it is parsed."""
-CACHE_NAME = "tuning-cache.jsonl"
-"""The search record (the run folder's tuning cache, verbatim)."""
-KNOBS_NAME = "knobs.json"
-"""The knob database."""
-FINGERPRINT_NAME = "fingerprint.json"
-"""The tuning host."""
 MODEL_JSON = "model.json"
 """The model's identity (:class:`ModelIdentity`)."""
 VALIDATION_JSON = "validation.json"

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from dossier.conditions import Summary as ConditionsSummary
-from dossier.latency import RouteLatency
 from dossier.load_config import LoadConfig
+from dossier.measure.conditions import Summary as ConditionsSummary
+from dossier.measure.latency import RouteLatency
 from dossier.trial import Reading, TrialRecord
 
 if TYPE_CHECKING:
-    from dossier.bundle.reader import Bundle
+    from dossier.bundle.reader import Bundle  # the reader imports nothing of this module
 
 
 class _Model(BaseModel):
@@ -209,7 +209,7 @@ class Overview(_Model):
 def decision_conditions(trials: list[TrialRecord]) -> tuple[ConditionsSummary | None, str | None]:
     """The conditions the decision was measured under: the last confirmation's measuring
     processes, or without one every search trial; and which of the two."""
-    from dossier.conditions import summarize
+    from dossier.measure.conditions import summarize
 
     confirm = [t for t in trials if t.role == "confirm" and t.conditions]
     if confirm:
@@ -252,10 +252,28 @@ def altered_notes(bundle: Bundle, files: tuple[str, ...] = RECORDS) -> list[str]
     return out
 
 
+def shipped_losses(bundle: Bundle) -> list[OutputWorst] | None:
+    """Per output of the shipped route: its worst loss over the pairs and which pair (None
+    when the records cannot be read or the route was not validated)."""
+    from dossier.errors import DossierError
+    from dossier.validation import worst_by_output
+
+    try:
+        trials = bundle.tuning_cache().trials
+    except DossierError:
+        return None
+    shipped = next((t for t in trials if t.index == bundle.manifest.summary.shipped_index
+                    and t.role != "confirm"), None)
+    if shipped is None or not shipped.losses:
+        return None
+    return [OutputWorst(output=o, loss=v, pair=p)
+            for o, (p, v) in worst_by_output(shipped.losses).items()]
+
+
 def overview_of(bundle: Bundle) -> Overview:
     """The overview of an opened bundle."""
     from dossier.errors import DossierError
-    from dossier.latency import of_route
+    from dossier.measure.latency import of_route
 
     m, s = bundle.manifest, bundle.manifest.summary
     try:
@@ -294,7 +312,7 @@ def overview_of(bundle: Bundle) -> Overview:
         result=s.result, reason=s.reason, decision_rule=s.decision_rule,
         runner_up=None if s.runner_up_route is None else RunnerUpFacts(
             route=s.runner_up_route, speedup=s.runner_up_speedup),
-        accuracy_by_output=bundle.shipped_losses(), aa=s.aa, confirm_aa=s.confirm_aa,
+        accuracy_by_output=shipped_losses(bundle), aa=s.aa, confirm_aa=s.confirm_aa,
         load=shipped.load, trials=dict(s.trial_counts), confirm_trials=s.confirm_trials,
         search_wall_s=None if imported else s.search_wall_s,
         build_s_total=None if imported else s.build_s_total,

@@ -30,8 +30,6 @@ from pydantic import BaseModel, ValidationError
 from dossier.bundle import archive as _archive
 from dossier.bundle.archive import ArchiveIndex, extract_index, index_archive
 from dossier.bundle.manifest import (
-    CACHE_NAME,
-    FINGERPRINT_NAME,
     MANIFEST_MAX_BYTES,
     MANIFEST_NAME,
     MODEL_JSON,
@@ -52,11 +50,11 @@ from dossier.files import (
     remove_stale,
 )
 from dossier.hashing import ALGORITHM, feed, new_hasher
+from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME
 
 if TYPE_CHECKING:  # loaded when first read: verify --integrity-only needs neither
     import pyarrow as pa
 
-    from dossier.bundle.overview import OutputWorst, Overview
     from dossier.cache import TuningCache
     from dossier.fingerprint import Fingerprint
 
@@ -226,30 +224,6 @@ class Bundle:
             raise BundleFormatError(f"{self.source} has no baseline engine (imported from "
                                     "trtexec, which keeps only the winner's engine)")
         return self.file(entry.path)
-
-    def shipped_losses(self) -> list[OutputWorst] | None:
-        """Per output of the shipped route: its worst loss over the pairs and which pair (None
-        when the records cannot be read or the route was not validated)."""
-        from dossier.bundle.overview import OutputWorst
-        from dossier.errors import DossierError
-        from dossier.validation import worst_by_output
-
-        try:
-            trials = self.tuning_cache().trials
-        except DossierError:
-            return None
-        shipped = next((t for t in trials if t.index == self.manifest.summary.shipped_index
-                        and t.role != "confirm"), None)
-        if shipped is None or not shipped.losses:
-            return None
-        return [OutputWorst(output=o, loss=v, pair=p)
-                for o, (p, v) in worst_by_output(shipped.losses).items()]
-
-    def overview(self) -> Overview:
-        """What a reviewer wants first (``dossier inspect``)."""
-        from dossier.bundle.overview import overview_of
-
-        return overview_of(self)
 
     def load_hints(self) -> list[str]:
         """How to load the shipped engine in one's own process, when it needs more than the

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -32,9 +33,6 @@ from dossier.bundle.builder import (
 from dossier.bundle.manifest import (
     ARCHIVE_SUFFIX,
     BUNDLE_SUFFIX,
-    CACHE_NAME,
-    FINGERPRINT_NAME,
-    KNOBS_NAME,
     MODEL_JSON,
     VALIDATION_JSON,
     ModelIdentity,
@@ -48,14 +46,14 @@ from dossier.datasets import load_calibration_set
 from dossier.errors import (
     InputError,
     ModelError,
-    SelectionError,
     TuneError,
     ValidationSetError,
 )
 from dossier.knobs import KnobDatabase
 from dossier.load_config import LoadConfig
 from dossier.lock import bundle_lock, run_folder_lock
-from dossier.routes import Route, Selection
+from dossier.routes import Selection
+from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, cache_file
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -63,8 +61,22 @@ from dossier.validation import ValidationSet, load_validation_set
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
+class Describer(Protocol):
+    """What the writer asks of the run's backend (the bundle layer imports no backend: its
+    callers pass :mod:`dossier.backends.describe`)."""
+
+    def recorded_load(self, backend: str, db: KnobDatabase, route: str
+                      ) -> tuple[LoadConfig | None, dict[str, bool]]:
+        """The load configuration and engine flags of a trial recorded before runs recorded
+        them (run folders older than format 1.1)."""
+
+    def engine_documents(self, backend: str, engine: Path) -> dict[str, bytes]:
+        """Documents read out of an engine for a reviewer (``quantization.json``)."""
+
+
 def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
-                 include_model: bool = True) -> WrittenBundle:
+                 include_model: bool = True, describe: Describer | None = None
+                 ) -> WrittenBundle:
     """Bundle the finished search in ``source`` (a run folder or its tuning-cache.jsonl) as
     ``out_dir/NAME-VERSION.dossier``. ``parent`` defaults to the one the cache header records
     (a re-tune's), else None.
@@ -73,10 +85,11 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
     knob database, fingerprint, model and validation set are there and match what the tuning
     cache recorded. Raises TuneError for an unfinished search, InputError (or a subclass) for
     a run folder that does not match its cache, OutputError when the target exists or the
-    release version does not increase.
+    release version does not increase. ``describe`` asks the backend what the run did not
+    record (without it: no engine documents, and a run older than format 1.1 is refused).
     """
     source = Path(source)
-    cache_path = source / CACHE_NAME if source.is_dir() else source
+    cache_path = cache_file(source)
     if not cache_path.is_file():
         raise InputError(f"{source} is neither a run folder nor a tuning cache",
                          hint="give the --out folder of dossier tune, or its tuning-cache.jsonl")
@@ -95,7 +108,7 @@ def write_bundle(source: Path, out_dir: Path, *, parent: str | None = None,
         if decision is None:
             raise TuneError(f"{cache_path}: the search has not finished; dossier tune --continue it")
         with bundle_lock(out_dir, target.name):
-            plan = _Plan.make(cache, decision, cache_path.parent, include_model)
+            plan = _Plan.make(cache, decision, cache_path.parent, include_model, describe)
             return build_bundle(plan.content(parent), out_dir)
 
 
@@ -113,10 +126,11 @@ class _Plan:
     model: Path
     externals: list[str]
     vset: ValidationSet
+    describe: Describer | None
 
     @classmethod
     def make(cls, cache: TuningCache, decision: DecisionRecord, run_dir: Path,
-             include_model: bool) -> _Plan:
+             include_model: bool, describe: Describer | None) -> _Plan:
         h = cache.header
         for name in (KNOBS_NAME, FINGERPRINT_NAME):
             if not (run_dir / name).is_file():
@@ -156,7 +170,7 @@ class _Plan:
             raise ModelError(f"the model {model} is gone",
                              hint="restore it, or bundle with --no-model")
         return cls(cache, decision, run_dir, include_model, db, shipped, baseline, model,
-                   externals, vset)
+                   externals, vset, describe)
 
     # ------------------------------------------------------------------------------ content
     def content(self, parent: str | None) -> BundleContent:
@@ -201,7 +215,12 @@ class _Plan:
                              hint="bundle the run folder dossier tune wrote, unchanged")
         load, flags = trial.load, trial.engine_flags
         if load is None or flags is None:  # recorded before the search recorded them
-            load, flags = _ask_backend(h.backend, self.db, trial.route)
+            if self.describe is None:
+                raise InputError(f"trial {trial.index} of {self.run_dir} was recorded before "
+                                 "runs recorded their load configuration (format 1.1)",
+                                 hint="bundle it with the dossier command, which asks the "
+                                      "backend for it")
+            load, flags = self.describe.recorded_load(h.backend, self.db, trial.route)
         return EngineFile(Copy(src, f"engine/{h.release}{tag}{src.suffix}", trial.engine_digest,
                                changed),
                           route=trial.route, trial_index=trial.index, facts=dict(trial.extra),
@@ -251,8 +270,9 @@ class _Plan:
                           for name, _ in data.samples]
         engine = self.run_dir / str(self.shipped.engine)
         # only a transformed engine has documents to read out (no backend asked otherwise)
-        docs = _engine_documents(h.backend, engine) \
-            if self.shipped.extra.get("quantization", "none") != "none" else {}
+        docs = self.describe.engine_documents(h.backend, engine) \
+            if self.describe is not None \
+            and self.shipped.extra.get("quantization", "none") != "none" else {}
         files += [Data(f"engine/{name}", data) for name, data in sorted(docs.items())]
         if sets or docs:
             # the bundle's own folder names each set (the tuning host's paths stay behind)
@@ -268,11 +288,7 @@ class _Plan:
 
     def _summary(self) -> Summary:
         h, d = self.cache.header, self.decision
-        if d.gain and d.speedup is not None:
-            result = (f"{d.speedup:.3f}x [{d.speedup_ci_low:.3f}, {d.speedup_ci_high:.3f}] "
-                      f"(p={d.p_value:.2g})")
-        else:
-            result = "no significant gain"
+        result = d.result_text()
         return Summary(
             strategy=h.strategy, selection=h.selection, metric=h.metric, threshold=h.threshold,
             atol=h.atol, rtol=h.rtol, validation_pairs=h.validation_pairs,
@@ -296,18 +312,6 @@ class _Plan:
 
 DATASETS_JSON = "datasets.json"
 """The calibration and hold-out sets a bundle carries, and the shipped route's hold-out check."""
-
-
-def _engine_documents(backend: str, engine: Path) -> dict[str, bytes]:
-    """What the backend reads out of an engine for a reviewer (a quantized engine's settings
-    and calibration ranges); nothing when the backend is not installed here."""
-    from dossier.backends import get_backend
-
-    try:
-        b = get_backend(backend)
-    except InputError:
-        return {}
-    return b.engine_documents(engine) if b.available() else {}
 
 
 def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],
@@ -341,21 +345,6 @@ def coverage_warnings(pair_inputs: Mapping[str, Mapping[str, Sequence[int]]],
     return out
 
 
-def _ask_backend(backend: str, db: KnobDatabase,
-                 route: str) -> tuple[LoadConfig | None, dict[str, bool]]:
-    """The production load configuration and engine flags of a trial recorded before the search
-    recorded them (:attr:`TrialRecord.load`): asked of ``backend`` as this host registers it,
-    with its default builder options; none for a backend this host does not register."""
-    from dossier.backends import get_backend  # old records only (tests/test_layering.py)
-
-    try:
-        impl = get_backend(backend)
-    except SelectionError:
-        return None, {}
-    parsed = Route.parse(route)
-    return impl.production_load(parsed, db), dict(impl.engine_facts(parsed, db))
-
-
 def _finished_at(cache: TuningCache) -> str:
     """When the search finished: the end of its last session (the header's time if none), so
     bundling the same run twice gives the same bundle."""
@@ -376,7 +365,7 @@ def _finite(x: float | None) -> float | None:
 def header_of(source: Path) -> CacheHeader:
     """The tuning cache header of a run folder or cache file."""
     source = Path(source)
-    return TuningCache.open(source / CACHE_NAME if source.is_dir() else source).header
+    return TuningCache.open(cache_file(source)).header
 
 
 __all__ = ["ARCHIVE_SUFFIX", "BUNDLE_SUFFIX", "CACHE_NAME", "FINGERPRINT_NAME", "KNOBS_NAME",

@@ -1,10 +1,10 @@
 """Schedulers: where the build and measure jobs of a search run (``--executor``).
 
 Each scheduler implements :class:`~dossier.executors.interface.Scheduler`. It gets the jobs'
-requests from a :class:`~dossier.job_requests.JobRequests` and which routes share a build from
+requests from a :class:`~dossier.jobs.requests.JobRequests` and which routes share a build from
 the search's :class:`~dossier.build_plan.BuildPlan`, never from the tuner. The local one
 (:mod:`dossier.executors.local`) runs build jobs in worker processes on this host
-(:mod:`dossier.builds`) and measures each trial in a child process (:mod:`dossier.child`);
+(:mod:`dossier.jobs.builds`) and measures each trial in a child process (:mod:`dossier.jobs.child`);
 :mod:`dossier.executors.ray_cluster` runs the same jobs, through the same worker code, on a Ray
 cluster: builds as Ray tasks on CPU workers, measurement on one actor per GPU. Either way the
 driver alone writes the tuning cache, in trial order.

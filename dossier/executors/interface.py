@@ -6,17 +6,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from dossier.confirmation import MeasureProcess
     from dossier.fingerprint import Fingerprint
-    from dossier.job_requests import JobRequests, TrialJob
+    from dossier.jobs.requests import JobRequests, TrialJob
+    from dossier.jobs.worker import WorkerResult
+    from dossier.measure.confirmation import MeasureProcess
+    from dossier.measure.timing import TimingSettings
     from dossier.routes import Route
-    from dossier.timing import TimingSettings
-    from dossier.worker import WorkerResult
 
 
 class Scheduler(Protocol):
     """Runs the jobs of one search. It gets their requests from the search's
-    :class:`~dossier.job_requests.JobRequests` and which routes share a build from its
+    :class:`~dossier.jobs.requests.JobRequests` and which routes share a build from its
     :class:`~dossier.build_plan.BuildPlan`; the tuner alone records what they return."""
 
     notes: list[str]
@@ -39,7 +39,7 @@ class Scheduler(Protocol):
         ``job.reuse`` engine is placed there before the measure job starts."""
 
     def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
-        """The confirmation's measuring processes (:mod:`dossier.confirmation`), each run on
+        """The confirmation's measuring processes (:mod:`dossier.measure.confirmation`), each run on
         one device; ``env``: what the driver's processes would need (a remote worker computes
         its own)."""
 

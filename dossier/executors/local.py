@@ -2,18 +2,18 @@
 
 With one build job at a time, a backend that builds in the measuring process and no build
 cache, each trial is one child process that builds and measures. Otherwise builds run ahead of
-measurement, in parallel (:mod:`dossier.builds`), and each trial's measure job takes its
+measurement, in parallel (:mod:`dossier.jobs.builds`), and each trial's measure job takes its
 build's engine; every running build is paused while a trial is measured.
 
 With ``timing.trial_prestart`` (None: the backend's ``prestart_measuring``), each trial's
-process starts the next one's on standby as it begins (:class:`dossier.child.Child`): that one
+process starts the next one's on standby as it begins (:class:`dossier.jobs.child.Child`): that one
 runs its interpreter start and its runtime's imports while this one builds, loads its engines
 and validates, this one starts timing only once those imports are done, and that one loads
 nothing until its turn, when it is handed its final request (the next route is not known
 before). A standby is started under a neutral name (``standby-N``) and takes its trial's name,
 and log, at its turn. One whose environment would differ from its trial's (a reused engine's
 loader environment, set at exec) is not used: it is killed and the trial starts a process of
-its own. With builds apart (:mod:`dossier.builds`), the next trial's process is started so only
+its own. With builds apart (:mod:`dossier.jobs.builds`), the next trial's process is started so only
 when its build is known to be done; otherwise (the next route is not known yet, its build still
 runs, and for the first trial) it starts on standby as the wait for that build begins: the
 import overlaps the build, not the trial before. A standby left unused is killed when the
@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dossier import confirmation
 from dossier.backends import Backend
 from dossier.build_cache import BuildCache
-from dossier.builds import (
+from dossier.fingerprint import Fingerprint, collect
+from dossier.jobs import measuring
+from dossier.jobs.builds import (
     COMPILE_THREADS_ENV,
     Build,
     Builds,
@@ -42,12 +43,12 @@ from dossier.builds import (
     usable_cores,
     with_build_phases,
 )
-from dossier.child import Child, keep_log, run_child
-from dossier.fingerprint import Fingerprint, collect
-from dossier.job_requests import JobRequests, TrialJob
+from dossier.jobs.child import Child, keep_log, run_child
+from dossier.jobs.requests import JobRequests, TrialJob
+from dossier.jobs.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
+from dossier.measure import confirmation
+from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
-from dossier.timing import TimingSettings
-from dossier.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class LocalScheduler:
 
     def __init__(self, backend: Backend, build_jobs: int | None = None,
                  cache: BuildCache | None = None) -> None:
-        """``build_jobs``: concurrent builds (None: :func:`~dossier.builds.default_build_jobs`);
+        """``build_jobs``: concurrent builds (None: :func:`~dossier.jobs.builds.default_build_jobs`);
         ``cache``: a build cache to take engines from and store builds in."""
         self.backend = backend
         self.jobs = default_build_jobs(backend) if build_jobs is None else build_jobs
@@ -202,7 +203,7 @@ class LocalScheduler:
     def measure_process(self, timing: TimingSettings,
                         env: dict[str, str]) -> confirmation.MeasureProcess:
         r = self.requests
-        return confirmation.local_processes(
+        return measuring.local_processes(
             self.backend.name, r.validation, timing, builder=r.spec.builder,
             shapes=r.spec.shapes, work=r.work / "confirm", env=env, knobs=r.db)
 

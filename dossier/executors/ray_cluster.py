@@ -2,13 +2,13 @@
 
 - **Build jobs** are Ray tasks (the backend's build cores each, as many at once as the
   cluster's CPUs allow; ``--build-jobs`` does not apply), run through the same worker code as
-  locally (a child process per build, :func:`dossier.child.run_child`).
+  locally (a child process per build, :func:`dossier.jobs.child.run_child`).
   A task whose worker dies is retried once by Ray; a second death records the trial ``crashed``.
 - **Measure jobs** run on measure workers: one actor per GPU of the cluster (``num_gpus=1``), or
   one actor with a CPU on a cluster without GPUs. Each measure job is a fresh child process on
   the actor's device that builds nothing, loads the candidate and the baseline engine (kept on
   the actor's node, fetched once) and times them interleaved: the same
-  :func:`dossier.worker.run_trial` as the local executor, so every speedup is a paired ratio of
+  :func:`dossier.jobs.worker.run_trial` as the local executor, so every speedup is a paired ratio of
   one device. The statistics are computed by the driver from the raw samples, as locally.
 - **Engines travel** through the object store: build task -> measure actor directly, and an
   ``ok`` trial's engine back to the driver for the run folder (and the bundle). Every arrival
@@ -40,23 +40,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
-from dossier.builds import COMPILE_THREADS_ENV, Build, with_build_phases
-from dossier.child import run_child
 from dossier.errors import BackendUnavailableError, InputError, TuneError
 from dossier.files import remove_stale
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
+from dossier.jobs.builds import COMPILE_THREADS_ENV, Build, with_build_phases
+from dossier.jobs.child import run_child
+from dossier.jobs.worker import (
+    RESULT,
+    BuiltResult,
+    FailedResult,
+    Prebuilt,
+    WorkerRequest,
+    WorkerResult,
+)
 from dossier.routes import Route
-from dossier.worker import RESULT, BuiltResult, FailedResult, Prebuilt, WorkerRequest, WorkerResult
 
 if TYPE_CHECKING:
     from ray import ObjectRef
 
     from dossier.backends import Backend
     from dossier.build_plan import BuildKey
-    from dossier.confirmation import MeasureProcess
-    from dossier.job_requests import JobRequests, TrialJob
-    from dossier.timing import TimingSettings
+    from dossier.jobs.requests import JobRequests, TrialJob
+    from dossier.measure.confirmation import MeasureProcess
+    from dossier.measure.timing import TimingSettings
 
 ATTEMPTS = 2
 """Runs of one trial at most when its worker dies: re-queued once, then recorded crashed."""
@@ -226,17 +233,17 @@ class MeasureWorker:
     def measure_process(self, timing_json: str, routes: list[str], builder: dict[str, Any],
                         shapes: list[dict[str, Any]], files: list[tuple[str, str]], offset: int,
                         *data: bytes) -> dict[str, Any]:
-        """One measuring process of the confirmation (:mod:`dossier.confirmation`) on this
+        """One measuring process of the confirmation (:mod:`dossier.measure.confirmation`) on this
         worker's device; ``files``: (name, digest) of each engine, in the order of ``routes``,
         their bytes in ``data``."""
         from dataclasses import asdict
 
-        from dossier import confirmation
+        from dossier.jobs import measuring
+        from dossier.measure.timing import TimingSettings
         from dossier.spec import ShapeEntry
-        from dossier.timing import TimingSettings
 
         paths = [self._keep(n, d, b) for (n, d), b in zip(files, data, strict=True)]
-        measure = confirmation.local_processes(
+        measure = measuring.local_processes(
             self.backend.name, self.vset, TimingSettings.model_validate_json(timing_json),
             builder=builder, shapes=[ShapeEntry.model_validate(x) for x in shapes],
             work=self.root / "confirm", env=self._env(*paths))
@@ -603,7 +610,7 @@ class RayScheduler:
         return result, seconds + build_s
 
     def measure_process(self, timing: TimingSettings, env: dict[str, str]) -> MeasureProcess:
-        from dossier.confirmation import ProcessRun
+        from dossier.measure.confirmation import ProcessRun
 
         spec = self.requests.spec
 
@@ -651,10 +658,8 @@ def _neutral_cwd() -> Iterator[None]:
     named ``dossier`` there (a checkout, a run folder) would shadow the installed package and
     every worker would fail to import it. ``ray.init`` runs from the folder that holds the
     package this process imported, so that is the folder the workers get."""
-    import dossier
-
     here = os.getcwd()
-    os.chdir(Path(dossier.__file__).resolve().parent.parent)
+    os.chdir(Path(__file__).resolve().parents[2])  # the folder that holds the package
     try:
         yield
     finally:

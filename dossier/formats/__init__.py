@@ -19,67 +19,9 @@ pydantic, no rich): a format's module is imported when :func:`get_format` first 
 
 from __future__ import annotations
 
-import enum
 import importlib
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ClassVar
 
-if TYPE_CHECKING:
-    from dossier.audit.explain import Explanation
-    from dossier.bundle.overview import Overview
-    from dossier.verify import VerifyReport
-
-
-class FormatName(str, enum.Enum):
-    """The names of the output formats (``--format``)."""
-
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    html = "html"
-
-
-class Document(str, enum.Enum):
-    """What a format renders: one document per command."""
-
-    overview = "overview"
-    """``inspect``."""
-    explanation = "explanation"
-    """``explain``."""
-    verify = "verify"
-    """``verify``."""
-
-
-class Format:
-    """An output format: renders each document it supports to a string.
-
-    A format that does not render a document says so in :meth:`supports`; asked all the same,
-    it raises :class:`NotImplementedError`."""
-
-    name: ClassVar[str]
-    """The format's name (``--format NAME``)."""
-    documents: ClassVar[frozenset[Document]] = frozenset(Document)
-    """The documents it renders."""
-
-    def __init__(self, *, color: bool = False, width: int | None = None) -> None:
-        """``color`` and ``width`` apply to ``text`` (see :func:`get_format`)."""
-
-    def overview(self, o: Overview) -> str:
-        """The ``inspect`` overview."""
-        raise NotImplementedError(f"the {self.name} format has no overview")
-
-    def explanation(self, e: Explanation, *, given: Sequence[str] = (),
-                    samples: Mapping[int, Sequence[float]] | None = None) -> str:
-        """The explanation; ``given``: the volume flags on the command line (the payback says
-        where its volume came from); ``samples``: each trial's raw timings (the HTML plots)."""
-        raise NotImplementedError(f"the {self.name} format has no explanation")
-
-    def verify_report(self, r: VerifyReport, *, show_all: bool = False,
-                      where: str = "this host") -> str:
-        """The verify report; ``show_all``: list unchanged fields too; ``where``: the host
-        judged, in words."""
-        raise NotImplementedError(f"the {self.name} format has no verify report")
-
+from dossier.formats.base import Document, Format, FormatName
 
 _CLASSES = {FormatName.text: ("dossier.formats.text", "TextFormat"),
             FormatName.json: ("dossier.formats.json", "JsonFormat"),

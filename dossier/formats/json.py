@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dossier.formats import Document, Format
+from dossier.formats.base import Document, Format
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dossier.formats import Document, Format
 from dossier.formats import figures as fig
+from dossier.formats.base import Document, Format
 from dossier.formats.escaping import markdown as md
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dossier.formats import Document, Format
 from dossier.formats import figures as fig
+from dossier.formats.base import Document, Format
 from dossier.formats.escaping import printable
 
 if TYPE_CHECKING:

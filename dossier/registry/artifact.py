@@ -162,7 +162,7 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
     checked against the bundle's files first) is attached as a referrer of the manifest.
     """
     from dossier.registry.referrers import attach_signature
-    from dossier.signing import check_signature
+    from dossier.trust.signing import check_signature
 
     ref = parse_reference(target, need_tag=True)
     if ref.digest:

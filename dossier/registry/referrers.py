@@ -15,7 +15,7 @@ without conditional writes makes two concurrent pushers race; the later index wi
 
 Finding them again: the referrers API when the registry answers it, the tag otherwise; each
 referrer's manifest and envelope are fetched by digest and checked (sha256, size cap, subject,
-types) before the envelope is handed to :func:`dossier.signing.check_signature`.
+types) before the envelope is handed to :func:`dossier.trust.signing.check_signature`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dossier.registry.client import (
     sha256_bytes,
 )
 from dossier.registry.reference import DIGEST
-from dossier.signing import (
+from dossier.trust.signing import (
     ENVELOPE_MAX_BYTES,
     SignatureCheck,
     check_signature,
@@ -203,7 +203,7 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path,
                 ignored: list[str] | None = None) -> Path | None:
     """Write the signature referrers of ``subject`` that pass against the bundle folder just
     pulled to ``bundle_path`` beside it, where ``verify`` looks for its signature
-    (:func:`~dossier.sigfile.signature_path`); that file, or None when the registry holds no
+    (:func:`~dossier.trust.sigfile.signature_path`); that file, or None when the registry holds no
     signature referrer. Each envelope is checked as ``verify REF`` checks one (every signature
     against the public key it carries, the subjects' BLAKE3, which every statement format
     carries, against the files, read once for all);
@@ -216,10 +216,10 @@ def keep_beside(client: RegistryClient, subject: str, bundle_path: Path,
 
     from dossier.bundle.integrity import scan_bundle
     from dossier.bundle.reader import open_bundle
-    from dossier.dsse import parse_envelope
     from dossier.hashing import BLAKE3
-    from dossier.sigfile import signature_path
-    from dossier.signing import cosigned, read_envelope_bytes
+    from dossier.trust.dsse import parse_envelope
+    from dossier.trust.sigfile import signature_path
+    from dossier.trust.signing import cosigned, read_envelope_bytes
 
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dossier-referrers-") as tmp:
@@ -256,7 +256,7 @@ def check_referrer_signatures(bundle: Bundle, envelopes: Sequence[Path],
                               trusted_keys: Sequence[Path] = (), *, require: bool = False,
                               source: str = "", scan: BundleScan | None = None,
                               ignored: list[str] | None = None) -> SignatureCheck | None:
-    """:func:`~dossier.signing.check_signature` against the envelopes found as referrers: the
+    """:func:`~dossier.trust.signing.check_signature` against the envelopes found as referrers: the
     first that passes; None when there are none and none is required. When none passes:
     SignatureError (the first envelope's) when a signature is required (or no ``ignored``
     list is given); otherwise each failure is named in ``ignored`` and None is returned

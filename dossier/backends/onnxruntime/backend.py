@@ -32,8 +32,8 @@ from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, S
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
-from dossier.policy import Rule
 from dossier.routes import Route
+from dossier.verify.policy import Rule
 
 
 class OnnxRuntimeBackend(Backend):

@@ -5,8 +5,8 @@ Engine fact: ``layout_optimized`` (the model was optimized at the layout/all lev
 
 from __future__ import annotations
 
-from dossier.policy import INVALID, SUB, VALID, Rule
-from dossier.policy import rule as _r
+from dossier.verify.policy import INVALID, SUB, VALID, Rule
+from dossier.verify.policy import rule as _r
 
 _VERSION = ("The optimized model was written by another ONNX Runtime version, and its format "
                 "and kernels are tied to the version that produced it.")

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier import __version__
-from dossier.backends.tensorrt import PlanHeader, PlanHeaderError, parse_knob_json, read_plan_header
+from dossier.backends.tensorrt.knobs import parse_knob_json
+from dossier.backends.tensorrt.plan import PlanHeader, PlanHeaderError, read_plan_header
 from dossier.backends.tensorrt.trtexec import (
     SOURCE,
     TrtexecCacheError,
@@ -73,25 +73,19 @@ from dossier.bundle.builder import (
     json_bytes,
     trial_counts,
 )
-from dossier.bundle.manifest import (
-    CACHE_NAME,
-    FINGERPRINT_NAME,
-    KNOBS_NAME,
-    MANIFEST_NAME,
-    VALIDATION_JSON,
-    Summary,
-    ValidationInfo,
-)
+from dossier.bundle.manifest import MANIFEST_NAME, VALIDATION_JSON, Summary, ValidationInfo
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, TuningCache
 from dossier.errors import InputError, ModelError, SelectionError, TuneError
 from dossier.fingerprint import CpuInfo, Fingerprint, OsInfo, PythonInfo
 from dossier.hashing import digest_file, digest_json
 from dossier.knobs import Knob, KnobDatabase
+from dossier.measure.timing import TimingSettings
 from dossier.routes import Route, Selection
+from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, cache_file
 from dossier.spec import ModelSection, ReleaseSection, ReleaseSpec, TuneSection, ValidationSection
-from dossier.timing import TimingSettings
 from dossier.trial import Outcome, TrialRecord
+from dossier.version import __version__
 
 TRTEXEC_DIR = "trtexec"
 """Bundle folder of the import's own files."""
@@ -648,7 +642,7 @@ def export_trtexec_cache(source: Path, out: Path) -> Exported:
             if ORIGINAL_CACHE in b.manifest.table():
                 original = read_trtexec_cache(b.file(ORIGINAL_CACHE))[0]
             return _export(cache, db, original, out)
-    cache_path = source / CACHE_NAME if source.is_dir() else source
+    cache_path = cache_file(source)
     if not cache_path.is_file():
         raise InputError(f"{source} is neither a bundle, a run folder nor a tuning cache",
                          hint="give a NAME-VERSION.dossier folder or .tar, a dossier tune --out "

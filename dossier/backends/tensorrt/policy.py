@@ -6,7 +6,7 @@ Engine facts: ``version_compatible`` / ``hardware_compatible`` (the plan's compa
 from __future__ import annotations
 
 from dossier.fingerprint import Fingerprint
-from dossier.policy import (
+from dossier.verify.policy import (
     INVALID,
     PLATFORM_RULES,
     SUB,
@@ -16,7 +16,7 @@ from dossier.policy import (
     Verdict,
     gpu_tuning_rules,
 )
-from dossier.policy import rule as _r
+from dossier.verify.policy import rule as _r
 
 
 def _trt_version(pattern: str) -> Rule:

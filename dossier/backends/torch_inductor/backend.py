@@ -75,7 +75,7 @@ from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
 if TYPE_CHECKING:
-    from dossier.policy import Rule
+    from dossier.verify.policy import Rule
 
 
 # ------------------------------------------------------------------------------ backend

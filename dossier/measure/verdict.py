@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dossier.timing import PROCESS_TEST
+from dossier.measure.timing import PROCESS_TEST
 from dossier.trial import Comparison
 
 Label = Literal["faster", "slower", "no significant effect"]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SpeedVerdict:
     """What a comparison shows, in a word and in a clause."""
 
     label: Label
@@ -38,7 +38,7 @@ class Verdict:
         return f"{self.label} ({self.figures})"
 
 
-def judge(c: Comparison, *, min_effect: float, alpha: float = 0.05) -> Verdict:
+def judge(c: Comparison, *, min_effect: float, alpha: float = 0.05) -> SpeedVerdict:
     """The verdict on a reading, at the level it records (``alpha`` for older records that do
     not): the one judge of every place that calls a route faster, slower or neither.
 
@@ -47,13 +47,13 @@ def judge(c: Comparison, *, min_effect: float, alpha: float = 0.05) -> Verdict:
     p is below the level and the interval excludes 1.0. Every other reading (screening rounds,
     an A/A) is two-sided against 1.0: faster or slower when p is below the level, the interval
     excludes 1.0 on that side and the speedup is at least the minimum effect away from 1.0."""
-    level = c.level if c.level is not None else alpha
-    figures = f"{c.speedup:.3f}x [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}], p={c.p_value:.2g}"
+    level = c.judged_at(alpha)
+    figures = f"{c.text()}, p={c.p_value:.2g}"
     includes_one = c.speedup_ci_low <= 1.0 <= c.speedup_ci_high
     significant = c.p_value < level
     if c.test == PROCESS_TEST and c.against == "aa":
         if significant and c.speedup_ci_low > 1.0:
-            return Verdict("faster", (), figures)
+            return SpeedVerdict("faster", (), figures)
         reasons = []
         if c.speedup_ci_high < 1 + min_effect:
             reasons.append(f"its interval [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
@@ -64,12 +64,12 @@ def judge(c: Comparison, *, min_effect: float, alpha: float = 0.05) -> Verdict:
         if not significant:
             reasons.append(f"p={c.p_value:.2g} (against a gain of {min_effect:.0%}) is not below "
                            f"{level:.2g}")
-        return Verdict("no significant effect", tuple(reasons) or ("not confirmed",), figures)
+        return SpeedVerdict("no significant effect", tuple(reasons) or ("not confirmed",), figures)
     if not includes_one and significant:
         if c.speedup >= 1 + min_effect and c.speedup_ci_low > 1.0:
-            return Verdict("faster", (), figures)
+            return SpeedVerdict("faster", (), figures)
         if c.speedup <= 1 / (1 + min_effect) and c.speedup_ci_high < 1.0:
-            return Verdict("slower", (), figures)
+            return SpeedVerdict("slower", (), figures)
     reasons = []
     if includes_one:
         reasons.append(f"its interval [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
@@ -84,9 +84,9 @@ def judge(c: Comparison, *, min_effect: float, alpha: float = 0.05) -> Verdict:
     if not reasons:  # significant and large, but the interval lies on the other side of 1.0
         reasons.append(f"its interval [{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] does "
                        f"not support the median's {c.speedup:.3f}x")
-    return Verdict("no significant effect", tuple(reasons), figures)
+    return SpeedVerdict("no significant effect", tuple(reasons), figures)
 
 
-def speed_verdict(c: Comparison, *, alpha: float, min_effect: float) -> Verdict:
+def speed_verdict(c: Comparison, *, alpha: float, min_effect: float) -> SpeedVerdict:
     """:func:`judge` at ``alpha`` for a reading that records no level of its own."""
     return judge(c, min_effect=min_effect, alpha=alpha)

@@ -1,18 +1,18 @@
 """The confirmation: the measurement that decides whether a screened candidate ships.
 
 **The process is the unit; the pairing is inside it.** Each *measuring process* (a worker in
-``measure`` mode, :func:`dossier.worker.run_measure`) loads the baseline, a second load of the
+``measure`` mode, :func:`dossier.jobs.worker.run_measure`) loads the baseline, a second load of the
 baseline (the A/A) and the candidates still undecided, in production load configuration, and
 times them in ``confirm_rounds`` rounds of one block each, the first engine rotating from round
 to round and from process to process. A process gives one observation per engine: its log
-speedup over the baseline (:func:`dossier.timing.process_log`). A candidate's observation is
+speedup over the baseline (:func:`dossier.measure.timing.process_log`). A candidate's observation is
 the *difference* between its log speedup and the A/A's in the same process, so whatever two
 loads of one engine read apart in that process (co-residence, position, the process's state)
 cancels, and the null hypothesis is exactly "the candidate is another load of the baseline".
 
 Processes run one after another. After ``confirm_processes`` of them, and at about 1.5 times as
 many each time after that up to ``confirm_max_processes`` (the *looks*,
-:meth:`~dossier.timing.TimingSettings.looks`), every undecided candidate is tested: Student's t,
+:meth:`~dossier.measure.timing.TimingSettings.looks`), every undecided candidate is tested: Student's t,
 one-sided, of "its mean log difference is at most log(1 + min_effect)", at
 ``alpha / (k x L)`` (Bonferroni over the k candidates and the L looks, the plainest
 alpha-spending: stopping early cannot raise the false-positive rate above alpha). A candidate
@@ -34,19 +34,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from dossier import conditions as host
-from dossier.conditions import Conditions
-from dossier.errors import TuneError
-from dossier.knobs import KnobDatabase
-from dossier.spec import ShapeEntry
-from dossier.timing import TimingSettings, flatten, process_compare, process_log, summarize
+from dossier.measure import conditions as host
+from dossier.measure.conditions import Conditions
+from dossier.measure.timing import TimingSettings, flatten, process_compare, process_log, summarize
 from dossier.trial import Comparison, Outcome, TrialRecord
 
 if TYPE_CHECKING:
-    from dossier.child import Child
-    from dossier.worker import WorkerRequest
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +67,8 @@ class MeasureProcess(Protocol):
     """Runs one measuring process over ``engines`` ((path, route) each: the baseline, its
     second load, the candidates) with rotation offset ``offset``; ``more``: another process
     may follow this one. One with a ``close()`` method (a process started ahead of its turn)
-    is closed when the confirmation ends."""
+    is closed when the confirmation ends; one whose ``on_this_host`` is true runs its
+    processes on this host, whose conditions are then watched around each."""
 
     def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
                  more: bool = True) -> ProcessRun: ...
@@ -122,7 +119,7 @@ def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: in
     track.warmup_runs = max(track.warmup_runs, warm)
 
 
-def judge(track: Track, settings: TimingSettings, level: float, *, aa: bool,
+def decide_track(track: Track, settings: TimingSettings, level: float, *, aa: bool,
           baseline_warmup: int = 0) -> Comparison:
     """The reading of ``track`` so far, judged at ``level`` (the one judge of a confirmation
     reading: the tuner, ``verify --rebench`` and the benchmarks call it)."""
@@ -166,7 +163,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
         engines = [baseline, baseline, *(candidates[j] for j in open_)]
         # the conditions of this host: where the processes run here (not on a cluster's node)
         watch = host.start(settings.quiet_host, settings.quiet_share, settings.quiet_wait_s) \
-            if isinstance(measure, LocalProcesses) else None
+            if getattr(measure, "on_this_host", False) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
         if watch is not None:
             seen.append(watch.stop())
@@ -183,7 +180,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             _add(tracks[j], second, own, run.warmup_runs[2 + pos])
         if n in looks:
             for j in list(open_):
-                c = judge(tracks[j], settings, level, aa=False)
+                c = decide_track(tracks[j], settings, level, aa=False)
                 tracks[j].comparison = c
                 if c.faster:
                     tracks[j].status, tracks[j].look = "confirmed", n
@@ -202,7 +199,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
         stopped = (f"stopped at the cap of {n} measuring processes with "
                    f"{len(open_)} candidate(s) undecided" if open_ else
                    f"{n} measuring processes")
-    aa.comparison = judge(aa, settings, settings.alpha, aa=True)
+    aa.comparison = decide_track(aa, settings, settings.alpha, aa=True)
     return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
                         stopped=stopped, wall_s=time.perf_counter() - t0, phases_s=phases,
                         conditions=seen)
@@ -228,91 +225,6 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
             load=t.load, engine_flags=t.engine_flags, conditions=list(result.conditions) or None,
             extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
     return out
-
-
-def local_processes(backend: str, validation: Path, settings: TimingSettings, *,
-                    builder: dict[str, Any] | None = None, shapes: Sequence[ShapeEntry] = (),
-                    work: Path, env: dict[str, str] | None = None,
-                    knobs: KnobDatabase | None = None) -> LocalProcesses:
-    """Measuring processes on this host: one worker child each (its timeout is the trial
-    timeout, its memory limit the trial memory limit), requests and logs under ``work``;
-    ``knobs``: the search's knob database, which each process then need not read again."""
-    return LocalProcesses(backend, validation, settings, builder=builder, shapes=shapes,
-                          work=work, env=env, knobs=knobs)
-
-
-class LocalProcesses:
-    """:class:`MeasureProcess` on this host (see :func:`local_processes`). With
-    ``confirm_prestart``, each process that may have a successor starts it on standby
-    (:class:`dossier.child.Child`) as it begins: the successor's interpreter start and imports
-    overlap this one's loads, this one starts timing only once they are done, and the
-    successor loads nothing until this one has ended."""
-
-    def __init__(self, backend: str, validation: Path, settings: TimingSettings, *,
-                 builder: dict[str, Any] | None, shapes: Sequence[ShapeEntry], work: Path,
-                 env: dict[str, str] | None, knobs: KnobDatabase | None) -> None:
-        from dossier.backends import get_backend
-        from dossier.worker import WorkerRequest
-
-        work.mkdir(parents=True, exist_ok=True)
-        self.work, self.env, self.settings = work, env, settings
-        self.prestart = get_backend(backend).prestarts(settings.confirm_prestart)
-        self.base = WorkerRequest(
-            mode="measure", backend=backend, model="", validation=str(validation),
-            threshold=1.0,  # unused: a measuring process judges nothing
-            timing=settings, baseline_route="", builder=dict(builder or {}),
-            shapes=list(shapes), result="", stage="", knobs=knobs)
-        self.next: Child | None = None
-        """The process started on standby for the next turn, if any."""
-
-    def _request(self, engines: Sequence[tuple[Path, str]], offset: int) -> WorkerRequest:
-        return self.base.model_copy(update={
-            "baseline_route": engines[0][1], "engines": [(str(p), r) for p, r in engines],
-            "offset": offset})
-
-    def _start(self, req: WorkerRequest, offset: int, standby: bool) -> Child:
-        from dossier.child import Child
-
-        s = self.settings
-        return Child(req, self.work, f"measure-{offset}", s.trial_timeout_s,
-                     s.trial_memory_limit_mb, self.env, standby=standby)
-
-    def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
-                 more: bool = True) -> ProcessRun:
-        from dossier.worker import MeasuredResult
-
-        req = self._request(engines, offset)
-        t0 = time.perf_counter()
-        child, self.next = self.next, None
-        if more and self.prestart:
-            # its request is a guess at the engines (go() hands it the final one); this
-            # process times only once that one is past its imports
-            self.next = self._start(self._request(engines, offset + 1), offset + 1, standby=True)
-            req = req.model_copy(update={"then": (self.next.req.stage, self.next.proc.pid)})
-        if child is not None:
-            child.go(req)
-            result = child.wait()
-            if child.ended_on_standby():  # it measured nothing: a new process measures
-                logger.info("%s: ended on standby (%s); measuring in a new process", child.name,
-                            getattr(result, "reason", result.outcome))
-                child = None
-        if child is None:
-            child = self._start(req, offset, standby=False)
-            result = child.wait()
-        wall = time.perf_counter() - t0
-        if not isinstance(result, MeasuredResult):
-            self.close()
-            raise TuneError(f"confirmation: measuring process {offset + 1} ended "
-                            f"{result.outcome}: {getattr(result, 'reason', '')}".strip(),
-                            hint=f"its log is {child.log}")
-        return ProcessRun(rounds=result.rounds, warmup_runs=result.warmup_runs, wall_s=wall,
-                          phases_s=dict(result.phases_s))
-
-    def close(self) -> None:
-        """Stop the process on standby, if any (the confirmation has ended)."""
-        child, self.next = self.next, None
-        if child is not None:
-            child.kill()
 
 
 def rule_text(settings: TimingSettings) -> str:

@@ -10,7 +10,7 @@ bundle was made (selection, strategy, metric, threshold, tuning host, model, val
 backend stack, the tuning sessions) as SLSA provenance, and signs the statement::
 
     from dossier.bundle import open_bundle
-    from dossier.signing import check_signature, generate_key_pair, sign_bundle
+    from dossier.trust.signing import check_signature, generate_key_pair, sign_bundle
 
     keys = generate_key_pair(Path("keys"))                    # keys/dossier.key (0600), .pub
     signed = sign_bundle(Path("out/convnet-1.dossier"), keys.private)
@@ -53,7 +53,7 @@ Formats (all JSON; the payload is canonical JSON: sorted keys, no whitespace, UT
   ``blake3`` (the default 256-bit output) is what statements of format 1 carried alone;
 - the statement's format: ``predicate.buildDefinition.internalParameters.statementFormat``
   (2; absent in format 1, whose subjects carry ``blake3`` only). Both formats are verified
-  (see :mod:`dossier.dsse`).
+  (see :mod:`dossier.trust.dsse`).
 
 Every signature of the envelope must verify, trusted key or not: one that does not (a flipped
 byte, an edited payload, a ``keyid`` that is not its ``publicKey``'s) fails, and so does an
@@ -86,25 +86,9 @@ from typing import Any
 
 from dossier.bundle.archive import scan_members
 from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
-from dossier.bundle.manifest import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, MANIFEST_NAME
+from dossier.bundle.manifest import MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.diskfull import output_error
-from dossier.dsse import (
-    DIGEST,
-    FORMAT_DIGESTS,
-    FORMAT_FIELD,
-    MAX_SIGNATURES,
-    PAYLOAD_TYPE,
-    PREDICATE_TYPE,
-    STATEMENT_FORMAT,
-    STATEMENT_TYPE,
-    Envelope,
-    EnvelopeProblem,
-    Signature,
-    b64encode,
-    parse_envelope,
-    parse_statement,
-)
 from dossier.errors import (
     BackendUnavailableError,
     BundleFormatError,
@@ -122,7 +106,24 @@ from dossier.files import (
     write_durable,
 )
 from dossier.hashing import BLAKE3, SHA256, canonical_json, feed, new_hasher
-from dossier.sigfile import SIGNATURE_SUFFIX, signature_path
+from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME
+from dossier.trust.dsse import (
+    DIGEST,
+    FORMAT_DIGESTS,
+    FORMAT_FIELD,
+    MAX_SIGNATURES,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_FORMAT,
+    STATEMENT_TYPE,
+    Envelope,
+    EnvelopeProblem,
+    Signature,
+    b64encode,
+    parse_envelope,
+    parse_statement,
+)
+from dossier.trust.sigfile import SIGNATURE_SUFFIX, signature_path
 
 BUILD_TYPE = "urn:dossier:build-type:tune-and-bundle:v1"
 """Our SLSA buildType: a search by ``dossier tune`` (externalParameters: release, backend,
@@ -328,7 +329,7 @@ def _digest_sets(scan: BundleScan, algorithms: Sequence[str]) -> dict[str, dict[
 
 def statement(bundle: Bundle, digests: dict[str, dict[str, str]] | None = None, *,
               scan: BundleScan | None = None) -> dict[str, Any]:
-    """The in-toto statement of ``bundle`` (format :data:`~dossier.dsse.STATEMENT_FORMAT`):
+    """The in-toto statement of ``bundle`` (format :data:`~dossier.trust.dsse.STATEMENT_FORMAT`):
     every file (and manifest.json) as a subject with its SHA-256 and BLAKE3, and SLSA
     provenance v1 of how the bundle was made. ``digests``: bundle path -> those digests;
     without it they come from ``scan`` (a scan made with :data:`SUBJECT_DIGESTS`) or from one

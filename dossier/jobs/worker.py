@@ -1,7 +1,7 @@
-"""The trial worker: one child process per trial (``python -m dossier.worker REQUEST``).
+"""The trial worker: one child process per trial (``python -m dossier.jobs.worker REQUEST``).
 
 The child builds the route, loads the engine, runs the validation set, and times the engine
-against the baseline engine in rounds (:func:`dossier.timing.sample_rounds`). It writes its stage to a marker file before each step, so
+against the baseline engine in rounds (:func:`dossier.measure.timing.sample_rounds`). It writes its stage to a marker file before each step, so
 the parent can say where a child that died was, and writes its result as JSON (atomically) at
 the end. Statistics are computed by the parent from the raw samples.
 """
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from dossier.knobs import KnobDatabase
+from dossier.measure.timing import TimingSettings
 from dossier.spec import AccuracyRule, ShapeEntry
-from dossier.timing import TimingSettings
 
 if TYPE_CHECKING:
     from dossier.backends import Backend, BuildInfo, Runner
+    from dossier.measure.timing import Engine, Timed
     from dossier.routes import Route
-    from dossier.timing import Engine, Timed
     from dossier.validation import ValidationSet
 
 
@@ -242,7 +242,7 @@ def _timers(runner: Runner, vset: ValidationSet) -> Timed:
 
 def timed_engines(backend: Backend, vset: ValidationSet, pair: Sequence[tuple[Path, Route]],
                   first: Runner | None = None) -> list[Engine]:
-    """One :data:`~dossier.timing.Engine` per (engine path, route): loaded afresh for every
+    """One :data:`~dossier.measure.timing.Engine` per (engine path, route): loaded afresh for every
     block when the backend asks for it, else loaded once (``first``: the first one's runner,
     already loaded) and kept."""
     if backend.reload_per_block:
@@ -264,8 +264,8 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     result. With ``then`` (the next trial's process on standby), wait for its imports once
     both engines are loaded, before timing."""
     from dossier.backends import BuildError, BuildInfo, EngineRuntimeError
+    from dossier.measure.timing import flatten, sample_rounds, warm_up
     from dossier.routes import Route
-    from dossier.timing import flatten, sample_rounds, warm_up
     from dossier.validation import judge
 
     backend, vset = _setup(req)
@@ -356,8 +356,8 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     production configuration, warm each up, then ``confirm_rounds`` rounds in which every
     engine times one block (lead-in runs, then up to ``confirm_runs`` timed runs or
     ``confirm_block_s`` seconds), the first engine rotating from round to round."""
+    from dossier.measure.timing import warm_up
     from dossier.routes import Route
-    from dossier.timing import warm_up
 
     backend, vset = _setup(req)
     _stage(req, "load")
@@ -414,7 +414,7 @@ STANDBY_WAIT_S = _seconds("DOSSIER_STANDBY_WAIT_S", 60.0)
 """The longest a measuring or trial process waits for the next one's imports; a standby not
 ready by then is killed (the next turn starts a process of its own), and this one times. The
 wait is charged to no route: the parent does not count a process's ``wait`` stage against its
-time limit (:class:`dossier.child.Child`). ``DOSSIER_STANDBY_WAIT_S`` sets another (tests)."""
+time limit (:class:`dossier.jobs.child.Child`). ``DOSSIER_STANDBY_WAIT_S`` sets another (tests)."""
 
 
 def _let_the_next_import(req: WorkerRequest, then: str) -> None:

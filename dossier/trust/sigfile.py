@@ -1,6 +1,6 @@
 """Where a bundle's signature lives: a file beside the bundle, named after it.
 
-Kept apart from :mod:`dossier.signing` (keys, DSSE envelopes, in-toto statements), so that a
+Kept apart from :mod:`dossier.trust.signing` (keys, DSSE envelopes, in-toto statements), so that a
 command learns whether a bundle is signed without importing the signing machinery.
 """
 

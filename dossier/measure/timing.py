@@ -10,7 +10,7 @@ pairwise means of the log ratios), its interval the exact distribution-free inte
 with the Wilcoxon signed-rank test, and the test that signed-rank test on the log ratios. Raw
 samples are kept with their round index.
 
-The confirmation (:mod:`dossier.confirmation`) has a unit above the round: the **process**.
+The confirmation (:mod:`dossier.measure.confirmation`) has a unit above the round: the **process**.
 Rounds timed by one process share its state, and on the H200 a launch-bound engine ran at one
 of two speeds for a whole process. Each measuring process holds the baseline, a second load of
 it (the A/A) and the candidates, and times them in rotating blocks; each process gives one log

@@ -10,7 +10,7 @@ and re-time the shipped engine against the baseline::
     print(report.verdict, [(s.name.value, s.outcome.value) for s in report.steps])
 
 The order is a safety rule: no engine is loaded (deserializing an engine runs native code)
-before the signature (see :mod:`dossier.signing`) and every file have passed their checks; the
+before the signature (see :mod:`dossier.trust.signing`) and every file have passed their checks; the
 signature and the integrity check share one read of every file. A refusal raises the typed error
 (SignatureError, IntegrityError, BundleFormatError, a registry error...) whose exit code the CLI
 uses; :func:`refused_report` gives the report of the steps up to the refusal. Engines are loaded
@@ -27,33 +27,27 @@ the backend's runtime) meanwhile. None of it reads an engine.
 Importing this module costs little (no numpy, no pyarrow, no backend): the environment step
 imports the backend's policy, the re-check and re-timing the worker and the timing procedure.
 """
-
 from __future__ import annotations
 
 import contextlib
-import enum
-import importlib
 import logging
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
 import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
-from dossier.bundle.manifest import FINGERPRINT_NAME, KNOBS_NAME, Manifest
-from dossier.conditions import Summary as ConditionsSummary
+from dossier.bundle.manifest import Manifest
 from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
-from dossier.latency import RouteLatency
-from dossier.policy import (
+from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
+from dossier.trust.sigfile import signature_path
+from dossier.verify.policy import (
     Finding,
     Verdict,
     collapse,
@@ -61,431 +55,18 @@ from dossier.policy import (
     load_policy,
     worst,
 )
-from dossier.sigfile import signature_path
-from dossier.trial import Comparison, TimingSummary
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from dossier.measure.timing import TimingSettings
     from dossier.registry.artifact import Pulled
-    from dossier.signing import SignatureCheck
-    from dossier.timing import TimingSettings
-    from dossier.worker import WorkerRequest
+    from dossier.trust.signing import SignatureCheck
+
+from dossier.verify.host import REBENCH_MAX_S, has_holdout, rebench, recheck
+from dossier.verify.report import Step, StepName, StepOutcome, VerifyReport
 
 logger = logging.getLogger(__name__)
-
-
-class _Lazy:
-    """A module imported on first use: the re-timing's procedure (:mod:`dossier.confirmation`)
-    brings the validation-set readers (numpy, pyarrow), which verifying and loading do not
-    need."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
-
-
-confirmation = _Lazy("dossier.confirmation")
-_timing = _Lazy("dossier.timing")
-
-
-def flatten(*args: Any, **kwargs: Any) -> Any:
-    """:func:`dossier.timing.flatten` (imported when first called)."""
-    return _timing.flatten(*args, **kwargs)
-
-
-def summarize(*args: Any, **kwargs: Any) -> Any:
-    """:func:`dossier.timing.summarize` (imported when first called)."""
-    return _timing.summarize(*args, **kwargs)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Recheck(_Model):
-    """The bundle's validation set run through the shipped engine on this host."""
-
-    passed: bool
-    """Every loss of every pair below the threshold, no NaN/Inf."""
-    metric: str
-    """Loss metric."""
-    threshold: float
-    """Threshold applied (the bundle's, or a stricter one given to verify)."""
-    failure: str | None
-    """Which pair, which output, which loss, when it failed."""
-    losses: dict[str, dict[str, float | None]] = Field(default_factory=dict)
-    """Per pair, per output."""
-    worst_loss: float | None = None
-    """Largest loss."""
-    recorded_worst_loss: float | None = None
-    """The shipped route's largest loss on the tuning host."""
-    data_set: Literal["validation", "holdout"] = "validation"
-    """The set run: the validation set, or the hold-out set the search never saw (a bundle
-    that carries one is re-checked on both)."""
-
-
-class Rebench(_Model):
-    """The shipped engine and the baseline engine re-measured here with the confirmation's
-    procedure (measuring processes of their own, each with the baseline, a second load of it
-    and the shipped engine, production load options), judged by the speedup."""
-
-    shipped: TimingSummary
-    """The shipped engine's latency here."""
-    baseline: TimingSummary
-    """The baseline engine's latency here."""
-    comparison: Comparison | None
-    """Shipped against baseline here (None when the baseline itself ships)."""
-    recorded_shipped: TimingSummary | None
-    """The shipped engine's latency on the tuning host."""
-    predicted_low: float | None = None
-    """Lower end of the recorded prediction interval for a new process's reading (None in
-    older bundles, which recorded none)."""
-    predicted_high: float | None = None
-    """Its upper end."""
-    inside: bool | None = None
-    """The speedup read here lies inside the recorded prediction interval (None without one,
-    or when the baseline ships)."""
-    regression: bool
-    """The speedup here lies below the recorded prediction interval (older bundles: below the
-    recorded interval), or its interval includes 1.0."""
-    latency: RouteLatency | None = None
-    """The shipped engine's latency per inference here (median, p90, p99, throughput)."""
-    recorded_latency: RouteLatency | None = None
-    """The same on the tuning host, as ``inspect`` shows it (the confirmation's reading)."""
-    conditions: ConditionsSummary | None = None
-    """What this host was doing during the re-measurement."""
-    recorded_conditions: ConditionsSummary | None = None
-    """What the tuning host was doing while the decision was measured (None: not recorded)."""
-    reason: str
-    """What was compared and what it showed."""
-
-
-class StepName(str, enum.Enum):
-    """The steps of a verification, in the order they run."""
-
-    FETCH = "fetch"
-    """A registry reference pulled into the cache (verified on arrival)."""
-    SIGNATURE = "signature"
-    """The DSSE envelope: signed by a trusted key, every file matching the signed statement."""
-    INTEGRITY = "integrity"
-    """Every file against the manifest's size and xxh3-128."""
-    ENVIRONMENT = "environment"
-    """This host's fingerprint against the tuning host's, a verdict per field."""
-    RECHECK = "recheck"
-    """The validation set through the shipped engine here."""
-    REBENCH = "rebench"
-    """The shipped and the baseline engines re-timed here."""
-
-
-class Outcome(str, enum.Enum):
-    """How a step ended."""
-
-    PASSED = "passed"
-    """Checked, and fit (VALID for a judged step)."""
-    WARNED = "warned"
-    """Checked: usable, but the tuning may no longer be the fastest (SUBOPTIMAL)."""
-    FAILED = "failed"
-    """Checked, and refused (INVALID, or an error that stops the verification)."""
-    SKIPPED = "skipped"
-    """Not run: not asked for, nothing to check, or an earlier step failed."""
-
-
-class Step(_Model):
-    """One step of a verification and what it found."""
-
-    name: StepName
-    """Which step."""
-    outcome: Outcome
-    """How it ended."""
-    detail: str
-    """One line: what was checked and what it showed (or why it was skipped)."""
-    problems: list[str] = Field(default_factory=list)
-    """Each problem found (e.g. every missing, extra or altered file), when it failed."""
-    verdict: Verdict | None = None
-    """For the environment, re-check and re-timing steps: their verdict."""
-
-
-class VerifyReport(_Model):
-    """Everything ``dossier verify`` found."""
-
-    bundle: str
-    """Bundle path (for a registry reference: its copy in the cache)."""
-    dossier_id: str | None
-    """Its id; None when the bundle could not be read."""
-    release: str | None
-    """NAME-VERSION; None when the bundle could not be read."""
-    backend: str | None
-    """Compiler backend; None when the bundle could not be read."""
-    integrity: str | None
-    """Integrity check result; None when it did not run."""
-    signature: str | None = None
-    """Signature check result; None when the bundle is unsigned and no signature was required."""
-    findings: list[Finding] = Field(default_factory=list)
-    """One per compared fingerprint field, worst first (empty with ``integrity_only``)."""
-    recheck: Recheck | None = None
-    """Accuracy re-check, when asked for."""
-    recheck_holdout: Recheck | None = None
-    """With ``--recheck``, for a bundle that carries a hold-out set: the re-check on it."""
-    rebench: Rebench | None = None
-    """Re-timing, when asked for."""
-    verdict: Verdict | None
-    """The worst of every finding, the re-check and the re-timing; None when the environment
-    was not judged (``integrity_only``, or a refusal before it)."""
-    reasons: list[str] = Field(default_factory=list)
-    """Why the verdict is what it is, worst first."""
-    source: str = ""
-    """What was asked for: a folder, an archive or a registry reference."""
-    reference: str | None = None
-    """For a registry reference: REGISTRY/REPO@sha256:... that was verified."""
-    steps: list[Step] = Field(default_factory=list)
-    """Every step in the order it ran, with its outcome."""
-    exit_code: int = 0
-    """The ``dossier verify`` exit code of this outcome (0 VALID or integrity only, 10, 11, or
-    the refusal's code: 6, 13, 20...)."""
-    error: str | None = None
-    """The refusal, one line, when a step refused the bundle."""
-
-
-def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -> WorkerRequest:
-    from dossier.worker import WorkerRequest
-
-    header = bundle.tuning_cache().header
-    s = bundle.manifest.summary
-    return WorkerRequest(backend=bundle.manifest.backend, model="",
-                         validation=str(bundle.folder("validation")), metric=s.metric,
-                         threshold=s.threshold, atol=s.atol, rtol=s.rtol, timing=timing,
-                         baseline_route=s.baseline_route,
-                         builder=header.builder, shapes=header.shapes,
-                         result=str(work / "result.json"), stage=str(work / "stage"),
-                         **kw)
-
-
-def has_holdout(bundle: Bundle) -> bool:
-    """Whether the bundle carries a hold-out set (``holdout/``)."""
-    return any(f.path.startswith("holdout/") for f in bundle.manifest.files)
-
-
-def recheck(bundle: Bundle, *, threshold: float | None = None,
-            data_set: Literal["validation", "holdout"] = "validation") -> Recheck:
-    """Run the validation set (or the hold-out set) through the shipped engine here, in a
-    child process."""
-    from dossier.child import run_child
-    from dossier.worker import JudgedResult
-
-    s = bundle.manifest.summary
-    shipped = bundle.manifest.engines.shipped
-    if not (bundle.folder(data_set)).is_dir():
-        raise InputError(f"{bundle.source} has no {data_set} set (imported from trtexec?): "
-                         "--recheck has nothing to run")
-    limit = threshold if threshold is not None else s.threshold
-    cache = bundle.tuning_cache()
-    header = cache.header
-    if data_set == "holdout":
-        held = cache.decision.holdout if cache.decision else None
-        recorded = held.worst_loss if held is not None else None
-    else:
-        recorded = next((t.worst_loss for t in cache.trials
-                         if t.index == shipped.trial_index), None)
-    with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
-        req = _request(bundle, Path(tmp), header.timing, mode="validate",
-                       engine=str(bundle.file(shipped.path)), route=shipped.route)
-        req = req.model_copy(update={"threshold": limit,
-                                     "validation": str(bundle.folder(data_set))})
-        result = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
-                           header.timing.trial_memory_limit_mb,
-                           _loader_env(bundle, bundle.file(shipped.path)))
-    if not isinstance(result, JudgedResult):
-        failure = getattr(result, "reason", None) or "the engine did not run"
-        return Recheck(passed=False, metric=s.metric, threshold=limit, failure=failure,
-                       recorded_worst_loss=recorded, data_set=data_set)
-    return Recheck(passed=result.outcome == "ok", metric=s.metric, threshold=limit,
-                   failure=result.reason, losses=result.losses, worst_loss=result.worst_loss,
-                   recorded_worst_loss=recorded, data_set=data_set)
-
-
-def _loader_env(bundle: Bundle, *engines: Path) -> dict[str, str]:
-    """What the child that loads ``engines`` needs in its environment (backend-specific)."""
-    from dossier.backends import get_backend
-
-    try:
-        backend = get_backend(bundle.manifest.backend)
-    except InputError:
-        return {}
-    return backend.loader_env(*engines)
-
-
-def _interval(x: float, lo: float, hi: float) -> str:
-    return f"{x:.3f}x [{lo:.3f}, {hi:.3f}]"
-
-
-def judge_speedup(here: Comparison | None, recorded: float | None, low: float | None,
-                  high: float | None) -> list[str]:
-    """Why a re-measured speedup is a regression against the recorded one (empty: it is not):
-    it lies below ``low`` (the recorded prediction interval's lower end; in older bundles the
-    recorded interval's, whose upper end its interval had to reach), or its interval no longer
-    excludes 1.0."""
-    if here is None or recorded is None or low is None or high is None:
-        return []
-    now = _interval(here.speedup, here.speedup_ci_low, here.speedup_ci_high)
-    was = _interval(recorded, low, high)
-    below = here.speedup < low if here.processes else here.speedup_ci_high < low
-    if below:
-        return [f"its speedup over the baseline fell to {now}, below the recorded {was}"]
-    if here.speedup_ci_low <= 1.0:
-        return [f"its speedup over the baseline here, {now}, no longer excludes 1.0 "
-                f"(recorded {was})"]
-    return []
-
-
-REBENCH_MAX_S = 900.0
-"""Default bound on the time ``verify --rebench`` spends measuring (``--max-s``)."""
-REBENCH_LIMITS: dict[str, float] = {
-    "confirm_processes": 20, "confirm_rounds": 50, "confirm_warmup": 200, "confirm_runs": 2000,
-    "confirm_block_s": 2.0, "warmup_max_s": 10.0, "warmup_window": 100,
-    "warmup_min_runs": 100, "trial_timeout_s": 600.0}
-"""The most a re-measurement takes of each timing setting, whatever the bundle's tuning
-header says (an unsigned bundle's header is anyone's): enough for the confirmation's
-procedure, bounded."""
-
-
-def rebench_timing(timing: TimingSettings, max_s: float = REBENCH_MAX_S) -> TimingSettings:
-    """``timing`` with every setting a re-measurement uses clamped to :data:`REBENCH_LIMITS`,
-    and each measuring process's time limit to its share of ``max_s``."""
-    update: dict[str, Any] = {}
-    for name, limit in REBENCH_LIMITS.items():
-        value = getattr(timing, name)
-        if value > limit:
-            update[name] = type(value)(limit)
-    processes = max(min(timing.confirm_processes, int(REBENCH_LIMITS["confirm_processes"])), 2)
-    share = max_s / processes
-    if min(timing.trial_timeout_s, REBENCH_LIMITS["trial_timeout_s"]) > share:
-        update["trial_timeout_s"] = share
-    return timing.model_copy(update=update)
-
-
-def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
-            max_s: float = REBENCH_MAX_S) -> Rebench:
-    """Re-measure the shipped and the baseline engines here with the confirmation's procedure
-    (:mod:`dossier.confirmation`, ``confirm_processes`` measuring processes, production load
-    options) and judge the shipped route by whether its speedup falls inside the prediction
-    interval the confirmation recorded for a new process. Absolute latency is reported, not
-    judged (it depends on the host).
-
-    Bounded: the timing settings are clamped (:func:`rebench_timing`) and the measuring
-    processes together take at most about ``max_s`` seconds. A bundle whose validation set
-    cannot be read is BundleFormatError (exit 6); a measuring process that runs out of its
-    share of ``max_s`` is InputError (exit 3: give more time); one that fails otherwise is
-    EngineFailedError (exit 11). Its work folder, with the measuring processes' logs, is kept
-    when it fails (the error names the log) and removed otherwise."""
-    import math
-    import shutil
-
-    from dossier.errors import BundleFormatError, EngineFailedError, TuneError
-
-    if not (math.isfinite(max_s) and max_s > 0):
-        raise InputError(f"--max-s {max_s}: must be a number of seconds above 0")
-    m = bundle.manifest
-    cache = bundle.tuning_cache()
-    timing = rebench_timing(timing or cache.header.timing, max_s)
-    shipped, base = m.engines.shipped, m.engines.baseline
-    if base is None:
-        raise InputError(f"{bundle.source} has no baseline engine (imported from trtexec?): "
-                         "--rebench cannot compare against the baseline")
-    if not (bundle.folder("validation")).is_dir():
-        raise InputError(f"{bundle.source} has no validation set to time the engines on")
-    from dossier.validation import load_validation_set
-
-    try:
-        load_validation_set(bundle.folder("validation"))
-    except InputError as exc:  # the bundle's own files: not the user's input
-        raise BundleFormatError(f"{bundle.source}: its validation set cannot be read, so its "
-                                f"engines cannot be timed: {exc.diagnostics()}") from exc
-    same = shipped.trial_index == base.trial_index
-    baseline = (bundle.file(base.path), base.route)
-    others = [] if same else [(bundle.file(shipped.path), shipped.route)]
-    work = Path(tempfile.mkdtemp(prefix="dossier-rebench-"))
-    try:
-        measure = confirmation.local_processes(
-            m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
-            shapes=cache.header.shapes, work=work,
-            env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
-        # the baseline shipping: no speedup to judge, only its latency (two processes do)
-        result = confirmation.confirm(baseline, others, timing, measure,
-                                      fixed=2 if same else max(timing.confirm_processes, 2))
-    except TuneError as exc:  # a measuring process failed: its log is kept where it says
-        why = exc.diagnostics()
-        if "ended timeout" in str(exc):
-            raise InputError(f"--rebench did not finish: {why}", hint=(
-                f"each measuring process had {timing.trial_timeout_s:g} s (--max-s "
-                f"{max_s:g} over {max(timing.confirm_processes, 2)} processes); give more "
-                "time with --max-s")) from exc
-        raise EngineFailedError(f"--rebench: the engines could not be timed here: {why}") \
-            from exc
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    shutil.rmtree(work, ignore_errors=True)
-    base_s = flatten(result.aa.baseline)[0]
-    base_here = summarize(base_s, timing.confidence, result.aa.warmup_runs)
-    track = result.candidates[0] if others else None
-    ship_here = base_here if track is None else summarize(
-        flatten(track.samples)[0], timing.confidence, track.warmup_runs)
-    comp = track.comparison if track is not None else None
-    recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
-    recorded = recorded_trials[-1].timing if recorded_trials else None
-    confirmed = [t.comparison for t in cache.trials if t.role == "confirm"
-                 and t.route == shipped.route and t.comparison is not None]
-    rec = confirmed[-1] if confirmed else None
-    s = m.summary
-    p_lo = rec.prediction_low if rec is not None else None
-    p_hi = rec.prediction_high if rec is not None else None
-    from dossier.bundle.overview import decision_conditions
-    from dossier.conditions import summarize as summarize_conditions
-    from dossier.latency import of_route, per_inference
-
-    pairs = m.summary.validation_pairs
-    lat_here = per_inference(base_s if track is None else flatten(track.samples)[0], pairs,
-                             route=shipped.route, source="confirmation", trial_index=-1)
-    lat_then = of_route(cache.trials, shipped.route, m.summary.baseline_route, pairs)
-    cond_here = summarize_conditions(result.conditions)
-    cond_then, _ = decision_conditions(list(cache.trials))
-    latency = ((f"the shipped engine takes {lat_here.median_ms:.4g} ms per inference here "
-                f"(p99 {lat_here.p99_ms:.4g} ms)" if lat_here is not None else
-                "the shipped engine was not timed here")
-               + (f" (recorded {lat_then.median_ms:.4g} ms per inference, "
-                  f"{'confirmation' if lat_then.source == 'confirmation' else 'screening only'})"
-                  if lat_then is not None else ""))
-    if cond_here is not None and cond_then is not None and \
-            (cond_here.busy > 0) != (cond_then.busy > 0):
-        latency += (f"; measured on a {'busy' if cond_here.busy else 'quiet'} host here, a "
-                    f"{'busy' if cond_then.busy else 'quiet'} one when tuned: not like with like")
-    if p_lo is not None and p_hi is not None and s.speedup is not None:
-        reasons = judge_speedup(comp, s.speedup, p_lo, p_hi)
-    else:
-        reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
-    inside = (None if comp is None or p_lo is None or p_hi is None
-              else p_lo <= comp.speedup <= p_hi)
-    if comp is None:
-        verdict = "the baseline ships: nothing to compare"
-    else:
-        verdict = (f"{_interval(comp.speedup, comp.speedup_ci_low, comp.speedup_ci_high)} the "
-                   f"baseline ({comp.processes} measuring processes)"
-                   + ("" if p_lo is None or p_hi is None else
-                      f", {'inside' if inside else 'outside'} the recorded prediction interval "
-                      f"[{p_lo:.3f}, {p_hi:.3f}] for a new process")
-                   + ("" if s.speedup is None or s.speedup_ci_low is None
-                      or s.speedup_ci_high is None else
-                      f", recorded {_interval(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
-    reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
-              else f"{verdict}; {latency}; no regression")
-    return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
-                   recorded_shipped=recorded, predicted_low=p_lo, predicted_high=p_hi,
-                   inside=inside, regression=bool(reasons), reason=reason, latency=lat_here,
-                   recorded_latency=lat_then, conditions=cond_here,
-                   recorded_conditions=cond_then)
 
 
 def _compiler_recorded(bundle: Bundle) -> bool | None:
@@ -666,7 +247,7 @@ class _Run:
         """The ``include_compiler`` it is being collected with."""
 
     # --------------------------------------------------------------------------- steps
-    def _step(self, name: StepName, outcome: Outcome, detail: str, *,
+    def _step(self, name: StepName, outcome: StepOutcome, detail: str, *,
               problems: Sequence[str] = (), verdict: Verdict | None = None) -> None:
         step = Step(name=name, outcome=outcome, detail=detail, problems=list(problems),
                     verdict=verdict)
@@ -676,7 +257,7 @@ class _Run:
             self.on_step(step)
 
     def _skip(self, name: StepName, why: str) -> None:
-        self._step(name, Outcome.SKIPPED, why)
+        self._step(name, StepOutcome.SKIPPED, why)
 
     @contextlib.contextmanager
     def open(self) -> Iterator[Bundle]:
@@ -729,7 +310,7 @@ class _Run:
             self._skip(StepName.FETCH, f"{self.source}: not a registry reference")
             return
         self.fetched, self.path = fetched, fetched.path
-        self._step(StepName.FETCH, Outcome.WARNED if fetched.warnings else Outcome.PASSED,
+        self._step(StepName.FETCH, StepOutcome.WARNED if fetched.warnings else StepOutcome.PASSED,
                    f"{fetched.reference}: "
                    f"{'in the cache at' if fetched.cached else 'pulled into'} {fetched.path}, "
                    f"{len(fetched.signatures)} signature referrer(s)",
@@ -790,10 +371,10 @@ class _Run:
         self.signed = self._signature(bundle, scan)
         self.signature_checked = True
         if self.signed is not None:
-            self._step(StepName.SIGNATURE, Outcome.PASSED,
+            self._step(StepName.SIGNATURE, StepOutcome.PASSED,
                        f"signature {self.signed.path}: {self.signed}")
         elif self.ignored:
-            self._step(StepName.SIGNATURE, Outcome.WARNED,
+            self._step(StepName.SIGNATURE, StepOutcome.WARNED,
                        f"no signature referrer passed ({len(self.ignored)} ignored) and none "
                        "was required", problems=[f"ignored: {w}" for w in self.ignored])
         else:
@@ -803,12 +384,12 @@ class _Run:
         report = _bundles.check_integrity(bundle, scan)
         if not report:
             problems = [str(p) for p in report.problems] or [str(report)]
-            self._step(StepName.INTEGRITY, Outcome.FAILED,
+            self._step(StepName.INTEGRITY, StepOutcome.FAILED,
                        f"{self.path}: integrity check failed ({len(report.problems)} problem(s))",
                        problems=problems)
             raise IntegrityError(f"{self.path}: {report}")
         self.integrity = str(report)
-        self._step(StepName.INTEGRITY, Outcome.PASSED,
+        self._step(StepName.INTEGRITY, StepOutcome.PASSED,
                    f"{bundle.manifest.name} ({self.path}): {report}")
         if o.integrity_only:
             for name in (StepName.ENVIRONMENT, StepName.RECHECK, StepName.REBENCH):
@@ -821,7 +402,7 @@ class _Run:
             raise InputError(f"--threshold {o.threshold:g} is looser than the bundle's "
                              f"{recorded:g}", hint="a re-check takes the bundle's threshold or "
                              "a stricter (lower) one")
-        return self._judge(bundle)
+        return self._environment(bundle)
 
     def _digests(self, source: Path) -> list[str]:
         """What the signature check needs besides xxh3-128: its digests when a signature is
@@ -843,13 +424,13 @@ class _Run:
                                              ignored=self.ignored)
         if (o.require_signature or o.signature is not None or o.trusted_keys
                 or os.path.lexists(signature_path(bundle.source))):
-            from dossier.signing import check_signature
+            from dossier.trust.signing import check_signature
 
             return check_signature(bundle, o.trusted_keys, require=o.require_signature,
                                    signature=o.signature, scan=scan)
-        return None  # no signature and no key to check one with: dossier.signing not imported
+        return None  # no signature and no key to check one with: dossier.trust.signing not imported
 
-    def _judge(self, bundle: Bundle) -> VerifyReport:
+    def _environment(self, bundle: Bundle) -> VerifyReport:
         from dossier.backends import default_policy, requirement_findings
 
         o = self.opts
@@ -890,7 +471,7 @@ class _Run:
                 if not c.passed:
                     reasons.insert(0, f"accuracy re-check failed on the {c.data_set} set: "
                                       f"{c.failure}")
-            self._step(StepName.RECHECK, Outcome.PASSED if passed else Outcome.FAILED,
+            self._step(StepName.RECHECK, StepOutcome.PASSED if passed else StepOutcome.FAILED,
                        "; ".join(
                            f"{c.data_set}: worst {c.metric} loss "
                            f"{'-' if c.worst_loss is None else f'{c.worst_loss:.3g}'} "
@@ -906,7 +487,7 @@ class _Run:
             verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
             if timed.regression:
                 reasons.append(timed.reason)
-            self._step(StepName.REBENCH, Outcome.WARNED if timed.regression else Outcome.PASSED,
+            self._step(StepName.REBENCH, StepOutcome.WARNED if timed.regression else StepOutcome.PASSED,
                        timed.reason, verdict=verdicts[-1])
         else:
             self._skip(StepName.REBENCH, "not asked for")
@@ -934,18 +515,18 @@ class _Run:
                 and not self.signature_checked and self.current is StepName.SIGNATURE):
             # a bundle that cannot even be opened (a corrupt manifest.json) while a signature
             # is required: what its signature says about it comes before the format error
-            from dossier.signing import check_signature_at
+            from dossier.trust.signing import check_signature_at
 
             try:
                 check_signature_at(self.path, self.opts.trusted_keys, require=True,
                                    signature=self.opts.signature)
             except DossierError as signature_error:
                 exc = signature_error
-        if not self.steps or self.steps[-1].outcome is not Outcome.FAILED:
+        if not self.steps or self.steps[-1].outcome is not StepOutcome.FAILED:
             name = self.current
             if name is StepName.SIGNATURE and not isinstance(exc, SignatureError):
                 name = StepName.INTEGRITY  # the bundle could not be opened or read
-            self._step(name, Outcome.FAILED, exc.diagnostics())
+            self._step(name, StepOutcome.FAILED, exc.diagnostics())
         failed = self.steps[-1].name
         done = {s.name for s in self.steps}
         for name in StepName:
@@ -960,11 +541,5 @@ class _Run:
 _PINNED = (FINGERPRINT_NAME,)
 """Files of a folder checked in place that a later step reads: from the checked bytes."""
 
-_OUTCOME = {Verdict.VALID: Outcome.PASSED, Verdict.SUBOPTIMAL: Outcome.WARNED,
-            Verdict.INVALID: Outcome.FAILED}
-
-
-__all__ = ["REBENCH_LIMITS", "REBENCH_MAX_S", "Outcome", "Rebench", "Recheck", "Step",
-           "StepName", "StepObserver", "VerifyOptions", "VerifyReport", "judge_speedup",
-           "rebench", "rebench_timing", "recheck",
-           "refused_report", "verified", "verify", "verify_bundle", "with_report"]
+_OUTCOME = {Verdict.VALID: StepOutcome.PASSED, Verdict.SUBOPTIMAL: StepOutcome.WARNED,
+            Verdict.INVALID: StepOutcome.FAILED}

@@ -1,13 +1,13 @@
-"""Child processes of the worker (``python -m dossier.worker REQUEST``): start, watch, pause,
+"""Child processes of the worker (``python -m dossier.jobs.worker REQUEST``): start, watch, pause,
 kill, and read the typed result.
 
 A child runs in its own process group (so a timeout kills its compilers too), with its
 parent-death signal and memory limit set by the child itself at start (see
-:func:`dossier.worker.main`): no pre-exec hook runs between fork and exec. A child that exceeds
+:func:`dossier.jobs.worker.main`): no pre-exec hook runs between fork and exec. A child that exceeds
 its wall-clock limit is killed; time spent paused (SIGSTOP, while the parent measures another
 trial) does not count against the limit, nor time spent in its ``wait`` stage (waiting for the
 next turn's process on standby to finish its imports, at most
-:data:`~dossier.worker.STANDBY_WAIT_S`: that wait is charged to no route).
+:data:`~dossier.jobs.worker.STANDBY_WAIT_S`: that wait is charged to no route).
 
 A child started *on standby* (:meth:`Child.go`) runs its interpreter start, its imports and its
 backend's setup, then waits, loading nothing, until the parent hands it its final request: the
@@ -31,7 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
-from dossier.worker import (
+from dossier.jobs.worker import (
     IMPORTING,
     RESULT,
     STANDBY_WAIT_S,
@@ -47,7 +47,7 @@ WAIT_GRACE_S = 5.0
 """How much longer than its bound a process may stay in its ``wait`` stage uncounted."""
 WAIT_STAGE = "wait"
 """The stage of a process waiting for the next turn's standby (see
-:func:`dossier.worker._let_the_next_import`)."""
+:func:`dossier.jobs.worker._let_the_next_import`)."""
 START_WAIT_S = 30.0
 """How long :meth:`Child.pause` lets a starting child run to its first stage (its interpreter
 start and imports) before stopping it anyway."""
@@ -84,7 +84,7 @@ class Child:
         self._result: WorkerResult | None = None
         self.standby = standby
         self.prestarted = standby
-        args = [sys.executable, "-m", "dossier.worker", *(["--standby"] if standby else []),
+        args = [sys.executable, "-m", "dossier.jobs.worker", *(["--standby"] if standby else []),
                 str(req_path)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from dossier.build_plan import BuildPlan
 from dossier.cache import TuningCache
+from dossier.jobs.worker import Prebuilt, WorkerRequest
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route
 from dossier.spec import ReleaseSpec
-from dossier.worker import Prebuilt, WorkerRequest
 
 
 @dataclass(frozen=True)

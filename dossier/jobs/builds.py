@@ -25,9 +25,9 @@ from pathlib import Path
 from dossier.backends import Backend
 from dossier.build_cache import BuildCache
 from dossier.build_plan import BuildKey, BuildPlan
-from dossier.child import Child
+from dossier.jobs.child import Child
+from dossier.jobs.worker import BuiltResult, MeasuredResult, WorkerResult
 from dossier.routes import Route
-from dossier.worker import BuiltResult, MeasuredResult, WorkerResult
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -40,6 +39,7 @@ from dossier.audit.explain import (
 from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
 from dossier.formats import figures as figures_text
+from dossier.measure.figure import speedup_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,20 +162,12 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
 
 @functools.cache
 def _template() -> jinja2.Template:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("dossier.audit", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("dossier.formats", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["fmt"] = format
     env.filters["num"] = _num
     return env.get_template("report.html.j2")
-
-
-def write_page(path: Path, page: str) -> None:
-    """Write the page to ``path`` (replaced if it exists) atomically: see
-    :func:`dossier.formats.output.write_output`."""
-    from dossier.formats.output import write_output
-
-    write_output(path, page, example="report.html")
 
 
 def _subtitle(e: Explanation) -> str:
@@ -445,7 +437,7 @@ def _knob_figure(go: Any, e: Explanation) -> Any:
             error_x=dict(type="data", symmetric=False,
                          array=[max(i[3] - i[1], 0.0) for i in items],
                          arrayminus=[max(i[1] - i[2], 0.0) for i in items]),
-            hovertext=[f"{i[0]}: {i[1]:.3f}x [{i[2]:.3f}, {i[3]:.3f}]" for i in items],
+            hovertext=[f"{i[0]}: {speedup_text(i[1], i[2], i[3])}" for i in items],
             hoverinfo="text"))
     fig.add_vline(x=1.0, line_color="#444444")
     fig.update_layout(barmode="group")

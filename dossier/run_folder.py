@@ -1,0 +1,32 @@
+"""A run folder's layout: the files ``dossier tune`` writes there (the bundle carries the same
+three records under the same names), where a release keeps its run folder, and "a run folder
+or its tuning cache" read as one path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CACHE_NAME = "tuning-cache.jsonl"
+"""The search record (the tuning cache)."""
+KNOBS_NAME = "knobs.json"
+"""The knob database the search used."""
+FINGERPRINT_NAME = "fingerprint.json"
+"""The tuning host."""
+ENGINES = "engines"
+"""The folder of built engines."""
+WORK = ".work"
+"""Trial requests, results and logs."""
+RUNS = ".runs"
+"""Under a release's output folder: the run folders of its searches."""
+
+
+def cache_file(source: Path) -> Path:
+    """The tuning cache of ``source``: a run folder's, or ``source`` itself."""
+    source = Path(source)
+    return source / CACHE_NAME if source.is_dir() else source
+
+
+def release_folder(out_dir: Path, name: str, version: int) -> Path:
+    """Where ``dossier release`` (and ``retune``) keeps the run folder of release ``name``
+    version ``version``: ``OUT/.runs/NAME-VERSION``."""
+    return Path(out_dir) / RUNS / f"{name}-{version}"
