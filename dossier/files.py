@@ -95,6 +95,19 @@ def write_durable(path: Path, data: bytes, *, mode: int = 0o666) -> None:
         os.fsync(f.fileno())
 
 
+def replace_small(path: Path, data: bytes, *, suffix: str = ".tmp") -> None:
+    """Replace ``path`` by a file holding ``data``, atomically for a reader: written beside it
+    (``path`` + ``suffix``), then renamed over it. The temporary file never stays behind,
+    even on a full disk. Not fsynced: for files a crash may lose (requests, results, records
+    rewritten whole), not for what must outlast one (:func:`write_durable`)."""
+    tmp = path.with_name(path.name + suffix)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _create(path: Path, mode: int) -> BinaryIO:
     """The new file ``path`` opened for writing (never an existing one, never through a link)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW, mode)

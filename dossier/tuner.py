@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
-import os
 import platform
 import shutil
 import time
@@ -36,6 +35,7 @@ from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
 from dossier.executors import Scheduler, open_scheduler
 from dossier.executors.local import LocalScheduler
+from dossier.files import replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
 from dossier.jobs.child import clear_work, run_child
@@ -652,12 +652,7 @@ def _clear_failed_start(out: Path) -> None:
 
 
 def _write_json(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a full disk must not leave knobs.tmp behind
+    replace_small(path, (text + "\n").encode("utf-8"))  # a full disk leaves no knobs.json.tmp
 
 
 def continue_tune(cache_path: Path, *, observer: TuneObserver | None = None,

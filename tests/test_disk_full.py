@@ -3,7 +3,7 @@ real processes.
 
 ``dossier tune`` into a tmpfs too small for the search stops with one line naming the file
 system (exit 74), records no trial falsely (no ``crashed`` or ``build_failed`` for a trial that
-hit the full disk), leaves no ``knobs.tmp``; once there is room, ``tune --continue`` runs the
+hit the full disk), leaves no ``knobs.json.tmp``; once there is room, ``tune --continue`` runs the
 interrupted trial and the search ends as an uninterrupted one, and bundles. The same for a file
 size limit (``ulimit -f``), for a bundle written to a full disk, and for archives opened with a
 small TMPDIR (commands that need no files extract none).
@@ -115,7 +115,7 @@ def _records(run: Path) -> list[dict]:
 
 def _assert_nothing_false(run: Path) -> None:
     """No trial recorded as failing (every route of this selection builds and passes), no
-    knobs.tmp or other temporary file, no engine that no record names."""
+    knobs.json.tmp or other temporary file, no engine that no record names."""
     trials = [r for r in _records(run) if r["kind"] == "trial"]
     assert all(t["outcome"] == "ok" for t in trials), [(t["route"], t["reason"]) for t in trials]
     leftovers = [p.name for p in run.rglob("*.tmp")] if run.exists() else []
@@ -174,7 +174,7 @@ def test_a_full_disk_at_many_sizes(spec: Path, tmpfs) -> None:  # type: ignore[n
 @pytest.mark.parametrize("kib", [pytest.param(20, marks=pytest.mark.slow), 40])
 def test_a_file_size_limit_is_the_host_not_the_route(spec: Path, tmp_path: Path, kib: int) -> None:
     """Under ``ulimit -f 40`` (KiB) the ~60 KiB engine cannot be written (under 20, knobs.json
-    cannot): exit 74 saying so, no ``build_failed`` recorded, no knobs.tmp; without the limit
+    cannot): exit 74 saying so, no ``build_failed`` recorded, no knobs.json.tmp; without the limit
     ``--continue`` finishes the search. (Under 20 this found a knob database read from a log in a
     temporary file: cut short by the limit, it silently lost knobs; the log now goes through a
     pipe.)"""

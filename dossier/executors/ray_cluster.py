@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from dossier.backends import get_backend
 from dossier.errors import BackendUnavailableError, InputError, TuneError
-from dossier.files import remove_stale
+from dossier.files import remove_stale, replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
 from dossier.jobs.builds import COMPILE_THREADS_ENV, Build, with_build_phases
@@ -110,12 +110,7 @@ def _write_checked(path: Path, data: bytes, digest: str) -> Path:
     if got != digest:
         raise OSError(f"{path.name} arrived with digest {got}, sent as {digest}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no partial file
+    replace_small(path, data, suffix=".part")  # a full disk leaves no partial file
     return path
 
 

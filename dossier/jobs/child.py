@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
+from dossier.files import replace_small
 from dossier.jobs.worker import (
     IMPORTING,
     RESULT,
@@ -111,9 +112,8 @@ class Child:
         final = req.model_copy(update={k: getattr(self.req, k) for k in (
             "spawned_at", "parent_pid", "memory_mb", "result", "stage")})
         with host_io(self.work, f"starting {self.name}"):
-            tmp = self._request_path.with_suffix(".go.tmp")
-            tmp.write_text(final.model_dump_json())
-            os.replace(tmp, self._request_path)
+            replace_small(self._request_path, final.model_dump_json().encode(),
+                          suffix=".go.tmp")
         self.req = final
         with contextlib.suppress(BrokenPipeError, OSError):
             self.proc.stdin.write(b"go\n")

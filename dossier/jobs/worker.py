@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from dossier.files import replace_small
 from dossier.knobs import KnobDatabase
 from dossier.measure.timing import TimingSettings
 from dossier.spec import AccuracyRule, ShapeEntry
@@ -175,12 +176,7 @@ def _stage(req: WorkerRequest, name: str) -> None:
 
 
 def _result(req: WorkerRequest, result: BaseModel) -> None:
-    tmp = Path(req.result + ".tmp")
-    try:
-        tmp.write_text(result.model_dump_json())
-        os.replace(tmp, req.result)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_small(Path(req.result), result.model_dump_json().encode())
 
 
 def die_with_parent(parent_pid: int) -> None:
