@@ -50,16 +50,13 @@ class LocalProcesses:
                  builder: dict[str, Any] | None, shapes: Sequence[ShapeEntry], work: Path,
                  env: dict[str, str] | None, knobs: KnobDatabase | None) -> None:
         from dossier.backends import get_backend
-        from dossier.jobs.worker import WorkerRequest
+        from dossier.jobs.requests import new_request
 
         work.mkdir(parents=True, exist_ok=True)
         self.work, self.env, self.settings = work, env, settings
         self.prestart = get_backend(backend).prestarts(settings.confirm_prestart)
-        self.base = WorkerRequest(
-            mode="measure", backend=backend, model="", validation=str(validation),
-            threshold=1.0,  # unused: a measuring process judges nothing
-            timing=settings, baseline_route="", builder=dict(builder or {}),
-            shapes=list(shapes), result="", stage="", knobs=knobs)
+        self.base = new_request(backend, validation, settings, work=None, mode="measure",
+                                builder=builder, shapes=shapes, knobs=knobs)
         self.next: Child | None = None
         """The process started on standby for the next turn, if any."""
 

@@ -9,15 +9,38 @@ build_plan`) once that one is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dossier.build_plan import BuildPlan
 from dossier.cache import TuningCache
 from dossier.jobs.worker import Prebuilt, WorkerRequest
 from dossier.knobs import KnobDatabase
+from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
-from dossier.spec import ReleaseSpec
+from dossier.spec import ReleaseSpec, ShapeEntry
+
+Accuracy = tuple[str, float, float, float]
+"""The accuracy rule a request judges by: metric, threshold, atol, rtol."""
+
+
+def new_request(backend: str, validation: Path, timing: TimingSettings, *,
+                work: Path | None, accuracy: Accuracy | None = None, baseline_route: str = "",
+                model: str = "", builder: Mapping[str, Any] | None = None,
+                shapes: Sequence[ShapeEntry] = (), **kw: Any) -> WorkerRequest:
+    """A worker request: every one is made here (a search's jobs, the confirmation's
+    measuring processes, ``verify``'s re-check and re-timing). ``work``: the folder of its
+    result and stage files (None: named later, per process); ``accuracy``: the rule it judges
+    by (None: it judges nothing, as a measuring process)."""
+    metric, threshold, atol, rtol = accuracy or ("linf", 1.0, 1e-5, 1e-5)
+    return WorkerRequest(backend=backend, model=model, validation=str(validation),
+                         metric=metric, threshold=threshold, atol=atol, rtol=rtol,
+                         timing=timing, baseline_route=baseline_route,
+                         builder=dict(builder or {}), shapes=list(shapes),
+                         result=str(work / "result.json") if work else "",
+                         stage=str(work / "stage") if work else "", **kw)
 
 
 @dataclass(frozen=True)
@@ -47,14 +70,12 @@ class JobRequests:
     def request(self, **kw: object) -> WorkerRequest:
         """A request with the search's settings, and ``kw``."""
         s = self.spec
-        return WorkerRequest(backend=self.backend, model=str(self.model),
-                             validation=str(self.validation), metric=s.tune.metric,
-                             threshold=s.tune.threshold, atol=s.tune.atol, rtol=s.tune.rtol,
-                             timing=s.timing, baseline_route=self.baseline.text(),
-                             builder=s.builder, shapes=s.shapes, knobs=self.db,
-                             calibration=str(self.calibration) if self.calibration else None,
-                             result=str(self.work / "result.json"),
-                             stage=str(self.work / "stage"), **kw)
+        return new_request(self.backend, self.validation, s.timing, work=self.work,
+                           accuracy=(s.tune.metric, s.tune.threshold, s.tune.atol, s.tune.rtol),
+                           baseline_route=self.baseline.text(), model=str(self.model),
+                           builder=s.builder, shapes=s.shapes, knobs=self.db,
+                           calibration=str(self.calibration) if self.calibration else None,
+                           **kw)
 
     def build(self, route: Route, engine: Path) -> WorkerRequest:
         """The build job of ``route``, writing ``engine``."""

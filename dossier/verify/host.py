@@ -51,18 +51,15 @@ def summarize(*args: Any, **kwargs: Any) -> Any:
 
 
 
-def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: object) -> WorkerRequest:
-    from dossier.jobs.worker import WorkerRequest
+def _request(bundle: Bundle, work: Path, timing: TimingSettings, **kw: Any) -> WorkerRequest:
+    from dossier.jobs.requests import new_request
 
     header = bundle.tuning_cache().header
     s = bundle.manifest.summary
-    return WorkerRequest(backend=bundle.manifest.backend, model="",
-                         validation=str(bundle.folder("validation")), metric=s.metric,
-                         threshold=s.threshold, atol=s.atol, rtol=s.rtol, timing=timing,
-                         baseline_route=s.baseline_route,
-                         builder=header.builder, shapes=header.shapes,
-                         result=str(work / "result.json"), stage=str(work / "stage"),
-                         **kw)
+    return new_request(bundle.manifest.backend, bundle.folder("validation"), timing, work=work,
+                       accuracy=(s.metric, s.threshold, s.atol, s.rtol),
+                       baseline_route=s.baseline_route, builder=header.builder,
+                       shapes=header.shapes, **kw)
 
 
 def has_holdout(bundle: Bundle) -> bool:
