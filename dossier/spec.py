@@ -5,14 +5,13 @@ Paths inside a spec are relative to the spec's folder. Every section but ``[rele
 
 Every number of a spec is bounded: finite (no ``inf`` or ``nan``), and at most a maximum far
 beyond any real use but below what would overflow, exhaust memory or switch a check off (the
-maxima are the fields' ``le`` constraints here, and :data:`TIMING_MAXIMA` for ``[timing]``).
+maxima are the fields' ``le`` constraints here, and :data:`dossier.measure.timing.TIMING_MAXIMA` for ``[timing]``).
 A spec outside them is refused with SpecError (exit 3) before anything runs.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import sys
 import typing
@@ -35,18 +34,6 @@ checks the name when a search starts (so the spec keeps ``backend`` a string).""
 
 DIM_MAX = 2**31 - 1
 """The largest dimension of a shape (what every backend's int32 shape fields hold)."""
-TIMING_MAXIMA: dict[str, float] = {
-    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "warmup_min_runs": 100_000,
-    "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
-    "min_effect": 10.0, "trial_timeout_s": 7 * 86400.0,
-    "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_floor": 1.0, "confirm_rounds": 1000,
-    "confirm_warmup": 1_000_000, "confirm_runs": 1_000_000, "confirm_block_s": 3600.0,
-    "confirm_processes": 1000, "confirm_max_processes": 1000,
-}
-"""The largest value of each ``[timing]`` setting (rounds: 2**rounds must stay a float;
-the memory limit: 16 TiB, within what setrlimit takes; the timeout: a week)."""
-TIMING_INT_MAX = 10**9
-"""Any other integer ``[timing]`` setting (one this table does not name) at most."""
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -197,17 +184,11 @@ class ReleaseSpec(_Section):
     @field_validator("timing")
     @classmethod
     def _bounded(cls, timing: TimingSettings) -> TimingSettings:
-        """Every ``[timing]`` number finite and at most its maximum (:data:`TIMING_MAXIMA`)."""
-        for name, value in timing.model_dump().items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if not math.isfinite(value):
-                raise ValueError(f"timing.{name} = {value} is not a finite number")
-            limit = TIMING_MAXIMA.get(name, TIMING_INT_MAX if isinstance(value, int)
-                                      else math.inf)
-            if value > limit:
-                raise ValueError(f"timing.{name} = {value:.10g} is more than its maximum "
-                                 f"{limit:.10g}")
+        """Every ``[timing]`` number finite and at most its maximum
+        (:meth:`~dossier.measure.timing.TimingSettings.out_of_bounds`)."""
+        problem = timing.out_of_bounds()
+        if problem:
+            raise ValueError(problem)
         return timing
 
     def resolve(self, path: str) -> Path:

@@ -376,7 +376,7 @@ def _greedy_timing(bundle: Path) -> None:
     cache = bundle / "tuning-cache.jsonl"
     lines = cache.read_text().splitlines()
     header = json.loads(lines[0])
-    from dossier.spec import TIMING_MAXIMA
+    from dossier.measure.timing import TIMING_MAXIMA
 
     header["timing"].update({k: v for k, v in TIMING_MAXIMA.items()
                              if k not in ("warmup_tolerance", "min_effect",

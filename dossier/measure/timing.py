@@ -49,6 +49,20 @@ RETIRED = ("bootstrap_resamples",)
 """Settings of older tuning caches that are read and ignored."""
 
 
+TIMING_MAXIMA: dict[str, float] = {
+    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "warmup_min_runs": 100_000,
+    "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
+    "min_effect": 10.0, "trial_timeout_s": 7 * 86400.0,
+    "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_floor": 1.0, "confirm_rounds": 1000,
+    "confirm_warmup": 1_000_000, "confirm_runs": 1_000_000, "confirm_block_s": 3600.0,
+    "confirm_processes": 1000, "confirm_max_processes": 1000,
+}
+"""The largest value of each ``[timing]`` setting (rounds: 2**rounds must stay a float;
+the memory limit: 16 TiB, within what setrlimit takes; the timeout: a week)."""
+TIMING_INT_MAX = 10**9
+"""Any other integer ``[timing]`` setting (one this table does not name) at most."""
+
+
 class TimingSettings(BaseModel):
     """How trials are timed and compared. The same settings apply to baseline and candidates."""
 
@@ -138,6 +152,20 @@ class TimingSettings(BaseModel):
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k not in RETIRED}
         return data
+
+    def out_of_bounds(self) -> str | None:
+        """What is not a finite number, or is above its maximum (:data:`TIMING_MAXIMA`; the
+        lower bounds are the fields' own), in one line; None when every setting is within."""
+        for name, value in self.model_dump().items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if not math.isfinite(value):
+                return f"timing.{name} = {value} is not a finite number"
+            limit = TIMING_MAXIMA.get(name, TIMING_INT_MAX if isinstance(value, int)
+                                      else math.inf)
+            if value > limit:
+                return f"timing.{name} = {value:.10g} is more than its maximum {limit:.10g}"
+        return None
 
     def looks(self) -> list[int]:
         """Process counts at which the confirmation decides: ``confirm_processes``, then about
