@@ -167,6 +167,7 @@ def _template() -> jinja2.Template:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["fmt"] = format
     env.filters["num"] = _num
+    env.globals["speedup"] = speedup_text
     return env.get_template("report.html.j2")
 
 
