@@ -117,6 +117,38 @@ def _write_sets(folder: Path, feeds: list[dict[str, np.ndarray]],
         write_tensors(sample / "inputs.arrow", x)
 
 
+def _resnet_export(folder: Path, rng: np.random.Generator, counts: tuple[int, int, int], *,
+                   trained_bn: bool = False) -> Path:
+    """A random-init ResNet-18 exported to ``folder/model.onnx`` (batch 1), with validation,
+    hold-out and calibration sets of ``counts`` inputs, references by the model in float64.
+    ``trained_bn``: random but non-trivial batch-norm statistics."""
+    import torch
+
+    net = _resnet18().eval()
+    if trained_bn:
+        for m in net.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(folder / "model.onnx"),
+                      input_names=["x"], output_names=["logits"], opset_version=17, dynamo=False)
+    net64 = _resnet18().eval()
+    net64.load_state_dict(net.state_dict())
+    net64 = net64.double()
+
+    def ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            return {"logits": net64(torch.from_numpy(x["x"]).double()).numpy()}
+
+    feeds = [{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+             for _ in range(sum(counts))]
+    _write_sets(folder, feeds, ref, counts)
+    return folder
+
+
 def models(out: Path) -> None:
     """Export both models with their three sets and specs under ``out``."""
     import torch
@@ -169,27 +201,7 @@ def models(out: Path) -> None:
         "bert-int8", "input_ids, attention_mask, token_type_ids [1, 128] int64",
         "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]", 1e-3))
     # --- ResNet-18
-    net = _resnet18().eval()
-    for m in net.modules():  # random but non-trivial batch-norm statistics
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
-    folder = out / "resnet18"
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir()
-    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(folder / "model.onnx"),
-                      input_names=["x"], output_names=["logits"], opset_version=17, dynamo=False)
-    net64 = _resnet18().eval()
-    net64.load_state_dict(net.state_dict())
-    net64 = net64.double()
-
-    def resnet_ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            return {"logits": net64(torch.from_numpy(x["x"]).double()).numpy()}
-
-    feeds = [{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(28)]
-    _write_sets(folder, feeds, resnet_ref, (6, 6, 16))
+    folder = _resnet_export(out / "resnet18", rng, (6, 6, 16), trained_bn=True)
     (folder / "release.toml").write_text(_spec(
         "resnet18-int8", "x [1, 3, 224, 224] float32",
         "-quantization=[none|dynamic|static] -quant_per_channel=[off|on]", 1e-3))
@@ -203,24 +215,7 @@ def quiet_model(out: Path) -> None:
     import torch
 
     torch.manual_seed(1)
-    rng = np.random.default_rng(1)
-    net = _resnet18().eval()
-    folder = out / "quiet"
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    torch.onnx.export(net, (torch.zeros(1, 3, 224, 224),), str(folder / "model.onnx"),
-                      input_names=["x"], output_names=["logits"], opset_version=17, dynamo=False)
-    net64 = _resnet18().eval()
-    net64.load_state_dict(net.state_dict())
-    net64 = net64.double()
-
-    def ref(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            return {"logits": net64(torch.from_numpy(x["x"]).double()).numpy()}
-
-    feeds = [{"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(6)]
-    _write_sets(folder, feeds, ref, (3, 3, 0))
+    folder = _resnet_export(out / "quiet", np.random.default_rng(1), (3, 3, 0))
     spec = _spec("resnet18-quiet", "x [1, 3, 224, 224] float32", "-intra_op_num_threads=[0|1]",
                  1e-3)
     spec = spec.replace('[calibration]\npath = "calibration"\n\n', "")
