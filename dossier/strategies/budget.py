@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dossier.errors import InputError, TuneError
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection
+from dossier.strategies import local
 from dossier.strategies.fast import FastStrategy
 from dossier.strategies.interface import Judged, Strategy
 from dossier.strategies.spend import DEFAULT_PATIENCE, Account, Limits, Scored, account, speedup
@@ -162,6 +163,11 @@ class BudgetStrategy(Strategy):
                 study.enqueue_trial({k: v for k, v in helpful(
                     selection, db, results, self.limits.min_effect).as_dict().items()
                     if k in dists})
+            elif not waiting:  # then a move or a repair around the best route, or the model's
+                near = local.propose(local.Evidence.read(selection, db, results),
+                                     n - len(start) - 1, self.seed, self.limits.min_effect)
+                if near is not None:
+                    study.enqueue_trial({k: v for k, v in near.as_dict().items() if k in dists})
             study.sampler = _sampler(self.seed, n)
             trial = study.ask(dists)
             route = route_of(trial.params)
