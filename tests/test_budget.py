@@ -4,6 +4,7 @@ TPE proposals within the budget, an exact resume, the dry run and the account in
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from dossier.backends.landscape.space import Landscape
 from dossier.cache import TuningCache
 from dossier.errors import InputError
 from dossier.routes import Route
-from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy
+from dossier.strategies import BudgetStrategy, RandomStrategy, get_strategy, local
 from dossier.strategies.budget import STUDY_NAME
 from dossier.strategies.spend import Limits, account
 from dossier.trial import Outcome
@@ -115,6 +116,107 @@ def test_budget_goes_past_its_structured_start_on_the_landscape() -> None:
     assert shares["budget"] > shares["fast"] + 0.05
 
 
+_SPACE6 = replay.landscape_space(6, 0.01, 0)
+
+
+def _full(text: str) -> str:
+    """``text`` with every knob of the 6-knob landscape's selection (as the tuner keys routes)."""
+    return Route.of({**_SPACE6.selection.baseline(_SPACE6.db).as_dict(),
+                     **Route.parse(text).as_dict()}).text()
+
+
+def _evidence(measured: dict[str, _T]) -> local.Evidence:
+    """The evidence of ``measured`` over the 6-knob landscape's selection (baseline first)."""
+    return local.Evidence.read(_SPACE6.selection, _SPACE6.db, measured)  # type: ignore[arg-type]
+
+
+def _put(measured: dict[str, _T], text: str, r: float | Outcome) -> None:
+    route = _full(text)
+    measured[route] = _ok(route, r) if isinstance(r, float) else _T(route, r, None)
+
+
+def _start(**one_offs: float | Outcome) -> dict[str, _T]:
+    """The baseline and one-knob routes ``k00_v1=1.10`` (a speedup, or how it failed)."""
+    out: dict[str, _T] = {}
+    _put(out, "", 1.0)
+    for name, r in one_offs.items():
+        _put(out, "-" + name.replace("_", "="), r)
+    return out
+
+
+def test_moves_of_the_best_route_go_by_expected_gain_and_skip_predicted_failures() -> None:
+    measured = _start(k00_v1=1.10, k01_v1=1.05, k03_v1=1.03, k02_v1=Outcome.REJECTED)
+    e = _evidence(measured)
+    assert e.best == {**e.base, "k00": "v1"} and e.alone == {("k02", "v1"): Outcome.REJECTED}
+    floor = math.log1p(0.02)
+    step = local.step(e, floor)
+    assert step is not None and step.text() == _full("-k00=v1 -k01=v1")  # +5% before +3%
+    _put(measured, "-k00=v1 -k01=v1", Outcome.BUILD_FAILED)
+    e = _evidence(measured)
+    assert e.moved == {("k01", "v1"): None}
+    assert e.fails({**e.best, "k01": "v1", "k03": "v1"})  # holds the failed pair
+    step = local.step(e, floor)
+    assert step is not None and step.text() == _full("-k00=v1 -k03=v1")
+    _put(measured, "-k00=v1 -k03=v1", 1.08)  # worse in context
+    e = _evidence(measured)
+    assert local.step(e, floor) is None and local.step(e, 0.0) is None
+    # each knob the best route sets is moved once in context, whatever the expected gain
+    measured = _start(k00_v1=1.10, k03_v1=1.05, k00_v2=1.04)
+    _put(measured, "-k00=v1 -k03=v1", 1.16)
+    e = _evidence(measured)
+    step = local.step(e, -math.inf, untried=True)  # the moves back are one-knob routes, measured
+    assert step is not None and step.text() == _full("-k00=v2 -k03=v1")
+    _put(measured, "-k00=v2 -k03=v1", 1.09)
+    assert local.step(_evidence(measured), -math.inf, untried=True) is None
+
+
+def test_a_repair_tests_partners_in_groups_and_rules_out_those_that_did_not_help() -> None:
+    import random
+
+    measured = _start(k00_v1=1.10, k02_v1=Outcome.REJECTED)
+    s = ("k02", "v1")
+    seen: set[tuple[str, str]] = set()
+    route: Route | None = None
+    for _ in range(30):
+        e = _evidence(measured)
+        assert local.repairable(e) == [s]
+        route = local.repair(e, s, random.Random(0), group=2)
+        if route is None:
+            break
+        moved = {(k, v) for k, v in route.as_dict().items() if e.best.get(k) != v} - {s}
+        assert s in route.values and 1 <= len(moved) <= 2 and not moved & seen
+        seen |= moved
+        _put(measured, route.text(), Outcome.REJECTED)  # not repaired
+    e = _evidence(measured)
+    assert route is None and e.attempts[s] >= 3 and e.ruled_out[s] == seen
+    # the free knobs' values first, then the other values of the knob the best route sets
+    assert ("k00", "v2") in seen and not local.partners(e, s)
+    # a route that fails otherwise (a build failure) rules nothing out
+    measured = _start(k00_v1=1.10, k02_v1=Outcome.REJECTED)
+    _put(measured, "-k00=v1 -k02=v1 -k03=v1", Outcome.BUILD_FAILED)
+    assert ("k03", "v1") in local.partners(_evidence(measured), s)
+    # a repair that works takes the setting off the list and becomes the best route
+    _put(measured, "-k00=v1 -k02=v1 -k05=v2", 1.2)
+    e = _evidence(measured)
+    assert local.repairable(e) == [] and e.best == {**e.base, "k00": "v1", "k02": "v1",
+                                                   "k05": "v2"}
+
+
+def test_budget_repairs_what_fails_alone_and_reaches_the_landscape_optimum() -> None:
+    """On the 30-knob landscape the optimum holds a setting that breaks accuracy unless a
+    partner setting comes with it: the budget's pick holds it, within 2% of the optimum."""
+    space = replay.landscape_space(30, 0.01, 0)
+    s = BudgetStrategy(Limits(max_builds=150), seed=0)
+    s.open(None)
+    results: dict[str, replay.Replayed] = {}
+    _walk(space, s, results)
+    pick = max((r for r in results.values() if r.comparison is not None),
+               key=lambda r: r.comparison.speedup)  # type: ignore[union-attr]
+    assert pick.true_speedup is not None and pick.true_speedup >= 0.98 * space.optimum
+    e = local.Evidence.read(space.selection, space.db, results)
+    assert e.settings(Route.parse(pick.route).as_dict()) & set(e.alone)  # a repaired setting
+
+
 def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
     space = replay.landscape_space(10, 0.01, 2)
     limits = Limits(max_builds=30, patience=1000)
@@ -134,6 +236,26 @@ def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
     again.open(tmp_path / "cut")
     got = got[:-1] + _walk(space, again, results)
     assert got == reference
+
+
+def test_a_search_killed_among_its_moves_and_repairs_resumes_them(tmp_path: Path) -> None:
+    """Killed twice after the structured start (51 routes on the 30-knob landscape), among the
+    moves of the best route, the repairs and the model's proposals: the same proposals."""
+    space = replay.landscape_space(30, 0.01, 0)
+    limits = Limits(max_builds=120)
+    (tmp_path / "whole").mkdir()
+    whole = BudgetStrategy(limits, seed=3)
+    whole.open(tmp_path / "whole")
+    reference = _walk(space, whole, {})
+    (tmp_path / "cut").mkdir()
+    results: dict[str, replay.Replayed] = {}
+    got: list[str] = []
+    for cut in (60, 35, None):
+        again = BudgetStrategy(limits, seed=3)
+        again.open(tmp_path / "cut")
+        part = _walk(space, again, results, stop_after=cut)
+        got = got[:-1] + part  # the route asked but never measured comes first again
+    assert got == reference and len(reference) == 119  # the baseline is measured beforehand
 
 
 def test_an_unreadable_journal_is_one_clear_error(tmp_path: Path) -> None:
