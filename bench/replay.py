@@ -114,7 +114,8 @@ def landscape_space(knobs: int, noise: float, landscape_seed: int, weak: float =
 
     size = math.prod(len(v) for v in land.values.values())
     name = f"landscape-{knobs}" + (f"-weak{weak:g}" if weak else "") + \
-        (f"-guarded{guarded:g}" if guarded != 0.2 else "")
+        (f"-guarded{guarded:g}" if guarded != 0.2 else "") + \
+        (f"-seed{landscape_seed}" if landscape_seed else "")
     return Space(name, selection, db, measure, best,
                  {"knobs": knobs, "routes": size, "noise": noise, "weak": weak, "guarded": guarded,
                                  "landscape_seed": landscape_seed,

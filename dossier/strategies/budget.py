@@ -1,20 +1,25 @@
 """``budget``: the best admissible route of a large space within a budget of builds or seconds.
 
-A structured start (the baseline and every one-knob route, as ``fast``), then routes proposed by
-Optuna's TPE sampler (multivariate, with constraints): a route that fails to build, crashes, times
-out or breaks accuracy is told to the sampler as infeasible (a violated constraint), never as a
-slow route; an admissible one as log(speedup over the baseline timed alongside). Every route is
-screened once, as in every strategy; the confirmation that follows the search is, as always, the
-only gate to shipping.
+A structured start (the baseline and every one-knob route, as ``fast``), the one-knob values that
+helped set together, then proposals of two kinds. Around the best route so far
+(:mod:`dossier.strategies.local`): one-knob moves of it by expected gain, each knob it sets moved
+once in context, and repairs of settings that fail on their own (tried with a few partner
+settings at once). And routes proposed by Optuna's TPE sampler (multivariate, with constraints),
+which take every turn the search around the best route leaves. Every route, whoever proposed
+it, is a trial of the study: a route that fails to build, crashes, times out or breaks accuracy
+is told to the sampler as infeasible (a violated constraint), never as a slow route; an
+admissible one as log(speedup over the baseline timed alongside). Every route is screened once,
+as in every strategy; the confirmation that follows the search is, as always, the only gate to
+shipping.
 
-The study lives in the run folder (``search-study.jsonl``, Optuna's journal storage), and each
-proposal is drawn by a sampler seeded from the strategy's seed and the number of proposals so
-far, so a search resumed with ``tune --continue`` (after Ctrl-C or kill -9) makes the same
-proposals as one that was never stopped. The search stops when the budget is spent, or earlier
-when no proposal is expected to beat the best route by the minimum effect
+The study lives in the run folder (``search-study.jsonl``, Optuna's journal storage). The
+proposals around the best route are a pure function of the routes measured and the seed, and
+each of the sampler's is drawn by a sampler seeded from the strategy's seed and the number of
+proposals so far, so a search resumed with ``tune --continue`` (after Ctrl-C or kill -9) makes
+the same proposals as one that was never stopped. The search stops when the budget is spent, or
+earlier when no proposal is expected to beat the best route by the minimum effect
 (:mod:`dossier.strategies.spend`), or when the sampler keeps proposing routes already measured.
 """
-
 from __future__ import annotations
 
 import math
@@ -54,12 +59,13 @@ def build_limit(max_builds: int | None, max_search_s: float | None) -> None:
 
 
 class BudgetStrategy(Strategy):
-    """Structured start, then constrained TPE proposals, within ``max_builds`` / ``max_search_s``."""
+    """Structured start, then moves and repairs around the best route and constrained TPE
+    proposals, within ``max_builds`` / ``max_search_s``."""
 
     name = "budget"
-    summary = ("the baseline and one-knob routes, then routes proposed by a model of the space "
-               "(Optuna TPE, failures as constraints) until the budget is spent or no gain is "
-               "expected")
+    summary = ("the baseline and one-knob routes, then moves and repairs around the best route "
+               "and routes proposed by a model of the space (Optuna TPE, failures as "
+               "constraints) until the budget is spent or no gain is expected")
     plans_ahead = False
 
     def __init__(self, limits: Limits | None = None, seed: int = 0) -> None:

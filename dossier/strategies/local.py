@@ -83,6 +83,8 @@ class Evidence:
     ruled_out: dict[Setting, set[Setting]] = field(default_factory=dict)
     """Partners that did not repair a setting: they came with it in a route that failed as its
     one-knob route did."""
+    _live_failures: list[frozenset[Setting]] = field(default_factory=list, repr=False)
+    _live_at: int = field(default=-1, repr=False)
 
     @classmethod
     def read(cls, selection: Selection, db: KnobDatabase,
@@ -143,8 +145,15 @@ class Evidence:
         route contains lacked something, as an unguarded setting lacks its guard). Failures
         holding ``but`` are left out (a repair of ``but`` adds what they lacked)."""
         mine = self.settings(route)
-        return any(f <= mine and (but is None or but not in f)
-                   and not any(f <= ok for ok in self.feasible) for f in self.failures)
+        return any(f <= mine and (but is None or but not in f) for f in self._live())
+
+    def _live(self) -> list[frozenset[Setting]]:
+        """The failures that no admissible route contains (read once per route measured)."""
+        if self._live_at != len(self.measured):
+            self._live_failures = [f for f in self.failures
+                                   if not any(f <= ok for ok in self.feasible)]
+            self._live_at = len(self.measured)
+        return self._live_failures
 
     def gain(self, knob: str, value: str) -> float | None:
         """Expected log gain of moving the best route's ``knob`` to ``value``: what the same move
