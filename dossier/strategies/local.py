@@ -97,9 +97,9 @@ class Evidence:
         return e
 
     def add(self, text: str, r: Scored) -> None:
-        """Take in one more measured route."""
+        """Take in one more measured route (its knobs outside the selection left out)."""
         self.measured.add(text)
-        route = {**self.base, **Route.parse(text).as_dict()}
+        route = {**self.base, **{k: v for k, v in Route.parse(text).values if k in self.base}}
         mine = self.settings(route)
         moved = [(k, v) for k, v in route.items() if self.best.get(k) != v]
         s = speedup(r)
