@@ -160,14 +160,22 @@ def test_moves_of_the_best_route_go_by_expected_gain_and_skip_predicted_failures
     _put(measured, "-k00=v1 -k03=v1", 1.08)  # worse in context
     e = _evidence(measured)
     assert local.step(e, floor) is None and local.step(e, 0.0) is None
-    # each knob the best route sets is moved once in context, whatever the expected gain
-    measured = _start(k00_v1=1.10, k03_v1=1.05, k00_v2=1.04)
-    _put(measured, "-k00=v1 -k03=v1", 1.16)
+    # each setting of the best route that helped alone is moved once in context, whatever the
+    # expected gain (taken out, or its knob set to another value that helped alone)
+    measured = _start(k00_v1=1.10, k03_v1=1.05, k00_v2=1.04, k01_v1=1.005)
+    _put(measured, "-k00=v1 -k01=v1 -k03=v1", 1.16)
     e = _evidence(measured)
-    step = local.step(e, -math.inf, untried=True)  # the moves back are one-knob routes, measured
-    assert step is not None and step.text() == _full("-k00=v2 -k03=v1")
-    _put(measured, "-k00=v2 -k03=v1", 1.09)
-    assert local.step(_evidence(measured), -math.inf, untried=True) is None
+    step = local.step(e, -math.inf, untried=floor)
+    assert step is not None and step.text() == _full("-k00=v1 -k01=v1")  # -k03: -5% expected
+    _put(measured, step.text(), 1.11)
+    step = local.step(_evidence(measured), -math.inf, untried=floor)
+    assert step is not None and step.text() == _full("-k00=v2 -k01=v1 -k03=v1")  # -6%
+    _put(measured, step.text(), 1.09)
+    step = local.step(_evidence(measured), -math.inf, untried=floor)
+    assert step is not None and step.text() == _full("-k01=v1 -k03=v1")  # -10%
+    _put(measured, step.text(), 1.05)
+    # k01=v1 did nothing alone: taking it out is not checked
+    assert local.step(_evidence(measured), -math.inf, untried=floor) is None
 
 
 def test_a_repair_tests_partners_in_groups_and_rules_out_those_that_did_not_help() -> None:

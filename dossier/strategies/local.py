@@ -69,6 +69,8 @@ class Evidence:
     """The settings of every failed route."""
     feasible: list[frozenset[Setting]] = field(default_factory=list)
     """The settings of every admissible route."""
+    admissible: list[tuple[float, dict[str, str]]] = field(default_factory=list)
+    """Every admissible route and its log speedup."""
     best: dict[str, str] = field(default_factory=dict)
     """The admissible route with the highest measured speedup (the baseline before any)."""
     best_log: float = 0.0
@@ -83,6 +85,10 @@ class Evidence:
     ruled_out: dict[Setting, set[Setting]] = field(default_factory=dict)
     """Partners that did not repair a setting: they came with it in a route that failed as its
     one-knob route did."""
+    suspects: dict[Setting, set[Setting]] = field(default_factory=dict)
+    """Partners that came with a setting in a route that failed otherwise than its one-knob
+    route did (one of them, or the setting with one of them, may conflict with the best
+    route)."""
     _live_failures: list[frozenset[Setting]] = field(default_factory=list, repr=False)
     _live_at: int = field(default=-1, repr=False)
 
@@ -114,6 +120,7 @@ class Evidence:
                 self.alone.setdefault(next(iter(mine)), r.outcome)
             return
         self.feasible.append(mine)
+        self.admissible.append((log, route))
         if len(mine) == 1:
             self.effect[next(iter(mine))] = log
         if log > self.best_log:
@@ -130,6 +137,8 @@ class Evidence:
         self.attempts[s] = self.attempts.get(s, 0) + 1
         if outcome == self.alone[s]:
             self.ruled_out.setdefault(s, set()).update(m for m in moved if m != s)
+        elif outcome is not Outcome.OK:
+            self.suspects.setdefault(s, set()).update(m for m in moved if m != s)
 
     def settings(self, route: Mapping[str, str]) -> frozenset[Setting]:
         """The settings of ``route`` that differ from the baseline."""
@@ -161,12 +170,16 @@ class Evidence:
         (None when the move failed, or a one-knob route of either value failed)."""
         if (knob, value) in self.moved:
             return self.moved[(knob, value)]
+        return self.change(knob, self.best[knob], value)
 
+    def change(self, knob: str, old: str, new: str) -> float | None:
+        """Expected log gain of setting ``knob`` from ``old`` to ``new``, from the one-knob
+        routes (None when one of them failed or is not measured)."""
         def of(v: str) -> float | None:
             return 0.0 if v == self.base[knob] else self.effect.get((knob, v))
 
-        new, old = of(value), of(self.best[knob])
-        return None if new is None or old is None else new - old
+        a, b = of(old), of(new)
+        return None if a is None or b is None else b - a
 
 
 def propose(e: Evidence, k: int, seed: int, min_effect: float) -> Route | None:
@@ -174,11 +187,15 @@ def propose(e: Evidence, k: int, seed: int, min_effect: float) -> Route | None:
     the move expected to gain the minimum effect; else a knob the best route sets, moved in
     context for the first time; else the kind of :data:`CYCLE` in turn. None: the model
     proposes."""
-    route = step(e, math.log1p(min_effect)) or step(e, -math.inf, untried=True)
+    helps = math.log1p(min_effect)
+    route = step(e, helps) or step(e, -math.inf, untried=helps)
     if route is not None:
         return route
     kind = CYCLE[k % len(CYCLE)]
     if kind == "repair":
+        route = settle(e)
+        if route is not None:
+            return route
         rng = random.Random((seed * SEED_STRIDE + k) % 2**32)
         for s in repairable(e):
             route = repair(e, s, rng, GROUP)
@@ -189,26 +206,61 @@ def propose(e: Evidence, k: int, seed: int, min_effect: float) -> Route | None:
     return None
 
 
-def step(e: Evidence, floor: float, untried: bool = False) -> Route | None:
+def step(e: Evidence, floor: float, untried: float | None = None) -> Route | None:
     """The unmeasured one-knob move of the best route with the largest expected gain above
-    ``floor`` that no measured failure predicts to fail (None: there is none). With
-    ``untried``: among the moves never made of the knobs the best route sets away from the
-    baseline, whatever their expected gain (a setting's effect alone can differ from its
-    effect among the others)."""
+    ``floor`` that no measured failure predicts to fail (None: there is none).
+
+    With ``untried`` (the log speedup of a one-knob route that marks its setting as helping
+    alone): the moves never made that take out a setting of the best route that helped alone,
+    or set one of its knobs to another value that helped alone, whatever their expected gain.
+    A setting's effect alone can differ from its effect among the others (two that help alone
+    may conflict, or help more together); a setting that did nothing alone is not checked."""
     moves: list[tuple[float, int, int, Route]] = []
     for i, (knob, values) in enumerate(e.values.items()):
-        if untried and e.best[knob] == e.base[knob]:
+        if untried is not None and e.best[knob] == e.base[knob]:
             continue
         for j, value in enumerate(values):
-            if value == e.best[knob] or (untried and (knob, value) in e.moved):
+            if value == e.best[knob]:
                 continue
             g = e.gain(knob, value)
-            if g is None or g <= floor:
+            if g is None:
+                continue
+            if untried is not None:
+                helped = e.effect.get((knob, e.best[knob] if value == e.base[knob] else value))
+                if (knob, value) in e.moved or helped is None or helped < untried:
+                    continue
+            elif g <= floor:
                 continue
             route = {**e.best, knob: value}
             if Route.of(route).text() not in e.measured and not e.fails(route):
                 moves.append((-g, i, j, Route.of(route)))
     return min(moves, key=lambda m: m[:3])[3] if moves else None
+
+
+def settle(e: Evidence) -> Route | None:
+    """A repair that worked but is not the best route moved one knob towards the best route:
+    the fastest admissible route holding a setting that failed alone (and that the best route
+    lacks), with one of its other differences from the best route undone, the one expected to
+    gain most (a partner that slows it down, or a gain of the best route it lacks). None when
+    no such move is expected to gain, is unmeasured, and is not predicted to fail."""
+    have = e.settings(e.best)
+    moves: list[tuple[float, int, Route]] = []
+    for i, s in enumerate(e.alone):
+        if s in have:
+            continue
+        holding = [(log, r) for log, r in e.admissible if r.get(s[0]) == s[1]]
+        if not holding:
+            continue
+        _, route = max(holding, key=lambda h: h[0])
+        for knob, value in route.items():
+            if knob == s[0] or value == e.best[knob] or knob not in e.values:
+                continue
+            g = e.change(knob, value, e.best[knob])
+            moved = {**route, knob: e.best[knob]}
+            if g is not None and g > 0 and Route.of(moved).text() not in e.measured \
+                    and not e.fails(moved):
+                moves.append((-g, i, Route.of(moved)))
+    return min(moves, key=lambda m: m[:2])[2] if moves else None
 
 
 def repairable(e: Evidence) -> list[Setting]:
@@ -240,16 +292,21 @@ def partners(e: Evidence, setting: Setting) -> list[Setting]:
 def repair(e: Evidence, setting: Setting, rng: random.Random, group: int = GROUP,
            tries: int = 20) -> Route | None:
     """The best route with ``setting`` and up to ``group`` of its :func:`partners` (one value a
-    knob) drawn at random; a draw already measured, or that a measured failure not involving
+    knob, at most one of them a suspect: a group that failed otherwise is not drawn together
+    again) drawn at random; a draw already measured, or that a measured failure not involving
     ``setting`` predicts to fail, is drawn again (None after ``tries``, or when no partner is
     left)."""
     pool = partners(e, setting)
+    suspects = e.suspects.get(setting, set())
     for _ in range(tries if pool else 0):
         rng.shuffle(pool)
         picked: dict[str, str] = {}
+        suspect = False
         for knob, v in pool:
-            if len(picked) < group and knob not in picked:
+            if len(picked) < group and knob not in picked and not (
+                    suspect and (knob, v) in suspects):
                 picked[knob] = v
+                suspect = suspect or (knob, v) in suspects
         route = {**e.best, setting[0]: setting[1], **picked}
         if Route.of(route).text() not in e.measured and not e.fails(route, but=setting):
             return Route.of(route)
