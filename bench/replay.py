@@ -21,6 +21,7 @@ Writes ``bench/results/replay-<name>.json`` (every seed's curve, medians, the co
 within 2% of the optimum at each N) and ``.md`` (a short table), each naming its command:
 
     python bench/replay.py --landscape 30 --seeds 10 --builds 150
+    python bench/replay.py --landscape 30 --landscapes 0-9 --seeds 10 --builds 150
     python bench/replay.py --cache RUN/tuning-cache.jsonl --seeds 10
 """
 
@@ -227,6 +228,34 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def landscapes_markdown(data: dict[str, Any]) -> str:
+    """The short table of a report over several landscapes: each landscape's row, then the
+    seeds within 2% summed over them."""
+    n, seeds = data["checkpoints"][-1], data["seeds"]
+    cps = [c for c in data["checkpoints"] if c in (100, n)]
+    head = [f"{name} N={c}" for name in STRATEGIES for c in cps]
+    lines = [f"# Replay: {data['space']}", "",
+             f"`{data['provenance']['command']}` ({data['provenance']['date']})", "",
+             f"One row a landscape (the landscape's seed): the share of its optimum reached by the "
+             f"pick at N builds, median over {seeds} seeds, and seeds within {WITHIN:.0%} of the "
+             "optimum.", "",
+             "| landscape | optimum | " + " | ".join(head) + " |",
+             "|---|---|" + "---|" * len(head)]
+    total = dict.fromkeys(head, 0)
+    for land in data["landscapes"]:
+        cells = []
+        for name in STRATEGIES:
+            for c in cps:
+                at_c = land["strategies"][name]["share_at"][str(c)]
+                total[f"{name} N={c}"] += at_c["within_2pct"]
+                cells.append(f"{at_c['median']:.3f} ({at_c['within_2pct']}/{seeds})")
+        lines.append(f"| {land['landscape_seed']} | {land['optimum_speedup']}x | "
+                     + " | ".join(cells) + " |")
+    runs = seeds * len(data["landscapes"])
+    lines.append("| all | | " + " | ".join(f"({total[h]}/{runs})" for h in head) + " |")
+    return "\n".join([*lines, ""])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -234,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--cache", type=Path, help="tuning-cache.jsonl of a full search")
     ap.add_argument("--noise", type=float, default=0.01, help="log-normal sigma (landscape)")
     ap.add_argument("--landscape-seed", type=int, default=0)
+    ap.add_argument("--landscapes", metavar="A-B", default=None, help="landscape: every "
+                    "landscape of the seeds A to B, one row each (how far a result carries "
+                    "beyond one landscape)")
     ap.add_argument("--guarded", type=float, default=0.2, help="landscape: the chance that a "
                     "block has a fast setting that breaks accuracy unless guarded")
     ap.add_argument("--weak", type=float, default=0.0, help="landscape: the minor knobs' "
@@ -249,10 +281,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.landscape, args.seeds, args.builds, args.checkpoints = \
             args.landscape and 10, 2, 30, "10,30"
+    checkpoints = [int(n) for n in args.checkpoints.split(",") if int(n) <= args.builds]
+    if args.landscapes and args.landscape:
+        first, last = (int(x) for x in args.landscapes.split("-"))
+        lands = []
+        for seed in range(first, last + 1):
+            space = landscape_space(args.landscape, args.noise, seed, args.weak, args.guarded)
+            got = report(space, args.seeds, args.builds, checkpoints)
+            lands.append({**space.notes, "strategies": {
+                k: {"builds_used": v["builds_used"], "share_at": v["share_at"]}
+                for k, v in got.items()}})
+        name = space.name.rsplit("-seed", 1)[0] + f"-landscapes{first}-{last}"
+        data = {"space": name, "seeds": args.seeds, "builds": args.builds,
+                "checkpoints": checkpoints, "landscapes": lands,
+                "provenance": provenance(None if argv is None else [sys.argv[0], *argv])}
+        out = args.out or ROOT / "bench" / "results" / f"replay-{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=1) + "\n")
+        out.with_suffix(".md").write_text(landscapes_markdown(data))
+        print(landscapes_markdown(data))
+        return
     space = landscape_space(args.landscape, args.noise, args.landscape_seed, args.weak,
                             args.guarded) \
         if args.landscape else cache_space(args.cache)
-    checkpoints = [int(n) for n in args.checkpoints.split(",") if int(n) <= args.builds]
     data = {"space": space.name, "seeds": args.seeds, "builds": args.builds,
             "checkpoints": checkpoints, "notes": space.notes,
             "provenance": provenance(None if argv is None else [sys.argv[0], *argv]),

@@ -203,11 +203,31 @@ def test_a_repair_tests_partners_in_groups_and_rules_out_those_that_did_not_help
     measured = _start(k00_v1=1.10, k02_v1=Outcome.REJECTED)
     _put(measured, "-k00=v1 -k02=v1 -k03=v1", Outcome.BUILD_FAILED)
     assert ("k03", "v1") in local.partners(_evidence(measured), s)
+    # partners of a route that failed otherwise are suspects: at most one of them a group
+    _put(measured, "-k00=v1 -k02=v1 -k01=v1 -k04=v1", Outcome.BUILD_FAILED)
+    e = _evidence(measured)
+    assert e.suspects[s] == {("k01", "v1"), ("k03", "v1"), ("k04", "v1")}
+    for seed in range(10):
+        route = local.repair(e, s, random.Random(seed), group=4)
+        assert route is not None and len(e.suspects[s] & set(route.values)) <= 1
     # a repair that works takes the setting off the list and becomes the best route
     _put(measured, "-k00=v1 -k02=v1 -k05=v2", 1.2)
     e = _evidence(measured)
     assert local.repairable(e) == [] and e.best == {**e.base, "k00": "v1", "k02": "v1",
                                                    "k05": "v2"}
+
+
+def test_a_repair_that_works_but_is_slower_is_moved_towards_the_best_route() -> None:
+    measured = _start(k00_v1=1.10, k03_v1=0.95, k02_v1=Outcome.REJECTED)
+    _put(measured, "-k00=v1 -k02=v1 -k03=v1 -k05=v2", 1.08)  # admissible, slower than 1.10
+    e = _evidence(measured)
+    assert local.repairable(e) == [] and e.best == {**e.base, "k00": "v1"}
+    # undo the partner that slowed it down (k05=v2 has no one-knob route: no expectation)
+    route = local.settle(e)
+    assert route is not None and route.text() == _full("-k00=v1 -k02=v1 -k05=v2")
+    _put(measured, route.text(), 1.13)
+    e = _evidence(measured)
+    assert ("k02", "v1") in e.settings(e.best) and local.settle(e) is None
 
 
 def test_budget_repairs_what_fails_alone_and_reaches_the_landscape_optimum() -> None:
