@@ -7,10 +7,10 @@ knob away from the best route so far, and TPE, which draws each knob from its ow
 proposes exactly that. So after the structured start the search moves the best route one knob
 at a time, the move expected to gain most first: a setting's effect is read from its one-knob
 route of the structured start until the same move has been made in context, and a move that a
-measured failure says will fail is skipped. Once no move promises the minimum effect, each knob
-the best route sets is moved once in context (two settings that help alone may conflict
-together), and then the remaining proposals alternate between repairs, small moves and the
-model's proposals.
+measured failure says will fail is skipped. Once no move promises the minimum effect, each
+setting of the best route that helped alone is checked once in context (two settings that help
+alone may conflict together), and then the remaining proposals alternate between repairs, small
+moves and the model's proposals.
 
 A setting that fails on its own (breaks accuracy, fails to build) may be fast and need a partner
 setting (a guard) that no one-knob route shows, and that TPE, having seen the setting fail and
@@ -18,8 +18,9 @@ the partner do nothing or slow down, does not propose with it. A repair tries th
 best route together with a few settings drawn at random from the knobs the best route leaves at
 the baseline's value: one build tests several partners at once (group testing). When the route
 fails as the setting's one-knob route did, none of those partners repairs it, and they are not
-drawn for it again; a repair that works and is faster becomes the best route, from which the
-moves take out what it does not need.
+drawn for it again (when it fails otherwise, they come at most one to a group). A repair that
+works and is faster becomes the best route, from which the moves take out what it does not
+need; one that works but is slower is first moved towards the best route.
 
 Everything here is a pure function of the routes measured, in measuring order, and a seed, so a
 search resumed after a kill proposes what an uninterrupted one would.
@@ -184,9 +185,10 @@ class Evidence:
 
 def propose(e: Evidence, k: int, seed: int, min_effect: float) -> Route | None:
     """Proposal ``k`` (counted from the first after the structured start and its combination):
-    the move expected to gain the minimum effect; else a knob the best route sets, moved in
-    context for the first time; else the kind of :data:`CYCLE` in turn. None: the model
-    proposes."""
+    the move expected to gain the minimum effect; else a setting of the best route that helped
+    alone, checked in context for the first time; else the kind of :data:`CYCLE` in turn (a
+    repair: a repair that worked but is slower moved towards the best route first). None: the
+    model proposes."""
     helps = math.log1p(min_effect)
     route = step(e, helps) or step(e, -math.inf, untried=helps)
     if route is not None:
