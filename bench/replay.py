@@ -132,6 +132,21 @@ def cache_space(path: Path) -> Space:
     db = KnobDatabase.model_validate_json((path.parent / "knobs.json").read_text())
     selection = Selection.parse(cache.header.spec.tune.selection, db)
     trials = {t.route: t for t in cache.trials if t.role != "confirm"}
+    # routes that differ only in knobs without effect under them (a quantization setting of a
+    # route that does not quantize) build and run one engine: the search measured one of them
+    from dossier.backends import get_backend
+
+    backend = get_backend(cache.header.backend)
+
+    def canonical(route: Route) -> str:
+        inert = backend.inert_knobs(route, db)
+        return Route.of({k: db.get(k).default if k in inert else v
+                         for k, v in route.as_dict().items()}).text()
+
+    by_canonical = {canonical(Route.parse(r)): t for r, t in trials.items()}
+    for r in cartesian(selection):
+        if r.text() not in trials and canonical(r) in by_canonical:
+            trials[r.text()] = by_canonical[canonical(r)]
     missing = [r.text() for r in cartesian(selection) if r.text() not in trials]
     if missing:
         raise SystemExit(f"{path}: not a full search: {len(missing)} routes of its selection "
