@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -212,6 +212,21 @@ def _backend(req: WorkerRequest) -> Backend:
     return backend
 
 
+def _guarded(build: Callable[[], BuildInfo], t0: float) -> BuildInfo | dict[str, Any]:
+    """``build()``, or the record a failed build leaves (``build_failed`` with the compiler's
+    reason; ``crashed`` when it ran out of memory), its seconds counted from ``t0``."""
+    from dossier.backends import BuildError
+
+    try:
+        return build()
+    except BuildError as exc:
+        return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
+                "build_s": time.perf_counter() - t0}
+    except MemoryError:
+        return {"outcome": "crashed", "reason": "out of memory during build",
+                "build_s": time.perf_counter() - t0}
+
+
 def _build(backend: Backend, req: WorkerRequest, route: Route) -> BuildInfo:
     """Build ``route`` into the request's engine file, with the calibration set when the route
     needs one."""
@@ -259,7 +274,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     """Build (unless the engine is in place), validate and time one route; return the raw
     result. With ``then`` (the next trial's process on standby), wait for its imports once
     both engines are loaded, before timing."""
-    from dossier.backends import BuildError, BuildInfo, EngineRuntimeError
+    from dossier.backends import BuildInfo, EngineRuntimeError
     from dossier.measure.timing import flatten, sample_rounds, warm_up
     from dossier.routes import Route
     from dossier.validation import judge
@@ -269,17 +284,12 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     engine = Path(req.engine or "")
     _stage(req, "build")
     t0 = time.perf_counter()
-    try:
-        if req.prebuilt is not None:  # a build job's engine, or an earlier trial's: in place
-            info = BuildInfo(dict(req.prebuilt.facts))
-        else:
-            info = _build(backend, req, route)
-    except BuildError as exc:
-        return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
-                "build_s": time.perf_counter() - t0}
-    except MemoryError:
-        return {"outcome": "crashed", "reason": "out of memory during build",
-                "build_s": time.perf_counter() - t0}
+    prebuilt = req.prebuilt  # a build job's engine, or an earlier trial's: in place
+    got = _guarded(lambda: BuildInfo(dict(prebuilt.facts)) if prebuilt is not None
+                   else _build(backend, req, route), t0)
+    if isinstance(got, dict):
+        return got
+    info = got
     build_s = req.prebuilt.build_s if req.prebuilt is not None else time.perf_counter() - t0
     base: dict[str, Any] = {"build_s": build_s, "facts": info.facts}
     try:
@@ -314,20 +324,14 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
 
 def run_build(req: WorkerRequest) -> dict[str, Any]:
     """Only build the route (backends that load in a fresh process)."""
-    from dossier.backends import BuildError
     from dossier.routes import Route
 
     backend = _backend(req)
     _stage(req, "build")
     t0, started = time.perf_counter(), time.time()
-    try:
-        info = _build(backend, req, Route.parse(req.route or ""))
-    except BuildError as exc:
-        return {"outcome": "build_failed", "reason": str(exc) or type(exc).__name__,
-                "build_s": time.perf_counter() - t0}
-    except MemoryError:
-        return {"outcome": "crashed", "reason": "out of memory during build",
-                "build_s": time.perf_counter() - t0}
+    info = _guarded(lambda: _build(backend, req, Route.parse(req.route or "")), t0)
+    if isinstance(info, dict):
+        return info
     return {"outcome": "built", "build_s": time.perf_counter() - t0, "facts": info.facts,
             "started_at": started, "ended_at": time.time()}
 
