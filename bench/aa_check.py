@@ -7,6 +7,14 @@ run the same way. Writes bench/results/aa-ort.json with how often the rule shipp
 anyway (a false positive), and how often the screening alone would have.
 
     python bench/aa_check.py [--runs 10] [--sample convnet]
+
+With ``--strategy budget``, a larger selection of knobs that do nothing in sequential mode (the
+inter-op pool's size and its spinning: every route the same engine run the same way), searched
+within ``--max-builds``: the route screened best is the luckiest draw of noise, and the
+confirmation must still ship none:
+
+    python bench/aa_check.py --strategy budget --max-builds 5 --out bench/results/aa-ort-budget.json \
+        --selection "-execution_mode=sequential -inter_op_num_threads=[0|1|2|4] -inter_op_allow_spinning=[on|off]"
 """
 
 from __future__ import annotations
@@ -32,8 +40,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--sample", default="convnet")
+    ap.add_argument("--strategy", default="full", choices=("full", "budget"))
+    ap.add_argument("--selection", default=SELECTION, help="knobs that do nothing")
+    ap.add_argument("--max-builds", type=int, default=None, help="the budget (strategy budget)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "aa-ort.json")
     args = ap.parse_args()
+    selection = args.selection
+    overrides: dict[str, object] = {"strategy": args.strategy, "selection": selection}
+    if args.max_builds is not None:
+        overrides["max_builds"] = args.max_builds
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         spec_file = ROOT / "samples" / "build.py"
@@ -43,14 +58,16 @@ def main() -> None:
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
         module.build_all(Path(tmp) / "samples")
         spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
-                         {"strategy": "full", "selection": SELECTION})
+                         overrides)
         for i in range(args.runs):
             res = tune(spec, Path(tmp) / f"run{i}")
-            screen = next(t for t in res.cache.trials if t.role == "search")
+            searched = [t for t in res.cache.trials if t.role == "search" and t.comparison]
+            screen = max(searched, key=lambda t: t.comparison.speedup)  # the best screened
             c = screen.comparison
             confirm = [t for t in res.cache.trials if t.role == "confirm"]
             runs.append({
                 "run": i, "shipped": res.decision.shipped_route, "gain": res.decision.gain,
+                "routes": len(searched) + 1, "best_screened": screen.route,
                 "screening": {"speedup": c.speedup, "ci": [c.speedup_ci_low, c.speedup_ci_high],
                               "p_value": c.p_value, "faster": c.faster, "slower": c.slower},
                 "confirmed": [{"speedup": t.comparison.speedup, "p_value": t.comparison.p_value}
@@ -63,7 +80,9 @@ def main() -> None:
                   f" -> {'GAIN' if res.decision.gain else 'no significant gain'}")
     result = {
         "benchmark": "A/A check of the decision rule", "backend": "onnxruntime",
-        "sample": args.sample, "selection": SELECTION, "timing": "default TimingSettings",
+        "sample": args.sample, "selection": selection, "strategy": args.strategy,
+        "max_builds": args.max_builds, "timing": "default TimingSettings",
+        "command": " ".join(["python bench/aa_check.py", *sys.argv[1:]]),
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "runs": len(runs),
         "no_significant_gain": sum(not r["gain"] for r in runs),

@@ -145,6 +145,21 @@ class Selection(BaseModel):
             items.append(SelectionItem(knob=knob.name, values=values, pinned=pinned))
         return cls(items=tuple(items))
 
+    @classmethod
+    def recorded(cls, text: str) -> Selection:
+        """A selection as a search recorded it (canonical, checked against its knob database
+        when the search ran): its knobs and values, read without a database. SelectionError
+        for a token that is not ``-knob=value`` or ``-knob=[a|b]``."""
+        items: list[SelectionItem] = []
+        for token in text.split():
+            m = _TOKEN.match(token)
+            if not m:
+                raise SelectionError(f"selection token {token!r} is not -knob=value or -knob=[a|b]")
+            lm = _LIST.match(m["value"])
+            values = tuple(lm["body"].split("|")) if lm else (m["value"],)
+            items.append(SelectionItem(knob=m["name"], values=values, pinned=lm is None))
+        return cls(items=tuple(items))
+
     def text(self) -> str:
         """The selection in trtexec syntax, in the user's order."""
         return " ".join(

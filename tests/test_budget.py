@@ -8,6 +8,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,6 +306,9 @@ def test_dry_run_says_what_the_budget_buys(sample) -> None:
     assert res.exit_code == 0, res.stderr
     assert "the budget buys 8 builds" in res.stdout
     assert "structured start: 5 of 5 routes" in res.stdout and "up to 3 proposals" in res.stdout
+    assert "each knob's values tried from the best route so far" in res.stdout  # 8 < 2 x 5
+    res = cli("tune", path, "--strategy", "budget", "--max-builds", "10", "--dry-run")
+    assert "structured start: 5 of 5 routes (the baseline and one-knob routes)" in res.stdout
     assert "(a first build)" in res.stdout
     res = cli("tune", path, "--strategy", "budget", "--dry-run")
     assert res.exit_code == 3 and "needs a budget" in res.stderr
@@ -326,19 +330,84 @@ def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path
     from dossier.audit.explain import explain_search
     from dossier.tuner import tune
 
-    _, spec = sample("convnet", backend="landscape", strategy="budget", max_builds=4,
-                     selection="-k06=[v0|v1|v2] -k07=[v0|v1]")
+    _, spec = sample("convnet", backend="landscape", strategy="budget", max_builds=10,
+                     selection="-k06=[v0|v1|v2] -k07=[v0|v1] -k02=[v0|v1]")
     res = tune(spec, tmp_path / "run")
     main = [t for t in res.cache.trials if t.role != "confirm"]
-    assert len(main) == 4 and (tmp_path / "run" / STUDY_NAME).is_file()
-    assert "search stopped: the budget of 4 builds is spent" in res.notes
-    # the one proposal after the start sets both knobs: -k06=v2 -k07=v1 fails to build
+    assert len(main) == 10 and (tmp_path / "run" / STUDY_NAME).is_file()
+    assert "search stopped: the budget of 10 builds is spent" in res.notes
     c = res.cache
     e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
     b = e.search_budget
-    assert b is not None and b.builds == 4 and b.start == 4 and b.max_builds == 4
-    assert b.stopped == "the budget of 4 builds is spent"
-    assert [r.phase for r in b.routes] == ["baseline", "start", "start", "start"]
+    assert b is not None and b.builds == 10 and b.start == 5 and b.max_builds == 10
+    assert b.stopped == "the budget of 10 builds is spent"
+    # a budget of 10 is not under twice the 5 routes of the start: the start varies the
+    # baseline alone, one knob at a time (then what helped goes together, then proposals)
+    assert [r.phase for r in b.routes][:5] == ["baseline", *["start"] * 4]
+    assert {r.phase for r in b.routes[5:]} <= {"combination", "proposal"}
+    base = Route.parse(main[0].route).as_dict()
+    assert all(sum(v != base[k] for k, v in Route.parse(t.route).as_dict().items()) == 1
+               for t in main[1:5])
+
+
+def test_a_small_budget_starts_with_an_ascent_and_explain_says_so(sample, tmp_path: Path) -> None:
+    """A budget under twice the structured start: each knob is tried from the route the ascent
+    stands on, so what helped is combined within the start."""
+    from dossier.audit.explain import explain_search
+    from dossier.strategies.spend import speedup
+    from dossier.tuner import tune
+
+    _, spec = sample("convnet", backend="landscape", strategy="budget", max_builds=6,
+                     selection="-k06=[v0|v1|v2] -k07=[v0|v1] -k02=[v0|v1]")
+    res = tune(spec, tmp_path / "run")
+    main = [t for t in res.cache.trials if t.role != "confirm"]
+    routes = [Route.parse(t.route).as_dict() for t in main]
+    min_effect = res.cache.header.timing.min_effect
+
+    def moved(here: Any, tried: Any) -> Any:
+        """Where the ascent stands after one tried route (its rule, for one route)."""
+        return tried if (speedup(tried) or 0) >= (speedup(here) or 0) * (1 + min_effect) else here
+
+    assert len(main) == 6
+    assert routes[1] == {**routes[0], "k02": "v1"}  # right to left, as fast
+    here = Route.parse(moved(main[0], main[1]).route).as_dict()
+    assert routes[2] == {**here, "k07": "v1"}
+    here = Route.parse(moved(moved(main[0], main[1]), main[2]).route).as_dict()
+    assert routes[3:5] == [{**here, "k06": "v1"}, {**here, "k06": "v2"}]
+    c = res.cache
+    e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
+    b = e.search_budget
+    assert b is not None and b.start == 5
+    assert [r.phase for r in b.routes] == ["baseline", *["start"] * 4, "proposal"]
+
+
+def test_the_ascent_moves_to_what_helped_by_the_minimum_effect() -> None:
+    from dossier.routes import Selection
+    from dossier.strategies.budget import ascends, ascent, start_size
+
+    varied = Selection.recorded("-a=[x|y] -b=[x|y|z]").varied
+    base = Route.of({"a": "x", "b": "x"})
+    assert start_size(base, varied) == 4 and ascends(4, 7) and not ascends(4, 8)
+    got: dict[str, _T] = {}
+
+    def put(a: str, b: str, r: float | Outcome) -> None:
+        route = Route.of({"a": a, "b": b}).text()
+        got[route] = _ok(route, r) if isinstance(r, float) else _T(route, r, None)
+
+    def nxt(min_effect: float = 0.02) -> str | None:
+        step = ascent(base, varied, got, min_effect)
+        return step.text() if step is not None else None
+
+    assert nxt() == base.text()
+    put("x", "x", 1.0)
+    assert nxt() == "-a=x -b=y"  # right to left, as fast
+    put("x", "y", Outcome.BUILD_FAILED)
+    assert nxt() == "-a=x -b=z"
+    put("x", "z", 1.3)
+    assert nxt() == "-a=y -b=z"  # from the fastest admissible, not from the baseline
+    put("y", "z", 1.1)
+    assert nxt() is None  # every knob had its turn
+    assert nxt(min_effect=0.5) == "-a=y -b=x"  # 1.3x is under the minimum effect: stays put
 
 
 @pytest.mark.bench

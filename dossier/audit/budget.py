@@ -17,7 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dossier.cache import CacheHeader
-from dossier.routes import Route
+from dossier.routes import Route, Selection
+from dossier.strategies.budget import ascends, ascent, start_size
 from dossier.strategies.spend import DEFAULT_PATIENCE, Limits, account, speedup
 from dossier.trial import TrialRecord
 
@@ -37,8 +38,9 @@ class Spent(_Model):
     route: str
     """Its route."""
     phase: Literal["baseline", "start", "combination", "proposal"]
-    """The baseline; the structured start (one knob off the baseline); the one-knob values that
-    helped, together; or a proposal (of the model, or a random draw)."""
+    """The baseline; the structured start (one knob off the baseline, or a step of the ascent
+    when the build budget is small: :func:`dossier.strategies.budget.ascent`); the one-knob
+    values that helped, together; or a proposal (of the model, or a random draw)."""
     outcome: str
     """How its trial ended."""
     speedup: float | None
@@ -89,7 +91,11 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
     base = Route.parse(header.baseline_route).as_dict()
 
     min_effect = header.timing.min_effect
-    combined = _combination(main, base, min_effect) if tune.strategy == "budget" else None
+    varied = Selection.recorded(tune.selection).varied
+    ascending = tune.strategy == "budget" and ascends(start_size(Route.of(base), varied),
+                                                      tune.max_builds)
+    combined = _combination(main, base, min_effect) \
+        if tune.strategy == "budget" and not ascending else None
 
     def phase(t: TrialRecord) -> Literal["baseline", "start", "combination", "proposal"]:
         if t.role == "baseline":
@@ -99,7 +105,14 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
         differs = sum(v != base.get(k) for k, v in Route.parse(t.route).as_dict().items())
         return "start" if tune.strategy == "budget" and differs <= 1 else "proposal"
 
-    phases = [phase(t) for t in main]
+    def climbed(i: int, t: TrialRecord) -> Literal["baseline", "start", "proposal"]:
+        if t.role == "baseline":
+            return "baseline"
+        step = ascent(Route.of(base), varied, {m.route: m for m in main[:i]}, min_effect)
+        return "start" if step is not None and step.text() == t.route else "proposal"
+
+    phases = [climbed(i, t) for i, t in enumerate(main)] if ascending else \
+        [phase(t) for t in main]
     start = next((i for i, ph in enumerate(phases) if ph in ("combination", "proposal")),
                  len(phases))
     limits = Limits(max_builds=tune.max_builds, max_search_s=tune.max_search_s,

@@ -1,7 +1,11 @@
 """``budget``: the best admissible route of a large space within a budget of builds or seconds.
 
 A structured start (the baseline and every one-knob route, as ``fast``), the one-knob values that
-helped set together, then proposals of two kinds. Around the best route so far
+helped set together, then proposals of two kinds. When the build budget is less than twice the
+one-knob routes, the start would spend half of it or more on routes that each vary the baseline
+alone: then it is an ascent instead (:func:`ascent`), the same number of one-knob steps, each
+knob's values tried from the best route found so far, so that what helped is already combined
+when the budget runs out. Around the best route so far
 (:mod:`dossier.strategies.local`): one-knob moves of it by expected gain, each knob it sets moved
 once in context, and repairs of settings that fail on their own (tried with a few partner
 settings at once). And routes proposed by Optuna's TPE sampler (multivariate, with constraints),
@@ -24,13 +28,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.errors import InputError, TuneError
 from dossier.knobs import KnobDatabase
-from dossier.routes import Route, Selection
+from dossier.routes import Route, Selection, SelectionItem
 from dossier.strategies import local
 from dossier.strategies.fast import FastStrategy
 from dossier.strategies.interface import Judged, Strategy
@@ -97,10 +101,17 @@ class BudgetStrategy(Strategy):
         """The structured start: the baseline and every one-knob route (``fast``'s routes)."""
         return list(FastStrategy().routes(selection, db, {}))
 
+    def ascends(self, selection: Selection, db: KnobDatabase) -> bool:
+        """Whether the start is an :func:`ascent` (:func:`ascends`)."""
+        return ascends(len(self.start(selection, db)), self.limits.max_builds)
+
     def ahead(self, selection: Selection, db: KnobDatabase,
               results: Mapping[str, Judged]) -> list[Route]:
-        """The structured start, within the build budget (its builds may start at once)."""
+        """The structured start, within the build budget (its builds may start at once); of an
+        ascent, the baseline alone (each later step depends on the ones before)."""
         routes = self.start(selection, db)
+        if self.ascends(selection, db):
+            routes = routes[:1]
         if self.limits.max_builds is not None:
             routes = routes[: self.limits.max_builds]
         return routes
@@ -123,6 +134,7 @@ class BudgetStrategy(Strategy):
         dists: dict[str, Any] = {i.knob: optuna.distributions.CategoricalDistribution(i.values)
                                  for i in selection.varied}
         start = [r.as_dict() for r in self.start(selection, db)]
+        ascending = self.ascends(selection, db)
         space = math.prod(len(i.values) for i in selection.varied)
         study = self._study()
 
@@ -163,17 +175,14 @@ class BudgetStrategy(Strategy):
             trials = study.get_trials(deepcopy=False)
             waiting = any(t.state == optuna.trial.TrialState.WAITING for t in trials)
             n = len(trials) - waiting
-            if n < len(start) and not waiting:
-                study.enqueue_trial({k: start[n][k] for k in dists})
-            elif n == len(start) and not waiting:  # then the one-offs that helped, together
-                study.enqueue_trial({k: v for k, v in helpful(
-                    selection, db, results, self.limits.min_effect).as_dict().items()
-                    if k in dists})
-            elif not waiting:  # then a move or a repair around the best route, or the model's
-                near = local.propose(local.Evidence.read(selection, db, results),
-                                     n - len(start) - 1, self.seed, self.limits.min_effect)
-                if near is not None:
-                    study.enqueue_trial({k: v for k, v in near.as_dict().items() if k in dists})
+            if not waiting:
+                nxt = self._next_start(selection, db, results, start, n, ascending)
+                if nxt is None:  # a move or a repair around the best route, or the model's
+                    nxt = local.propose(local.Evidence.read(selection, db, results),
+                                        max(0, n - len(start) - 1), self.seed,
+                                        self.limits.min_effect)
+                if nxt is not None:
+                    study.enqueue_trial({k: v for k, v in nxt.as_dict().items() if k in dists})
             study.sampler = _sampler(self.seed, n)
             trial = study.ask(dists)
             route = route_of(trial.params)
@@ -186,6 +195,20 @@ class BudgetStrategy(Strategy):
             if route.text() not in results:
                 raise TuneError(f"the budget strategy proposed {route} but got no result for it")
             tell(trial, route)
+
+    def _next_start(self, selection: Selection, db: KnobDatabase,
+                    results: Mapping[str, Judged], start: list[dict[str, str]], n: int,
+                    ascending: bool) -> Route | None:
+        """Proposal ``n`` of the structured start (the ascent's next step, or ``start[n]``,
+        then the one-knob values that helped, together); None once the start is done."""
+        if ascending:
+            return ascent(selection.baseline(db), selection.varied, results,  # type: ignore[arg-type]
+                          self.limits.min_effect) if n < len(start) else None
+        if n < len(start):
+            return Route.of(start[n])
+        if n == len(start):
+            return helpful(selection, db, results, self.limits.min_effect)
+        return None
 
     def _study(self) -> optuna.Study:
         if self.storage_path is None:
@@ -230,6 +253,46 @@ def helpful(selection: Selection, db: KnobDatabase, results: Mapping[str, Judged
         if s is not None and s >= 1 + min_effect and s > best.get(knob, (0.0, ""))[0]:
             best[knob] = (s, route.as_dict()[knob])
     return Route.of({**selection.baseline(db).as_dict(), **{k: v for k, (_, v) in best.items()}})
+
+
+def start_size(base: Route, varied: Sequence[SelectionItem]) -> int:
+    """Routes of the structured start: the baseline and its one-knob routes (``fast``'s)."""
+    values = base.as_dict()
+    return 1 + sum(v != values.get(i.knob) for i in varied for v in i.values)
+
+
+def ascends(start: int, max_builds: int | None) -> bool:
+    """Whether the start is an :func:`ascent`: a build budget under twice the ``start``
+    routes."""
+    return max_builds is not None and 2 * start > max_builds
+
+
+def ascent(base: Route, varied: Sequence[SelectionItem], results: Mapping[str, Scored],
+           min_effect: float) -> Route | None:
+    """The next route of the ascent start, None when every knob has had its turn.
+
+    From the baseline ``base``, knob by knob in ``fast``'s order (right to left), each of the
+    knob's other values is tried in the route the ascent stands on; the ascent then moves to the
+    fastest admissible of them when it is at least ``min_effect`` faster than where it stands.
+    As many routes as ``fast``'s (fewer when a value tried is one already measured), and a pure
+    function of the routes measured, so a resumed search takes the same steps and ``explain``
+    can tell them from the proposals."""
+    def measured(route: Route) -> float:
+        return speedup(results[route.text()]) or 0.0
+
+    here = base
+    if here.text() not in results:
+        return here
+    for item in reversed(varied):
+        tried = [Route.of({**here.as_dict(), item.knob: v}) for v in item.values]
+        tried = [r for r in tried if r.text() != here.text()]
+        for route in tried:
+            if route.text() not in results:
+                return route
+        best = max(tried, key=measured, default=here)
+        if measured(best) >= measured(here) * (1 + min_effect):
+            here = best
+    return None
 
 
 def _observation(r: Judged) -> tuple[float, float]:

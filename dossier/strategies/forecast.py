@@ -45,6 +45,9 @@ class Forecast:
     """The baseline's build time (None: unknown)."""
     build_source: Literal["build cache", "a first build"] | None
     """Where ``build_s`` comes from."""
+    ascends: bool = False
+    """The structured start is an ascent (a build budget under twice the start:
+    :func:`dossier.strategies.budget.ascends`)."""
 
     @property
     def builds_s(self) -> float | None:
@@ -58,8 +61,11 @@ class Forecast:
                                                "whichever ends first" if self.max_search_s else "")]
         if self.strategy == "budget":
             first = min(self.start, self.builds)
-            out.append(f"structured start: {first} of {self.start} routes (the baseline and "
-                       f"one-knob routes); then up to {max(0, self.builds - first)} proposals")
+            how = ("the baseline, then each knob's values tried from the best route so far: "
+                   "the budget is under twice the start" if self.ascends
+                   else "the baseline and one-knob routes")
+            out.append(f"structured start: {first} of {self.start} routes ({how}); then up to "
+                       f"{max(0, self.builds - first)} proposals")
             if self.start > self.builds:
                 out.append("the build budget ends inside the structured start: raise "
                            "max_builds to let the model propose anything")
@@ -97,5 +103,6 @@ def forecast(spec: ReleaseSpec, strategy: Strategy, selection: Selection, db: Kn
             t0 = time.perf_counter()
             backend.build(model, baseline, engine)
             build_s, source = time.perf_counter() - t0, "a first build"
+    ascending = isinstance(strategy, BudgetStrategy) and strategy.ascends(selection, db)
     return Forecast(spec.tune.strategy, space, start, builds, spec.tune.max_search_s, build_s,
-                    source)
+                    source, ascending)
