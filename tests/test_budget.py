@@ -340,6 +340,7 @@ def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path
     e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
     b = e.search_budget
     assert b is not None and b.builds == 10 and b.start == 5 and b.max_builds == 10
+    assert not b.ascent
     assert b.stopped == "the budget of 10 builds is spent"
     # a budget of 10 is not under twice the 5 routes of the start: the start varies the
     # baseline alone, one knob at a time (then what helped goes together, then proposals)
@@ -353,6 +354,7 @@ def test_a_budgeted_search_runs_stops_and_explains_itself(sample, tmp_path: Path
 def test_a_small_budget_starts_with_an_ascent_and_explain_says_so(sample, tmp_path: Path) -> None:
     """A budget under twice the structured start: each knob is tried from the route the ascent
     stands on, so what helped is combined within the start."""
+    from dossier.audit.budget import lines
     from dossier.audit.explain import explain_search
     from dossier.strategies.spend import speedup
     from dossier.tuner import tune
@@ -377,8 +379,9 @@ def test_a_small_budget_starts_with_an_ascent_and_explain_says_so(sample, tmp_pa
     c = res.cache
     e = explain_search(c.header, c.trials, c.sessions, c.decision, run_dir=tmp_path / "run")
     b = e.search_budget
-    assert b is not None and b.start == 5
+    assert b is not None and b.start == 5 and b.ascent
     assert [r.phase for r in b.routes] == ["baseline", *["start"] * 4, "proposal"]
+    assert "5 in the structured start (an ascent" in "\n".join(lines(b))
 
 
 def test_the_ascent_moves_to_what_helped_by_the_minimum_effect() -> None:

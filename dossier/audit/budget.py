@@ -67,6 +67,9 @@ class SearchBudget(_Model):
     """Their trials' wall time, summed."""
     start: int
     """Routes of the structured start (the baseline included)."""
+    ascent: bool = False
+    """The start was an ascent (each knob's values tried from the best route so far), as it is
+    under a build budget below twice the structured start."""
     infeasible: int
     """Routes that failed to build, crashed, timed out or broke accuracy (told to the model as
     infeasible)."""
@@ -132,7 +135,7 @@ def search_budget(header: CacheHeader, trials: Sequence[TrialRecord],
               for i, (t, ph) in enumerate(zip(main, phases))]
     return SearchBudget(strategy=tune.strategy, max_builds=tune.max_builds,
                         max_search_s=tune.max_search_s, builds=acc.builds,
-                        search_s=round(acc.search_s, 3), start=start,
+                        search_s=round(acc.search_s, 3), start=start, ascent=ascending,
                         infeasible=sum(not t.admissible for t in main),
                         best_speedup=acc.best, best_route=acc.best_route, stopped=stopped,
                         routes=routes)
@@ -176,7 +179,9 @@ def lines(b: SearchBudget) -> list[str]:
     budget = " and ".join([*([f"{b.max_builds} builds"] if b.max_builds else []),
                            *([f"{b.max_search_s:g} s"] if b.max_search_s else [])])
     out = [f"{b.strategy}: {b.builds} routes measured in {b.search_s:.1f} s of trials (budget "
-           f"{budget}); {b.start} in the structured start, {b.builds - b.start} after it; "
+           f"{budget}); {b.start} in the structured start"
+           + (" (an ascent: each knob tried from the best route so far)" if b.ascent else "")
+           + f", {b.builds - b.start} after it; "
            f"{b.infeasible} infeasible",
            f"best screening speedup {b.best_speedup:.3f}x ({b.best_route or 'the baseline'})",
            f"stopped: {b.stopped}"]
