@@ -73,8 +73,12 @@ class WorkerRequest(AccuracyRule):
     parent_pid: int = 0
     """The parent's pid: the child exits at once when its parent is already gone, and is
     killed when the parent dies (set inside the child, not by a pre-exec hook)."""
+    timeout_s: float = Field(gt=0)
+    """Wall-clock limit of the child (the trial timeout), watched by the parent
+    (:class:`dossier.jobs.child.Child`)."""
     memory_mb: int | None = None
-    """Address-space limit of the child (RLIMIT_AS), set by the child itself at start."""
+    """Address-space limit of the child (RLIMIT_AS; the trial memory limit, None: none), set
+    by the child itself at start."""
     engines: list[tuple[str, str]] = []
     """``measure``: the engines one measuring process of the confirmation loads, (path, route)
     each: the baseline, a second load of it (the A/A), then the candidates."""
