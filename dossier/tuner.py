@@ -515,12 +515,11 @@ class Tuner:
         trial = next(t for t in self.cache.trials
                      if t.route == route and t.role != "confirm" and t.engine)
         engine = self.run_dir / str(trial.engine)
-        timing = self.p.spec.timing
         req = self.requests.request(mode="validate", engine=str(engine), route=route)
         req = req.model_copy(update={"validation": str(holdout.path.resolve())})
         self.observer.holdout(route)
-        result = run_child(req, self.work, f"holdout-{trial.index:04d}", timing.trial_timeout_s,
-                           timing.trial_memory_limit_mb, self.p.backend.loader_env(engine))
+        result = run_child(req, self.work, f"holdout-{trial.index:04d}",
+                           self.p.backend.loader_env(engine))
         if isinstance(result, JudgedResult):
             record = HoldoutRecord(route=route, trial_index=trial.index,
                                    passed=result.outcome == "ok", reason=result.reason,

@@ -17,7 +17,7 @@ from dossier.measure.timing import TimingSettings
 def _request(tmp: Path, **kw: object) -> WorkerRequest:
     return WorkerRequest(mode="validate", backend="onnxruntime", model="", metric="l2",
                          validation=str(tmp / "missing"), threshold=1.0, atol=0.0, rtol=0.0,
-                         timing=TimingSettings(), baseline_route="", route="",
+                         timing=TimingSettings(), timeout_s=120.0, baseline_route="", route="",
                          engine=str(tmp / "missing.ort"), result=str(tmp / "r.json"),
                          stage=str(tmp / "stage"), **kw)  # type: ignore[arg-type]
 
@@ -45,7 +45,7 @@ def test_a_child_whose_parent_is_gone_leaves_at_once(tmp_path: Path) -> None:
 
 
 def test_a_failing_child_reports_a_typed_failure(tmp_path: Path) -> None:
-    result = run_child(_request(tmp_path), tmp_path, "validate", 120, 4096)
+    result = run_child(_request(tmp_path, memory_mb=4096), tmp_path, "validate")
     assert isinstance(result, FailedResult) and result.outcome == "runtime_error"
     assert "during setup" in result.reason or "during load" in result.reason
     assert "startup" in result.phases_s
@@ -60,7 +60,7 @@ def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> No
 
     from dossier.jobs.child import Child
 
-    child = Child(_request(tmp_path), tmp_path, "paused", 120, None)
+    child = Child(_request(tmp_path), tmp_path, "paused")
     try:
         child.pause()
         assert child._stage() != "start"  # the child's guard (prctl) had run
@@ -80,13 +80,14 @@ def test_a_child_is_paused_only_once_it_follows_its_parent(tmp_path: Path) -> No
         child.proc.wait()
 
 
-def _measure_request(tmp: Path, samples_dir: Path, engine: Path, **kw: object) -> WorkerRequest:
+def _measure_request(tmp: Path, samples_dir: Path, engine: Path, timeout_s: float = 60.0,
+                     **kw: object) -> WorkerRequest:
     timing = TimingSettings(confirm_rounds=2, confirm_warmup=1, confirm_runs=5,
                             confirm_block_s=0.01, warmup_max_s=0.1, warmup_window=2)
     return WorkerRequest(mode="measure", backend="onnxruntime", model="",
                          validation=str(samples_dir / "convnet" / "validation"), threshold=1.0,
-                         timing=timing, baseline_route="", result="", stage="",
-                         **kw)  # type: ignore[arg-type]
+                         timing=timing, timeout_s=timeout_s, baseline_route="", result="",
+                         stage="", **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +110,9 @@ def test_a_child_on_standby_imports_then_waits_for_its_final_request(
     from dossier.jobs.child import Child
     from dossier.jobs.worker import MeasuredResult
 
-    guess = _measure_request(tmp_path, samples_dir, convnet_engine,
+    guess = _measure_request(tmp_path, samples_dir, convnet_engine, timeout_s=3.0,
                              engines=[(str(tmp_path / "not-there.ort"), "")])
-    child = Child(guess, tmp_path, "m", timeout=3.0, memory_mb=None, standby=True)
+    child = Child(guess, tmp_path, "m", standby=True)
     try:
         deadline = time.monotonic() + 60
         while child._stage() != "standby" and time.monotonic() < deadline:
@@ -122,6 +123,7 @@ def test_a_child_on_standby_imports_then_waits_for_its_final_request(
         final = _measure_request(tmp_path, samples_dir, convnet_engine,
                                  engines=[(str(convnet_engine), "")] * 2, offset=1)
         child.go(final)
+        assert child.req.timeout_s == child.timeout == 3.0  # the limit it started with
         result = child.wait()
     finally:
         child.kill()
@@ -137,7 +139,7 @@ def test_a_child_on_standby_that_fails_to_start_says_why_once_its_turn_comes(
 
     req = _measure_request(tmp_path, samples_dir, convnet_engine).model_copy(
         update={"backend": "no-such-backend", "engines": [(str(convnet_engine), "")] * 2})
-    child = Child(req, tmp_path, "m", timeout=60.0, memory_mb=None, standby=True)
+    child = Child(req, tmp_path, "m", standby=True)
     child.proc.wait(timeout=60)  # it ended during its setup, before its turn
     child.go(req)  # the parent does not know yet: no error here
     result = child.wait()
@@ -152,7 +154,7 @@ def test_a_child_on_standby_leaves_when_it_is_not_needed(
 
     req = _measure_request(tmp_path, samples_dir, convnet_engine,
                            engines=[(str(convnet_engine), "")] * 2)
-    child = Child(req, tmp_path, "m", timeout=60.0, memory_mb=None, standby=True)
+    child = Child(req, tmp_path, "m", standby=True)
     assert child.proc.stdin is not None
     child.proc.stdin.close()  # end of input: the parent no longer needs it
     assert child.proc.wait(timeout=60) == 0 and not (tmp_path / "m.result.json").exists()

@@ -99,7 +99,7 @@ def test_outputs_equal_the_tuner_workers(bundle: Path, tmp_path: Path,
     pairs = _pairs(bundle)
     req = WorkerRequest(backend="onnxruntime", model="", validation=str(bundle / "validation"),
                         metric="linf", threshold=1.0, atol=0, rtol=0, timing=_timing(),
-                        baseline_route="", result=str(tmp_path / "r.json"),
+                        timeout_s=120.0, baseline_route="", result=str(tmp_path / "r.json"),
                         stage=str(tmp_path / "stage"), mode="validate")
     worker = _backend(req).load(bundle / manifest["engines"]["shipped"]["path"],
                                 Route.parse(engine.route))

@@ -13,6 +13,7 @@ from dossier.measure.timing import (
     flatten,
     median_ci,
     process_compare,
+    process_rounds,
     process_stats,
     sample_rounds,
     shift_interval,
@@ -124,6 +125,28 @@ def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     # A B, B A, A B (each block one untimed lead-in run first), each block opened afresh
     assert "".join(calls) == "aaabbbbbbaaaaaabbb"
     assert "".join(opened) == "abbaab"
+
+
+def test_a_measuring_process_rotates_from_its_offset_and_bounds_its_blocks_in_time() -> None:
+    """The confirmation's blocks: lead-in runs, then up to ``confirm_runs`` timed runs, ended
+    after ``confirm_block_s`` once ten are taken; the first engine rotates from ``offset``."""
+    import time
+
+    calls: list[str] = []
+
+    def engine(tag: str, pause_s: float = 0.0):  # type: ignore[no-untyped-def]
+        def run(i: int) -> float:
+            calls.append(tag)
+            time.sleep(pause_s)
+            return 1.0
+        return lambda: run
+
+    settings = TimingSettings(confirm_rounds=2, confirm_warmup=1, confirm_runs=12,
+                              confirm_block_s=0.25)
+    out = process_rounds([engine("a"), engine("b"), engine("c", 0.03)], settings, 1, offset=1)
+    assert [[len(b) for b in e] for e in out] == [[12, 12], [12, 12], [10, 10]]
+    # B C A, then C A B; each block one untimed lead-in run first
+    assert "".join(calls) == "b" * 13 + "c" * 11 + "a" * 13 + "c" * 11 + "a" * 13 + "b" * 13
 
 
 def test_samples_keep_their_round_index() -> None:

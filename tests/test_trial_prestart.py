@@ -136,7 +136,7 @@ def test_a_trial_whose_loader_environment_differs_starts_a_process_of_its_own(
     class Spy(Child):
         def __init__(self, *args, **kw) -> None:  # type: ignore[no-untyped-def]
             super().__init__(*args, **kw)
-            started.append((self.name, dict(args[5] or {})))
+            started.append((self.name, dict(args[3] or {})))
 
         def kill(self) -> None:
             if self.proc.poll() is None:

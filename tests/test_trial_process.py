@@ -22,7 +22,7 @@ def _trial(sample_dir: Path, work: Path, **kw: object) -> WorkerRequest:
     return WorkerRequest(mode="trial", backend="onnxruntime", model=str(sample_dir / "model.onnx"),
                          validation=str(sample_dir / "validation"), metric="linf",
                          threshold=1e-4, atol=0.0, rtol=0.0, timing=TINY_TIMING,
-                         baseline_route=ROUTE, route=ROUTE, engine=str(work / "engine.ort"),
+                         timeout_s=120.0, baseline_route=ROUTE, route=ROUTE, engine=str(work / "engine.ort"),
                          result=str(work / "result.json"), stage=str(work / "stage"),
                          **kw)  # type: ignore[arg-type]
 
@@ -37,9 +37,8 @@ def test_a_trial_process_uses_the_knob_database_of_its_request(sample, tmp_path:
         k.model_copy(update={"default": other}) if k.name == "graph_optimization_level" else k
         for k in db.knobs)})
     given = run_child(_trial(spec_path.parent, tmp_path / "given", knobs=changed),
-                      tmp_path / "given", "trial", 120, None)
-    own = run_child(_trial(spec_path.parent, tmp_path / "own"), tmp_path / "own", "trial", 120,
-                    None)
+                      tmp_path / "given", "trial")
+    own = run_child(_trial(spec_path.parent, tmp_path / "own"), tmp_path / "own", "trial")
     assert isinstance(given, JudgedResult) and isinstance(own, JudgedResult), (given, own)
     assert given.facts["optimization_level"] == other
     assert own.facts["optimization_level"] == real

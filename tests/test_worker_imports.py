@@ -41,11 +41,11 @@ def test_a_trial_process_does_not_import_onnx(sample, tmp_path: Path, given: boo
     folder = spec_path.parent
     req = WorkerRequest(mode="trial", backend="onnxruntime", model=str(folder / "model.onnx"),
                         validation=str(folder / "validation"), metric="linf", threshold=1e-4,
-                        timing=TINY_TIMING, baseline_route=ROUTE, route=ROUTE,
+                        timing=TINY_TIMING, timeout_s=120.0, baseline_route=ROUTE, route=ROUTE,
                         engine=str(tmp_path / "engine.ort"), result=str(tmp_path / "r.json"),
                         stage=str(tmp_path / "stage"),
                         knobs=get_backend("onnxruntime").knob_database() if given else None)
-    result = run_child(req, tmp_path, "trial", 120, None, {"PYTHONPROFILEIMPORTTIME": "1"})
+    result = run_child(req, tmp_path, "trial", {"PYTHONPROFILEIMPORTTIME": "1"})
     assert isinstance(result, JudgedResult), result
     imported = _imported(tmp_path / "trial.log")
     assert {"onnxruntime", "dossier.validation"} <= imported  # the log holds the import lines

@@ -88,12 +88,10 @@ class LocalScheduler:
 
     def _start_build(self, build: Build, name: str) -> Child:
         r = self.requests
-        timing = r.spec.timing
         env = {}
         if self.builds is not None and self.builds.jobs > 1:  # share the cores between builds
             env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
-        return Child(r.build(build.route, build.engine), r.work, name, timing.trial_timeout_s,
-                     timing.trial_memory_limit_mb, env)
+        return Child(r.build(build.route, build.engine), r.work, name, env)
 
     def want(self, route: Route, index: int) -> None:
         self._wanted[index] = route
@@ -149,11 +147,10 @@ class LocalScheduler:
         runs apart and is not known to be done (the next route is unknown, or its build still
         runs): that process then starts as the wait for that build begins, and this trial
         need not wait for its imports."""
-        timing = req.timing
         name = f"trial-{index:04d}"
         child = self._take(env)
         ahead = self._wanted.get(index + 1)
-        if self.backend.prestarts(timing.trial_prestart) and (self.builds is None or (
+        if self.backend.prestarts(req.timing.trial_prestart) and (self.builds is None or (
                 ahead is not None and not self.builds.pending(ahead))):
             nxt = self._stand_by(req, env)
             req = req.model_copy(update={"then": (nxt.req.stage, nxt.proc.pid)})
@@ -164,17 +161,15 @@ class LocalScheduler:
                 return result
             logger.info("%s: its process ended on standby (%s); the trial runs in a new one",
                         name, getattr(result, "reason", result.outcome))
-        return run_child(req, self.requests.work, name, timing.trial_timeout_s,
-                         timing.trial_memory_limit_mb, env)
+        return run_child(req, self.requests.work, name, env)
 
     def _stand_by(self, req: WorkerRequest, env: dict[str, str]) -> Child:
         """Start a trial's process on standby in ``env``, its request a guess from ``req``:
         the search's setup is right, the rest (route, engines) comes with go()."""
-        timing = req.timing
         guess = req.model_copy(update=dict.fromkeys(
             ("route", "engine", "baseline_engine", "prebuilt", "then")))
-        child = Child(guess, self.requests.work, f"standby-{self._standbys:04d}",
-                      timing.trial_timeout_s, timing.trial_memory_limit_mb, env, standby=True)
+        child = Child(guess, self.requests.work, f"standby-{self._standbys:04d}", env,
+                      standby=True)
         self._standbys += 1
         self.standby = child, env
         return child

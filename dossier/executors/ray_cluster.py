@@ -150,8 +150,7 @@ def build_task(req_json: str, inputs: dict[str, Any], threads: int) -> tuple[tup
         engine = work / Path(req.engine or "").name
         req = req.model_copy(update={"model": str(model), "validation": str(vset),
                                      "engine": str(engine)})
-        result = run_child(req, work, "build", req.timing.trial_timeout_s,
-                           req.timing.trial_memory_limit_mb, {COMPILE_THREADS_ENV: str(threads)})
+        result = run_child(req, work, "build", {COMPILE_THREADS_ENV: str(threads)})
         data = engine.read_bytes() if isinstance(result, BuiltResult) and engine.is_file() \
             else None
         return (result.model_dump_json(), digest_bytes(data) if data is not None else None), data
@@ -216,8 +215,7 @@ class MeasureWorker:
             shutil.copyfile(src, engine)
         req = req.model_copy(update=update)
         env = self._env(req.baseline_engine, engine, src)
-        result = run_child(req, work, name, req.timing.trial_timeout_s,
-                           req.timing.trial_memory_limit_mb, env)
+        result = run_child(req, work, name, env)
         if hasattr(result, "facts"):
             result = result.model_copy(update={"facts": {**result.facts, **self.where}})
         data = engine.read_bytes() if result.outcome == "ok" and engine.is_file() else None

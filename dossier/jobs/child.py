@@ -57,16 +57,16 @@ start and imports) before stopping it anyway."""
 class Child:
     """One started worker process."""
 
-    def __init__(self, req: WorkerRequest, work: Path, name: str, timeout: float,
-                 memory_mb: int | None, env: Mapping[str, str] | None = None, *,
-                 standby: bool = False) -> None:
-        """``standby``: start the process now, but let it do no more than its imports and
-        setup until :meth:`go`; its time limit counts from then."""
+    def __init__(self, req: WorkerRequest, work: Path, name: str,
+                 env: Mapping[str, str] | None = None, *, standby: bool = False) -> None:
+        """Its time and memory limits are the request's (``timeout_s``, ``memory_mb``).
+        ``standby``: start the process now, but let it do no more than its imports and setup
+        until :meth:`go`; its time limit counts from then."""
         self.name = name
-        self.timeout = timeout
+        self.timeout = req.timeout_s
         self.log = work / f"{name}.log"
         self.req = req.model_copy(update={
-            "spawned_at": time.time(), "parent_pid": os.getpid(), "memory_mb": memory_mb,
+            "spawned_at": time.time(), "parent_pid": os.getpid(),
             "result": str(work / f"{name}.result.json"), "stage": str(work / f"{name}.stage")})
         self.work = work
         req_path = self._request_path = work / f"{name}.request.json"
@@ -99,7 +99,8 @@ class Child:
         engines or another rotation offset); its time limit starts now. A child that ended
         while it waited is read as such by :meth:`wait`. ``name``: the name it goes by from
         now on (started under a neutral one before it was known): its log is renamed to
-        match, its request, stage and result files keep the names it started with."""
+        match, its request, stage and result files keep the names it started with. Its
+        limits stay those it started with."""
         if not self.standby or self.proc.stdin is None:
             raise ValueError(f"{self.name} was not started on standby")
         if name is not None and name != self.name:
@@ -110,7 +111,7 @@ class Child:
                          self.proc.pid, name, log)
             self.name, self.log = name, log
         final = req.model_copy(update={k: getattr(self.req, k) for k in (
-            "spawned_at", "parent_pid", "memory_mb", "result", "stage")})
+            "spawned_at", "parent_pid", "timeout_s", "memory_mb", "result", "stage")})
         with host_io(self.work, f"starting {self.name}"):
             replace_small(self._request_path, final.model_dump_json().encode(),
                           suffix=".go.tmp")
@@ -260,10 +261,11 @@ class Child:
             f"exited with status {rc} during {stage} without a result {last[0]}").strip())
 
 
-def run_child(req: WorkerRequest, work: Path, name: str, timeout: float,
-              memory_mb: int | None, env: Mapping[str, str] | None = None) -> WorkerResult:
-    """Run one worker request in its own process and wait for its result."""
-    return Child(req, work, name, timeout, memory_mb, env).wait()
+def run_child(req: WorkerRequest, work: Path, name: str,
+              env: Mapping[str, str] | None = None) -> WorkerResult:
+    """Run one worker request in its own process (under the request's limits) and wait for
+    its result."""
+    return Child(req, work, name, env).wait()
 
 
 def keep_log(log: Path, as_log: Path) -> None:

@@ -53,7 +53,7 @@ class LocalProcesses:
         from dossier.jobs.requests import new_request
 
         work.mkdir(parents=True, exist_ok=True)
-        self.work, self.env, self.settings = work, env, settings
+        self.work, self.env = work, env
         self.prestart = get_backend(backend).prestarts(settings.confirm_prestart)
         self.base = new_request(backend, validation, settings, work=None, mode="measure",
                                 builder=builder, shapes=shapes, knobs=knobs)
@@ -68,9 +68,7 @@ class LocalProcesses:
     def _start(self, req: WorkerRequest, offset: int, standby: bool) -> Child:
         from dossier.jobs.child import Child
 
-        s = self.settings
-        return Child(req, self.work, f"measure-{offset}", s.trial_timeout_s,
-                     s.trial_memory_limit_mb, self.env, standby=standby)
+        return Child(req, self.work, f"measure-{offset}", self.env, standby=standby)
 
     def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
                  more: bool = True) -> ProcessRun:

@@ -33,11 +33,13 @@ def new_request(backend: str, validation: Path, timing: TimingSettings, *,
     """A worker request: every one is made here (a search's jobs, the confirmation's
     measuring processes, ``verify``'s re-check and re-timing). ``work``: the folder of its
     result and stage files (None: named later, per process); ``accuracy``: the rule it judges
-    by (None: it judges nothing, as a measuring process)."""
+    by (None: it judges nothing, as a measuring process). Its process's time and memory
+    limits are ``timing``'s trial limits."""
     metric, threshold, atol, rtol = accuracy or ("linf", 1.0, 1e-5, 1e-5)
     return WorkerRequest(backend=backend, model=model, validation=str(validation),
                          metric=metric, threshold=threshold, atol=atol, rtol=rtol,
-                         timing=timing, baseline_route=baseline_route,
+                         timing=timing, timeout_s=timing.trial_timeout_s,
+                         memory_mb=timing.trial_memory_limit_mb, baseline_route=baseline_route,
                          builder=dict(builder or {}), shapes=list(shapes),
                          result=str(work / "result.json") if work else "",
                          stage=str(work / "stage") if work else "", **kw)

@@ -1,9 +1,12 @@
 """The trial worker: one child process per trial (``python -m dossier.jobs.worker REQUEST``).
 
 The child builds the route, loads the engine, runs the validation set, and times the engine
-against the baseline engine in rounds (:func:`dossier.measure.timing.sample_rounds`). It writes its stage to a marker file before each step, so
-the parent can say where a child that died was, and writes its result as JSON (atomically) at
-the end. Statistics are computed by the parent from the raw samples.
+against the baseline engine in rounds (:func:`dossier.measure.timing.sample_rounds`; a
+measuring process of the confirmation, :func:`dossier.measure.timing.process_rounds`: the
+timing is the measurement package's, the process around it this module's). It writes its
+stage to a marker file before each step, so the parent can say where a child that died was,
+and writes its result as JSON (atomically) at the end. Statistics are computed by the parent
+from the raw samples.
 """
 
 from __future__ import annotations
@@ -73,8 +76,12 @@ class WorkerRequest(AccuracyRule):
     parent_pid: int = 0
     """The parent's pid: the child exits at once when its parent is already gone, and is
     killed when the parent dies (set inside the child, not by a pre-exec hook)."""
+    timeout_s: float = Field(gt=0)
+    """Wall-clock limit of the child (the trial timeout), watched by the parent
+    (:class:`dossier.jobs.child.Child`)."""
     memory_mb: int | None = None
-    """Address-space limit of the child (RLIMIT_AS), set by the child itself at start."""
+    """Address-space limit of the child (RLIMIT_AS; the trial memory limit, None: none), set
+    by the child itself at start."""
     engines: list[tuple[str, str]] = []
     """``measure``: the engines one measuring process of the confirmation loads, (path, route)
     each: the baseline, a second load of it (the A/A), then the candidates."""
@@ -275,7 +282,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     result. With ``then`` (the next trial's process on standby), wait for its imports once
     both engines are loaded, before timing."""
     from dossier.backends import BuildInfo, EngineRuntimeError
-    from dossier.measure.timing import flatten, sample_rounds, warm_up
+    from dossier.measure.timing import flatten, sample_rounds, warm_up_each
     from dossier.routes import Route
     from dossier.validation import judge
 
@@ -307,7 +314,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
         engines = timed_engines(backend, vset, pair, first)
         _let_the_next_import(req, "time")
-        warm, base_warm = (warm_up(e(), req.timing, 1) for e in engines)
+        warm, base_warm = warm_up_each(engines, req.timing, 1)
         cand, ref = sample_rounds(engines, req.timing, 1)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
         failed = {"build_s": build_s, "facts": info.facts}
@@ -353,10 +360,9 @@ def run_validate(req: WorkerRequest) -> dict[str, Any]:
 
 def run_measure(req: WorkerRequest) -> dict[str, Any]:
     """One measuring process of the confirmation: load every engine of ``req.engines`` in
-    production configuration, warm each up, then ``confirm_rounds`` rounds in which every
-    engine times one block (lead-in runs, then up to ``confirm_runs`` timed runs or
-    ``confirm_block_s`` seconds), the first engine rotating from round to round."""
-    from dossier.measure.timing import warm_up
+    production configuration, warm each up, then time them in rounds, the engine at
+    ``req.offset`` first (:func:`dossier.measure.timing.process_rounds`)."""
+    from dossier.measure.timing import process_rounds, warm_up_each
     from dossier.routes import Route
 
     backend, vset = _setup(req)
@@ -364,23 +370,9 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
     engines = timed_engines(backend, vset, pairs)
     _let_the_next_import(req, "warm")
-    s = req.timing
-    warm = [warm_up(e(), s, 1) for e in engines]
+    warm = warm_up_each(engines, req.timing, 1)
     _stage(req, "time")
-    k = len(engines)
-    out: list[list[list[float]]] = [[] for _ in engines]
-    for r in range(s.confirm_rounds):
-        for idx in [(req.offset + r + j) % k for j in range(k)]:
-            fn = engines[idx]()
-            for _ in range(s.confirm_warmup):
-                fn(0)
-            samples: list[float] = []
-            start = time.perf_counter()
-            while len(samples) < s.confirm_runs and (
-                    len(samples) < 10 or time.perf_counter() - start < s.confirm_block_s):
-                samples.append(fn(0))
-            out[idx].append(samples)
-            del fn  # released before the next engine's block starts
+    out = process_rounds(engines, req.timing, 1, offset=req.offset)
     return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
 
 

@@ -216,26 +216,68 @@ def warm_up(fn: Timed, settings: TimingSettings, n_inputs: int) -> int:
             return len(times)
 
 
+def warm_up_each(engines: Sequence[Engine], settings: TimingSettings, n_inputs: int) -> list[int]:
+    """:func:`warm_up` every engine in turn (each opened for it); return each one's runs."""
+    return [warm_up(e(), settings, n_inputs) for e in engines]
+
+
 def block_sizes(settings: TimingSettings) -> list[int]:
     """Timed runs per block, one block per round (``samples`` split as evenly as possible)."""
     n, r = settings.samples, settings.rounds
     return [max(n // r + (1 if i < n % r else 0), 1) for i in range(r)]
 
 
+MIN_BLOCK_RUNS = 10
+"""Timed runs a block bounded in seconds (``confirm_block_s``) takes however long they last."""
+
+
 def sample_rounds(engines: Sequence[Engine], settings: TimingSettings,
                   n_inputs: int) -> list[list[list[float]]]:
-    """Time every engine once per round in a block of lead-in then timed runs, rotating which
-    engine goes first (A B, B A, ... for two). Returns samples per engine, per round."""
+    """A screening trial's timing: ``rounds`` rounds, each engine's block ``block_warmup``
+    lead-in runs then its share of ``samples`` (:func:`block_sizes`); see :func:`time_rounds`."""
+    return time_rounds(engines, block_sizes(settings), settings.block_warmup, n_inputs)
+
+
+def process_rounds(engines: Sequence[Engine], settings: TimingSettings, n_inputs: int, *,
+                   offset: int = 0) -> list[list[list[float]]]:
+    """A measuring process's timing (the confirmation): ``confirm_rounds`` rounds, each
+    engine's block ``confirm_warmup`` lead-in runs then up to ``confirm_runs`` timed runs or
+    ``confirm_block_s`` seconds of them (at least :data:`MIN_BLOCK_RUNS`), the engine at
+    ``offset`` first in the first round; see :func:`time_rounds`."""
+    return time_rounds(engines, [settings.confirm_runs] * settings.confirm_rounds,
+                       settings.confirm_warmup, n_inputs, offset=offset,
+                       block_s=settings.confirm_block_s)
+
+
+def time_rounds(engines: Sequence[Engine], sizes: Sequence[int], lead_in: int, n_inputs: int,
+                *, offset: int = 0, block_s: float | None = None) -> list[list[list[float]]]:
+    """Time every engine once per round in a block (opened afresh for it): ``lead_in`` untimed
+    runs, then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that many,
+    ending once ``block_s`` seconds have passed since the first and :data:`MIN_BLOCK_RUNS` are
+    taken). Which engine goes first rotates from round to round (A B, B A, ... for two), from
+    the engine at ``offset``. Returns samples per engine, per round."""
     out: list[list[list[float]]] = [[] for _ in engines]
     k = len(engines)
-    for r, count in enumerate(block_sizes(settings)):
-        for idx in [(r + j) % k for j in range(k)]:  # each engine takes each position in turn
+    for r, count in enumerate(sizes):
+        for idx in [(offset + r + j) % k for j in range(k)]:  # each engine takes each position
             fn = engines[idx]()
-            for i in range(settings.block_warmup):
+            for i in range(lead_in):
                 fn(i % n_inputs)
-            out[idx].append([fn(i % n_inputs) for i in range(count)])
+            out[idx].append(_block(fn, count, n_inputs, block_s))
             del fn  # released before the next engine's block starts
     return out
+
+
+def _block(fn: Timed, count: int, n_inputs: int, block_s: float | None) -> list[float]:
+    """One block's timed runs (see :func:`time_rounds`)."""
+    if block_s is None:
+        return [fn(i % n_inputs) for i in range(count)]
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < count and (
+            len(samples) < MIN_BLOCK_RUNS or time.perf_counter() - start < block_s):
+        samples.append(fn(len(samples) % n_inputs))
+    return samples
 
 
 def flatten(rounds: Sequence[Sequence[float]]) -> tuple[list[float], list[int]]:

@@ -93,8 +93,7 @@ def recheck(bundle: Bundle, *, threshold: float | None = None,
                        engine=str(bundle.file(shipped.path)), route=shipped.route)
         req = req.model_copy(update={"threshold": limit,
                                      "validation": str(bundle.folder(data_set))})
-        result = run_child(req, Path(tmp), "recheck", header.timing.trial_timeout_s,
-                           header.timing.trial_memory_limit_mb,
+        result = run_child(req, Path(tmp), "recheck",
                            _loader_env(bundle, bundle.file(shipped.path)))
     if not isinstance(result, JudgedResult):
         failure = getattr(result, "reason", None) or "the engine did not run"
