@@ -287,7 +287,7 @@ def _save(path: Path, doc: dict[str, Any]) -> None:
 
 
 def release(spec: Path, n: int, out: Path, extra: list[str] | None = None,
-            label: str = "") -> dict[str, Any]:
+            label: str = "", build_cache: Path | None = None) -> dict[str, Any]:
     """``n`` fresh releases of ``spec``; the record written to ``out`` after each."""
     doc: dict[str, Any] = {
         "command": " ".join(["python bench/precision.py release", str(spec), "--releases",
@@ -295,7 +295,7 @@ def release(spec: Path, n: int, out: Path, extra: list[str] | None = None,
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cores": os.cpu_count(), "releases": []}
     with tempfile.TemporaryDirectory(prefix="dossier-precision-") as tmp:
-        cache = Path(tmp) / "build-cache"
+        cache = build_cache or Path(tmp) / "build-cache"
         for i in range(n):
             row = _release(spec, Path(tmp) / f"r{i}", cache, extra or [])
             doc["releases"].append(row)
@@ -360,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("spec", type=Path)
     r.add_argument("--releases", type=int, default=5)
     r.add_argument("--out", type=Path)
+    r.add_argument("--build-cache", type=Path, default=None, help="keep the engines built here "
+                   "(default: a temporary folder, shared by the releases of this run only)")
     f = sub.add_parser("filter")
     f.add_argument("--releases", type=int, default=10)
     f.add_argument("--out", type=Path, default=RESULTS / "precision-filter.json")
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         (quiet_model if args.quiet else models)(args.out)
     elif args.cmd == "release":
         out = args.out or RESULTS / f"precision-{args.spec.parent.name}.json"
-        release(args.spec, args.releases, out)
+        release(args.spec, args.releases, out, build_cache=args.build_cache)
     else:
         filter_check(args.releases, args.out)
     return 0
