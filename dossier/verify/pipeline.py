@@ -285,14 +285,12 @@ class _Run:
         # an archive is read in place as far as the checks read it; but a signed one whose
         # files are used after the check (engines loaded, the environment read) is extracted
         # whole first, so what the signature covered is what is used
-        signed_here = (o.require_signature or o.signature is not None
-                       or os.path.lexists(signature_path(self.path)))
-        lazy = not o.extract and (o.integrity_only or not signed_here)
+        lazy = not o.extract and (o.integrity_only or not self._signature_involved())
         # a folder whose engines are loaded after the checks (a loader, a re-check, a
         # re-timing) is copied into a private folder, each file hashed as it is copied: what
         # is loaded is what was checked, whatever another process does to the folder
         private = not o.integrity_only and (o.extract or o.recheck or o.rebench)
-        with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
+        with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(),
                                   workdir=o.workdir, private=private,
                                   unused=self._unused) as bundle:
             yield bundle
@@ -408,7 +406,7 @@ class _Run:
         o = self.opts
         # one read of every file; the records a later step reads (the environment step:
         # fingerprint.json) kept from it when the folder is read in place
-        scan = scan_bundle(bundle, self._digests(bundle.source), keep=_PINNED)
+        scan = scan_bundle(bundle, self._digests(), keep=_PINNED)
         bundle.pin({rel: f.data for rel, f in scan.files.items() if f.data is not None
                     and rel in bundle.manifest.table()})
         self.signed = self._signature(bundle, scan)
@@ -447,14 +445,18 @@ class _Run:
                              "a stricter (lower) one")
         return self._environment(bundle)
 
-    def _digests(self, source: Path) -> list[str]:
-        """What the signature check needs besides xxh3-128: its digests when a signature is
-        checked (one beside the bundle, one named, one required, or registry referrers)."""
+    def _signature_involved(self) -> bool:
+        """Whether a signature is checked: one is required, one is named, one lies beside
+        the bundle, or the registry listed signature referrers."""
         o = self.opts
-        signed = (o.require_signature or o.signature is not None
-                  or os.path.lexists(signature_path(source))
-                  or (self.fetched is not None and bool(self.fetched.signatures)))
-        return list(_SIGNATURE_DIGESTS) if signed else []
+        return (o.require_signature or o.signature is not None
+                or os.path.lexists(signature_path(self.path))
+                or (self.fetched is not None and bool(self.fetched.signatures)))
+
+    def _digests(self) -> list[str]:
+        """What the signature check needs besides xxh3-128: its digests when a signature is
+        involved."""
+        return list(_SIGNATURE_DIGESTS) if self._signature_involved() else []
 
     def _signature(self, bundle: Bundle, scan: BundleScan) -> SignatureCheck | None:
         o = self.opts
@@ -465,8 +467,7 @@ class _Run:
                                              require=o.require_signature,
                                              source=self.fetched.reference, scan=scan,
                                              ignored=self.ignored)
-        if (o.require_signature or o.signature is not None or o.trusted_keys
-                or os.path.lexists(signature_path(bundle.source))):
+        if self._signature_involved() or o.trusted_keys:  # keys given: loaded and validated
             from dossier.trust.signing import check_signature
 
             return check_signature(bundle, o.trusted_keys, require=o.require_signature,
