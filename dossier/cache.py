@@ -453,6 +453,18 @@ def _first(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg', 'invalid')}"
 
 
+def read_header(path: Path) -> CacheHeader:
+    """The header line of a cache, validated, without reading the records after it."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline()
+    except OSError as exc:
+        raise InputError(f"cannot read tuning cache {path}: {exc.strerror}") from exc
+    if not line.endswith(b"\n"):  # a torn first line, as TuningCache.open reads it
+        raise CacheMismatchError(f"{path} is not a dossier tuning cache (no header line)")
+    return _read_header(path, line)
+
+
 def read_header_json(path: Path) -> dict[str, Any]:
     """The header line of a cache as plain JSON (for tools that only peek)."""
     with open(path, encoding="utf-8") as f:

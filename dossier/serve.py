@@ -17,12 +17,14 @@ SUBOPTIMAL warns (:class:`SuboptimalWarning`) or refuses when asked
 (:class:`~dossier.errors.SuboptimalHostError`, exit 10).
 
 The engine is then loaded by the backend's own loader, the one every trial and the independent
-re-timing load it with (:meth:`dossier.backends.Backend.load`): ONNX Runtime with the route's
-session options (graph optimizations off, the load-time knobs applied); AOTInductor by the
-package loader (a CUDA package without inductor's CPU-ISA probe), refused in one line when the
-package carries its own libstdc++ and it is not preloaded, with one CUDA graph per input shape
-for a ``-cuda_graph=on`` route; TensorRT by deserializing the plan and creating one execution
-context.
+re-timing load it with, as the bundle's manifest records it
+(:meth:`dossier.backends.Backend.load_shipped`): ONNX Runtime with the route's session options
+(graph optimizations off, the load-time knobs applied); AOTInductor by the package loader (a
+CUDA package without inductor's CPU-ISA probe), refused in one line when the package carries
+its own libstdc++ and it is not preloaded, with one CUDA graph per input shape for a
+``-cuda_graph=on`` route; TensorRT by deserializing the plan (host code allowed for a
+version-compatible engine, as its recorded load says) and creating one execution context. One
+backend instance serves the whole load: the verification resolves it, and the load uses it.
 
 Time to first inference: the steps that do not depend on each other overlap. This host's
 fingerprint (a second, most of it the C++ compiler's probe of an AOTInductor bundle) is collected
@@ -30,8 +32,8 @@ in a background thread while the calling thread imports the backend's runtime (`
 torch``: seconds; :meth:`dossier.backends.Backend.import_runtime`, which touches no device and
 no engine) and then checks the signature and every file's integrity; the environment step
 takes the fingerprint when it is done. No engine byte is read before the checks and the verdict
-have passed: the runtime import is given the backend's name alone. A bundle refused by its
-checks has still had its runtime imported.
+have passed: the runtime import is given the backend alone, never the bundle. A bundle refused
+by its checks has still had its runtime imported.
 
 Threads: an :class:`Engine` may be shared by threads. Calls are serialized by its lock (a
 captured CUDA graph replays over static buffers, and a TensorRT execution context runs one
@@ -64,7 +66,7 @@ from dossier.verify.policy import Verdict
 if TYPE_CHECKING:
     import numpy as np
 
-    from dossier.backends.interface import Runner
+    from dossier.backends.interface import Backend, Runner
     from dossier.bundle import Bundle
     from dossier.fingerprint import Fingerprint
 
@@ -301,6 +303,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
     if on_suboptimal not in ("warn", "refuse", "ignore"):
         raise InputError(f"on_suboptimal must be 'warn', 'refuse' or 'ignore', "
                          f"not {on_suboptimal!r}")
+    handed = _Handed()
     options = VerifyOptions(
         trusted_keys=_keys(trusted_key), require_signature=require_signature,
         policy=Path(policy) if policy is not None else None,
@@ -309,24 +312,28 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
         read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
-        prepare_backend=import_runtime)  # while the fingerprint is collected and files checked
+        prepare_backend=handed)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _apply_verdict(report, on_suboptimal)
-        yield _load(bundle, report), bundle
+        yield _load(bundle, report, handed.backend), bundle
 
 
-def import_runtime(backend: str) -> None:
-    """Import the runtime of the backend named ``backend`` (the bundle's manifest says which,
-    before it is checked): a known backend's :meth:`~dossier.backends.Backend.import_runtime`,
-    which reads no engine and touches no device. Raises nothing: an unknown backend, or a
-    runtime that is missing or fails to import, is reported by the load (or the verdict) in
-    its place."""
-    from dossier.backends import get_backend
+class _Handed:
+    """:func:`opened`'s ``prepare_backend``: keeps the backend instance the verification
+    resolved (the load uses it) and imports its runtime, which reads no engine and touches
+    no device. Raises nothing: a runtime that is missing or fails to import is reported by
+    the load, after the checks."""
 
-    try:
-        get_backend(backend).import_runtime()
-    except Exception as exc:  # said in the load's own words, after the checks
-        logger.debug("importing the runtime of %r ahead of the load failed: %s", backend, exc)
+    def __init__(self) -> None:
+        self.backend: Backend | None = None
+
+    def __call__(self, backend: Backend) -> None:
+        self.backend = backend
+        try:
+            backend.import_runtime()
+        except Exception as exc:  # said in the load's own words, after the checks
+            logger.debug("importing the runtime of %r ahead of the load failed: %s",
+                         backend.name, exc)
 
 
 def _apply_verdict(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
@@ -345,22 +352,22 @@ def _apply_verdict(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
             warnings.warn(text, SuboptimalWarning, stacklevel=3)
 
 
-def _load(bundle: Bundle, report: VerifyReport) -> Engine:
-    """The shipped engine of a verified bundle, by its backend's production loader."""
+def _load(bundle: Bundle, report: VerifyReport, backend: Backend | None) -> Engine:
+    """The shipped engine of a verified bundle, by ``backend`` (the instance the verification
+    handed over), as its manifest entry records it."""
     from dossier.backends import get_backend
-    from dossier.backends.interface import Backend, EngineRuntimeError
+    from dossier.backends.interface import EngineRuntimeError
     from dossier.routes import Route
 
     m = bundle.manifest
     shipped = m.engines.shipped
-    backend = get_backend(m.backend)
-    if type(backend).configure is not Backend.configure:
-        # a backend whose engines depend on the spec's [builder] options and [[shapes]]
-        # (TensorRT: runtime platform, version compatibility): as the trial's worker sets them
-        header = bundle.tuning_cache().header
-        backend.configure(header.builder, header.shapes)
+    if backend is None:  # not handed over: it failed to import ahead of the checks
+        backend = get_backend(m.backend)
     try:
-        runner = backend.load(bundle.file(shipped.path), Route.parse(shipped.route))
+        if shipped.load is None:  # a bundle older than format 1.1, or imported from trtexec
+            _configure_from_header(bundle, backend)
+        runner = backend.load_shipped(bundle.file(shipped.path), Route.parse(shipped.route),
+                                      shipped.load, shipped.facts)
         names = runner.io_names()
     except DossierError as exc:
         raise with_report(exc, report) from None
@@ -374,6 +381,37 @@ def _load(bundle: Bundle, report: VerifyReport) -> Engine:
         names = (sorted(shapes[0]) if shapes else [], [])
     return Engine(runner, inputs=names[0], outputs=names[1], route=shipped.route,
                   bundle_id=m.dossier_id, backend=m.backend, report=report, shapes=shapes)
+
+
+def _configure_from_header(bundle: Bundle, backend: Backend) -> None:
+    """For a shipped engine with no recorded load: ``backend`` configured with the tuning
+    header's ``[builder]`` options and ``[[shapes]]``, as the trial's worker was (TensorRT:
+    runtime platform, version compatibility). A header without builder options leaves
+    nothing for a load to depend on (a fresh instance has those options) and is not parsed
+    (parsing it imports the release spec's models, and pyarrow with them)."""
+    from dossier.run_folder import CACHE_NAME
+
+    path = bundle.file(CACHE_NAME)
+    if not _builder_recorded(path):
+        return
+    from dossier.cache import read_header
+
+    header = read_header(path)
+    backend.configure(header.builder, header.shapes)
+
+
+def _builder_recorded(path: Path) -> bool:
+    """Whether a tuning cache's header line records ``[builder]`` options (format 2 keeps them
+    in its ``spec``, format 1 at the top); True when that cannot be told, so that parsing the
+    header says what is wrong with it."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            head = json.loads(f.readline())
+        return bool(head.get("spec", head).get("builder"))
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return True
 
 
 def _recorded_shapes(bundle: Bundle) -> list[dict[str, list[int]]]:
@@ -648,5 +686,5 @@ def _check(bundle: Bundle, pair: Any, outputs: Mapping[str, np.ndarray]) -> Chec
                  losses=dict(acc.losses[pair.name]), failure=acc.failure)
 
 
-__all__ = ["Check", "Engine", "OnSuboptimal", "RunResult", "SuboptimalWarning",
-           "import_runtime", "load", "opened", "read_inputs", "run_bundle", "write_outputs"]
+__all__ = ["Check", "Engine", "OnSuboptimal", "RunResult", "SuboptimalWarning", "load",
+           "opened", "read_inputs", "run_bundle", "write_outputs"]

@@ -156,6 +156,21 @@ def rewrite_cache(cache: Path, edit: Any) -> None:
     cache.write_text("\n".join(lines) + "\n")
 
 
+def reseal(bundle: Path, edit: Any = None) -> None:
+    """Rewrite a bundle folder's manifest after its files were edited: ``edit(manifest)`` on
+    the parsed JSON first, when given; then every file's digest and size, and the id."""
+    from dossier.bundle.manifest import body_digest
+
+    path = bundle / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if edit is not None:
+        edit(manifest)
+    for entry in manifest["files"]:
+        entry["digest"], entry["size"] = digest_file(bundle / entry["path"])
+    manifest["dossier_id"] = body_digest(manifest)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
 def said(result: Any) -> str:
     """A CLI result's stderr with line wrapping undone (rich wraps long error lines)."""
     return " ".join(result.stderr.split())

@@ -68,7 +68,7 @@ def _foreign_signature(tmp_path: Path, registry: Any, ref: str) -> None:  # noqa
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["release_version"] = manifest.get("release_version", 1)
     (other / "knobs.json").write_text((other / "knobs.json").read_text() + " ")
-    _reseal(other)
+    h.reseal(other)
     keys = generate_key_pair(tmp_path / "foreign-keys")
     signed = sign_bundle(other, keys.private)
     digest, size = _digest(registry, ref)
@@ -94,7 +94,7 @@ def _wrong_subject(tmp_path: Path, registry: Any, ref: str) -> None:  # noqa: F8
     other_ref = ref.rsplit(":", 1)[0] + ":other"
     other = h.copy_bundle(h.GOLDEN, tmp_path / "other")
     (other / "knobs.json").write_text((other / "knobs.json").read_text() + " ")
-    _reseal(other)
+    h.reseal(other)
     assert h.cli("push", other, other_ref, "--insecure").exit_code == 0
     junk = tmp_path / "junk.sig.json"
     junk.write_text('{"not": "a DSSE envelope"}')
@@ -118,19 +118,6 @@ def _too_many(tmp_path: Path, registry: Any, ref: str) -> None:  # noqa: F811
     _not_an_envelope(tmp_path, registry, ref)
     (tmp_path / "junk.sig.json").write_text('{"still": "not an envelope"}')
     _not_an_envelope(tmp_path, registry, ref)
-
-
-def _reseal(bundle: Path) -> None:
-    """Rewrite the manifest's file table and id after files were edited."""
-    from dossier.bundle.manifest import body_digest
-    from dossier.hashing import digest_file
-
-    path = bundle / "manifest.json"
-    manifest = json.loads(path.read_text())
-    for entry in manifest["files"]:
-        entry["digest"], entry["size"] = digest_file(bundle / entry["path"])
-    manifest["dossier_id"] = body_digest(manifest)
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 REFERRERS = {"another bundle's signature": _foreign_signature,
@@ -382,7 +369,7 @@ def _greedy_timing(bundle: Path) -> None:
                              if k not in ("warmup_tolerance", "min_effect",
                                           "trial_memory_limit_mb")})
     cache.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    _reseal(bundle)
+    h.reseal(bundle)
 
 
 def test_rebench_clamps_a_bundles_timing_settings(bundle: Path) -> None:
@@ -416,7 +403,7 @@ def test_rebench_of_an_unreadable_validation_set_is_a_bundle_error(bundle: Path,
                                                                    host: Path) -> None:
     """Before: exit 4 ("the search could not produce a result")."""
     (bundle / "validation" / "pair-000" / "inputs.arrow").write_bytes(b"not arrow")
-    _reseal(bundle)
+    h.reseal(bundle)
     res = h.cli("verify", bundle, "--host-fingerprint", host, "--rebench")
     assert res.exit_code == ExitCode.BUNDLE, h.said(res)
     assert "validation set cannot be read" in h.said(res)

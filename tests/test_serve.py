@@ -252,17 +252,50 @@ def test_a_flipped_engine_byte_with_this_hosts_fingerprint_is_refused_before_any
 
 
 def test_importing_the_runtime_ahead_raises_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An unknown backend or a runtime that fails to import: the load says so, in its words."""
+    """A runtime that fails to import: the load says so, in its words; the backend is kept."""
+    from dossier.backends import get_backend
     from dossier.backends.interface import Backend
-    from dossier.serve import import_runtime
-
-    import_runtime("no-such-backend")
+    from dossier.serve import _Handed
 
     def broken(self: Backend) -> None:
         raise OSError("libtorch_cpu.so: cannot open shared object file")
 
     monkeypatch.setattr(Backend, "import_runtime", broken)
-    import_runtime("onnxruntime")
+    handed, backend = _Handed(), get_backend("onnxruntime")
+    handed(backend)
+    assert handed.backend is backend
+
+
+def test_one_backend_instance_serves_a_load(bundle: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verification resolves the bundle's backend once: the runtime import, the policy,
+    the requirements and the load all use that one instance."""
+    from dossier.backends import registry
+    from dossier.backends.interface import Backend
+
+    made: list[Backend] = []
+    used: list[tuple[str, Backend]] = []
+    real_make, real_import, real_load = registry._load, Backend.import_runtime, Backend.load
+
+    def making(name: str, target: Any) -> Backend:
+        made.append(real_make(name, target))
+        return made[-1]
+
+    def importing(self: Backend) -> None:
+        used.append(("import_runtime", self))
+        real_import(self)
+
+    def loading(self: Backend, *args: Any) -> Any:
+        used.append(("load", self))
+        return real_load(self, *args)
+
+    monkeypatch.setattr(registry, "_load", making)
+    monkeypatch.setattr(Backend, "import_runtime", importing)
+    monkeypatch.setattr(Backend, "load", loading)
+    dossier.load(bundle, host=_host(bundle, tmp_path)).close()
+    assert [b.name for b in made] == ["onnxruntime"]
+    assert [name for name, _ in used] == ["import_runtime", "load"]
+    assert all(b is made[0] for _, b in used)
 
 
 def test_signatures_under_require_signature(bundle: Path, tmp_path: Path,

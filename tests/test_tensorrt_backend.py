@@ -21,7 +21,7 @@ import pydantic
 import pytest
 from _trt_api import Api, Checked
 
-from dossier.backends.interface import BuildError, EngineRuntimeError
+from dossier.backends.interface import BuildError, EngineRuntimeError, LoadConfig
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.tensorrt import (
     BuilderOptions,
@@ -649,6 +649,7 @@ class FakeTRT:
         self.configs: list[_FakeBuildConfig] = []
         self.builds = 0
         self.deserialized: list[bytes] = []
+        self.host_code: list[bool] = []  # engine_host_code_allowed at each deserialization
         fake = self
 
         class Builder:
@@ -691,6 +692,7 @@ class FakeTRT:
 
             def deserialize_cuda_engine(self, data: bytes) -> object:
                 fake.deserialized.append(data)
+                fake.host_code.append(self.engine_host_code_allowed)
                 if not fake.engine_ok:
                     self.logger.log(_Severity.ERROR, "Version tag does not match")
                     return None
@@ -922,6 +924,53 @@ def test_glue_load_failures(fake_backend, tmp_path):
         fake_backend(FakeTRT([]), options=cross).load(engine, Route.of({}))
 
 
+def test_production_load_records_what_the_load_needs(db):
+    """The manifest's load entry says what deserializing the plan takes: host code allowed for
+    a version-compatible engine, the runtime platform of a cross-built one."""
+    plain = TensorRTBackend().production_load(Route.of({}), db)
+    assert plain.options == {} and "engine_host_code_allowed" not in plain.snippet
+    vc = TensorRTBackend(BuilderOptions(version_compatible=True)).production_load(
+        Route.of({}), db)
+    assert vc.options == {"engine_host_code_allowed": "True"}
+    assert "runtime.engine_host_code_allowed = True" in vc.snippet
+    cross = TensorRTBackend(BuilderOptions(runtime_platform="windows_amd64")).production_load(
+        Route.of({}), db)
+    assert cross.options == {"runtime_platform": "windows_amd64"}
+    assert "loads only there" in cross.note
+
+
+def test_glue_a_shipped_plan_loads_as_its_manifest_entry_records(fake_backend, tmp_path, db):
+    """``load_shipped`` takes host code and runtime platform from the recorded entry, not from
+    the instance's builder options (left at their defaults here: nothing configured it)."""
+    engine = tmp_path / "e.plan"
+    engine.write_bytes(_plan())
+    recorded = TensorRTBackend(BuilderOptions(version_compatible=True)).production_load(
+        Route.of({}), db)
+    fake = FakeTRT([])
+    backend = fake_backend(fake)
+    assert backend.options == BuilderOptions()
+    backend.load_shipped(engine, Route.of({}), recorded, {}).close()
+    backend.load_shipped(engine, Route.of({}), LoadConfig(call="c"), {}).close()
+    # a load recorded with default options (a trial recorded before runs recorded loads): the
+    # engine's build facts still say it is version compatible
+    backend.load_shipped(engine, Route.of({}), LoadConfig(call="c"),
+                         {"version_compatible": "true"}).close()
+    assert fake.host_code == [True, False, True]
+    cross = LoadConfig(call="c", options={"runtime_platform": "windows_amd64"})
+    for load, facts in ((cross, {}), (LoadConfig(call="c"), {"runtime_platform": "windows_amd64"})):
+        with pytest.raises(EngineRuntimeError, match="runtime platform windows_amd64"):
+            backend.load_shipped(engine, Route.of({}), load, facts)
+    with pytest.raises(EngineRuntimeError, match="cannot read engine"):
+        backend.load_shipped(tmp_path / "absent.plan", Route.of({}), recorded, {})
+    assert len(fake.deserialized) == 3
+    # no recorded load (a bundle older than format 1.1): the options the caller configured
+    configured = fake_backend(fake, options=BuilderOptions(version_compatible=True))
+    configured.load_shipped(engine, Route.of({}), None, {}).close()
+    fake_backend(fake).load_shipped(engine, Route.of({}), None,
+                                    {"version_compatible": "true"}).close()
+    assert fake.host_code[3:] == [True, False]
+
+
 # ------------------------------------------------------- what the real docstrings promise (glue)
 
 @pytest.mark.parametrize("call", ["knob_database", "build"])
@@ -1018,7 +1067,7 @@ def test_glue_reaches_the_core_tensorrt_names_through_the_check(fake_backend, tm
 
 
 _TEST_STATE = {"inputs", "parse_ok", "engine_ok", "knobs", "plan", "configs", "deserialized",
-               "builds", "logger", "flags", "pools", "attrs", "shapes", "addresses"}
+               "host_code", "builds", "logger", "flags", "pools", "attrs", "shapes", "addresses"}
 """Attributes the fakes keep for the tests themselves, not parts of the TensorRT API."""
 
 

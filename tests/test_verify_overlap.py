@@ -1,8 +1,8 @@
 """``verify`` collects this host's fingerprint in a background thread while the bundle is
-checked and ``prepare_backend`` runs (``dossier.load`` imports the backend's runtime there):
-the two overlap, the report is that of the sequential path, what the thread raises is raised
-at the environment step, no thread outlives the verification, and what the fingerprint
-records does not depend on what the calling thread imports meanwhile.
+checked and ``prepare_backend`` runs with the bundle's backend (``dossier.load`` imports its
+runtime there): the two overlap, the report is that of the sequential path, what the thread
+raises is raised at the environment step, no thread outlives the verification, and what the
+fingerprint records does not depend on what the calling thread imports meanwhile.
 
 Every wait has a timeout: an overlap that does not happen fails, never hangs."""
 
@@ -20,6 +20,7 @@ import pytest
 
 import dossier.fingerprint
 import dossier.verify.pipeline
+from dossier.backends import Backend
 from dossier.errors import ExitCode, InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, load_fingerprint
 from dossier.verify import StepOutcome, VerifyOptions, VerifyReport, refused_report, verify
@@ -62,9 +63,9 @@ def test_the_fingerprint_is_collected_while_the_backend_is_prepared(
             raise AssertionError("collected after the backend was prepared, not meanwhile")
         return _tuning_host(bundle)
 
-    def prepare(backend: str) -> None:
+    def prepare(backend: Backend) -> None:
         threads["hook"] = threading.current_thread().name
-        assert backend == "onnxruntime"
+        assert backend.name == "onnxruntime"
         if not collecting.wait(WAIT_S):
             raise AssertionError("the fingerprint was not being collected meanwhile")
         prepared.set()
@@ -83,9 +84,9 @@ def test_the_report_is_that_of_the_sequential_path(bundle: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """This host's real fingerprint, collected in the background or at the environment step
     (as earlier versions did): the same findings, verdict, reasons and steps."""
-    calls: list[str] = []
+    calls: list[Backend] = []
     overlapped = verify(bundle, VerifyOptions(prepare_backend=calls.append))
-    assert calls == ["onnxruntime"]
+    assert [b.name for b in calls] == ["onnxruntime"]
     _sequential(monkeypatch)
     sequential = verify(bundle)
     assert _comparable(overlapped) == _comparable(sequential)
@@ -161,7 +162,7 @@ def test_cuda_runtime_does_not_depend_on_an_import_during_the_collection(
         got.append(real(**kw))
         return got[-1]
 
-    def import_torch(_backend: str) -> None:
+    def import_torch(_backend: Backend) -> None:
         monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or _fake_torch())
         imported.set()
 
@@ -249,3 +250,46 @@ def test_no_collection_without_an_environment_step(bundle: Path,
     assert verify(bundle, VerifyOptions(integrity_only=True)).verdict is None
     host = _tuning_host(bundle)
     assert verify(bundle, VerifyOptions(host=host)).verdict is not None
+
+
+# ---------------------------------------------------------------------- the backend handed
+def test_a_backend_not_known_here_is_not_handed_and_is_refused_as_before(
+        bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundle names a backend this host does not register: ``prepare_backend`` is not
+    called, and the environment step refuses it in the default policy's words."""
+    from dossier.backends import registry
+
+    known = registry._known()
+    monkeypatch.setattr(registry, "_known",
+                        lambda: {k: v for k, v in known.items() if k != "onnxruntime"})
+    calls: list[Backend] = []
+    with pytest.raises(InputError, match="no verify policy for backend 'onnxruntime'") as exc:
+        verify(bundle, VerifyOptions(prepare_backend=calls.append, host=_tuning_host(bundle)))
+    assert calls == []
+    report = refused_report(exc.value)
+    assert report is not None
+    assert {s.name.value: s.outcome for s in report.steps}["environment"] is StepOutcome.FAILED
+
+
+def test_a_backend_that_fails_to_import_is_not_handed_and_the_checks_come_first(
+        bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend package that fails to import ahead of the checks: no hook call, and a
+    flipped engine byte is still refused at integrity (the import error comes at the
+    environment step, as without a hook)."""
+    from dossier.backends import registry
+
+    def broken(name: str, target: object) -> Backend:
+        raise ImportError("No module named 'plugin'")
+
+    monkeypatch.setattr(registry, "_load", broken)
+    calls: list[Backend] = []
+    options = VerifyOptions(prepare_backend=calls.append, host=_tuning_host(bundle))
+    with pytest.raises(ImportError, match="plugin"):
+        verify(bundle, options)
+    engine = bundle / "engine" / "convnet.ort"
+    data = bytearray(engine.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    engine.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="convnet.ort"):
+        verify(bundle, options)
+    assert calls == []

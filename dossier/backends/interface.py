@@ -395,12 +395,25 @@ class Backend(abc.ABC):
     def load(self, engine: Path, route: Route) -> Runner:
         """Load a built engine (load-time knobs of ``route`` applied); EngineRuntimeError on
         failure."""
+        return self._loaded(Path(engine), lambda e: self.load_impl(e, route))
+
+    def load_shipped(self, engine: Path, route: Route, load: LoadConfig | None,
+                     facts: Mapping[str, str]) -> Runner:
+        """Load a bundle's shipped engine as its manifest entry records it: the file
+        ``engine``, its ``route``, the entry's :class:`LoadConfig` (what :meth:`production_load`
+        recorded when it was timed; None in bundles older than format 1.1) and the engine's
+        ``facts``. The default: :meth:`load` (a backend whose load depends on more than the
+        route takes it from the entry instead of from how this instance is configured)."""
+        return self.load(engine, route)
+
+    def _loaded(self, engine: Path, impl: Callable[[Path], Runner]) -> Runner:
+        """``impl(engine)`` once the library is there and ``engine`` is a file; native errors
+        mapped to EngineRuntimeError."""
         self.require()
-        engine = Path(engine)
         if not engine.is_file():
             raise EngineRuntimeError(f"cannot read engine {engine}: no such file")
         try:
-            return self.load_impl(engine, route)
+            return impl(engine)
         except Exception as exc:
             if _passes(exc) or not isinstance(exc, self.native_errors):
                 raise

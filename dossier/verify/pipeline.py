@@ -22,7 +22,9 @@ Steps that do not depend on each other overlap: when this host's fingerprint is 
 (no ``host`` given), it is collected in a background thread from the moment the bundle is open
 while the signature and integrity checks read the bundle, and taken at the environment step;
 ``prepare_backend`` lets a loader do its own slow preparation (:func:`dossier.load` imports
-the backend's runtime) meanwhile. None of it reads an engine.
+the backend's runtime) meanwhile. None of it reads an engine. The bundle's backend is resolved
+once per verification: the instance handed to ``prepare_backend`` is the one whose policy and
+requirements the environment step applies.
 
 Importing this module costs little (no numpy, no pyarrow, no backend): the environment step
 imports the backend's policy, the re-check and re-timing the worker and the timing procedure.
@@ -42,7 +44,14 @@ import dossier.bundle as _bundles
 from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
 from dossier.bundle.manifest import Manifest
-from dossier.errors import BundleError, DossierError, InputError, IntegrityError, SignatureError
+from dossier.errors import (
+    BundleError,
+    DossierError,
+    InputError,
+    IntegrityError,
+    SelectionError,
+    SignatureError,
+)
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
 from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
@@ -59,6 +68,7 @@ from dossier.verify.policy import (
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from dossier.backends.interface import Backend
     from dossier.measure.timing import TimingSettings
     from dossier.registry.artifact import Pulled
     from dossier.trust.signing import SignatureCheck
@@ -136,16 +146,20 @@ class VerifyOptions:
     read_validation: bool = True
     """With ``extract``: the caller reads the validation set's files after the checks
     (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
-    prepare_backend: Callable[[str], object] | None = None
-    """Called once, in the calling thread, with the manifest's backend name (e.g.
-    ``"torch-inductor"``) as soon as the bundle is open: after this host's fingerprint has
-    started to be collected in the background and before the signature and integrity checks,
-    so that what it does overlaps with them. :func:`dossier.load` imports the backend's
-    runtime there (:meth:`dossier.backends.Backend.import_runtime`: ``import torch`` takes
-    seconds). It is given the name alone, never the bundle, so nothing it does can read an
-    engine before the checks and the verdict have passed; it runs whether or not they then
-    refuse the bundle (it ran before they did). An exception it raises ends the verification
-    as one raised by the checks would (a DossierError as a refusal, with its report);
+    prepare_backend: Callable[[Backend], object] | None = None
+    """Called once, in the calling thread, with the bundle's backend (the instance of the
+    backend the manifest names, e.g. ``torch-inductor``: the one whose policy and
+    requirements the environment step then applies) as soon as the bundle is open: after this
+    host's fingerprint has started to be collected in the background and before the signature
+    and integrity checks, so that what it does overlaps with them. :func:`dossier.load` keeps
+    the instance to load the engine with, and imports its runtime there
+    (:meth:`dossier.backends.Backend.import_runtime`: ``import torch`` takes seconds). It is
+    given the backend alone, never the bundle, so nothing it does can read an engine before
+    the checks and the verdict have passed; it runs whether or not they then refuse the bundle
+    (it ran before they did). Not called for a backend that is not known here (the
+    environment step refuses it) or whose package fails to import (the environment step
+    raises that, after the checks). An exception it raises ends the verification as one
+    raised by the checks would (a DossierError as a refusal, with its report);
     :func:`dossier.load`'s raises none."""
 
 
@@ -245,6 +259,9 @@ class _Run:
         """This host's fingerprint, being collected in the background."""
         self.host_compiler: bool | None = None
         """The ``include_compiler`` it is being collected with."""
+        self.backend: Backend | None = None
+        """The bundle's backend, once resolved (:meth:`_backend`)."""
+        self.backend_resolved = False
 
     # --------------------------------------------------------------------------- steps
     def _step(self, name: StepName, outcome: StepOutcome, detail: str, *,
@@ -268,14 +285,12 @@ class _Run:
         # an archive is read in place as far as the checks read it; but a signed one whose
         # files are used after the check (engines loaded, the environment read) is extracted
         # whole first, so what the signature covered is what is used
-        signed_here = (o.require_signature or o.signature is not None
-                       or os.path.lexists(signature_path(self.path)))
-        lazy = not o.extract and (o.integrity_only or not signed_here)
+        lazy = not o.extract and (o.integrity_only or not self._signature_involved())
         # a folder whose engines are loaded after the checks (a loader, a re-check, a
         # re-timing) is copied into a private folder, each file hashed as it is copied: what
         # is loaded is what was checked, whatever another process does to the folder
         private = not o.integrity_only and (o.extract or o.recheck or o.rebench)
-        with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(self.path),
+        with _bundles.open_bundle(self.path, lazy=lazy, digests=self._digests(),
                                   workdir=o.workdir, private=private,
                                   unused=self._unused) as bundle:
             yield bundle
@@ -326,13 +341,39 @@ class _Run:
         self.imported = imported_now()  # before anything the verification imports itself
         pool = self._collect_host(bundle)
         try:
-            if self.opts.prepare_backend is not None:
-                self.opts.prepare_backend(bundle.manifest.backend)
+            self._prepare(bundle.manifest.backend)
             return self._checks(bundle)
         finally:
             self.host_future = None
             if pool is not None:  # a refusal before the environment step: not taken
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def _backend(self, name: str) -> Backend | None:
+        """The backend called ``name``: one instance for the whole verification, None when
+        it is not known here."""
+        if not self.backend_resolved:
+            from dossier.backends import get_backend
+
+            try:
+                self.backend = get_backend(name)
+            except SelectionError:  # unknown here: the environment step says so
+                self.backend = None
+            self.backend_resolved = True
+        return self.backend
+
+    def _prepare(self, name: str) -> None:
+        """``prepare_backend`` with the bundle's backend, when there is a hook and the backend
+        is known and imports."""
+        hook = self.opts.prepare_backend
+        if hook is None:
+            return
+        try:
+            backend = self._backend(name)
+        except Exception as exc:  # a plug-in that fails to import: raised at the environment
+            logger.debug("backend %r not resolved ahead of the checks: %s", name, exc)
+            return  # step, after the checks, as without a hook
+        if backend is not None:
+            hook(backend)
 
     def _collect_host(self, bundle: Bundle) -> ThreadPoolExecutor | None:
         """Start collecting this host's fingerprint in a background thread, when the
@@ -365,7 +406,7 @@ class _Run:
         o = self.opts
         # one read of every file; the records a later step reads (the environment step:
         # fingerprint.json) kept from it when the folder is read in place
-        scan = scan_bundle(bundle, self._digests(bundle.source), keep=_PINNED)
+        scan = scan_bundle(bundle, self._digests(), keep=_PINNED)
         bundle.pin({rel: f.data for rel, f in scan.files.items() if f.data is not None
                     and rel in bundle.manifest.table()})
         self.signed = self._signature(bundle, scan)
@@ -404,14 +445,18 @@ class _Run:
                              "a stricter (lower) one")
         return self._environment(bundle)
 
-    def _digests(self, source: Path) -> list[str]:
-        """What the signature check needs besides xxh3-128: its digests when a signature is
-        checked (one beside the bundle, one named, one required, or registry referrers)."""
+    def _signature_involved(self) -> bool:
+        """Whether a signature is checked: one is required, one is named, one lies beside
+        the bundle, or the registry listed signature referrers."""
         o = self.opts
-        signed = (o.require_signature or o.signature is not None
-                  or os.path.lexists(signature_path(source))
-                  or (self.fetched is not None and bool(self.fetched.signatures)))
-        return list(_SIGNATURE_DIGESTS) if signed else []
+        return (o.require_signature or o.signature is not None
+                or os.path.lexists(signature_path(self.path))
+                or (self.fetched is not None and bool(self.fetched.signatures)))
+
+    def _digests(self) -> list[str]:
+        """What the signature check needs besides xxh3-128: its digests when a signature is
+        involved."""
+        return list(_SIGNATURE_DIGESTS) if self._signature_involved() else []
 
     def _signature(self, bundle: Bundle, scan: BundleScan) -> SignatureCheck | None:
         o = self.opts
@@ -422,8 +467,7 @@ class _Run:
                                              require=o.require_signature,
                                              source=self.fetched.reference, scan=scan,
                                              ignored=self.ignored)
-        if (o.require_signature or o.signature is not None or o.trusted_keys
-                or os.path.lexists(signature_path(bundle.source))):
+        if self._signature_involved() or o.trusted_keys:  # keys given: loaded and validated
             from dossier.trust.signing import check_signature
 
             return check_signature(bundle, o.trusted_keys, require=o.require_signature,
@@ -431,7 +475,7 @@ class _Run:
         return None  # no signature and no key to check one with: dossier.trust.signing not imported
 
     def _environment(self, bundle: Bundle) -> VerifyReport:
-        from dossier.backends import default_policy, requirement_findings
+        from dossier.backends import default_policy
 
         o = self.opts
         self.current = StepName.ENVIRONMENT
@@ -443,10 +487,12 @@ class _Run:
             here = load_fingerprint(o.host)
         else:
             here = self._host_here(tuning_host)
-        policy = default_policy(m.backend)
+        backend = self._backend(m.backend)
+        # a backend not known here: default_policy refuses it in its own words
+        policy = backend.default_policy() if backend is not None else default_policy(m.backend)
         if o.policy is not None:
             policy = load_policy(o.policy, policy)
-        findings = [*requirement_findings(m.backend, here),
+        findings = [*(backend.requirement_findings(here) if backend is not None else []),
                     *diff(tuning_host, here, policy, m.engines.shipped.flags)]
         reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
                    else f"{len(group)} fields ({_names(group)}): {f.reason}"

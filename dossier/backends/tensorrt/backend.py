@@ -317,22 +317,53 @@ class TensorRTBackend(Backend):
         return dict(self.GPU_TIMING)
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
-        opts = {"engine_host_code_allowed": "True"} if self.options.version_compatible else {}
+        """``engine_host_code_allowed`` for a version-compatible engine (its embedded lean
+        runtime is host code), and the runtime platform of a cross-built one (it loads only
+        there): what :meth:`load_shipped` takes from a bundle's manifest."""
+        vc, platform = self.options.version_compatible, self.options.runtime_platform
+        opts = {"engine_host_code_allowed": "True"} if vc else {}
+        note = "then engine.create_execution_context()"
+        if platform != "same_as_build":
+            opts["runtime_platform"] = platform
+            note += f"; built for runtime platform {platform}: it loads only there"
         return LoadConfig(call="tensorrt.Runtime(logger).deserialize_cuda_engine(ENGINE bytes)",
-                          options=opts, note="then engine.create_execution_context()",
+                          options=opts, note=note,
                           snippet="import tensorrt as trt\n\nruntime = trt.Runtime("
                                   "trt.Logger(trt.Logger.WARNING))\n"
-                                  + ("runtime.engine_host_code_allowed = True\n" if opts else "")
+                                  + ("runtime.engine_host_code_allowed = True\n" if vc else "")
                                   + "engine = runtime.deserialize_cuda_engine(open(ENGINE, "
                                     "'rb').read())\ncontext = engine.create_execution_context()")
 
+    def load_shipped(self, engine: Path, route: Route, load: LoadConfig | None,
+                     facts: Mapping[str, str]) -> Runner:
+        """Deserialize a shipped plan as its manifest entry records: host code allowed when
+        the recorded load allows it or the engine was built version compatible, refused when
+        it was built for another runtime platform; not from this instance's builder options.
+        Without a recorded load (a bundle older than format 1.1): :meth:`load`, with the
+        options the caller configured from the tuning header."""
+        if load is None:
+            return self.load(engine, route)
+        host_code = (load.options.get("engine_host_code_allowed") == "True"
+                     or facts.get("version_compatible") == "true")
+        platform = (load.options.get("runtime_platform") or facts.get("runtime_platform")
+                    or "same_as_build")
+        return self._loaded(Path(engine), lambda e: self._deserialize(e, host_code, platform))
+
     def load_impl(self, engine: Path, route: Route) -> Runner:
-        """Deserialize a plan (build routes act at build time only; ``route`` is not used)."""
+        """Deserialize a plan (build routes act at build time only; ``route`` is not used)
+        under this instance's builder options."""
+        return self._deserialize(engine, self.options.version_compatible,
+                                 self.options.runtime_platform)
+
+    def _deserialize(self, engine: Path, host_code: bool, platform: str) -> Runner:
+        """The plan ``engine`` deserialized (host code allowed when ``host_code``: a
+        version-compatible plan's embedded lean runtime) and one execution context created;
+        EngineRuntimeError for a plan built for another runtime ``platform``."""
         trt = self._trt()
         cudart = _runner.cudart()
-        if self.options.runtime_platform != "same_as_build":
+        if platform != "same_as_build":
             raise EngineRuntimeError(f"the engine was built for runtime platform "
-                                     f"{self.options.runtime_platform}; it cannot run here")
+                                     f"{platform}; it cannot run here")
         try:
             data = Path(engine).read_bytes()
         except OSError as exc:
@@ -340,7 +371,7 @@ class TensorRTBackend(Backend):
         errors: list[str] = self._logger.errors
         errors.clear()
         runtime = trt.Runtime(self._logger)
-        if self.options.version_compatible:
+        if host_code:
             runtime.engine_host_code_allowed = True  # the embedded lean runtime is host code
         cuda_engine = runtime.deserialize_cuda_engine(data)  # raises: see native_errors
         if cuda_engine is None:
