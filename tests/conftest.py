@@ -1,6 +1,7 @@
 """The test suite's one vocabulary: built samples, the released bundles of the samples, small
-timing settings, spec factories, the in-process CLI and ``dossier`` as a real process, and the
-order in which modules start when the suite is spread over processes (pytest-xdist).
+timing settings, spec factories, the in-process CLI and ``dossier`` as a real process (run to
+its end, or interrupted with Ctrl-C), and the order in which modules start when the suite is
+spread over processes (pytest-xdist).
 docs/testing.md tells how to run it.
 
 Helpers of the tests import from here by the tests folder's own names (``from conftest import
@@ -43,8 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 FIRST = ("test_torch_inductor.py", "test_serve_torch.py", "test_tuner.py", "test_reliability.py",
          "test_build_cache.py", "test_disk_full.py", "test_ray_executor.py", "test_bench_smoke.py",
          "test_ray_two_gpus.py", "test_locks.py", "test_cli_tune.py", "test_confirmation.py",
-         "test_first_contact.py", "test_verify.py", "test_explain.py", "test_bundle_write.py",
-         "test_bundle_archive.py")
+         "test_readme.py", "test_cli_output.py", "test_verify.py", "test_explain.py",
+         "test_bundle_write.py", "test_bundle_archive.py")
 """The modules that take longest, started first so that no worker is left with a long one at
 the end (from ``--durations``; the others keep their order)."""
 
@@ -153,6 +154,72 @@ def write_tiny_timing(spec_path: Path) -> None:
         f.write("\n".join(lines) + "\n")
 
 
+TINY_SPEC_TIMING = """
+[timing]
+samples = 12
+rounds = 6
+block_warmup = 1
+warmup_window = 2
+warmup_min_runs = 1
+warmup_max_s = 0.2
+confirm_top = 1
+trial_timeout_s = 60
+confirm_rounds = 7
+confirm_warmup = 2
+confirm_runs = 5
+confirm_block_s = 0.05
+"""
+"""The [timing] table of :func:`tiny_spec`: timing small enough for tests, as a spec file
+writes it."""
+
+
+def tiny_spec(folder: Path, name: str = "tiny", *, tune: str = "", extra: str = "",
+              timing: str = TINY_SPEC_TIMING) -> Path:
+    """A spec for the conv-net sample in ``folder`` (two routes unless ``tune`` says), written
+    beside it as ``NAME.toml``; ``extra`` is appended (e.g. ``[[shapes]]`` entries)."""
+    spec = folder / f"{name}.toml"
+    spec.write_text(f'[release]\nname = "{name}"\n[model]\npath = "model.onnx"\n'
+                    '[validation]\npath = "validation"\n[tune]\n'
+                    + (tune or 'selection = "-graph_optimization_level=[all|disable_all]"\n')
+                    + 'metric = "linf"\nthreshold = 1e-4\n' + timing + extra)
+    return spec
+
+
+def dossier_run(*args: object, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """``dossier ARGS`` as a shell runs it: a process whose stdout is a pipe, not a terminal
+    (no COLUMNS set); its stdout and stderr as text."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run(dossier_command(*args), capture_output=True, text=True, env=env, **kw)
+
+
+def interrupted(*args: object, after: str, wait: float = 0.0, cwd: Path) -> tuple[int, str]:
+    """Run ``dossier ARGS``, and once a stderr line holds ``after`` (and ``wait`` s later) press
+    Ctrl-C: SIGINT to its process group, as a terminal sends it. Its exit status and stderr."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    def ctrl_c_as_a_terminal_has_it() -> None:
+        # a test worker may run with SIGINT ignored (pytest-xdist's do), and a Python started
+        # with SIGINT ignored leaves it so: Ctrl-C would then be lost on the way
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    with subprocess.Popen(dossier_command(*args), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                          start_new_session=True,
+                          preexec_fn=ctrl_c_as_a_terminal_has_it) as p:  # noqa: PLW1509
+        assert p.stderr is not None
+        lines = []
+        for ln in p.stderr:
+            lines.append(ln)
+            if after in ln:
+                break
+        time.sleep(wait)
+        os.killpg(p.pid, signal.SIGINT)
+        lines += p.stderr.readlines()
+        return p.wait(timeout=120), "".join(lines)
+
+
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
@@ -163,6 +230,24 @@ def isolate_registry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOSSIER_REGISTRY_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("DOSSIER_REGISTRY_USERNAME", raising=False)
     monkeypatch.delenv("DOSSIER_REGISTRY_PASSWORD", raising=False)
+
+
+@pytest.fixture()
+def convnet_folder(samples_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the conv-net sample's folder (``tmp_path/convnet``), for
+    :func:`tiny_spec`; a test may damage it."""
+    folder = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def convnet_bundle(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> Path:
+    """The conv-net sample searched over two routes (``test_explain.RUNS["convnet"]``, tiny
+    timing) and bundled, once per session. Shared: a test must not alter it."""
+    from test_explain import make_bundle
+
+    return make_bundle(tmp_path_factory.mktemp("convnet-bundle"), samples_dir, "convnet")
 
 
 @pytest.fixture

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_tiny_timing
+from conftest import cli, dossier_run, interrupted, tiny_spec, write_tiny_timing
 
 from dossier.errors import ExitCode
 from dossier.tensors import write_tensors
@@ -237,3 +238,90 @@ def test_knobs_command(runner) -> None:
     assert r.exit_code == ExitCode.INPUT and "did you mean" in r.output
     r = runner.invoke(app, ["knobs", "--backend", "nope"])
     assert r.exit_code == ExitCode.INPUT and "unknown backend" in r.output
+
+
+def test_tune_out_that_is_a_file(sample, tmp_path: Path) -> None:
+    spec, _ = sample("convnet")
+    target = tmp_path / "taken"
+    target.write_text("x")
+    r = cli("tune", spec, "--out", target)
+    assert r.exit_code == ExitCode.OUTPUT, r.output
+    assert r.output.strip().startswith("error: --out") and len(r.output.strip().splitlines()) == 1
+    assert target.read_text() == "x"
+
+
+def test_knobs_takes_the_name_as_the_table_prints_it() -> None:
+    for name in ("-optimizer:NchwcTransformer", "optimizer:NchwcTransformer"):
+        r = cli("knobs", name, "--json")
+        assert r.exit_code == 0, r.output
+        assert [k["name"] for k in json.loads(r.stdout)["knobs"]] == ["optimizer:NchwcTransformer"]
+    r = cli("knobs", "-optimizer:NoSuchThing")
+    assert r.exit_code == ExitCode.INPUT and "unknown knob" in r.output
+
+
+@pytest.mark.parametrize("damage", ["model", "validation", "backend", "shapes", "reference"])
+@pytest.mark.parametrize("command", ["release", "tune"])
+def test_a_refused_spec_leaves_no_output_folder(convnet_folder: Path, tmp_path: Path,
+                                                damage: str, command: str) -> None:
+    tune, extra = "", ""
+    if damage == "model":
+        (convnet_folder / "model.onnx").unlink()
+    elif damage == "validation":
+        shutil.rmtree(convnet_folder / "validation")
+    elif damage == "backend":
+        tune = 'backend = "no-such-backend"\nselection = "-a=[x|y]"\n'
+    elif damage == "shapes":
+        extra = "[[shapes]]\ninputs = { x = [4, 5, 32, 32] }\n"
+    else:
+        (convnet_folder / "validation" / "pair-001" / "references.arrow").unlink()
+    spec = tiny_spec(convnet_folder, tune=tune, extra=extra)
+    out = tmp_path / "fresh" / "out"
+    r = cli(command, spec, "--out", out)
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert not (tmp_path / "fresh").exists(), sorted(str(p) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("threshold = 1e-4", "treshold = 1e-4"),
+     "tune: unknown key treshold (did you mean threshold?)"),
+    (("[tune]", "[tunes]"), "unknown table [tunes] (did you mean [tune]?)"),
+    (("samples = 12", "sample = 12"), "timing: unknown key sample (did you mean samples?)"),
+    (("[release]", "[bogus]\n[release]"), "unknown table [bogus] (known: release, model"),
+])
+def test_spec_typos_are_named(convnet_folder: Path, edit: tuple[str, str], message: str) -> None:
+    spec = tiny_spec(convnet_folder)
+    spec.write_text(spec.read_text().replace(*edit, 1))
+    r = cli("tune", spec, "--dry-run")
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert message in r.output and "Field required" not in r.output
+
+
+def test_shape_entries_are_numbered_from_one_in_every_message(convnet_folder: Path) -> None:
+    ok = "[[shapes]]\ninputs = { x = [1, 3, 32, 32] }\n"
+    r = cli("tune", tiny_spec(convnet_folder, extra=ok + "[[shapes]]\nweight = -1\ninputs = "
+                                                         "{ x = [1, 3, 32, 32] }\n"), "--dry-run")
+    assert r.exit_code == ExitCode.INPUT and "[[shapes]] entry 2: weight:" in r.output
+    r = cli("tune", tiny_spec(convnet_folder, extra=ok + "[[shapes]]\nwieght = 1\ninputs = "
+                                                         "{ x = [1, 3, 32, 32] }\n"), "--dry-run")
+    assert "[[shapes]] entry 2: unknown key wieght (did you mean weight?)" in r.output
+    r = cli("tune", tiny_spec(convnet_folder, extra=ok + "[[shapes]]\ninputs = "
+                                                         "{ x = [1, 5, 32, 32] }\n"),
+            "--dry-run")  # checked against the model, by the search
+    assert r.exit_code == ExitCode.INPUT and "[[shapes]] entry 2: input 'x'" in r.output
+
+
+def test_interrupted_tune_names_the_command_that_resumes_it(convnet_folder: Path,
+                                                            tmp_path: Path) -> None:
+    selection = ('selection = "-graph_optimization_level=[all|basic|disable_all] '
+                 '-optimizer:NchwcTransformer=[on|off] -optimizer:ConvBNFusion=[on|off]"\n'
+                 'strategy = "full"\n')
+    spec = tiny_spec(convnet_folder, tune=selection)
+    run = tmp_path / "run"
+    rc, err = interrupted("tune", spec, "--out", run, after="[  1] ", cwd=tmp_path)
+    assert rc == ExitCode.INTERRUPTED, err
+    line = err.strip().splitlines()[-1]
+    assert line == (f"interrupted; finished trials are kept in {run}: resume with dossier tune "
+                    f"--continue {run}"), err
+    again = dossier_run(*line.split("resume with dossier ", 1)[1].split(), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "restored" in again.stderr and again.stdout.startswith(f"run: {run}\n")

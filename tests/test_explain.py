@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import stat
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
 from dossier.cache import CacheHeader, FileIdentity, SessionRecord
 from dossier.decision import decide
+from dossier.errors import ExitCode
 from dossier.measure.timing import TimingSettings
 from dossier.schema import schema_of
 from dossier.spec import (
@@ -74,9 +76,9 @@ def make_bundle(root: Path, samples_dir: Path, key: str, *, name: str | None = N
     return _MADE[args]
 
 
-def cli(*args: object):  # noqa: ANN201 - click's Result
+def cli(*args: object, columns: int = 250):  # noqa: ANN201 - click's Result
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False,
-                              env={"COLUMNS": "250"})
+                              env={"COLUMNS": str(columns)})
 
 
 @pytest.fixture(scope="module")
@@ -747,3 +749,29 @@ def test_the_shipped_routes_confirmation_row_is_judged_at_its_own_level() -> Non
     assert e.head_to_head is not None and e.head_to_head.alpha == pytest.approx(
         s.look_level(1)) and e.head_to_head.processes == 5
 
+
+def test_explain_html_into_a_folder_and_file_mode(convnet_bundle: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    r = cli("explain", convnet_bundle, "--html", folder)
+    assert r.exit_code == ExitCode.OUTPUT and "is a folder" in r.output
+    assert list(folder.iterdir()) == [] and list(tmp_path.iterdir()) == [folder]
+    old = os.umask(0o022)
+    try:
+        assert cli("explain", convnet_bundle, "--html", folder / "r.html").exit_code == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((folder / "r.html").stat().st_mode) == 0o644
+    assert [p.name for p in folder.iterdir()] == ["r.html"]
+
+
+def test_explain_payback_says_where_each_figure_came_from(convnet_bundle: Path) -> None:
+    text = " ".join(cli("explain", convnet_bundle, "--per-day", "1000",
+                        columns=300).output.split())
+    assert ("(inferences/day from --per-day; horizon and hosts from the spec's [deployment] or "
+            "their defaults)") in text
+    text = " ".join(cli("explain", convnet_bundle, "--per-day", "1000", "--hosts", "2",
+                        columns=300).output.split())
+    assert ("(inferences/day from --per-day; hosts from --hosts; horizon from the spec's "
+            "[deployment] or its default)") in text

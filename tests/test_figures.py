@@ -4,12 +4,15 @@ thresholds that cannot reject anything."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from _records import confirmed, screened
+from conftest import cli
 from test_explain import SESSION, _header
 
 from dossier.audit import explain_search
@@ -223,10 +226,6 @@ def test_the_latency_axis_is_per_inference_and_keeps_its_title() -> None:
 
 def test_knobs_names_the_contention_sensitive_ones() -> None:
     pytest.importorskip("onnxruntime")
-    import json
-
-    from conftest import cli
-
     table = cli("knobs", "intra_op_num_threads", columns=200).stdout
     assert "[contention]" in table
     data = json.loads(cli("knobs", "--json").stdout)
@@ -383,3 +382,29 @@ def test_the_zero_output_warning_takes_the_largest_reference(
         assert not caplog.records
         check_threshold("linf", 2.0, vset)
     assert "1 at most" in caplog.text
+
+
+def test_report_latency_axis_fits_the_samples_and_routes_wrap_between_knobs(
+        convnet_bundle: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
+    from dossier.formats.report import latency_axis
+
+    fast = [0.17 + 0.001 * (i % 7) for i in range(100)]
+    slow = [0.54 + 0.002 * (i % 5) for i in range(99)] + [50.0]  # one straggler
+    axis = latency_axis([fast, slow])
+    assert axis["type"] == "log" and 10 ** axis["range"][1] < 2 and 10 ** axis["range"][0] > 0.1
+    assert "1 sample(s) beyond the axis" in axis["title_text"]
+    axis = latency_axis([fast, [x * 1.5 for x in fast]])
+    assert axis["type"] == "linear" and 0.1 < axis["range"][0] and axis["range"][1] < 0.3
+    page = tmp_path / "r.html"
+    assert cli("explain", convnet_bundle, "--html", page).exit_code == 0
+    html = page.read_text()
+    axis = json.loads(re.search(r'"yaxis":(\{"title":\{"text":"ms per inference[^}]*\},'
+                                r'[^}]*\})', html).group(1))  # type: ignore[union-attr]
+    low, high = (10 ** v for v in axis["range"]) if axis["type"] == "log" else axis["range"]
+    trials = json.loads(cli("explain", convnet_bundle, "--json").stdout)["trials"]
+    medians = [t["median_ms"] for t in trials if t.get("median_ms")]
+    assert low > 0 and low < min(medians) and max(medians) < high  # not from zero, all shown
+    assert axis["type"] == "log" or high < 3 * max(medians)
+    assert '<span class="tok">-graph_optimization_level=all</span>' in html
+    assert "span.tok{white-space:nowrap}" in html

@@ -3,11 +3,14 @@ independently of the engine under test, provenance recorded."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import cli
 
 from dossier.errors import ExitCode
 from dossier.validation import load_validation_set
@@ -178,3 +181,69 @@ def test_create_from_polygraphy_inputs_json(runner, conv: Path, tmp_path: Path) 
                             "--reference", "onnxruntime-cpu", "--model",
                             str(conv.parent / "model.onnx")])
     assert r.exit_code == ExitCode.INPUT and "not a NumPy array" in r.output
+
+
+def _encoded(arrays: dict[str, object]) -> dict[str, object]:
+    """Name -> array as Polygraphy's JSON encoder writes it (numpy.save bytes in base64)."""
+    out = {}
+    for name, arr in arrays.items():
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(arr), allow_pickle=False)
+        out[name] = {"array": base64.b64encode(buf.getvalue()).decode(),
+                     "polygraphy_class": "ndarray"}
+    return out
+
+
+def _run_results(runner: str, outputs: list[dict[str, object]]) -> dict[str, object]:
+    """A RunResults JSON (polygraphy run --save-outputs) of one runner."""
+    return {"lst": [[runner, [{"outputs": _encoded(o), "runtime": 0.001, "runner_name": runner,
+                               "polygraphy_class": "IterationResult"} for o in outputs]]],
+            "polygraphy_class": "RunResults"}
+
+
+def test_validation_create_reads_polygraphy_folders_and_outputs(convnet_folder: Path,
+                                                                tmp_path: Path) -> None:
+    model = convnet_folder / "model.onnx"
+    xs = [np.full((n, 3, 32, 32), 0.25 * n, np.float32) for n in (1, 2, 3)]
+    r = cli("validation", "create", tmp_path / "ort", "--model", model, "--reference",
+            "onnxruntime-cpu", *[a for i, x in enumerate(xs) for a in
+                                 ("-i", _npz(tmp_path / f"x{i}.npz", x=x))])
+    assert r.exit_code == 0, r.output
+    refs = [p.references for p in load_validation_set(tmp_path / "ort").pairs]
+    inputs = tmp_path / "inputs"  # --save-inputs DIR: one file per iteration, 10 after 2
+    inputs.mkdir()
+    for i, x in zip((0, 2, 10), xs):
+        (inputs / f"inputs_{i}.json").write_text(json.dumps([_encoded({"x": x})]))
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(_run_results("onnxrt-runner", refs)))
+    r = cli("validation", "create", tmp_path / "set", "--model", model, "-i", inputs,
+            "-r", outputs)
+    assert r.exit_code == 0, r.output
+    made = load_validation_set(tmp_path / "set")
+    assert [p.inputs["x"].shape[0] for p in made.pairs] == [1, 2, 3]
+    for pair, ref in zip(made.pairs, refs):
+        np.testing.assert_array_equal(pair.references["logits"], ref["logits"])
+    folder = tmp_path / "outputs"  # --save-outputs DIR
+    folder.mkdir()
+    for i, ref in enumerate(refs):
+        (folder / f"outputs_{i}.json").write_text(json.dumps(_run_results("onnxrt-runner", [ref])))
+    r = cli("validation", "create", tmp_path / "set2", "--model", model, "-i", inputs,
+            "-r", folder)
+    assert r.exit_code == 0, r.output
+    two = tmp_path / "two.json"
+    both = _run_results("trt-runner", refs)
+    both["lst"] += _run_results("onnxrt-runner", refs)["lst"]  # type: ignore[operator]
+    two.write_text(json.dumps(both))
+    r = cli("validation", "create", tmp_path / "set3", "--model", model, "-i", inputs, "-r", two)
+    assert r.exit_code == ExitCode.INPUT
+    assert "holds the outputs of 2 runners (trt-runner, onnxrt-runner)" in r.output
+    r = cli("validation", "create", tmp_path / "set4", "--model", model, "-i", inputs, "-r",
+            _npz(tmp_path / "one.npz", logits=refs[0]["logits"]))
+    assert r.exit_code == ExitCode.INPUT
+    assert "3 pair(s) of inputs but 1 pair(s) of references (from 1 --references" in r.output
+    assert not any((tmp_path / f"set{n}").exists() for n in (3, 4))
+
+
+def _npz(path: Path, **arrays: object) -> Path:
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    return path

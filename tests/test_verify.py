@@ -11,10 +11,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import TINY_TIMING
+from conftest import TINY_TIMING, cli
 
 from dossier.bundle import open_bundle, write_bundle
-from dossier.errors import IntegrityError
+from dossier.errors import ExitCode, IntegrityError
 from dossier.fingerprint import collect
 from dossier.retune import retune
 from dossier.spec import load_spec
@@ -183,3 +183,50 @@ def test_retune_cli(bundle: Path, runner, tmp_path: Path) -> None:
     assert data["version"] == 2 and data["parent"]
     r = runner.invoke(app, ["inspect", data["bundle"], "--json"])
     assert json.loads(r.stdout)["parent"] == data["parent"]
+
+
+# ------------------------------------------------------- the CLI's verify and retune, by path
+def test_retune_with_a_relative_out(convnet_bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = cli("retune", convnet_bundle, "--out", "releases/", "--top", "1", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "releases" / "convnet-convnet-2.dossier" / "manifest.json").is_file()
+
+
+def test_a_failed_retune_leaves_nothing(convnet_bundle: Path, tmp_path: Path,
+                                        monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("other.onnx").write_bytes(b"not the model")
+    r = cli("retune", convnet_bundle, "--out", "releases", "--model", "other.onnx")
+    assert r.exit_code == ExitCode.INPUT and "is not the bundle's model" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.onnx"]
+
+
+@pytest.mark.parametrize("threshold", ["-1", "nan", "0", "inf"])
+def test_verify_refuses_a_threshold_that_is_not_above_zero(convnet_bundle: Path,
+                                                            threshold: str) -> None:
+    r = cli("verify", convnet_bundle, "--recheck", "--threshold", threshold)
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert r.output.startswith(f"error: --threshold {float(threshold)}: must be a number above 0")
+    assert len(r.output.strip().splitlines()) == 1 and "pydantic" not in r.output
+
+
+def test_verify_threshold_needs_recheck_and_must_be_stricter(convnet_bundle: Path) -> None:
+    r = cli("verify", convnet_bundle, "--threshold", "1e-5")
+    assert r.exit_code == ExitCode.USAGE and "--threshold applies to --recheck" in r.output
+    recorded = json.loads(cli("inspect", convnet_bundle, "--json").stdout)["threshold"]
+    r = cli("verify", convnet_bundle, "--recheck", "--threshold", recorded * 10)
+    assert r.exit_code == ExitCode.INPUT
+    assert f"is looser than the bundle's {recorded:g}" in r.output
+    r = cli("verify", convnet_bundle, "--recheck", "--threshold", recorded)  # as strict: checked
+    assert r.exit_code == 0, r.output
+    assert "accuracy re-check passed: worst linf loss" in r.output
+
+
+def test_verify_of_another_hosts_fingerprint_names_it(convnet_bundle: Path) -> None:
+    r = cli("verify", convnet_bundle, "--host-fingerprint", convnet_bundle / "fingerprint.json",
+            columns=300)
+    assert r.exit_code == 0, r.output
+    host = convnet_bundle / "fingerprint.json"
+    assert f"on the host of {host}" in " ".join(r.output.split())
+    assert "on this host" not in r.output
