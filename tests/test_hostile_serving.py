@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import test_bundle_helpers as h
 from conftest import isolate_registry
-from test_hostile import _http, _ref, needs_registry
+from test_registry_hostile import _http, _ref, needs_registry
 
 import dossier
 from dossier.errors import EngineFailedError, ExitCode, InputError
