@@ -1,7 +1,7 @@
 """A hostile registry, and crafted artifacts in a real one: pull, push and verify REF never write
 outside their target, never reuse a planted cache entry, never hang and never read a body
-whole; a malformed signature referrer (anyone with push access can add one) is a warning, a
-refusal only under --require-signature.
+whole; a foreign or malformed signature referrer (anyone with push access can add one) is a
+warning, a refusal only under --require-signature.
 
 Pull, push and verify REF run against a real registry (Debian's ``docker-registry`` on
 127.0.0.1, as in test_registry.py) where a real registry's behaviour is the point; what a real
@@ -27,10 +27,11 @@ from typing import Any
 
 import pytest
 import test_bundle_helpers as h
-from _hostile import ESCAPES, Hostile, _craft, _everything, _ok_version, _release, _within
+from _hostile import ESCAPES, Hostile, _craft, _everything, _ok_version, _pair, _release, _within
 from conftest import isolate_registry
 from test_registry import REGISTRY_BIN
 
+import dossier
 from dossier.errors import ExitCode, RegistryError
 
 needs_registry = pytest.mark.skipif(not os.access(REGISTRY_BIN, os.X_OK),
@@ -261,6 +262,116 @@ def test_a_malformed_referrer_is_refused_with_require_signature(registry: Any, b
                 "--trusted-key", tmp_path / "k.pub")
     assert res.exit_code == ExitCode.SIGNATURE, h.said(res)
     assert "is not a dossier signature referrer" in h.said(res)
+
+
+def _client(ref: str) -> Any:
+    from dossier.registry.client import connect
+    from dossier.registry.reference import parse_reference
+
+    return connect(parse_reference(ref), insecure=True)
+
+
+def _digest(registry: Any, ref: str) -> tuple[str, int]:
+    repo, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    _, headers, body = _http(registry, "GET", f"/v2/{repo}/manifests/{tag}",
+                             headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    return headers["Docker-Content-Digest"], len(body)
+
+
+def _foreign_signature(tmp_path: Path, registry: Any, ref: str) -> None:
+    """Another bundle's valid signature attached as a referrer of ``ref``."""
+    from dossier.registry.referrers import attach_signature
+    from dossier.trust.signing import generate_key_pair, sign_bundle
+
+    other = h.copy_bundle(h.GOLDEN, tmp_path / "other")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["release_version"] = manifest.get("release_version", 1)
+    (other / "knobs.json").write_text((other / "knobs.json").read_text() + " ")
+    h.reseal(other)
+    keys = generate_key_pair(tmp_path / "foreign-keys")
+    signed = sign_bundle(other, keys.private)
+    digest, size = _digest(registry, ref)
+    attach_signature(_client(ref), digest, size, Path(signed.signature))
+
+
+def _not_an_envelope(tmp_path: Path, registry: Any, ref: str) -> None:
+    from dossier.registry.referrers import attach_signature
+
+    junk = tmp_path / "junk.sig.json"
+    if not junk.exists():
+        junk.write_text('{"not": "a DSSE envelope"}')
+    digest, size = _digest(registry, ref)
+    attach_signature(_client(ref), digest, size, junk)
+
+
+def _wrong_subject(tmp_path: Path, registry: Any, ref: str) -> None:
+    """Listed under ``ref``'s referrers index: a signature referrer whose subject is another
+    artifact (pushed to another tag)."""
+    from dossier.registry.referrers import attach_signature
+
+    repo = ref.split("/", 1)[1].rsplit(":", 1)[0]
+    other_ref = ref.rsplit(":", 1)[0] + ":other"
+    other = h.copy_bundle(h.GOLDEN, tmp_path / "other")
+    (other / "knobs.json").write_text((other / "knobs.json").read_text() + " ")
+    h.reseal(other)
+    assert h.cli("push", other, other_ref, "--insecure").exit_code == 0
+    junk = tmp_path / "junk.sig.json"
+    junk.write_text('{"not": "a DSSE envelope"}')
+    other_digest, other_size = _digest(registry, other_ref)
+    referrer = attach_signature(_client(other_ref), other_digest, other_size, junk)
+    _, headers, body = _http(registry, "GET", f"/v2/{repo}/manifests/{referrer}",
+                             headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    digest, _ = _digest(registry, ref)
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                       "digest": referrer, "size": len(body),
+                                       "artifactType": "application/vnd.dossier.signature.v1+json"}
+                                      ]}).encode()
+    status, _, answer = _http(registry, "PUT", f"/v2/{repo}/manifests/{digest.replace(':', '-')}",
+                              index, {"Content-Type": "application/vnd.oci.image.index.v1+json"})
+    assert status == 201, (status, answer)
+
+
+def _too_many(tmp_path: Path, registry: Any, ref: str) -> None:
+    """More referrers listed than are read (the cap lowered to 1 by the test; two listed)."""
+    _not_an_envelope(tmp_path, registry, ref)
+    (tmp_path / "junk.sig.json").write_text('{"still": "not an envelope"}')
+    _not_an_envelope(tmp_path, registry, ref)
+
+
+REFERRERS = {"another bundle's signature": _foreign_signature,
+             "not a DSSE envelope": _not_an_envelope, "a wrong subject": _wrong_subject,
+             "more listed than read": _too_many}
+
+
+@needs_registry
+@pytest.mark.parametrize("plant", list(REFERRERS), ids=list(REFERRERS))
+def test_a_foreign_or_malformed_referrer_is_one_warning_everywhere(
+        registry: Any, bundle: Path, host: Path, tmp_path: Path, plant: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: another bundle's signature, or an envelope blob that is not one, failed verify
+    REF, run REF and load(REF) (exit 13) without --require-signature; pull failed (exit 13)
+    on what verify REF reported as a warning (a wrong subject)."""
+    import dossier.registry.referrers as referrers
+
+    if plant == "more listed than read":
+        monkeypatch.setattr(referrers, "MAX_REFERRERS", 1)
+    ref = _ref(registry)
+    assert h.cli("push", bundle, ref, "--insecure").exit_code == 0
+    REFERRERS[plant](tmp_path, registry, ref)
+    res = h.cli("verify", ref, "--insecure", "--host-fingerprint", host)
+    assert res.exit_code == 0, h.said(res)
+    assert "warning: " in res.stderr
+    if plant == "more listed than read":
+        assert "only the first 1 were read" in res.stderr
+    res = h.cli("pull", ref, "--insecure", "--out", tmp_path / "pulled")
+    assert res.exit_code == 0, h.said(res)
+    assert "warning: " in res.stderr and not list((tmp_path / "pulled").glob("*.sig.json"))
+    engine = dossier.load(ref, host=host, insecure=True)
+    pair = _pair(bundle)
+    assert engine(pair.inputs)["logits"].shape == pair.references["logits"].shape
+    res = h.cli("run", ref, "--insecure", "--host-fingerprint", host)
+    assert res.exit_code == 0, h.said(res)
 
 
 # ---------------------------------------------------------------------- a hostile registry

@@ -1,5 +1,6 @@
 """Release specs (``dossier/spec.py``) as untrusted input: every number is bounded (no
-overflow, no minutes of arithmetic, no ``inf`` timeout, weight or tolerance).
+overflow, no minutes of arithmetic, no ``inf`` timeout, weight or tolerance), and a model path
+that is a link loop or too long, or a FIFO in place of the spec, is one line, exit 3.
 
 Every case here failed before its fix; the docstrings say what happened."""
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from _hostile import _fifo, _within
 
 from dossier.errors import ExitCode, SpecError
 
@@ -73,3 +75,30 @@ def test_a_spec_with_rounds_2000_gets_one_line_even_with_dry_run(samples_dir: Pa
     res = h.cli("tune", spec, "--out", tmp_path / "run", "--dry-run")
     assert res.exit_code == ExitCode.INPUT, h.said(res)
     assert res.stderr.count("\n") == 1 and "timing.rounds = 2000" in res.stderr
+
+
+# ----------------------------------------------------------------------------------- paths
+def _spec(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(f'[release]\nname = "a"\n[model]\npath = "{model}"\n[validation]\n'
+                    'path = "validation"\n[tune]\nbackend = "onnxruntime"\n'
+                    'selection = "-graph_optimization_level=[all|basic]"\nmetric = "linf"\n'
+                    "threshold = 1e-4\n")
+    return path
+
+
+@pytest.mark.parametrize("case", ["a symbolic link loop", "a name over NAME_MAX", "a FIFO"])
+def test_a_hostile_spec_path_gets_one_line(tmp_path: Path, case: str) -> None:
+    """Before: a model path that is a symbolic link loop or longer than NAME_MAX was exit 70
+    with a traceback; a FIFO in place of the spec blocked for ever."""
+    if case == "a symbolic link loop":
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        spec = _spec(tmp_path, str(tmp_path / "loop"))
+    elif case == "a name over NAME_MAX":
+        spec = _spec(tmp_path, "x" * 300 + ".onnx")
+    else:
+        spec = _fifo(tmp_path / "spec.toml")
+    res = _within(20, lambda: h.cli("tune", spec, "--dry-run"))
+    assert not isinstance(res, BaseException), res
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "Traceback" not in h.said(res)
