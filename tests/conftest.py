@@ -1,7 +1,7 @@
 """The test suite's one vocabulary: built samples, the released bundles of the samples, small
 timing settings, spec factories, the in-process CLI and ``dossier`` as a real process (run to
-its end, or interrupted with Ctrl-C), and the order in which modules start when the suite is
-spread over processes (pytest-xdist).
+its end, or interrupted with Ctrl-C), a local registry and a misbehaving HTTP server, and the
+order in which modules start when the suite is spread over processes (pytest-xdist).
 docs/testing.md tells how to run it.
 
 Helpers of the tests import from here by the tests folder's own names (``from conftest import
@@ -271,3 +271,30 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server = Registry(tmp_path_factory.mktemp("registry")).start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def host(bundle: Path, tmp_path: Path) -> Path:
+    """``bundle``'s tuning host as a fingerprint file (``--host-fingerprint``, ``host=``): the
+    bundle is VALID there, whatever this CPU is."""
+    path = tmp_path / "host.json"
+    path.write_bytes((bundle / "fingerprint.json").read_bytes())
+    return path
+
+
+@pytest.fixture
+def hostile() -> Iterator[Any]:
+    """Factory: ``hostile(behave)`` starts an HTTP server on 127.0.0.1 that answers every request
+    with ``behave(handler)`` (``_hostile.Hostile``: its ``port``, the ``paths`` asked for, a
+    ``stop`` event); every server is closed after the test."""
+    from _hostile import Hostile
+
+    servers: list[Hostile] = []
+
+    def make(behave: Any) -> Hostile:
+        servers.append(Hostile(behave))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()

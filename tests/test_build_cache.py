@@ -1,6 +1,6 @@
 """The build cache: a second search takes its engines instead of rebuilding them, and every
-stored entry is checked as untrusted input (tampered bytes, crafted entries, links, two writers,
-a full disk)."""
+stored entry is checked as untrusted input (tampered bytes, crafted entries, links, entry folders
+others may write, FIFOs, two writers, a full disk)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import errno
 import json
 import multiprocessing
 import os
+import shutil
+import stat
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +170,62 @@ def test_a_crafted_or_damaged_entry_is_a_miss(tmp_path: Path, damage: str) -> No
     assert cache.put(ident, _engine(tmp_path), 2.0, {})  # replaced by the next build
     got = cache.get(ident, dest)
     assert got is not None and got.build_s == 2.0
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> tuple[Any, Any, Path]:
+    """A build cache holding one entry: (cache, identity, the entry's folder)."""
+    cache = BuildCache(tmp_path / "bc")
+    engine = tmp_path / "engine.ort"
+    engine.write_bytes(b"engine bytes" * 100)
+    identity = _identity()
+    assert cache.put(identity, engine, 1.0, {})
+    assert cache.get(identity, tmp_path / "probe.ort") is not None  # an honest hit
+    (tmp_path / "probe.ort").unlink()
+    return cache, identity, tmp_path / "bc" / identity.key()
+
+
+def test_a_world_writable_entry_folder_is_a_miss(stored: tuple[Any, Any, Path],
+                                                 tmp_path: Path) -> None:
+    """Before: only the top folder was checked; an entry folder anyone may write was a hit."""
+    cache, identity, entry = stored
+    os.chmod(entry, 0o777)
+    assert cache.get(identity, tmp_path / "got.ort") is None
+    assert not (tmp_path / "got.ort").exists()
+
+
+def test_an_entry_folder_linked_outside_is_a_miss(stored: tuple[Any, Any, Path],
+                                                  tmp_path: Path) -> None:
+    """Before: an entry folder that is a link to a world-writable folder outside was a hit."""
+    cache, identity, entry = stored
+    outside = tmp_path / "outside"
+    shutil.move(entry, outside)
+    os.chmod(outside, 0o777)
+    entry.symlink_to(outside)
+    assert cache.get(identity, tmp_path / "got.ort") is None
+    assert not (tmp_path / "got.ort").exists()
+
+
+@pytest.mark.parametrize("name", ["entry.json", "engine.ort"])
+def test_a_fifo_in_the_build_cache_is_a_miss_not_a_hang(stored: tuple[Any, Any, Path],
+                                                        tmp_path: Path, name: str) -> None:
+    """Before: a FIFO in place of entry.json or the engine hung the search forever: the open
+    blocked before the regular-file check."""
+    cache, identity, entry = stored
+    fifo = entry / name
+    fifo.unlink()
+    os.mkfifo(fifo)
+    box: list[Any] = []
+    t = threading.Thread(target=lambda: box.append(cache.get(identity, tmp_path / "g.ort")),
+                         daemon=True)
+    t.start()
+    t.join(10)
+    try:
+        assert box == [None], "still blocked on the FIFO after 10 s"
+    finally:
+        if t.is_alive():  # release the blocked reader
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) or not os.path.lexists(fifo)
 
 
 def test_a_folder_others_may_write_is_refused(tmp_path: Path, runner, sample) -> None:

@@ -1,5 +1,6 @@
-"""The Ray executor on a local Ray instance: the same search as the local executor, a measure
-worker killed mid-trial, a driver killed mid-search, workers of another stack refused."""
+"""The Ray executor on a local Ray instance: the same search as the local executor, a search
+started from a folder holding a folder named ``dossier``, a measure worker killed mid-trial, a
+driver killed mid-search, workers of another stack refused."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +50,32 @@ def _found(res) -> list[tuple]:  # type: ignore[no-untyped-def]
 
 def _layout(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+# before the tests of local_ray: this one needs a process without a Ray instance, and
+# local_ray's lasts until the module's last test
+@pytest.mark.ray
+def test_ray_runs_from_a_folder_holding_a_folder_named_dossier(sample: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """Before: --executor ray failed (exit 4) from a folder holding a folder named ``dossier``
+    (Ray puts the driver's working directory first on its workers' path), and every Ray search
+    left a /tmp/dossier-measure-* folder with the baseline engine in it."""
+    ray = pytest.importorskip("ray")
+    from dossier.tuner import tune
+
+    if ray.is_initialized():
+        pytest.skip("a Ray instance of another test is running in this process")
+    _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    shadow = tmp_path / "here"
+    (shadow / "dossier").mkdir(parents=True)
+    (shadow / "dossier" / "__init__.py").write_text("raise ImportError('not dossier')\n")
+    monkeypatch.chdir(shadow)
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    before = set(tmp.glob("dossier-measure-*"))
+    result = tune(spec, tmp_path / "run", executor="ray")
+    assert all(t.admissible for t in result.cache.trials), [t.reason for t in result.cache.trials]
+    assert set(tmp.glob("dossier-measure-*")) <= before
 
 
 def test_ray_gives_the_routes_outcomes_and_bundle_of_the_local_executor(local_ray, sample,

@@ -1,18 +1,23 @@
 """dossier validation create / show: a validation set from NumPy files, references computed
-independently of the engine under test, provenance recorded."""
+independently of the engine under test, provenance recorded; crafted input files (a header
+claiming petabytes, a zip bomb, a torn member, an empty batch) refused with one line before
+anything large is allocated."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
+import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import test_bundle_helpers as h
 from conftest import cli
 
-from dossier.errors import ExitCode
+from dossier.errors import ExitCode, ValidationSetError
 from dossier.validation import load_validation_set
 from dossier_cli.main import app
 
@@ -247,3 +252,96 @@ def test_validation_create_reads_polygraphy_folders_and_outputs(convnet_folder: 
 def _npz(path: Path, **arrays: object) -> Path:
     np.savez(path, **arrays)  # type: ignore[arg-type]
     return path
+
+
+# --------------------------------------------------------------------- crafted NumPy files
+PETA_SHAPE = (2**40, 3, 32, 32)
+
+
+def _npy_header_only(shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False,
+                                               "shape": shape})
+    return buf.getvalue()
+
+
+def _write_npz(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("kind", [".npy", ".npz", "polygraphy"])
+def test_a_header_claiming_petabytes_is_refused_before_allocation(tmp_path: Path,
+                                                                  kind: str) -> None:
+    """Before: a 128-byte file whose header claims (2**40, 3, 32, 32) gave a traceback (exit 70)
+    while allocating petabytes."""
+    from dossier.references import read_pairs
+
+    data = _npy_header_only(PETA_SHAPE)
+    if kind == ".npy":
+        path = tmp_path / "a.npy"
+        path.write_bytes(data)
+    elif kind == ".npz":
+        path = _write_npz(tmp_path / "a.npz", {"x.npy": data})
+    else:
+        path = tmp_path / "inputs.json"
+        path.write_text(json.dumps([{"x": {"array": base64.b64encode(data).decode(),
+                                           "polygraphy_class": "ndarray"}}]))
+    with pytest.raises(ValidationSetError, match=r"1099511627776, 3, 32, 32"):
+        read_pairs(path, "x")
+
+
+def test_a_crafted_npy_gets_one_line_from_the_cli(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write_npz(tmp_path / "a.npz", {"x.npy": _npy_header_only(PETA_SHAPE)})
+    np.savez(tmp_path / "r.npz", y=np.ones((2, 10), np.float32))
+    res = h.cli("validation", "create", "set", "-i", "a.npz", "-r", "r.npz")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert res.stderr.count("\n") == 1 and "needs" in res.stderr
+    assert not (tmp_path / "set").exists()
+
+
+def test_a_zip_bomb_npz_is_refused_before_it_is_unpacked(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a 2.1 MB zip-bomb .npz took 4.2 GB of memory before it was refused. Here a
+    64 MiB array of zeros (64 KiB deflated) against a cap lowered to 16 MiB: refused from the
+    declared sizes, with almost nothing allocated."""
+    from dossier import references
+
+    monkeypatch.setattr(references, "MAX_FILE_BYTES", 16 << 20, raising=False)
+    path = tmp_path / "bomb.npz"
+    np.savez_compressed(path, x=np.zeros((16, 1024, 1024), np.float32))
+    assert path.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationSetError, match="would unpack"):
+            references.read_arrays(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+
+
+def test_a_member_smaller_than_its_header_is_refused(tmp_path: Path) -> None:
+    from dossier.references import read_arrays
+
+    full = io.BytesIO()
+    np.save(full, np.ones((4, 8), np.float32))
+    torn = full.getvalue()[:-16]
+    path = _write_npz(tmp_path / "a.npz", {"x.npy": torn})
+    with pytest.raises(ValidationSetError, match="the data is"):
+        read_arrays(path)
+
+
+def test_an_empty_batch_gets_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a batch of size 0 gave a pyarrow traceback."""
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "a.npz", x=np.ones((0, 3), np.float32))
+    np.savez(tmp_path / "r.npz", y=np.ones((0, 10), np.float32))
+    res = h.cli("validation", "create", "set", "-i", "a.npz", "-r", "r.npz")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert res.stderr.count("\n") == 1 and "no element" in res.stderr
+    assert not (tmp_path / "set").exists()
