@@ -23,6 +23,7 @@ The load average is recorded beside each timing (the CPU is shared).
 
     python bench/olive_compare.py prepare            # the four models under bench/work/olive
     python bench/olive_compare.py compare tblock convnet resnet18 bert
+    python bench/olive_compare.py compare resnet18 --threads   # dossier searches threads too
     python bench/olive_compare.py report             # bench/results/olive-compare.md
     python bench/olive_compare.py goal-check tblock --threshold 1e-5   # Olive's goal alone
 
@@ -40,6 +41,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -542,7 +544,21 @@ def _save(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def compare(models: list[str], work: Path, out: Path, olive_python: str) -> dict[str, Any]:
+def with_threads(folder: Path, spec: str) -> str:
+    """A copy of ``spec`` beside it whose selection also searches ``-intra_op_num_threads=[0|1]``
+    (0: ONNX Runtime's default, every core), as Olive's session tuning searches the thread count;
+    the copy's file name."""
+    text = (folder / spec).read_text()
+    tuned, n = re.subn(r'(selection = "[^"]*)"', r'\1 -intra_op_num_threads=[0|1]"', text, count=1)
+    if n != 1:
+        raise SystemExit(f"{folder / spec}: no selection to add the thread count to")
+    name = spec.replace(".toml", "-threads.toml")
+    (folder / name).write_text(tuned)
+    return name
+
+
+def compare(models: list[str], work: Path, out: Path, olive_python: str,
+            threads: bool = False) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
     doc.update(commit=_commit(), cores=os.cpu_count(), bar={"metric": "cos", "threshold": BAR},
                procedure=__doc__.split("\n\n")[1] if __doc__ else "")
@@ -550,12 +566,15 @@ def compare(models: list[str], work: Path, out: Path, olive_python: str) -> dict
     for model in models:
         folder = _folder(work, model)
         s = SETTINGS[model]
+        spec = with_threads(folder, s["spec"]) if threads else s["spec"]
         row: dict[str, Any] = {
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": f"python bench/olive_compare.py compare {model}"}
+            "command": f"python bench/olive_compare.py compare {model}"
+                       + (" --threads" if threads else ""), "dossier_spec": spec,
+            "commit": _commit()}
         with tempfile.TemporaryDirectory(prefix=f"olive-compare-{model}-") as tmp:
             doc["models"][model] = row  # saved after each stage: a run cut short keeps it
-            row["dossier"] = dossier_release(folder, s["spec"], Path(tmp) / "dossier")
+            row["dossier"] = dossier_release(folder, spec, Path(tmp) / "dossier")
             _save(out, doc)
             print(model, "dossier", {k: row["dossier"].get(k) for k in
                                      ("rc", "wall_s", "shipped", "speedup", "error")},
@@ -571,7 +590,7 @@ def compare(models: list[str], work: Path, out: Path, olive_python: str) -> dict
                        "--bundle", row["dossier"]["bundle"], "--olive-model",
                        best["model_path"], "--settings",
                        json.dumps(best.get("inference_settings") or {}),
-                       "--folder", str(folder), "--spec", s["spec"], "--calls", str(s["calls"]),
+                       "--folder", str(folder), "--spec", spec, "--calls", str(s["calls"]),
                        "--rounds", str(s["rounds"]), "--out", str(side)]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode == 0:
@@ -729,6 +748,11 @@ def report(src: Path, dst: Path) -> None:
     if missing:
         lines += ["", f"Not run: {', '.join(missing)}."]
     for model, row in doc.get("models", {}).items():
+        if "--threads" in row.get("command", ""):
+            lines += ["", f"{model}: dossier's spec also searched `-intra_op_num_threads=[0|1]` "
+                      f"(`{row['command']}`, commit {row.get('commit')}, started "
+                      f"{row.get('started')}), as Olive's session tuning searches the thread "
+                      "count."]
         if "stopped" in (row.get("dossier") or {}).get("command", ""):
             lines += ["", f"{model}: {row['dossier']['command']}."]
     lines += [
@@ -769,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", type=Path, default=WORK)
     c.add_argument("--out", type=Path, default=RESULTS / "olive-compare.json")
     c.add_argument("--olive-python", default=OLIVE_PYTHON)
+    c.add_argument("--threads", action="store_true", help="dossier's spec also searches "
+                   "-intra_op_num_threads=[0|1], as Olive's session tuning searches threads")
     oo = sub.add_parser("olive-only")
     oo.add_argument("model", choices=MODELS)
     oo.add_argument("--work", type=Path, default=WORK)
@@ -803,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "prepare":
         prepare(args.work, args.precision_models)
     elif args.cmd == "compare":
-        compare(args.models, args.work, args.out, args.olive_python)
+        compare(args.models, args.work, args.out, args.olive_python, args.threads)
     elif args.cmd == "olive-only":
         olive_only(args.model, args.work, args.out, args.olive_python)
     elif args.cmd == "finish":
