@@ -20,6 +20,17 @@ _TOKEN = re.compile(r"^-(?P<name>[^=\s\[\]|]+)=(?P<value>.*)$")
 _LIST = re.compile(r"^\[(?P<body>.*)\]$")
 
 
+def _token(token: str) -> tuple[str, tuple[str, ...], bool]:
+    """(knob name, values, pinned) of one selection token, ``-k=v`` or ``-k=[a|b]``;
+    SelectionError when it is neither."""
+    m = _TOKEN.match(token)
+    if not m:
+        raise SelectionError(f"selection token {token!r} is not -knob=value or -knob=[a|b]")
+    lm = _LIST.match(m["value"])
+    values = tuple(lm["body"].split("|")) if lm else (m["value"],)
+    return m["name"], values, lm is None
+
+
 class Route(BaseModel):
     """Values for a set of knobs. Knobs not named take their default."""
 
@@ -112,28 +123,17 @@ class Selection(BaseModel):
         items: list[SelectionItem] = []
         seen: set[str] = set()
         for token in tokens:
-            m = _TOKEN.match(token)
-            if not m:
-                raise SelectionError(f"selection token {token!r} is not -knob=value or -knob=[a|b]")
-            knob = db.get(m["name"])
+            name, values, pinned = _token(token)
+            knob = db.get(name)
             if knob.name in seen:
                 raise SelectionError(f"knob -{knob.name} appears twice in the selection")
             seen.add(knob.name)
-            lm = _LIST.match(m["value"])
-            if lm:
-                values = tuple(lm["body"].split("|"))
-                if not lm["body"] or any(not v for v in values):
-                    raise SelectionError(f"empty value in {token!r}")
-                if knob.values is None:
-                    raise SelectionError(
-                        f"knob -{knob.name} has unbounded values ({knob.value_hint or '...'}) and "
-                        "cannot be swept", hint="pin it with a single value instead")
-                pinned = False
-            else:
-                values = (m["value"],)
-                if not values[0]:
-                    raise SelectionError(f"empty value in {token!r}")
-                pinned = True
+            if any(not v for v in values):
+                raise SelectionError(f"empty value in {token!r}")
+            if not pinned and knob.values is None:
+                raise SelectionError(
+                    f"knob -{knob.name} has unbounded values ({knob.value_hint or '...'}) and "
+                    "cannot be swept", hint="pin it with a single value instead")
             dupes = sorted({v for v in values if values.count(v) > 1})
             if dupes:
                 raise SelectionError(f"value {dupes[0]!r} is listed twice for -{knob.name}")
@@ -150,14 +150,8 @@ class Selection(BaseModel):
         """A selection as a search recorded it (canonical, checked against its knob database
         when the search ran): its knobs and values, read without a database. SelectionError
         for a token that is not ``-knob=value`` or ``-knob=[a|b]``."""
-        items: list[SelectionItem] = []
-        for token in text.split():
-            m = _TOKEN.match(token)
-            if not m:
-                raise SelectionError(f"selection token {token!r} is not -knob=value or -knob=[a|b]")
-            lm = _LIST.match(m["value"])
-            values = tuple(lm["body"].split("|")) if lm else (m["value"],)
-            items.append(SelectionItem(knob=m["name"], values=values, pinned=lm is None))
+        items = [SelectionItem(knob=name, values=values, pinned=pinned)
+                 for name, values, pinned in map(_token, text.split())]
         return cls(items=tuple(items))
 
     def text(self) -> str:

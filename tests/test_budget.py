@@ -246,10 +246,17 @@ def test_budget_repairs_what_fails_alone_and_reaches_the_landscape_optimum() -> 
     assert e.settings(Route.parse(pick.route).as_dict()) & set(e.alone)  # a repaired setting
 
 
-def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("max_builds", "cut"), [(30, 22), (20, 9)],
+                         ids=["among-proposals", "inside-the-ascent"])
+def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path, max_builds: int,
+                                                   cut: int) -> None:
+    """Killed after route ``cut`` was asked (never measured), a journal line cut short: the
+    resumed search makes the proposals of one never stopped. 20 builds are under twice the
+    15-route start of this space, so the second case is killed inside the ascent."""
     space = replay.landscape_space(10, 0.01, 2)
-    limits = Limits(max_builds=30, patience=1000)
+    limits = Limits(max_builds=max_builds, patience=1000)
     whole = BudgetStrategy(limits, seed=5)
+    assert whole.ascends(space.selection, space.db) == (max_builds == 20)
     whole.open(tmp_path / "whole")
     (tmp_path / "whole").mkdir()
     reference = _walk(space, whole, {})
@@ -257,7 +264,7 @@ def test_a_resumed_search_makes_the_same_proposals(tmp_path: Path) -> None:
     results: dict[str, replay.Replayed] = {}
     first = BudgetStrategy(limits, seed=5)
     first.open(tmp_path / "cut")
-    got = _walk(space, first, results, stop_after=22)  # killed: route 22 asked, never measured
+    got = _walk(space, first, results, stop_after=cut)  # killed: route `cut` asked, not measured
     journal = tmp_path / "cut" / STUDY_NAME
     with journal.open("ab") as f:
         f.write(b'{"op_code": 5, "worker_id": "x", "trial_id"')  # a line a kill cut short
@@ -385,10 +392,15 @@ def test_a_small_budget_starts_with_an_ascent_and_explain_says_so(sample, tmp_pa
 
 
 def test_the_ascent_moves_to_what_helped_by_the_minimum_effect() -> None:
+    from dossier.errors import SelectionError
     from dossier.routes import Selection
     from dossier.strategies.budget import ascends, ascent, start_size
 
-    varied = Selection.recorded("-a=[x|y] -b=[x|y|z]").varied
+    recorded = Selection.recorded("-p=on -a=[x|y] -b=[x|y|z]")
+    assert recorded.text() == "-p=on -a=[x|y] -b=[x|y|z]" and recorded.items[0].pinned
+    with pytest.raises(SelectionError, match="not -knob=value"):
+        Selection.recorded("-a=[x|y] b=x")
+    varied = recorded.varied
     base = Route.of({"a": "x", "b": "x"})
     assert start_size(base, varied) == 4 and ascends(4, 7) and not ascends(4, 8)
     got: dict[str, _T] = {}

@@ -36,8 +36,9 @@ class Document(str, enum.Enum):
 class Format:
     """An output format: renders each document it supports to a string.
 
-    A format that does not render a document says so in :meth:`supports`; asked all the same,
-    it raises :class:`NotImplementedError`."""
+    A format that does not render a document leaves it out of :attr:`documents` (the CLI refuses
+    that ``--format`` in one line before rendering); asked all the same, it raises
+    :class:`NotImplementedError`."""
 
     name: ClassVar[str]
     """The format's name (``--format NAME``)."""
