@@ -4,6 +4,7 @@ execution provider knob, and the engines they build (real onnxruntime.quantizati
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,9 @@ from dossier.backends import BuildError, get_backend
 from dossier.backends.onnxruntime import precision
 from dossier.datasets import load_calibration_set
 from dossier.knobs import KnobPhase
+from dossier.jobs.requests import SCRATCH
 from dossier.routes import Route
+from dossier.run_folder import WORK
 from dossier.validation import load_validation_set, loss
 
 
@@ -154,13 +157,79 @@ def test_a_per_channel_dynamic_engine_builds_and_runs_at_another_batch(
 
 def test_routes_that_differ_only_in_knobs_without_effect_are_measured_once(
         sample, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from dossier.tuner import tune
+    from dossier.tuner import TuneObserver, tune
+
+    kept: list[list[str]] = []
+
+    class Watch(TuneObserver):  # what the search's build scratch holds after each trial
+        def trial_finished(self, record: object) -> None:
+            scratch = tmp_path / "run" / WORK / SCRATCH
+            kept.append(sorted(p.suffix for p in scratch.glob("preprocessed-*")))
 
     _, spec = sample("tblock", strategy="full",
-                     selection="-quantization=[none|dynamic] -quant_activation_type=[u8|s8]",
+                     selection="-quantization=[none|dynamic] -quant_activation_type=[u8|s8] "
+                               "-quant_per_channel=[off|on]",
                      metric="cos", threshold=1e-3)
-    res = tune(spec, tmp_path / "run")
+    res = tune(spec, tmp_path / "run", observer=Watch())
     routes = [t.route for t in res.cache.trials if t.role != "confirm"]
-    # (none, s8) and (dynamic, s8) build the engines of (none, u8) and (dynamic, u8)
-    assert routes == ["-quant_activation_type=u8 -quantization=none",
-                      "-quant_activation_type=u8 -quantization=dynamic"]
+    # (none, s8) and (dynamic, s8) build the engines of (none, u8) and (dynamic, u8); a route
+    # that does not quantize has no per-channel choice
+    assert routes == [
+        "-quant_activation_type=u8 -quant_per_channel=off -quantization=none",
+        "-quant_activation_type=u8 -quant_per_channel=off -quantization=dynamic",
+        "-quant_activation_type=u8 -quant_per_channel=on -quantization=dynamic"]
+    # the quantized builds pre-processed the model once and shared it (one model and its
+    # pointer, whatever the order of the builds); the finished search leaves no scratch
+    assert kept[-1] == [".json", ".onnx"], kept
+    assert not (tmp_path / "run" / WORK / SCRATCH).exists()
+    assert all(t.outcome.value == "ok" for t in res.cache.trials)
+
+
+def test_quantized_builds_share_one_preprocessed_model_and_distrust_what_is_kept(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime.quantization.shape_inference as si
+
+    model = samples_dir / "tblock" / "model.onnx"
+    shared = tmp_path / "shared"
+    calls: list[str] = []
+
+    def counted(src: str, dst: str, *a: object, **k: object) -> None:  # what is shared is tested
+        calls.append(src)
+        shutil.copyfile(src, dst)
+
+    monkeypatch.setattr(si, "quant_pre_process", counted)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = precision.preprocessed(model, tmp_path / "a", shared)
+    again = precision.preprocessed(model, tmp_path / "b", shared)
+    assert len(calls) == 1 and again.parent == shared
+    assert again.read_bytes() == first.read_bytes()
+    [pointer] = shared.glob("preprocessed-*.json")
+    kept = again
+
+    # the kept model altered (one byte): not reused, made again
+    data = bytearray(kept.read_bytes())
+    data[-1] ^= 1
+    kept.write_bytes(bytes(data))
+    (tmp_path / "c").mkdir()
+    made = precision.preprocessed(model, tmp_path / "c", shared)
+    assert len(calls) == 2 and made.read_bytes() == first.read_bytes()
+
+    # a pointer naming a file outside the folder, or one that does not parse: ignored
+    for bad in ({"file": "../model.onnx", "digest": "0" * 32}, "not json", ["a", "list"]):
+        pointer.write_text(json.dumps(bad) if not isinstance(bad, str) else bad)
+        (tmp_path / f"d{len(calls)}").mkdir()
+        precision.preprocessed(model, tmp_path / f"d{len(calls)}", shared)
+    assert len(calls) == 5
+    # and the folder restored by the last build is reused again
+    (tmp_path / "e").mkdir()
+    assert precision.preprocessed(model, tmp_path / "e", shared).parent == shared
+    assert len(calls) == 5
+
+
+def test_a_folder_that_cannot_be_written_leaves_the_build_unshared(
+        samples_dir: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder would be")
+    got = precision.preprocessed(samples_dir / "tblock" / "model.onnx", tmp_path, blocker / "x")
+    assert got.parent == tmp_path and got.stat().st_size > 0

@@ -540,6 +540,15 @@ class Backend(abc.ABC):
         calibration set: inputs only, never a validation or hold-out sample."""
         self.calibration = calibration
 
+    build_scratch: Path | None = None
+    """A folder of the search where builds keep what the builds of several routes share
+    (ONNX Runtime: the model after ``quant_pre_process``), each entry checked by digest before
+    it is reused (:meth:`use_build_scratch`); None: nothing is shared."""
+
+    def use_build_scratch(self, folder: Path | None) -> None:
+        """Give builds a folder to share intermediate results in (:attr:`build_scratch`)."""
+        self.build_scratch = folder
+
     def engine_documents(self, engine: Path) -> dict[str, bytes]:
         """Documents a reviewer reads out of a built engine, by file name (a quantized engine's
         settings and calibration ranges), for the bundle's ``engine/`` folder. None by default."""

@@ -22,6 +22,8 @@ from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
 from dossier.spec import ReleaseSpec, ShapeEntry
 
+SCRATCH = "build-scratch"
+"""The folder, in a search's work folder, where builds share intermediate results."""
 Accuracy = tuple[str, float, float, float]
 """The accuracy rule a request judges by: metric, threshold, atol, rtol."""
 
@@ -77,7 +79,7 @@ class JobRequests:
                            baseline_route=self.baseline.text(), model=str(self.model),
                            builder=s.builder, shapes=s.shapes, knobs=self.db,
                            calibration=str(self.calibration) if self.calibration else None,
-                           **kw)
+                           build_scratch=str(self.work / SCRATCH), **kw)
 
     def build(self, route: Route, engine: Path) -> WorkerRequest:
         """The build job of ``route``, writing ``engine``."""

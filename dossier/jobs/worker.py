@@ -96,6 +96,9 @@ class WorkerRequest(AccuracyRule):
     calibration: str | None = None
     """The calibration set's folder, for builds of routes that need one (static
     quantization); read only by those."""
+    build_scratch: str | None = None
+    """The search's folder for what the builds of several routes share
+    (:attr:`dossier.backends.Backend.build_scratch`); None: nothing is shared."""
     knobs: KnobDatabase | None = None
     """The search's knob database, read once by the parent: the child takes it instead of
     reading the backend's again (ONNX Runtime's probe imports onnx and opens a session, about
@@ -241,6 +244,7 @@ def _build(backend: Backend, req: WorkerRequest, route: Route) -> BuildInfo:
         from dossier.datasets import load_calibration_set
 
         backend.use_calibration(load_calibration_set(Path(req.calibration)))
+    backend.use_build_scratch(Path(req.build_scratch) if req.build_scratch else None)
     return backend.build(Path(req.model), route, Path(req.engine or ""))
 
 

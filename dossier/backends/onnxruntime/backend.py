@@ -162,7 +162,8 @@ class OnnxRuntimeBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="dossier-build-") as tmp:
             if precision.transforms(values):
                 quantized = Path(tmp) / "quantized.onnx"
-                facts.update(precision.quantize(model, values, self.calibration, quantized))
+                facts.update(precision.quantize(model, values, self.calibration, quantized,
+                                                shared=self.build_scratch))
                 model = quantized
             if values.get(precision.EP_KNOB, precision.CPU) == precision.OPENVINO:
                 # OpenVINO compiles the ONNX model when a session is made: the engine is the

@@ -29,13 +29,16 @@ import contextlib
 import importlib.util
 import inspect
 import json
+import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends.interface import BuildError, first_line
-from dossier.hashing import digest_bytes
+from dossier.files import copy_file_hashed, read_small, replace_small
+from dossier.hashing import digest_bytes, digest_file
 from dossier.knobs import Knob, KnobPhase
 
 NONE, DYNAMIC, STATIC = "none", "dynamic", "static"
@@ -103,9 +106,11 @@ def _step(what: str) -> Iterator[None]:
 
 
 def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet | None,
-             out: Path) -> dict[str, str]:
+             out: Path, shared: Path | None = None) -> dict[str, str]:
     """Write the model quantized as ``values`` say to ``out`` (ONNX); return the build facts.
-    BuildError with the quantizer's reason when it fails."""
+    BuildError with the quantizer's reason when it fails. ``shared``: a folder where the
+    model after ``quant_pre_process`` is kept for the other routes' builds
+    (:func:`preprocessed`)."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -114,7 +119,6 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
         quantize_dynamic,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     mode = values["quantization"]
     types = {"s8": QuantType.QInt8, "u8": QuantType.QUInt8}
@@ -126,9 +130,7 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
     with tempfile.TemporaryDirectory(prefix="dossier-quant-") as tmp:
         source = model
         if values.get("quant_preprocess", "on") == "on":
-            source = Path(tmp) / "preprocessed.onnx"
-            with _step("quant_pre_process"):
-                quant_pre_process(str(model), str(source))
+            source = preprocessed(model, Path(tmp), shared)
         if mode == DYNAMIC:
             with _step("quantize_dynamic"):
                 quantize_dynamic(str(source), str(out), op_types_to_quantize=DYNAMIC_OPS,
@@ -174,6 +176,70 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
         with _step("recording the quantization in the model"):
             _stamp(out, {"facts": facts, "ranges": ranges})
     return facts
+
+
+_PREPROCESSED = re.compile(r"preprocessed-[0-9a-f]{32}-[0-9a-f]{32}\.onnx")
+
+
+def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
+    """``model`` after ``quant_pre_process`` (shape inference, graph cleanup): the file kept in
+    ``shared`` by an earlier build of this search when it is there and its digest is the one
+    recorded beside it, else made in ``tmp`` (and kept in ``shared`` for the next builds).
+    The pre-processing is a function of the model and the ONNX Runtime version alone, and it
+    takes seconds (a sympy shape inference and an optimizing session), once per quantized
+    route without this. Whatever ``shared`` holds is untrusted: a pointer that does not parse,
+    names another file or disagrees with the file's digest is ignored; a folder that cannot be
+    written leaves the build as it would be without one."""
+    import onnxruntime
+
+    key = digest_bytes(f"quant_pre_process {onnxruntime.__version__} "
+                       f"{digest_file(model)[0]}".encode())
+    pointer = shared / f"preprocessed-{key}.json" if shared else None
+    if pointer is not None:
+        kept = _kept(pointer, key)
+        if kept is not None:
+            return kept
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    made = tmp / "preprocessed.onnx"
+    with _step("quant_pre_process"):
+        quant_pre_process(str(model), str(made))
+    if pointer is not None:
+        with contextlib.suppress(OSError):  # a full disk, a read-only folder: not shared
+            _keep(made, pointer, key)
+    return made
+
+
+def _kept(pointer: Path, key: str) -> Path | None:
+    """The pre-processed model ``pointer`` names, if it is what the pointer says; else None."""
+    try:
+        doc = json.loads(read_small(pointer, 4096, follow=False))
+        name, digest = doc["file"], doc["digest"]
+        if not (isinstance(name, str) and _PREPROCESSED.fullmatch(name)
+                and name.startswith(f"preprocessed-{key}-") and digest == name[-37:-5]):
+            return None
+        path = pointer.parent / name
+        if path.is_symlink() or digest_file(path)[0] != digest:
+            return None
+        return path
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep(made: Path, pointer: Path, key: str) -> None:
+    """Copy ``made`` into ``pointer``'s folder under its digest, then point at it (each step
+    atomic for a reader: two builds doing this at once leave one consistent pair)."""
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    part = pointer.parent / f".preprocessed-{key}.{os.getpid()}.part"
+    part.unlink(missing_ok=True)
+    try:
+        digest, _ = copy_file_hashed(made, part)
+        name = f"preprocessed-{key}-{digest}.onnx"
+        os.replace(part, pointer.parent / name)
+    finally:
+        part.unlink(missing_ok=True)
+    replace_small(pointer, json.dumps({"file": name, "digest": digest}).encode(),
+                  suffix=f".{os.getpid()}.tmp")
 
 
 def _stamp(path: Path, record: Mapping[str, object]) -> None:
