@@ -22,6 +22,14 @@ threshold 2.5e-4) the int8 route may not ship:
 
     python bench/precision.py filter --releases 10
 
+``plain``: the BERT-sized encoder outside dossier, in one plain process (one ONNX Runtime
+session per model, 2 intra-op threads, interleaved blocks): float32 and dynamic int8 of the
+default export (transformers' SDPA attention), and of an export with eager attention fused by
+ONNX Runtime's transformer optimizer (12 Attention nodes; its int8 form uses QAttention):
+whether fusing attention before quantizing adds to the int8 gain:
+
+    python bench/precision.py plain --work /tmp/bert-plain
+
 Every subcommand writes its JSON under bench/results/ (``--out`` to change) after each release,
 so a run cut short keeps what it measured.
 """
@@ -262,8 +270,14 @@ def _release(spec: Path, out: Path, cache: Path, extra: list[str]) -> dict[str, 
             routes={t.route: {"outcome": t.outcome.value, "worst_loss": t.worst_loss,
                               "screened": t.comparison.speedup if t.comparison else None}
                     for t in trials},
-            baseline_median_ms=next((t.timing.median_ms for t in trials
-                                     if t.role == "baseline" and t.timing), None))
+        )
+        from dossier.measure.latency import of_route
+
+        pairs = cache_rec.header.validation_pairs  # a timed sample is a pass over them all
+        for key, route in (("baseline", d.baseline_route), ("shipped", d.shipped_route)):
+            lat = of_route(cache_rec.trials, route, d.baseline_route, pairs)
+            row[f"{key}_ms_per_inference"] = lat.median_ms if lat else None
+            row[f"{key}_latency_source"] = lat.source if lat else None
         from dossier.bundle.overview import decision_conditions
 
         summary, of = decision_conditions(cache_rec.trials)
@@ -349,6 +363,83 @@ def filter_check(n: int, out: Path) -> dict[str, Any]:
     return doc
 
 
+def plain(work: Path, out: Path, rounds: int = 8, runs: int = 5) -> dict[str, Any]:
+    """The ``plain`` subcommand (see the module's documentation)."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+    from transformers import BertConfig, BertModel
+
+    work.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    feed = {"input_ids": rng.integers(1000, 30000, size=(1, 128), dtype=np.int64),
+            "attention_mask": np.ones((1, 128), np.int64),
+            "token_type_ids": np.zeros((1, 128), np.int64)}
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> tuple[Any, Any]:
+            o = self.inner(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return o.last_hidden_state, o.pooler_output
+
+    fused: dict[str, int] = {}
+    for attn in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        bert = BertModel(BertConfig(), attn_implementation=attn).eval()
+        torch.onnx.export(Encoder(bert), tuple(torch.from_numpy(v) for v in feed.values()),
+                          str(work / f"{attn}.onnx"), input_names=list(feed),
+                          output_names=["last_hidden_state", "pooler_output"],
+                          opset_version=17, dynamo=False)
+        opt = optimize_model(str(work / f"{attn}.onnx"), model_type="bert", num_heads=12,
+                             hidden_size=768, opt_level=0)
+        fused[attn] = int(opt.get_fused_operator_statistics().get("Attention", 0))
+        opt.save_model_to_file(str(work / f"{attn}-fused.onnx"))
+    ops = ["MatMul", "Attention"]
+    for name in ("sdpa", "eager-fused"):
+        quantize_dynamic(str(work / f"{name}.onnx"), str(work / f"{name}-int8.onnx"),
+                         weight_type=QuantType.QInt8, op_types_to_quantize=ops,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    names = ["sdpa", "sdpa-int8", "eager-fused", "eager-fused-int8"]
+    sessions = {}
+    for n in names:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 2
+        sessions[n] = ort.InferenceSession(str(work / f"{n}.onnx"), so,
+                                           providers=["CPUExecutionProvider"])
+        for _ in range(3):
+            sessions[n].run(None, feed)
+    outs = {n: sessions[n].run(None, feed)[0].ravel() for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    load0 = _load()
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:  # rotating order
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                sessions[n].run(None, feed)
+                times[n].append((time.perf_counter() - t0) * 1e3)
+    ref = outs["sdpa"]
+
+    def cos_loss(x: np.ndarray) -> float:
+        return float(1 - np.dot(x, ref) / np.linalg.norm(x) / np.linalg.norm(ref))
+
+    doc = {"command": f"python bench/precision.py plain --work {work}", "commit": _commit(),
+           "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "load_before": load0, "load_after": _load(), "threads": 2,
+           "runs": rounds * runs, "fused_attention_nodes": fused,
+           "median_ms": {n: round(float(np.median(times[n])), 2) for n in names},
+           "cos_loss_vs_float32": {n: cos_loss(outs[n]) for n in names}}
+    doc["int8_speedup"] = round(doc["median_ms"]["sdpa"] / doc["median_ms"]["sdpa-int8"], 3)
+    doc["fused_int8_speedup"] = round(doc["median_ms"]["sdpa"]
+                                      / doc["median_ms"]["eager-fused-int8"], 3)
+    _save(out, doc)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -365,8 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("filter")
     f.add_argument("--releases", type=int, default=10)
     f.add_argument("--out", type=Path, default=RESULTS / "precision-filter.json")
+    pl = sub.add_parser("plain")
+    pl.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bert-plain")
+    pl.add_argument("--out", type=Path, default=RESULTS / "precision-bert-plain.json")
     args = parser.parse_args(argv)
-    if args.cmd == "models":
+    if args.cmd == "plain":
+        print(json.dumps(plain(args.work, args.out), indent=1))
+    elif args.cmd == "models":
         (quiet_model if args.quiet else models)(args.out)
     elif args.cmd == "release":
         out = args.out or RESULTS / f"precision-{args.spec.parent.name}.json"
