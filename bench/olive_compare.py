@@ -516,6 +516,12 @@ def side_by_side(bundle: Path, olive_model: Path, settings: dict[str, Any], fold
                                          "method": "Hodges-Lehmann over rounds of the log "
                                                    "round ratio, exact signed-rank interval"},
             "n_rounds": rounds, "calls_per_input": calls,
+            "round_ms": {k: [round(x, 4) for x in v] for k, v in ms.items()},
+            "dossier_first": [r % 2 == 0 for r in range(rounds)],
+            "ratio_by_order": {
+                first: round(float(np.median(ratios[[(r % 2 == 0) == (first == "dossier")
+                                                     for r in range(rounds)]])), 4)
+                for first in ("dossier", "olive")},
             "inputs": [{k: list(v.shape) for k, v in x.items()} for x in inputs],
             "weights": weights,
             "dossier_median_ms": round(float(np.median(ms["dossier"])), 4),
