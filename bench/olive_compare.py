@@ -14,7 +14,10 @@ One procedure outside both tools, per model:
    ``dossier.tensors.read_tensors``) and a latency metric ranked first (wall time recorded).
 2. In ONE fresh process: dossier's shipped engine as ``dossier.load`` serves it and Olive's best
    candidate (with the session options Olive chose), alternating in rounds on the same inputs
-   (one validation input of each shape); per round the ratio Olive / dossier of the summed
+   (one validation input of each shape), each block after a 50 ms pause (the other session's
+   threads spin on after its last call: without the pause, on 2 cores, whichever engine ran
+   second in a round read about 2x slower) and 3 untimed calls; per round the ratio Olive /
+   dossier of the summed
    per-input medians (> 1: dossier's engine is faster), the Hodges-Lehmann estimate over rounds
    of its logarithm with the exact 95% interval of the signed-rank test
    (``dossier.measure.timing.shift_interval``, as the workload suite's ratios). Olive's candidate is checked against the bar here
@@ -80,6 +83,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "bert": {"spec": "release.toml", "olive_warmup": 2, "olive_repeat": 5,
              "calls": 3, "rounds": 12},
 }
+
+
+PAUSE_S = 0.05
+"""Seconds of rest before each block of the side by side (see ``side_by_side``)."""
+LEAD_IN = 3
+"""Untimed calls per input before each block of the side by side."""
 
 
 def _load() -> list[float]:
@@ -491,6 +500,13 @@ def side_by_side(bundle: Path, olive_model: Path, settings: dict[str, Any], fold
                 f(x)
 
     def one_round(f: Any) -> float:
+        # a pause first: the other engine's intra-op threads spin on after its last call, and
+        # on 2 cores a block started at once ran about 2x slower (each engine alone in its
+        # process, as it serves, never sees that); then a short untimed lead-in
+        time.sleep(PAUSE_S)
+        for x in inputs:
+            for _ in range(LEAD_IN):
+                f(x)
         total = 0.0
         for x, w in zip(inputs, weights):
             t = []
@@ -515,7 +531,8 @@ def side_by_side(bundle: Path, olive_model: Path, settings: dict[str, Any], fold
                                          "median": round(float(np.median(ratios)), 4),
                                          "method": "Hodges-Lehmann over rounds of the log "
                                                    "round ratio, exact signed-rank interval"},
-            "n_rounds": rounds, "calls_per_input": calls,
+            "n_rounds": rounds, "calls_per_input": calls, "pause_s": PAUSE_S,
+            "lead_in_calls": LEAD_IN,
             "round_ms": {k: [round(x, 4) for x in v] for k, v in ms.items()},
             "dossier_first": [r % 2 == 0 for r in range(rounds)],
             "ratio_by_order": {
