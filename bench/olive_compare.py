@@ -17,9 +17,9 @@ One procedure outside both tools, per model:
    (one validation input of each shape), each block after a 50 ms pause (the other session's
    threads spin on after its last call: without the pause, on 2 cores, whichever engine ran
    second in a round read about 2x slower) and 3 untimed calls; per round the ratio Olive /
-   dossier of the summed
-   per-input medians (> 1: dossier's engine is faster), the Hodges-Lehmann estimate over rounds
-   of its logarithm with the exact 95% interval of the signed-rank test
+   dossier of the summed per-input medians (> 1: dossier's engine is faster), the
+   Hodges-Lehmann estimate over rounds of its logarithm with the exact 95% interval of the
+   signed-rank test
    (``dossier.measure.timing.shift_interval``, as the workload suite's ratios). Olive's candidate is checked against the bar here
    too, on the validation and hold-out sets.
 
