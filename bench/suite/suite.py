@@ -144,8 +144,9 @@ def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = F
     meta = {"step": "specs", "config": config, "arch": arch, "batch": batch, "device": device,
             "tiny": tiny, "models_source": source, "reference_device": ref_device,
             "reference_s": round(ref_s, 2), "export_s": round(export_s, 2), "ok": True}
+    meta.update(write_specs(folder, config, device, tiny))
     _write(meta_path, meta)
-    return {**meta, **write_specs(folder, config, device, tiny)}
+    return meta
 
 
 def write_specs(folder: Path, config: str, device: str, tiny: bool) -> dict:
@@ -217,9 +218,9 @@ def step_release(work: Path, config: str, spec: str, timeout: float) -> dict:
     rec: dict[str, Any] = {"step": "release", "config": config, "spec": spec,
                            "command": " ".join(["dossier", *cmd[3:]])}
     if not (folder / spec).is_file():
-        meta = _read(folder / "meta.json")
-        return {**rec, "ok": False, "skipped": meta.get("no_cg") if spec == "release-cg.toml"
-                and meta.get("no_cg") else f"no {spec} in {folder}"}
+        cpu = not str(_read(folder / "meta.json").get("device", "")).startswith("cuda")
+        return {**rec, "ok": False, "skipped": NO_CG if spec == "release-cg.toml" and cpu
+                else f"no {spec} in {folder}"}
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
