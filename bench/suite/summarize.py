@@ -35,11 +35,11 @@ def short_route(route: str | None, baseline: str | None) -> str:
     return " + ".join(KNOB_WORDS.get(t, t) for t in extra) or "default"
 
 
-def _fmt_x(r: dict | None) -> str:
+def _fmt_x(r: dict | None, digits: int = 2) -> str:
     if not r or r.get("x") is None:
         return "-"
     lo, hi = r["ci"]
-    return f"{r['x']:.2f}x [{lo:.2f}, {hi:.2f}]"
+    return f"{r['x']:.{digits}f}x [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def collect(files: list[Path]) -> dict[str, dict[str, Any]]:
@@ -103,7 +103,9 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             return "-"
         return f"{r['wall_s']:.0f} s, {r.get('builds_fresh', '?')} of {r.get('builds', '?')}"
 
-    final = cmp_.get("final") or {}
+    # a comparison killed while compiling max-autotune keeps the timing of the others before it
+    killed = bool(cmp_.get("killed")) and not cmp_.get("final")
+    final = cmp_.get("final") or cmp_.get("before_max_autotune") or {}
     ms = final.get("ms_per_call") or {}
     cont = cmp_.get("contenders") or {}
 
@@ -114,7 +116,7 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             return f"{ms[label]['median_ms']:.3f}{flag}"
         c = cont.get(label)
         if c is None:
-            return "not run"
+            return "killed while compiling" if killed and label == "max-autotune" else "not run"
         return "skipped" if c.get("skipped") else "failed"
 
     best = final.get("best_compile_mode")
@@ -141,8 +143,9 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             "dossier_mat": cell("dossier-mat") if "dossier-mat" in cont else "-",
             "cg": cg_cell(cg), "cg_wall": builds(cg),
             "dossier_cg": cell("dossier-cg") if "dossier-cg" in cont else "-",
-            "cg_vs_best": _fmt_x(cg_over.get(best)) if best else "-",
-            "cg_vs_dossier": _fmt_x(cg_over.get("dossier")),
+            "cg_vs_best": _fmt_x(cg_over.get(best), 3) if best else "-",
+            "cg_vs_dossier": _fmt_x(cg_over.get("dossier"), 3),
+            "vs_best_3": _fmt_x(final.get("served_over_best_compile"), 3),
             "best": (best or "-") + ("" if not best or "max-autotune" in ms
                                      else " (max-autotune not timed)"),
             "vs_best": _fmt_x(final.get("served_over_best_compile")),
@@ -179,7 +182,7 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
         for config in sorted(cgs, key=_order):
             t = row_text(config, rows[config])
             lines.append(f"| {config} | {t['cg']} | {t['cg_wall']} | {t['dossier']} | "
-                         f"**{t['dossier_cg']}** | {t['best']} | {t['vs_best']} | "
+                         f"**{t['dossier_cg']}** | {t['best']} | {t['vs_best_3']} | "
                          f"**{t['cg_vs_best']}** | {t['cg_vs_dossier']} | {t['tags']} |")
     return "\n".join(lines) + "\n"
 
