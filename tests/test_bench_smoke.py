@@ -120,16 +120,23 @@ def test_ray_one_gpu_recipe(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_suite_tiny_cpu(tmp_path: Path) -> None:
     """bench/suite end to end on a tiny GPT-2 on the CPU: specs, a release (two AOTInductor
-    builds), the served engine timed beside eager and torch.compile, and the summary table."""
+    builds), the served engine timed beside eager and torch.compile, and the summary table; the
+    pinned CUDA-graph release asked for is skipped with its reason (a CPU has no CUDA graph)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path / "out"
     _run(["bash", str(REPO / "bench" / "suite" / "run.sh"), "gpt2_b2"], tmp_path, OUT=str(out),
          BENCH_TAG="t", BENCH_WORK=str(tmp_path / "work"), BENCH_DEVICE="cpu", BENCH_TINY="1",
-         DEADLINE_S="900", SUITE_MODES="eager,default", SUITE_ROUNDS="3", PYTHON=sys.executable)
-    steps = {s["step"]: s for s in json.loads((out / "suite-t.json").read_text())["steps"]}
+         DEADLINE_S="900", SUITE_MODES="eager,default", SUITE_ROUNDS="3", SUITE_PIN="gpt2_b2",
+         PYTHON=sys.executable)
+    records = json.loads((out / "suite-t.json").read_text())["steps"]
+    steps = {s["step"]: s for s in records if s["step"] != "release"}
+    releases = {s["spec"]: s for s in records if s["step"] == "release"}
     assert steps["specs"]["ok"] and steps["specs"]["tiny"]
-    release = steps["release"]
+    assert "release-cg.toml" not in steps["specs"]["spec_files"]
+    cg = releases["release-cg.toml"]
+    assert not cg["ok"] and "no CUDA graph" in cg["skipped"]
+    release = releases["release.toml"]
     assert release["ok"] and release["builds"] == 2 and release["bundle"].endswith(".dossier")
     compare = steps["compare"]
     assert compare["ok"], compare.get("error")

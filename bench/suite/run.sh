@@ -3,8 +3,10 @@
 # pydantic is missing, the checkout installed in place when no backend is registered), then
 # bench/suite/suite.py run within DEADLINE_S.
 #
-# usage: OUT=DIR BENCH_TAG=T [DEADLINE_S=540] [SUITE_MAT=C1,C2] [SUITE_MODES=...] \
+# usage: OUT=DIR BENCH_TAG=T [DEADLINE_S=540] [SUITE_MAT=C1,C2] [SUITE_PIN=C3] [SUITE_MODES=...] \
 #            bash bench/suite/run.sh CONFIG[,CONFIG...]
+# SUITE_MAT: configs that also release max_autotune (served as dossier-mat); SUITE_PIN: configs
+# that also release the CUDA-graph route pinned (release-cg.toml, served as dossier-cg; a GPU only)
 # env: BENCH_WORK (bench/work/suite)  BENCH_DEVICE (cuda)  BENCH_TINY (0)  PYTHON (python3)
 #      BENCH_BUILD_JOBS (dossier release --build-jobs)  SUITE_ROUNDS (20)
 # writes: $OUT/suite-$TAG.json, $OUT/suite-$TAG.log, $OUT/caches-suite-$TAG.tar.gz
@@ -32,5 +34,6 @@ TINY=(); [ "${BENCH_TINY:-0}" = 1 ] && TINY=(--tiny)
 "$PY" bench/suite/suite.py run --configs "${1:?name the configs}" --out "$OUT" --tag "$TAG" \
     --work "${BENCH_WORK:-$REPO/bench/work/suite}" --device "${BENCH_DEVICE:-cuda}" \
     --deadline $(( ${DEADLINE_S:-540} - ($(date +%s) - START) )) --mat "${SUITE_MAT:-}" \
+    --pin "${SUITE_PIN:-}" \
     --modes "${SUITE_MODES:-eager,default,reduce-overhead,max-autotune}" \
     --rounds "${SUITE_ROUNDS:-20}" "${TINY[@]}"

@@ -9,13 +9,15 @@ in its modes, timed side by side in one process.
     suite.py compare --work W --config C --json FILE [--spec release.toml]
                      [--modes eager,default,reduce-overhead,max-autotune] [--timeout S]
     suite.py run     --work W --configs C1,C2 --out DIR --tag T --deadline S
-                     [--mat C3,C4] [--modes ...] [--device cuda] [--tiny]
+                     [--mat C3,C4] [--pin C5,C6] [--modes ...] [--device cuda] [--tiny]
 
 A configuration is ``<arch>_b<batch>`` (``models.ARCHS``; ``vit_b16_b32``). ``specs`` writes
 ``W/specs/C/``: ``model.pt2`` (bf16 inside a float32 interface), ``validation/`` (two pairs,
 float64 eager references), ``release.toml`` (the fast spec: ``freezing`` and ``cuda_graph``,
-two builds) and ``release-mat.toml`` (``max_autotune`` and ``cuda_graph``: the knob that
-matters at large batch, builds of minutes). ``release`` runs ``dossier release`` (the CLI, a
+two builds), ``release-mat.toml`` (``max_autotune`` and ``cuda_graph``: the knob that
+matters at large batch, builds of minutes) and, on a GPU, ``release-cg.toml`` (``cuda_graph``
+pinned ``on``: one route, the CUDA-graph route, whatever it measures; its build is the fast
+release's default build, from the build cache). ``release`` runs ``dossier release`` (the CLI, a
 child process) into a fresh folder with the configuration's build cache and records the shipped
 route, its speedup over the AOTInductor default route with the interval, the builds and the
 wall time. ``compare`` loads the bundle with ``dossier.load`` and times it beside eager and
@@ -26,7 +28,9 @@ block-median ratio with its exact 95% interval (``dossier.measure.timing.shift_i
 of each contender (kernels per call, kernel time per call, against the wall time) says where a
 slower one loses. ``run`` does the three steps per configuration within a deadline and writes
 ``OUT/suite-TAG.json`` (every record), ``OUT/suite-TAG.log`` and ``OUT/caches-suite-TAG.tar.gz``
-(the releases' tuning caches).
+(the releases' tuning caches). ``--mat`` and ``--pin`` name the configurations that also release
+``release-mat.toml`` and ``release-cg.toml``; their engines are served beside the fast
+release's as ``dossier-mat`` and ``dossier-cg``.
 """
 
 from __future__ import annotations
@@ -61,10 +65,23 @@ the baseline's engine), three routes under ``fast``."""
 MAT_KNOBS = "-inductor:max_autotune=[false|true] -cuda_graph=[off|on]"
 """The max_autotune spec: the baseline's build (from the build cache after the fast release)
 and one max_autotune build."""
+CG_KNOBS = "-cuda_graph=on"
+"""The CUDA-graph spec: ``cuda_graph`` pinned, nothing varied, so the baseline (the only route)
+is the CUDA-graph route and ships whatever it measures; a GPU only (a CPU's ``cuda_graph``
+allows ``off`` alone)."""
+NO_CG = ("no release-cg.toml: a CPU package has no CUDA graph (the backend's cuda_graph knob "
+         "allows only off on a CPU)")
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 SERVED = "dossier"
 SERVED_MAT = "dossier-mat"
+SERVED_CG = "dossier-cg"
+SPECS = {"release.toml": "", "release-mat.toml": "-mat", "release-cg.toml": "-cg"}
+"""Spec file -> the suffix of its release folder and step name."""
+EXTRA_SERVED = {SERVED_MAT: ("release-mat.toml", "served_mat"),
+                SERVED_CG: ("release-cg.toml", "served_cg")}
+"""The engines of the other releases, served beside the fast release's: label -> (spec, the
+record's key prefix)."""
 CACHE_FILE = "tuning-cache.jsonl"
 
 
@@ -95,8 +112,7 @@ def _failure(exc: BaseException) -> dict:
 
 # ------------------------------------------------------------------------------------ specs
 def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = False) -> dict:
-    """Write the configuration's folder (model, validation set, the two specs)."""
-    import make_specs
+    """Write the configuration's folder (model, validation set, the specs)."""
     import torch
 
     from samples import torch_models
@@ -109,7 +125,8 @@ def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = F
         meta = json.loads(meta_path.read_text())
         if meta.get("ok") and meta.get("device") == device and meta.get("tiny") == tiny \
                 and meta.get("models_source") == source:
-            return {**meta, "step": "specs", "reused": True}
+            return {**meta, **write_specs(folder, config, device, tiny), "step": "specs",
+                    "reused": True}
     folder.mkdir(parents=True, exist_ok=True)
     factory = models.factory(arch, tiny)
     sig = torch_models.fixed_signature(factory.signature, batch)  # type: ignore[attr-defined]
@@ -124,20 +141,35 @@ def step_specs(work: Path, config: str, device: str, tiny: bool, force: bool = F
     torch_models.export_factory(factory, folder / "model.pt2", signature=sig, dtype="bfloat16",
                                 device=device)
     export_s = time.perf_counter() - t0
-    timing = {**(make_specs.TINY_TIMING if tiny else make_specs.TIMING), "confirm_top": 1}
-    pinned = f"-device={device} -dtype=bfloat16"
-    what = f"{arch} batch {batch} bfloat16 on {device}"
-    graphs = "" if device.startswith("cuda") else " -cuda_graph=[off|on]"  # a CPU has no graphs
-    for name, knobs, label in (("release.toml", FAST_KNOBS, ""), ("release-mat.toml", MAT_KNOBS,
-                                                                  "-mat")):
-        (folder / name).write_text(make_specs.spec_text(
-            f"suite-{config}{label}", what, f"{pinned} {knobs.replace(graphs, '')}", timing,
-            1e-3), encoding="utf-8")
     meta = {"step": "specs", "config": config, "arch": arch, "batch": batch, "device": device,
             "tiny": tiny, "models_source": source, "reference_device": ref_device,
             "reference_s": round(ref_s, 2), "export_s": round(export_s, 2), "ok": True}
+    meta.update(write_specs(folder, config, device, tiny))
     _write(meta_path, meta)
     return meta
+
+
+def write_specs(folder: Path, config: str, device: str, tiny: bool) -> dict:
+    """(Re)write the configuration's spec files (cheap: text); say which were written and why
+    ``release-cg.toml`` was not."""
+    import make_specs
+
+    arch, batch = parse_config(config)
+    timing = {**(make_specs.TINY_TIMING if tiny else make_specs.TIMING), "confirm_top": 1}
+    pinned = f"-device={device} -dtype=bfloat16"
+    what = f"{arch} batch {batch} bfloat16 on {device}"
+    cuda = device.startswith("cuda")
+    graphs = "" if cuda else " -cuda_graph=[off|on]"  # a CPU has no graphs
+    specs = [("release.toml", FAST_KNOBS), ("release-mat.toml", MAT_KNOBS)]
+    if cuda:
+        specs.append(("release-cg.toml", CG_KNOBS))
+    else:
+        (folder / "release-cg.toml").unlink(missing_ok=True)
+    for name, knobs in specs:
+        (folder / name).write_text(make_specs.spec_text(
+            f"suite-{config}{SPECS[name]}", what, f"{pinned} {knobs.replace(graphs, '')}",
+            timing, 1e-3), encoding="utf-8")
+    return {"spec_files": [name for name, _ in specs], **({} if cuda else {"no_cg": NO_CG})}
 
 
 # ---------------------------------------------------------------------------------- release
@@ -168,7 +200,7 @@ def _run_summary(run_dir: Path) -> dict:
 
 
 def release_folder(work: Path, config: str, spec: str) -> Path:
-    return work / "releases" / f"{config}{'-mat' if spec == 'release-mat.toml' else ''}"
+    return work / "releases" / f"{config}{SPECS[spec]}"
 
 
 def step_release(work: Path, config: str, spec: str, timeout: float) -> dict:
@@ -185,6 +217,10 @@ def step_release(work: Path, config: str, spec: str, timeout: float) -> dict:
         cmd += ["--build-jobs", os.environ["BENCH_BUILD_JOBS"]]
     rec: dict[str, Any] = {"step": "release", "config": config, "spec": spec,
                            "command": " ".join(["dossier", *cmd[3:]])}
+    if not (folder / spec).is_file():
+        cpu = not str(_read(folder / "meta.json").get("device", "")).startswith("cuda")
+        return {**rec, "ok": False, "skipped": NO_CG if spec == "release-cg.toml" and cpu
+                else f"no {spec} in {folder}"}
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: S603
@@ -384,9 +420,10 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
         _write(json_path, rec)
 
     add(SERVED, served(bundles, "served"))
-    mat = sorted(release_folder(work, config, "release-mat.toml").glob("*.dossier"))
-    if mat and spec != "release-mat.toml":  # the max_autotune release's engine beside it
-        add(SERVED_MAT, served(mat, "served_mat"))
+    for label, (other, key) in EXTRA_SERVED.items():  # the other releases' engines beside it
+        found = sorted(release_folder(work, config, other).glob("*.dossier"))
+        if found and spec != other:
+            add(label, served(found, key))
     for mode in modes:
         if mode == "eager":
             add("eager", lambda: (lambda a: module(*a)))
@@ -428,9 +465,10 @@ def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None
     if SERVED in got:
         out["served_over"] = {label: ratio(rounds, got[SERVED], 0.95)
                               for label, rounds in got.items() if label != SERVED}
-        if SERVED_MAT in got:
-            out["served_mat_over"] = {label: ratio(rounds, got[SERVED_MAT], 0.95)
-                                      for label, rounds in got.items() if label != SERVED_MAT}
+        for extra, (_, key) in EXTRA_SERVED.items():
+            if extra in got:  # served_mat_over, served_cg_over
+                out[f"{key}_over"] = {label: ratio(rounds, got[extra], 0.95)
+                                      for label, rounds in got.items() if label != extra}
         modes = [m for m in COMPILE_MODES if m in got]
         if modes:
             best = min(modes, key=lambda m: table[m]["median_ms"])
@@ -513,11 +551,14 @@ class Runner:
                               cap=300)
             if not specs.get("ok"):
                 continue
-            mat = config in a.mat.split(",")
-            for spec in ["release.toml", *(["release-mat.toml"] if mat else [])]:
-                self.step(f"release-{config}{'-mat' if mat and spec != 'release.toml' else ''}",
-                          a.release_min_s, ["release", *common, "--config", config, "--spec",
-                                            spec])
+            pin, mat = config in a.pin.split(","), config in a.mat.split(",")
+            # the pinned release builds nothing of its own (the fast release's default build,
+            # from the build cache): before the max_autotune release
+            for spec in ["release.toml", *(["release-cg.toml"] if pin else []),
+                         *(["release-mat.toml"] if mat else [])]:
+                self.step(f"release-{config}{SPECS[spec]}",
+                          a.release_min_s if spec != "release-cg.toml" else 45,
+                          ["release", *common, "--config", config, "--spec", spec])
             self.step(f"compare-{config}", 60, ["compare", *common, "--config", config,
                                                "--modes", a.modes, "--rounds", str(a.rounds)],
                       cap=a.compare_cap_s)
@@ -552,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--tag", required=True)
             p.add_argument("--deadline", type=float, default=540.0)
             p.add_argument("--mat", default="", help="configs that also release max_autotune")
+            p.add_argument("--pin", default="", help="configs that also release the CUDA-graph "
+                           "route pinned (release-cg.toml, a GPU only)")
             p.add_argument("--modes", default=",".join(MODES))
             p.add_argument("--rounds", type=int, default=20)
             p.add_argument("--device", default="cuda")
@@ -568,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--force", action="store_true")
         else:
             p.add_argument("--spec", default="release.toml",
-                           choices=("release.toml", "release-mat.toml"))
+                           choices=tuple(SPECS))
         if name == "compare":
             p.add_argument("--modes", default=",".join(MODES))
             p.add_argument("--rounds", type=int, default=20)

@@ -1,7 +1,10 @@
 """The workload suite's records (``suite-TAG.json`` files of ``bench/suite/run.sh``) as one
 table: per configuration, the release (shipped route, its speedup over the AOTInductor default
 route with the interval, wall time, builds) and the side-by-side timing (ms per call of eager,
-each ``torch.compile`` mode and the served engine; the served engine's ratio to the best mode).
+each ``torch.compile`` mode and the served engine; the served engine's ratio to the best mode),
+and, where a configuration released them too, the ``max_autotune`` release and the pinned
+CUDA-graph release (``release-cg.toml``) with their engines served beside the fast release's
+(``dossier-mat``, ``dossier-cg``).
 
     python bench/suite/summarize.py FILE [FILE ...] [--out-json J] [--out-md M]
 
@@ -32,16 +35,16 @@ def short_route(route: str | None, baseline: str | None) -> str:
     return " + ".join(KNOB_WORDS.get(t, t) for t in extra) or "default"
 
 
-def _fmt_x(r: dict | None) -> str:
+def _fmt_x(r: dict | None, digits: int = 2) -> str:
     if not r or r.get("x") is None:
         return "-"
     lo, hi = r["ci"]
-    return f"{r['x']:.2f}x [{lo:.2f}, {hi:.2f}]"
+    return f"{r['x']:.{digits}f}x [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def collect(files: list[Path]) -> dict[str, dict[str, Any]]:
-    """Per configuration: its latest release, max_autotune release and compare records, each
-    with the tag it came from."""
+    """Per configuration: its latest release, max_autotune release, CUDA-graph release and
+    compare records, each with the tag it came from."""
     rows: dict[str, dict[str, Any]] = {}
     for file in files:
         data = json.loads(file.read_text())
@@ -53,6 +56,8 @@ def collect(files: list[Path]) -> dict[str, dict[str, Any]]:
                 continue
             if kind == "release" and step.get("spec") == "release-mat.toml":
                 kind = "release_mat"
+            if kind == "release" and step.get("spec") == "release-cg.toml":
+                kind = "release_cg"
             if step.get("skipped"):
                 continue
             rows.setdefault(config, {})[kind] = {**step, "tag": tag}
@@ -75,6 +80,7 @@ def knob_screened(r: dict, token: str) -> str:
 
 def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
     rel, mat, cmp_ = row.get("release") or {}, row.get("release_mat") or {}, row.get("compare") or {}
+    cg = row.get("release_cg") or {}
 
     def release_cell(r: dict) -> str:
         if not r:
@@ -97,7 +103,9 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             return "-"
         return f"{r['wall_s']:.0f} s, {r.get('builds_fresh', '?')} of {r.get('builds', '?')}"
 
-    final = cmp_.get("final") or {}
+    # a comparison killed while compiling max-autotune keeps the timing of the others before it
+    killed = bool(cmp_.get("killed")) and not cmp_.get("final")
+    final = cmp_.get("final") or cmp_.get("before_max_autotune") or {}
     ms = final.get("ms_per_call") or {}
     cont = cmp_.get("contenders") or {}
 
@@ -108,19 +116,40 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             return f"{ms[label]['median_ms']:.3f}{flag}"
         c = cont.get(label)
         if c is None:
-            return "not run"
+            return "killed while compiling" if killed and label == "max-autotune" else "not run"
         return "skipped" if c.get("skipped") else "failed"
 
     best = final.get("best_compile_mode")
+    cg_over = final.get("served_cg_over") or {}
+
+    def cg_cell(r: dict) -> str:
+        """The pinned release: the route it shipped and its reading per inference."""
+        if not r:
+            return "not run"
+        if not r.get("ok"):
+            why = r.get("error") or (r.get("stderr_tail") or "").strip().splitlines()[-1:] or ["?"]
+            return f"failed: {why if isinstance(why, str) else why[0]}"[:160]
+        base = next((t for t in r.get("trials") or [] if t.get("role") == "baseline"), {})
+        per = (base.get("median_ms") or 0) / 2  # a sample is one pass over the two pairs
+        route = r.get("shipped_route") or ""
+        where = " ".join(t for t in route.split() if t.startswith(("-device=", "-dtype=")))
+        return (short_route(route, where)
+                + (f", {per:.3f} ms per inference (the release's reading)" if per else ""))
+
     return {"config": config, "release": release_cell(rel), "release_wall": builds(rel),
             "mat": release_cell(mat) if mat else "not run", "mat_wall": builds(mat),
             "mat_knob": knob_screened(mat, "-inductor:max_autotune=true") if mat else "-",
             **{m: cell(m) for m in MODES}, "dossier": cell("dossier"),
             "dossier_mat": cell("dossier-mat") if "dossier-mat" in cont else "-",
+            "cg": cg_cell(cg), "cg_wall": builds(cg),
+            "dossier_cg": cell("dossier-cg") if "dossier-cg" in cont else "-",
+            "cg_vs_best": _fmt_x(cg_over.get(best), 3) if best else "-",
+            "cg_vs_dossier": _fmt_x(cg_over.get("dossier"), 3),
+            "vs_best_3": _fmt_x(final.get("served_over_best_compile"), 3),
             "best": (best or "-") + ("" if not best or "max-autotune" in ms
                                      else " (max-autotune not timed)"),
             "vs_best": _fmt_x(final.get("served_over_best_compile")),
-            "tags": ",".join(sorted({r["tag"] for r in (rel, mat, cmp_) if r}))}
+            "tags": ",".join(sorted({r["tag"] for r in (rel, mat, cg, cmp_) if r}))}
 
 
 def markdown(rows: dict[str, dict[str, Any]]) -> str:
@@ -144,6 +173,17 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             t = row_text(config, rows[config])
             lines.append(f"| {config} | {t['mat']} | {t['mat_knob']} | {t['mat_wall']} | "
                          f"{t['dossier_mat']} |")
+    cgs = [c for c in rows if rows[c].get("release_cg")]
+    if cgs:
+        lines += ["", "| config | CUDA-graph release (`-cuda_graph=on` pinned): route, its reading "
+                  "| release wall, fresh builds | dossier, ms per call | dossier-cg, ms per call "
+                  "| best mode | dossier over the best mode | dossier-cg over the best mode | "
+                  "dossier-cg over dossier | tags |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for config in sorted(cgs, key=_order):
+            t = row_text(config, rows[config])
+            lines.append(f"| {config} | {t['cg']} | {t['cg_wall']} | {t['dossier']} | "
+                         f"**{t['dossier_cg']}** | {t['best']} | {t['vs_best_3']} | "
+                         f"**{t['cg_vs_best']}** | {t['cg_vs_dossier']} | {t['tags']} |")
     return "\n".join(lines) + "\n"
 
 
