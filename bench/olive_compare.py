@@ -81,7 +81,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "resnet18": {"spec": "release.toml", "olive_warmup": 3, "olive_repeat": 10,
                  "calls": 8, "rounds": 60},
     "bert": {"spec": "release.toml", "olive_warmup": 2, "olive_repeat": 5,
-             "calls": 3, "rounds": 12},
+             "calls": 5, "rounds": 40},
 }
 
 

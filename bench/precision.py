@@ -157,6 +157,26 @@ def _resnet_export(folder: Path, rng: np.random.Generator, counts: tuple[int, in
     return folder
 
 
+def _export_bert(bert: Any, feed: dict[str, np.ndarray], path: Path) -> None:
+    """``bert`` (a transformers ``BertModel``) exported to ``path``: the three inputs of
+    ``feed`` by name, the two outputs as a tuple (the legacy exporter, opset 17)."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids: Any, mask: Any, types: Any) -> tuple[Any, Any]:
+            o = self.inner(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            return o.last_hidden_state, o.pooler_output
+
+    torch.onnx.export(Encoder(bert), tuple(torch.from_numpy(v) for v in feed.values()),
+                      str(path), input_names=list(feed),
+                      output_names=["last_hidden_state", "pooler_output"], opset_version=17,
+                      dynamo=False)
+
+
 def models(out: Path) -> None:
     """Export both models with their three sets and specs under ``out``."""
     import torch
@@ -179,21 +199,7 @@ def models(out: Path) -> None:
         return {"input_ids": ids, "attention_mask": np.ones((1, seq), np.int64),
                 "token_type_ids": np.zeros((1, seq), np.int64)}
 
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-    example = tuple(torch.from_numpy(v) for v in bert_feed().values())
-
-    class Encoder(torch.nn.Module):  # the three inputs by name, the two outputs as a tuple
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, ids: Any, mask: Any, types: Any) -> tuple[Any, Any]:
-            o = self.inner(input_ids=ids, attention_mask=mask, token_type_ids=types)
-            return o.last_hidden_state, o.pooler_output
-
-    torch.onnx.export(Encoder(bert), example, str(folder / "model.onnx"), input_names=names,
-                      output_names=["last_hidden_state", "pooler_output"], opset_version=17,
-                      dynamo=False)
+    _export_bert(bert, bert_feed(), folder / "model.onnx")
     double = BertModel(BertConfig()).eval()
     double.load_state_dict(bert.state_dict())
     double = double.double()
@@ -378,23 +384,11 @@ def plain(work: Path, out: Path, rounds: int = 8, runs: int = 5) -> dict[str, An
             "attention_mask": np.ones((1, 128), np.int64),
             "token_type_ids": np.zeros((1, 128), np.int64)}
 
-    class Encoder(torch.nn.Module):
-        def __init__(self, inner: Any) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, ids: Any, mask: Any, types: Any) -> tuple[Any, Any]:
-            o = self.inner(input_ids=ids, attention_mask=mask, token_type_ids=types)
-            return o.last_hidden_state, o.pooler_output
-
     fused: dict[str, int] = {}
     for attn in ("sdpa", "eager"):
         torch.manual_seed(0)
         bert = BertModel(BertConfig(), attn_implementation=attn).eval()
-        torch.onnx.export(Encoder(bert), tuple(torch.from_numpy(v) for v in feed.values()),
-                          str(work / f"{attn}.onnx"), input_names=list(feed),
-                          output_names=["last_hidden_state", "pooler_output"],
-                          opset_version=17, dynamo=False)
+        _export_bert(bert, feed, work / f"{attn}.onnx")
         opt = optimize_model(str(work / f"{attn}.onnx"), model_type="bert", num_heads=12,
                              hidden_size=768, opt_level=0)
         fused[attn] = int(opt.get_fused_operator_statistics().get("Attention", 0))
