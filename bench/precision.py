@@ -387,7 +387,9 @@ def plain(work: Path, out: Path, rounds: int = 8, runs: int = 5) -> dict[str, An
     fused: dict[str, int] = {}
     for attn in ("sdpa", "eager"):
         torch.manual_seed(0)
-        bert = BertModel(BertConfig(), attn_implementation=attn).eval()
+        config = BertConfig()
+        config._attn_implementation = attn  # this transformers takes it on the config only
+        bert = BertModel(config).eval()
         _export_bert(bert, feed, work / f"{attn}.onnx")
         opt = optimize_model(str(work / f"{attn}.onnx"), model_type="bert", num_heads=12,
                              hidden_size=768, opt_level=0)
