@@ -13,8 +13,8 @@ import pytest
 from dossier.backends import BuildError, get_backend
 from dossier.backends.onnxruntime import precision
 from dossier.datasets import load_calibration_set
-from dossier.knobs import KnobPhase
 from dossier.jobs.requests import SCRATCH
+from dossier.knobs import KnobPhase
 from dossier.routes import Route
 from dossier.run_folder import WORK
 from dossier.validation import load_validation_set, loss
