@@ -233,3 +233,43 @@ def test_a_folder_that_cannot_be_written_leaves_the_build_unshared(
     blocker.write_text("a file where the folder would be")
     got = precision.preprocessed(samples_dir / "tblock" / "model.onnx", tmp_path, blocker / "x")
     assert got.parent == tmp_path and got.stat().st_size > 0
+
+
+def _share_in_child(model: str, shared: str, tmp: str, out: str) -> None:
+    """One build's pre-processing in a process of its own (quant_pre_process stubbed by a copy:
+    the sharing is tested), the file it got written to ``out``."""
+    import onnxruntime.quantization.shape_inference as si
+
+    si.quant_pre_process = lambda src, dst, *a, **k: shutil.copyfile(src, dst)
+    Path(tmp).mkdir()
+    got = precision.preprocessed(Path(model), Path(tmp), Path(shared))
+    Path(out).write_text(str(got))
+
+
+def test_two_processes_sharing_at_once_leave_one_consistent_pair_and_a_fifo_is_not_read(
+        samples_dir: Path, tmp_path: Path) -> None:
+    import multiprocessing
+    import os
+
+    model = samples_dir / "tblock" / "model.onnx"
+    shared = tmp_path / "shared"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_share_in_child, args=(str(model), str(shared),
+                                                      str(tmp_path / f"t{i}"),
+                                                      str(tmp_path / f"out{i}")))
+             for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    # whatever order they ran in, the pointer names a kept file whose digest checks
+    [pointer] = shared.glob("preprocessed-*.json")
+    assert not list(shared.glob(".*.part")) and not list(shared.glob("*.tmp"))
+    kept = precision._kept(pointer, pointer.stem.removeprefix("preprocessed-"))
+    assert kept is not None and kept.read_bytes() == model.read_bytes()
+
+    # a FIFO planted under the name the pointer gives: not opened (it would block), made again
+    kept.unlink()
+    os.mkfifo(kept)
+    assert precision._kept(pointer, pointer.stem.removeprefix("preprocessed-")) is None

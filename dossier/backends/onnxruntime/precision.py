@@ -31,6 +31,7 @@ import inspect
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -219,7 +220,9 @@ def _kept(pointer: Path, key: str) -> Path | None:
                 and name.startswith(f"preprocessed-{key}-") and digest == name[-37:-5]):
             return None
         path = pointer.parent / name
-        if path.is_symlink() or digest_file(path)[0] != digest:
+        # a regular file only: a link, a folder or a FIFO planted there is not read (a FIFO
+        # would block the build until its timeout)
+        if not stat.S_ISREG(path.lstat().st_mode) or digest_file(path)[0] != digest:
             return None
         return path
     except (OSError, ValueError, KeyError, TypeError):
