@@ -1,9 +1,9 @@
 """Precision routes on the embedded default (ONNX Runtime, CPU): what ships, and whether the
 accuracy filter holds.
 
-``models``: exports a BERT-base-sized encoder (transformers ``BertModel``, random init, batch 1 x
-128) and a ResNet-18 (the torchvision architecture written out here, random init, batch 1 x
-3 x 224 x 224) to ONNX, with validation, hold-out and calibration sets drawn from one generator
+``models``: exports a BERT-base-sized encoder (transformers ``BertModel``, random init, eager
+attention, batch 1 x 128) and a ResNet-18 (the torchvision architecture written out here,
+random init, batch 1 x 3 x 224 x 224) to ONNX, with validation, hold-out and calibration sets drawn from one generator
 (no input in two sets) and references computed by the PyTorch model in float64 (independent of
 ONNX Runtime), and a release spec for each:
 
@@ -23,10 +23,11 @@ threshold 2.5e-4) the int8 route may not ship:
     python bench/precision.py filter --releases 10
 
 ``plain``: the BERT-sized encoder outside dossier, in one plain process (one ONNX Runtime
-session per model, 2 intra-op threads, interleaved blocks): float32 and dynamic int8 of the
-default export (transformers' SDPA attention), and of an export with eager attention fused by
-ONNX Runtime's transformer optimizer (12 Attention nodes; its int8 form uses QAttention):
-whether fusing attention before quantizing adds to the int8 gain:
+session per model, 2 intra-op threads, interleaved blocks after a pause): float32 and dynamic
+int8 (pre-processed first, as dossier's dynamic route) of the SDPA export (transformers' default
+attention) and of the eager-attention export ``models`` makes, and of the eager export fused by
+ONNX Runtime's transformer optimizer (12 Attention nodes; its int8 form uses QAttention), with
+ONNX Runtime's own per-operator profile of both int8 forms:
 
     python bench/precision.py plain --work /tmp/bert-plain
 
