@@ -66,7 +66,8 @@ def served_label(cmp_: dict) -> str:
 def collect(files: list[Path]) -> dict[str, dict[str, Any]]:
     """Per configuration: its latest release, max_autotune release, CUDA-graph release,
     default-route release and compare records, each with the tag it came from, and under
-    ``compare_by`` the latest comparison in which each served engine ran."""
+    ``compare_by`` the latest comparison in which each served engine ran and under
+    ``compare_ma`` the latest in which max-autotune was timed."""
     rows: dict[str, dict[str, Any]] = {}
     for file in files:
         data = json.loads(file.read_text())
@@ -91,6 +92,8 @@ def collect(files: list[Path]) -> dict[str, dict[str, Any]]:
                 for label in SERVED_KEYS:
                     if (step.get("contenders") or {}).get(label, {}).get("ok"):
                         row.setdefault("compare_by", {})[label] = rec
+                if "max-autotune" in View(rec).ms:
+                    row["compare_ma"] = rec
     return rows
 
 
@@ -198,6 +201,22 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
 
     v = View(cmp_)
     label = served_label(cmp_)
+    modes = {m: v.cell(m) for m in MODES}
+    best_text = v.best()
+    ma_rec = row.get("compare_ma") or {}
+    if v.best_mode and "max-autotune" not in v.ms and ma_rec and ma_rec is not cmp_:
+        # timed in another comparison only: its figure with its tag, never this run's
+        vm = View(ma_rec)
+        ma_ms = vm.ms["max-autotune"]["median_ms"]
+        there = vm.best_mode or "max-autotune"
+        modes["max-autotune"] += f"; {ma_ms:.3f} in {ma_rec['tag']}"
+        if there == "max-autotune":
+            best_text = (f"{v.best_mode} (max-autotune not timed here; the fastest mode in "
+                         f"{ma_rec['tag']})")
+        else:
+            rel_speed = vm.ms[there]["median_ms"] / ma_ms
+            best_text = (f"{v.best_mode} (max-autotune not timed here; in {ma_rec['tag']} "
+                         f"{rel_speed:.2f}x of {there}'s speed)")
     mark = "" if label == "dossier" else f" ({label})"
     by = row.get("compare_by") or {}
     vcg, vbase = View(by.get("dossier-cg") or {}), View(by.get("dossier-base") or {})
@@ -207,10 +226,11 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
     return {"config": config, "release": release_cell(rel), "release_wall": builds(rel),
             "mat": release_cell(mat) if mat else "not run", "mat_wall": builds(mat),
             "mat_knob": knob_screened(mat, "-inductor:max_autotune=true") if mat else "-",
-            **{m: v.cell(m) for m in MODES},
+            **modes,
             "served_label": label, "fast_route": fast_route,
             "dossier": v.served_cell(label) + mark,
-            "dossier_mat": v.served_cell("dossier-mat"),
+            "dossier_mat": View(by.get("dossier-mat") or {}).served_cell("dossier-mat")
+            + (f" ({by['dossier-mat']['tag']})" if by.get("dossier-mat") else ""),
             "cg": one_route_cell(cg), "cg_wall": builds(cg),
             "cg_dossier": vcg.served_cell("dossier"), "dossier_cg": vcg.served_cell("dossier-cg"),
             "cg_best": vcg.best(),
@@ -223,7 +243,7 @@ def row_text(config: str, row: dict[str, Any]) -> dict[str, str]:
             "base_vs_best": _fmt_x(vbase.over_best("dossier-base"), 3),
             "base_tags": ",".join(sorted({r["tag"] for r in (base, by.get("dossier-base"))
                                           if r})),
-            "best": v.best(),
+            "best": best_text,
             "vs_best": _fmt_x(over_best) + (mark if over_best else ""),
             "tags": ",".join(sorted({r["tag"] for r in (rel, mat, cg, base, cmp_) if r}))}
 
