@@ -10,7 +10,7 @@
 # SUITE_ONLY_PIN / SUITE_ONLY_BASE: configs released with the CUDA-graph route / the default
 # route pinned alone, no fast release (served as dossier-cg / dossier-base); SUITE_TOGETHER=1
 # (every config so named): the specs first, the one-route releases at once, then each comparison
-# alone
+# alone (builds sharing the GPU can pick slower kernels: check kernel times; bench/suite/README.md)
 # env: BENCH_WORK (bench/work/suite)  BENCH_DEVICE (cuda)  BENCH_TINY (0)  PYTHON (python3)
 #      BENCH_BUILD_JOBS (dossier release --build-jobs)  SUITE_ROUNDS (20)
 #      SUITE_MA_MIN_S (150: a comparison compiles max-autotune only with this much time left)

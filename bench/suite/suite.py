@@ -39,8 +39,9 @@ release's as ``dossier-mat`` and ``dossier-cg``. ``--only-pin`` and ``--only-bas
 configurations released with one of the one-route specs alone (no fast release: one build, one
 route), its engine served as ``dossier-cg`` or ``dossier-base``; with ``--together`` (every
 configuration so named) the specs are written first, the one-route releases run at once (their
-builds share the machine; a one-route release decides nothing, but its own reading is taken
-beside the others' builds) and each comparison then runs alone.
+builds share the machine and its GPU, which one engine's build paid for with a slower Triton
+kernel in the suite's sixth round; a one-route release decides nothing, but its own reading is
+taken beside the others' builds) and each comparison then runs alone.
 """
 
 from __future__ import annotations
