@@ -151,3 +151,43 @@ def test_suite_tiny_cpu(tmp_path: Path) -> None:
                             "--out-md", str(tmp_path / "s.md")], capture_output=True, text=True,
                            check=True).stdout
     assert "| gpt2_b2 |" in table and "not run" in table  # reduce-overhead, max-autotune
+
+
+@pytest.mark.slow
+def test_suite_one_route_releases_together_cpu(tmp_path: Path) -> None:
+    """bench/suite with SUITE_ONLY_BASE and SUITE_TOGETHER on the CPU: two tiny configurations'
+    default-route specs released alone and at once (one build each, no fast release), each
+    bundle then served as dossier-base beside eager in its own comparison, the profile pass
+    splitting each timed call (the served engine's package run inside it), and the summary
+    marking the rows as dossier-base's."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "out"
+    _run(["bash", str(REPO / "bench" / "suite" / "run.sh"), "gpt2_b2,bert_base_b2"], tmp_path,
+         OUT=str(out), BENCH_TAG="u", BENCH_WORK=str(tmp_path / "work"), BENCH_DEVICE="cpu",
+         BENCH_TINY="1", DEADLINE_S="900", SUITE_MODES="eager", SUITE_ROUNDS="3",
+         SUITE_ONLY_BASE="gpt2_b2,bert_base_b2", SUITE_TOGETHER="1", PYTHON=sys.executable)
+    records = json.loads((out / "suite-u.json").read_text())["steps"]
+    releases = [s for s in records if s["step"] == "release"]
+    assert [r["spec"] for r in releases] == ["release-base.toml"] * 2
+    for r in releases:
+        assert r["ok"] and r["builds"] == 1 and r["routes_measured"] == 1, r
+        assert r["beside"] and r["beside"][0].startswith("release-") and r["config"] not in \
+            r["beside"][0]
+    compares = [s for s in records if s["step"] == "compare"]
+    assert [c["config"] for c in compares] == ["gpt2_b2", "bert_base_b2"]
+    for c in compares:
+        assert c["ok"] and c["spec"] == "release-base.toml", c.get("error")
+        assert set(c["contenders"]) == {"dossier-base", "eager"}
+        assert "served_over" not in c["final"] and "best_compile_mode" not in c["final"]
+        assert c["final"]["served_base_over"]["eager"]["rounds"] == 3
+        split = c["profile"]["dossier-base"]["split"]
+        assert split["calls"] == 20 and split["host_call_ms"] > 0, split
+        assert 0 < split["container_ms"] <= split["host_call_ms"], split
+        assert c["profile"]["eager"]["split"]["container_ms"] == 0
+    table = subprocess.run([sys.executable, str(REPO / "bench" / "suite" / "summarize.py"),
+                            str(out / "suite-u.json"), "--out-json", str(tmp_path / "s.json"),
+                            "--out-md", str(tmp_path / "s.md")], capture_output=True, text=True,
+                           check=True).stdout
+    assert "(dossier-base)" in table and "no fast release recorded" in table
+    assert "| gpt2_b2 | dossier-base |" in table  # the split's rows

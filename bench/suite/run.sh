@@ -7,8 +7,14 @@
 #            bash bench/suite/run.sh CONFIG[,CONFIG...]
 # SUITE_MAT: configs that also release max_autotune (served as dossier-mat); SUITE_PIN: configs
 # that also release the CUDA-graph route pinned (release-cg.toml, served as dossier-cg; a GPU only)
+# SUITE_ONLY_PIN / SUITE_ONLY_BASE: configs released with the CUDA-graph route / the default
+# route pinned alone, no fast release (served as dossier-cg / dossier-base); SUITE_TOGETHER=1
+# (every config so named): the specs first, the one-route releases at once, then each comparison
+# alone (builds sharing the GPU can pick slower kernels: check kernel times; bench/suite/README.md)
 # env: BENCH_WORK (bench/work/suite)  BENCH_DEVICE (cuda)  BENCH_TINY (0)  PYTHON (python3)
 #      BENCH_BUILD_JOBS (dossier release --build-jobs)  SUITE_ROUNDS (20)
+#      SUITE_MA_MIN_S (150: a comparison compiles max-autotune only with this much time left)
+#      SUITE_COMPARE_CAP_S (420: the most one comparison is given)
 # writes: $OUT/suite-$TAG.json, $OUT/suite-$TAG.log, $OUT/caches-suite-$TAG.tar.gz
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -31,9 +37,11 @@ if ! "$PY" -c "import importlib.metadata as m, sys; sys.exit(0 if m.entry_points
     "$PY" -m pip install -q --no-deps --no-index --no-build-isolation -e "$REPO" >>"$LOG" 2>&1
 fi
 TINY=(); [ "${BENCH_TINY:-0}" = 1 ] && TINY=(--tiny)
+TOGETHER=(); [ "${SUITE_TOGETHER:-0}" = 1 ] && TOGETHER=(--together)
 "$PY" bench/suite/suite.py run --configs "${1:?name the configs}" --out "$OUT" --tag "$TAG" \
     --work "${BENCH_WORK:-$REPO/bench/work/suite}" --device "${BENCH_DEVICE:-cuda}" \
     --deadline $(( ${DEADLINE_S:-540} - ($(date +%s) - START) )) --mat "${SUITE_MAT:-}" \
-    --pin "${SUITE_PIN:-}" \
+    --pin "${SUITE_PIN:-}" --only-pin "${SUITE_ONLY_PIN:-}" --only-base "${SUITE_ONLY_BASE:-}" \
     --modes "${SUITE_MODES:-eager,default,reduce-overhead,max-autotune}" \
-    --rounds "${SUITE_ROUNDS:-20}" "${TINY[@]}"
+    --ma-min-s "${SUITE_MA_MIN_S:-150}" --compare-cap-s "${SUITE_COMPARE_CAP_S:-420}" \
+    --rounds "${SUITE_ROUNDS:-20}" "${TINY[@]}" "${TOGETHER[@]}"

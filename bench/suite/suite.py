@@ -8,16 +8,20 @@ in its modes, timed side by side in one process.
     suite.py release --work W --config C --json FILE [--spec release.toml] [--timeout S]
     suite.py compare --work W --config C --json FILE [--spec release.toml]
                      [--modes eager,default,reduce-overhead,max-autotune] [--timeout S]
+                     [--ma-min-s 150]
     suite.py run     --work W --configs C1,C2 --out DIR --tag T --deadline S
-                     [--mat C3,C4] [--pin C5,C6] [--modes ...] [--device cuda] [--tiny]
+                     [--mat C3,C4] [--pin C5,C6] [--only-pin C7] [--only-base C8]
+                     [--together] [--modes ...] [--ma-min-s 150] [--device cuda] [--tiny]
 
 A configuration is ``<arch>_b<batch>`` (``models.ARCHS``; ``vit_b16_b32``). ``specs`` writes
 ``W/specs/C/``: ``model.pt2`` (bf16 inside a float32 interface), ``validation/`` (two pairs,
 float64 eager references), ``release.toml`` (the fast spec: ``freezing`` and ``cuda_graph``,
 two builds), ``release-mat.toml`` (``max_autotune`` and ``cuda_graph``: the knob that
-matters at large batch, builds of minutes) and, on a GPU, ``release-cg.toml`` (``cuda_graph``
-pinned ``on``: one route, the CUDA-graph route, whatever it measures; its build is the fast
-release's default build, from the build cache). ``release`` runs ``dossier release`` (the CLI, a
+matters at large batch, builds of minutes), ``release-base.toml`` (``cuda_graph`` pinned
+``off``: one route, the AOTInductor default route, whatever it measures) and, on a GPU,
+``release-cg.toml`` (``cuda_graph`` pinned ``on``: one route, the CUDA-graph route, whatever
+it measures; its build is the fast release's default build, from the build cache when the fast
+release ran first). ``release`` runs ``dossier release`` (the CLI, a
 child process) into a fresh folder with the configuration's build cache and records the shipped
 route, its speedup over the AOTInductor default route with the interval, the builds and the
 wall time. ``compare`` loads the bundle with ``dossier.load`` and times it beside eager and
@@ -25,12 +29,19 @@ each ``torch.compile`` mode (:func:`timed_side_by_side`): the one plain procedur
 per call (the call, then ``torch.cuda.synchronize()``), rounds in which every contender runs
 one block in rotating order; each ratio is the Hodges-Lehmann estimate over rounds of the
 block-median ratio with its exact 95% interval (``dossier.measure.timing.shift_interval``). A profile
-of each contender (kernels per call, kernel time per call, against the wall time) says where a
+of each contender (kernels per call, kernel time per call, against the wall time; each timed
+call's wall time split on the host's and the GPU's timeline, :func:`split_calls`) says where a
 slower one loses. ``run`` does the three steps per configuration within a deadline and writes
 ``OUT/suite-TAG.json`` (every record), ``OUT/suite-TAG.log`` and ``OUT/caches-suite-TAG.tar.gz``
 (the releases' tuning caches). ``--mat`` and ``--pin`` name the configurations that also release
 ``release-mat.toml`` and ``release-cg.toml``; their engines are served beside the fast
-release's as ``dossier-mat`` and ``dossier-cg``.
+release's as ``dossier-mat`` and ``dossier-cg``. ``--only-pin`` and ``--only-base`` name
+configurations released with one of the one-route specs alone (no fast release: one build, one
+route), its engine served as ``dossier-cg`` or ``dossier-base``; with ``--together`` (every
+configuration so named) the specs are written first, the one-route releases run at once (their
+builds share the machine and its GPU, which one engine's build paid for with a slower Triton
+kernel in the suite's sixth round; a one-route release decides nothing, but its own reading is
+taken beside the others' builds) and each comparison then runs alone.
 """
 
 from __future__ import annotations
@@ -69,6 +80,9 @@ CG_KNOBS = "-cuda_graph=on"
 """The CUDA-graph spec: ``cuda_graph`` pinned, nothing varied, so the baseline (the only route)
 is the CUDA-graph route and ships whatever it measures; a GPU only (a CPU's ``cuda_graph``
 allows ``off`` alone)."""
+BASE_KNOBS = "-cuda_graph=off"
+"""The default-route spec: ``cuda_graph`` pinned ``off``, nothing varied, so its one route is
+the AOTInductor default route (the fast spec's baseline) and ships whatever it measures."""
 NO_CG = ("no release-cg.toml: a CPU package has no CUDA graph (the backend's cuda_graph knob "
          "allows only off on a CPU)")
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
@@ -76,12 +90,25 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 SERVED = "dossier"
 SERVED_MAT = "dossier-mat"
 SERVED_CG = "dossier-cg"
-SPECS = {"release.toml": "", "release-mat.toml": "-mat", "release-cg.toml": "-cg"}
+SERVED_BASE = "dossier-base"
+SPECS = {"release.toml": "", "release-mat.toml": "-mat", "release-cg.toml": "-cg",
+         "release-base.toml": "-base"}
 """Spec file -> the suffix of its release folder and step name."""
 EXTRA_SERVED = {SERVED_MAT: ("release-mat.toml", "served_mat"),
-                SERVED_CG: ("release-cg.toml", "served_cg")}
+                SERVED_CG: ("release-cg.toml", "served_cg"),
+                SERVED_BASE: ("release-base.toml", "served_base")}
 """The engines of the other releases, served beside the fast release's: label -> (spec, the
 record's key prefix)."""
+ONE_ROUTE = {"release-cg.toml": SERVED_CG, "release-base.toml": SERVED_BASE}
+"""The one-route specs a configuration can be released with alone (``run --only-pin``,
+``--only-base``): spec -> the label its engine is served under."""
+CALL_MARK = "suite::call"
+CONTAINER_MARK = "suite::container_run"
+"""``torch.profiler`` ranges of the profile pass: one timed call (the call, then the
+synchronize), and inside a served call the AOTInductor package's own run."""
+LAUNCH_APIS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+               "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 CACHE_FILE = "tuning-cache.jsonl"
 
 
@@ -160,7 +187,8 @@ def write_specs(folder: Path, config: str, device: str, tiny: bool) -> dict:
     what = f"{arch} batch {batch} bfloat16 on {device}"
     cuda = device.startswith("cuda")
     graphs = "" if cuda else " -cuda_graph=[off|on]"  # a CPU has no graphs
-    specs = [("release.toml", FAST_KNOBS), ("release-mat.toml", MAT_KNOBS)]
+    specs = [("release.toml", FAST_KNOBS), ("release-mat.toml", MAT_KNOBS),
+             ("release-base.toml", BASE_KNOBS)]
     if cuda:
         specs.append(("release-cg.toml", CG_KNOBS))
     else:
@@ -285,9 +313,11 @@ def timed_side_by_side(contenders: dict[str, Callable[[Any], Any]], args: list[A
 
 def profile(fn: Callable[[Any], Any], args: list[Any], calls: int, cuda: bool) -> dict:
     """Kernels per call and kernel time per call (``torch.profiler``) and, for comparison, the
-    wall time per call of back-to-back calls with one synchronize at the end."""
+    wall time per call of back-to-back calls with one synchronize at the end; then, from the same
+    profile, where each timed call's wall time goes (:func:`split_calls`): every call is the
+    suite's timed unit (the call, then the synchronize) inside a ``suite::call`` range."""
     import torch
-    from torch.profiler import ProfilerActivity
+    from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as torch_profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -303,19 +333,129 @@ def profile(fn: Callable[[Any], Any], args: list[Any], calls: int, cuda: bool) -
     streamed = (time.perf_counter_ns() - t0) / 1e6 / calls
     with torch_profile(activities=acts) as prof:
         for i in range(calls):
-            fn(args[i % len(args)])
-        if cuda:
-            torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+            with record_function(CALL_MARK):
+                fn(args[i % len(args)])
+                if cuda:
+                    torch.cuda.synchronize()
+    events = list(prof.events())
+    kernels = [e for e in events if e.device_type.name == "CUDA"
+               and not e.name.startswith("suite::")]  # not the ranges' GPU-side copies
     per: dict[str, list[float]] = {}
     for e in kernels:
         per.setdefault(e.name, []).append(e.device_time)
     top = sorted(per.items(), key=lambda kv: -sum(kv[1]))[:6]
-    return {"calls": calls, "streamed_ms_per_call": round(streamed, 4),
-            "kernels_per_call": round(len(kernels) / calls, 1),
-            "kernel_ms_per_call": round(sum(e.device_time for e in kernels) / 1e3 / calls, 4),
-            "top_kernels": [{"name": n[:120], "count_per_call": round(len(v) / calls, 1),
-                             "ms_per_call": round(sum(v) / 1e3 / calls, 4)} for n, v in top]}
+    out: dict[str, Any] = {
+        "calls": calls, "streamed_ms_per_call": round(streamed, 4),
+        "kernels_per_call": round(len(kernels) / calls, 1),
+        "kernel_ms_per_call": round(sum(e.device_time for e in kernels) / 1e3 / calls, 4),
+        "top_kernels": [{"name": n[:120], "count_per_call": round(len(v) / calls, 1),
+                         "ms_per_call": round(sum(v) / 1e3 / calls, 4)} for n, v in top]}
+    try:
+        out["split"] = split_calls(events, kernels)
+    except Exception as exc:  # noqa: BLE001 - the split is a diagnosis of the diagnosis
+        out["split"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    return out
+
+
+def _union_us(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def split_calls(events: list[Any], kernels: list[Any]) -> dict:
+    """Where a timed call's wall time goes, from one profile (``torch.profiler`` events, times in
+    us on one clock for the host and the GPU; medians over the calls, in ms). On the timeline of
+    each ``suite::call`` range: ``lead_ms`` from the call's start to its first kernel's start on
+    the GPU (the host's path to the first launch, and that launch's latency), ``busy_ms`` the
+    time some kernel runs, ``gaps_ms`` the GPU idle between the first kernel's start and the last
+    one's end, ``tail_ms`` from the last kernel's end to the call's return (the synchronize
+    returning). On the host: ``host_call_ms`` from the call's start to the synchronize's start
+    (the host's own work per call, which overlaps the GPU's), within it ``container_ms`` (the
+    AOTInductor package's run, for a served engine without a CUDA graph), ``launch_api_ms`` (the
+    CUDA runtime's launch and copy calls) and ``untraced_ms`` (the call's own time outside every
+    recorded operation: Python); ``host_top`` the recorded host events by self time per call
+    (the profiler's own cost is in all of these)."""
+    import numpy as np
+
+    cpu = [e for e in events if e.device_type.name == "CPU"]
+    marks = sorted((e for e in cpu if e.name == CALL_MARK), key=lambda e: e.time_range.start)
+    if not marks:
+        return {"error": "no suite::call ranges in the profile"}
+    ks = sorted((k.time_range.start, k.time_range.end) for k in kernels)
+    rows: dict[str, list[float]] = {}
+
+    def put(key: str, us: float) -> None:
+        rows.setdefault(key, []).append(us / 1e3)
+
+    for m in marks:
+        s, e = m.time_range.start, m.time_range.end
+        inside = [c for c in cpu if c is not m and s <= c.time_range.start < e]
+        syncs = [c.time_range.start for c in inside if c.name in SYNC_APIS]
+        host_end = min(syncs) if syncs else e
+        put("wall_ms", e - s)
+        put("host_call_ms", host_end - s)
+        put("container_ms", sum(c.time_range.end - c.time_range.start for c in inside
+                                if c.name == CONTAINER_MARK))
+        put("launch_api_ms", sum(c.time_range.end - c.time_range.start for c in inside
+                                 if c.name in LAUNCH_APIS))
+        traced = [(c.time_range.start, min(c.time_range.end, host_end)) for c in inside
+                  if c.time_range.start < host_end and c.name not in SYNC_APIS]
+        put("untraced_ms", max(0.0, (host_end - s) - _union_us(traced)))
+        mine = [k for k in ks if s <= k[0] < e]
+        if mine:
+            first, last = mine[0][0], max(k[1] for k in mine)
+            busy = _union_us(mine)
+            put("lead_ms", first - s)
+            put("busy_ms", busy)
+            put("gaps_ms", (last - first) - busy)
+            put("tail_ms", e - last)
+    lo, hi = marks[0].time_range.start, marks[-1].time_range.end
+    selfs = _self_times([c for c in cpu if c.name != CALL_MARK
+                         and lo <= c.time_range.start <= hi])
+    n = len(marks)
+    return {"calls": n, **{k: round(float(np.median(v)), 4) for k, v in rows.items()},
+            "host_top": [{"name": k[:80], "self_ms_per_call": round(v / 1e3 / n, 4)}
+                         for k, v in sorted(selfs.items(), key=lambda kv: -kv[1])[:10]]}
+
+
+def _self_times(events: list[Any]) -> dict[str, float]:
+    """Self time (us) per event name: each event's duration less that of the events nested
+    directly in it on its thread."""
+    out: dict[str, float] = {}
+    by_thread: dict[Any, list[Any]] = {}
+    for e in events:
+        by_thread.setdefault(getattr(e, "thread", 0), []).append(e)
+    for evs in by_thread.values():
+        stack: list[list[Any]] = []  # [end, name]
+        for e in sorted(evs, key=lambda e: (e.time_range.start, -e.time_range.end)):
+            start, end = e.time_range.start, e.time_range.end
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            out[e.name] = out.get(e.name, 0.0) + (end - start)
+            if stack:  # nested: not its parent's own time
+                parent = stack[-1][1]
+                out[parent] -= min(end, stack[-1][0]) - start
+            stack.append([end, e.name])
+    return out
+
+
+class _Marked:
+    """A callable run inside a ``torch.profiler`` range (the served engine's package run)."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    def __call__(self, *args: Any) -> Any:
+        from torch.profiler import record_function
+
+        with record_function(self.name):
+            return self.inner(*args)
 
 
 def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: float,
@@ -323,7 +463,11 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
                  max_autotune_min_s: float = 150.0) -> dict:
     """The served engine against eager and ``torch.compile`` modes, one process. The record is
     rewritten after each stage, so a stage the timeout kills leaves the earlier ones; the
-    max-autotune compile (minutes) comes last and the others are timed before it."""
+    max-autotune compile (minutes) comes last and the others are timed before it, and it is
+    skipped when less than ``max_autotune_min_s`` is left. The served engine is ``spec``'s
+    bundle: the fast release's as ``dossier``, a one-route spec's (``release-cg.toml``,
+    ``release-base.toml``) under its own label (``dossier-cg``, ``dossier-base``); the other
+    releases' bundles found in ``work`` are served beside it."""
     import numpy as np
     import torch
 
@@ -347,7 +491,9 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
     args = [tuple(torch.from_numpy(np.ascontiguousarray(p.inputs[n])).to(device) for n in names)
             for p in vset.pairs]
     calls = calls or (50 if batch <= 8 else 20)
-    rec: dict[str, Any] = {"step": "compare", "config": config, "device": device,
+    primary = ONE_ROUTE.get(spec, SERVED)
+    rec: dict[str, Any] = {"step": "compare", "config": config, "spec": spec,
+                           "served_label": primary, "device": device,
                            "torch": torch.__version__, "procedure": (
                                f"one process; wall clock per call (call + synchronize); "
                                f"{rounds} rounds, each contender one block of {calls} timed "
@@ -357,6 +503,7 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     module = wrap_module(factory().to(device), "bfloat16", sig)
     fns: dict[str, Callable[[Any], Any]] = {}
+    engines: dict[str, Any] = {}  # label -> the loaded engine (its package run is profiled)
 
     def accuracy(fn: Callable[[Any], Any]) -> dict:
         outs = {}
@@ -397,11 +544,12 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
             return lambda a: c(*a)
         return make
 
-    def served(found: list[Path], key: str) -> Callable[[], Callable[[Any], Any]]:
+    def served(found: list[Path], key: str, label: str) -> Callable[[], Callable[[Any], Any]]:
         def make() -> Callable[[Any], Any]:
             if not found:
                 raise FileNotFoundError(f"no bundle for {config}: the release did not finish")
             engine = dossier.load(found[0])
+            engines[label] = engine
             rec[f"{key}_route"] = engine.route
             rec[f"{key}_bundle"] = found[0].name
             return lambda a: engine(dict(zip(names, a)))
@@ -415,15 +563,17 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
         _summarise(rec, got, stage)
         if stage == "final":
             with torch.no_grad():
-                rec["profile"] = {label: _profiled(fn, args, cuda) for label, fn in fns.items()}
+                rec["profile"] = {label: _profiled(fn, args, cuda, engines.get(label))
+                                  for label, fn in fns.items()}
         rec["wall_s"] = round(time.perf_counter() - t_start, 1)
         _write(json_path, rec)
 
-    add(SERVED, served(bundles, "served"))
+    add(primary, served(bundles, "served" if primary == SERVED else EXTRA_SERVED[primary][1],
+                        primary))
     for label, (other, key) in EXTRA_SERVED.items():  # the other releases' engines beside it
         found = sorted(release_folder(work, config, other).glob("*.dossier"))
         if found and spec != other:
-            add(label, served(found, key))
+            add(label, served(found, key, label))
     for mode in modes:
         if mode == "eager":
             add("eager", lambda: (lambda a: module(*a)))
@@ -439,16 +589,26 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
         else:
             add("max-autotune", compiled("max-autotune"))
     measure("final")
-    rec["ok"] = SERVED in fns and len(fns) > 1
+    rec["ok"] = primary in fns and len(fns) > 1
     _write(json_path, rec)
     return rec
 
 
-def _profiled(fn: Callable[[Any], Any], args: list[Any], cuda: bool) -> dict:
+def _profiled(fn: Callable[[Any], Any], args: list[Any], cuda: bool,
+              engine: Any = None) -> dict:
+    """:func:`profile`; for a served engine, its AOTInductor package's run inside a
+    ``suite::container_run`` range (the runner's ``_compiled``, restored after)."""
+    runner = getattr(engine, "_runner", None)
+    inner = getattr(runner, "_compiled", None)
     try:
+        if inner is not None:
+            runner._compiled = _Marked(inner, CONTAINER_MARK)  # type: ignore[union-attr]
         return profile(fn, args, 20, cuda)
     except Exception as exc:  # noqa: BLE001 - the profile is a diagnosis only
         return _failure(exc)
+    finally:
+        if inner is not None:
+            runner._compiled = inner  # type: ignore[union-attr]
 
 
 def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None:
@@ -465,15 +625,19 @@ def _summarise(rec: dict, got: dict[str, list[list[float]]], stage: str) -> None
     if SERVED in got:
         out["served_over"] = {label: ratio(rounds, got[SERVED], 0.95)
                               for label, rounds in got.items() if label != SERVED}
-        for extra, (_, key) in EXTRA_SERVED.items():
-            if extra in got:  # served_mat_over, served_cg_over
-                out[f"{key}_over"] = {label: ratio(rounds, got[extra], 0.95)
-                                      for label, rounds in got.items() if label != extra}
-        modes = [m for m in COMPILE_MODES if m in got]
-        if modes:
-            best = min(modes, key=lambda m: table[m]["median_ms"])
-            out["best_compile_mode"] = best
+    for extra, (_, key) in EXTRA_SERVED.items():
+        if extra in got:  # served_mat_over, served_cg_over, served_base_over
+            out[f"{key}_over"] = {label: ratio(rounds, got[extra], 0.95)
+                                  for label, rounds in got.items() if label != extra}
+    modes = [m for m in COMPILE_MODES if m in got]
+    if modes:
+        best = min(modes, key=lambda m: table[m]["median_ms"])
+        out["best_compile_mode"] = best
+        if SERVED in got:
             out["served_over_best_compile"] = out["served_over"][best]
+        for extra, (_, key) in EXTRA_SERVED.items():
+            if extra in got:
+                out[f"{key}_over_best_compile"] = out[f"{key}_over"][best]
     rec[stage] = out
 
 
@@ -540,16 +704,86 @@ class Runner:
             for cache in sorted((self.work / "releases").glob(f"*/.runs/*/{CACHE_FILE}")):
                 tar.add(cache, arcname=str(cache.relative_to(self.work / "releases")))
 
+    def steps_together(self, steps: list[tuple[str, float, list[str]]]) -> list[dict]:
+        """Steps (name, seconds needed, argv) in child processes at once, within one budget;
+        each record says which steps ran beside it (``beside``)."""
+        left = self.left()
+        need = max(n for _, n, _ in steps)
+        files = []
+        for name, _, _ in steps:
+            self.n += 1
+            files.append(self.results / f"{self.n:02d}-{name}.json")
+        if left < need:
+            for (name, _, _), file in zip(steps, files):
+                _write(file, {"step": name, "ok": False,
+                              "skipped": f"deadline: {left:.0f} s left, it needs {need:.0f} s"})
+                self.note(f"skip {name}: {left:.0f} s left")
+            self.merge()
+            return [_read(f) for f in files]
+        budget = left - 10
+        names = [name for name, _, _ in steps]
+        self.note(f"start {', '.join(names)} at once ({left:.0f} s left, {budget:.0f} s for them)")
+        procs = []
+        with self.log.open("a", encoding="utf-8") as log:
+            for (_, _, argv), file in zip(steps, files):
+                cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--json", str(file),
+                       "--timeout", str(int(budget - 10))]
+                procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log,  # noqa: S603
+                                              stderr=log))
+            until = time.monotonic() + budget
+            rcs = [_wait(proc, until) for proc in procs]
+        recs = []
+        for name, file, rc in zip(names, files, rcs):
+            rec = _read(file) if file.is_file() else {"step": name, "ok": False,
+                                                      "error": f"exit {rc}, no record"}
+            rec["beside"] = [n for n in names if n != name]
+            if rc is None:
+                rec["killed"] = f"after {budget:.0f} s"
+            _write(file, rec)
+            self.note(f"end {name} rc={rc} ok={rec.get('ok')}")
+            recs.append(rec)
+        self.merge()
+        return recs
+
+    def specs(self, config: str) -> bool:
+        a = self.args
+        argv = ["specs", "--work", str(a.work), "--config", config, "--device", a.device]
+        return bool(self.step(f"specs-{config}", 60, argv + (["--tiny"] if a.tiny else []),
+                              cap=300).get("ok"))
+
+    def compare(self, config: str, spec: str) -> None:
+        a = self.args
+        self.step(f"compare-{config}", 60, ["compare", "--work", str(a.work), "--config", config,
+                                           "--spec", spec, "--modes", a.modes, "--rounds",
+                                           str(a.rounds), "--ma-min-s", str(a.ma_min_s)],
+                  cap=a.compare_cap_s)
+
     def run(self) -> int:
         a = self.args
         common = ["--work", str(a.work)]
         self.n += 1
         _write(self.results / f"{self.n:02d}-env.json", _env())
-        for config in [c for c in a.configs.split(",") if c]:
-            spec_argv = ["specs", *common, "--config", config, "--device", a.device]
-            specs = self.step(f"specs-{config}", 60, spec_argv + (["--tiny"] if a.tiny else []),
-                              cap=300)
-            if not specs.get("ok"):
+        configs = [c for c in a.configs.split(",") if c]
+        only = only_specs(a.only_pin, a.only_base)
+        if a.together:
+            # one-route releases only: they decide nothing, so their builds may share the
+            # machine; every comparison still runs alone, after them
+            ready = [c for c in configs if self.specs(c)]
+            if ready:
+                self.steps_together([(f"release-{c}{SPECS[only[c]]}", a.release_min_s,
+                                      ["release", *common, "--config", c, "--spec", only[c]])
+                                     for c in ready])
+            for config in ready:
+                self.compare(config, only[config])
+            self.note(f"done in {time.monotonic() - self.start:.0f} s")
+            return 0
+        for config in configs:
+            if not self.specs(config):
+                continue
+            if config in only:  # that one-route release alone, its engine served
+                self.step(f"release-{config}{SPECS[only[config]]}", a.release_min_s,
+                          ["release", *common, "--config", config, "--spec", only[config]])
+                self.compare(config, only[config])
                 continue
             pin, mat = config in a.pin.split(","), config in a.mat.split(",")
             # the pinned release builds nothing of its own (the fast release's default build,
@@ -559,11 +793,30 @@ class Runner:
                 self.step(f"release-{config}{SPECS[spec]}",
                           a.release_min_s if spec != "release-cg.toml" else 45,
                           ["release", *common, "--config", config, "--spec", spec])
-            self.step(f"compare-{config}", 60, ["compare", *common, "--config", config,
-                                               "--modes", a.modes, "--rounds", str(a.rounds)],
-                      cap=a.compare_cap_s)
+            self.compare(config, "release.toml")
         self.note(f"done in {time.monotonic() - self.start:.0f} s")
         return 0
+
+
+def _wait(proc: subprocess.Popen, until: float) -> int | None:
+    """The child's exit status, or None when it was killed at ``until`` (monotonic)."""
+    try:
+        return proc.wait(timeout=max(1.0, until - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+def only_specs(only_pin: str, only_base: str) -> dict[str, str]:
+    """Configuration -> the one-route spec it is released with alone (``--only-pin``: the
+    CUDA-graph route, ``--only-base``: the default route); ValueError for one named twice."""
+    pin = [c for c in only_pin.split(",") if c]
+    base = [c for c in only_base.split(",") if c]
+    both = sorted(set(pin) & set(base))
+    if both:
+        raise ValueError(f"{both} named in both --only-pin and --only-base")
+    return {**dict.fromkeys(pin, "release-cg.toml"), **dict.fromkeys(base, "release-base.toml")}
 
 
 def _read(path: Path) -> dict:
@@ -599,8 +852,17 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--rounds", type=int, default=20)
             p.add_argument("--device", default="cuda")
             p.add_argument("--tiny", action="store_true")
+            p.add_argument("--only-pin", default="", help="configs released with the CUDA-graph "
+                           "route pinned alone (release-cg.toml), its bundle served as dossier-cg")
+            p.add_argument("--only-base", default="", help="configs released with the default "
+                           "route pinned alone (release-base.toml), served as dossier-base")
+            p.add_argument("--together", action="store_true", help="every config is named in "
+                           "--only-pin or --only-base: all specs, then their one-route releases "
+                           "at once, then each comparison alone")
             p.add_argument("--release-min-s", type=float, default=120.0)
             p.add_argument("--compare-cap-s", type=float, default=420.0)
+            p.add_argument("--ma-min-s", type=float, default=150.0,
+                           help="the time a comparison must have left to compile max-autotune")
             continue
         p.add_argument("--config", required=True)
         p.add_argument("--json", type=Path, required=True)
@@ -617,8 +879,15 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--rounds", type=int, default=20)
             p.add_argument("--calls", type=int, default=0, help="timed calls per block "
                            "(default: 50 at batch <= 8, else 20)")
+            p.add_argument("--ma-min-s", type=float, default=150.0,
+                           help="the time left under which max-autotune is not compiled")
     args = parser.parse_args(argv)
     if args.cmd == "run":
+        only = only_specs(args.only_pin, args.only_base)  # ValueError: named twice
+        configs = [c for c in args.configs.split(",") if c]
+        if args.together and not all(c in only for c in configs):
+            parser.error("--together: every config must be named in --only-pin or --only-base "
+                         "(a release that decides between routes times alone)")
         return Runner(args).run()
     t0 = time.perf_counter()
     try:
@@ -632,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 raise ValueError(f"unknown modes {unknown} (known: {', '.join(MODES)})")
             rec = step_compare(args.work, args.config, args.spec, modes, args.timeout,
-                               args.json, args.rounds, args.calls)
+                               args.json, args.rounds, args.calls, args.ma_min_s)
     except Exception as exc:  # noqa: BLE001 - a step never takes the suite down
         rec = {"step": args.cmd, "config": args.config, **_failure(exc)}
     rec.setdefault("step_wall_s", round(time.perf_counter() - t0, 2))
