@@ -99,7 +99,9 @@ def row_label(r: Any) -> str:
         return f"A/A: {label}"
     if r.role == "confirm":
         n = f" ({c.processes} processes)" if c.processes else ""
-        return ("confirmed" if label == "faster" else "not confirmed") + n
+        why = {"futile": ", futile", "outranked": ", outranked"}.get(
+            getattr(r, "extra", {}).get("confirmation", ""), "")
+        return ("confirmed" if label == "faster" else f"not confirmed{why}") + n
     return {"faster": "screened faster", "slower": "screened slower"}.get(label, label)
 
 

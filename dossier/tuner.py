@@ -383,8 +383,13 @@ class Tuner:
         engines = [(self.run_dir / t.engine, t.route) for t in [base, *chosen]]  # type: ignore[operator]
         env = {k: v for e, _ in engines for k, v in self.p.backend.loader_env(e).items()}
         measure = self.scheduler.measure_process(timing, env)
+        # a confirmed route outranks the others only once it passed the hold-out set (checked
+        # then, recorded once): one that fails it leaves the next its chance to be confirmed
+        may_ship = ((lambda route: self._holdout(route).passed)
+                    if self.p.holdout is not None else None)
         result = confirmation.confirm(engines[0], engines[1:], timing, measure,
-                                      on_process=self.observer.measured_process)
+                                      on_process=self.observer.measured_process,
+                                      may_ship=may_ship)
         for rec in confirmation.records(result, base, chosen, timing, len(self.cache.trials),
                                         started):
             self.cache.append(rec)

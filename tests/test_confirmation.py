@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import test_bundle_helpers as h
-from _records import Simulated
+from _records import STARTED, Simulated, screened
 
 from dossier.backends import get_backend
 from dossier.decision import decide
@@ -136,11 +136,54 @@ def test_every_candidate_is_decided_or_the_cap_says_so() -> None:
 def test_decided_candidates_leave_the_later_processes() -> None:
     speedups = {"-a=g": 3.0, "-a=n": 1.03}
     sim = Simulated(speedups, seed=3, block_sd=0.05)
-    r = confirmation.confirm(BASE, [(Path(k), k) for k in speedups], TimingSettings(), sim)
+    # the confirmed route may not ship (say, it failed the hold-out set): it outranks nothing
+    asked: list[str] = []
+    r = confirmation.confirm(BASE, [(Path(k), k) for k in speedups], TimingSettings(), sim,
+                             may_ship=lambda route: asked.append(route) is not None)
+    assert asked[0] == "-a=g" and len(asked) == len(set(asked))  # once each, at most
+    assert r.candidates[1].status != "outranked" and r.processes > 5
     first, last = sim.calls[0], sim.calls[-1]
     assert first == ["-a=x", "-a=x", "-a=g", "-a=n"]  # baseline, its A/A load, candidates
     assert "-a=g" not in last and len(sim.calls) == r.processes
     assert len(r.candidates[0].logs) == 5 and len(r.aa.logs) == r.processes
+
+
+def test_a_candidate_below_a_confirmed_one_is_outranked_and_stops_holding_the_measurement(
+        ) -> None:
+    """The tblock case: dynamic int8 confirmed at 1.6x at the first look, static int8 at 1.04x
+    [1.02, 1.07] undecided; it could not ship past the confirmed route, so it does not hold the
+    measurement to the cap of 20 processes."""
+    outranked = 0
+    for seed in range(20):
+        r = _run({"-a=g": 1.6, "-a=n": 1.02}, seed=seed, block_sd=0.1)
+        g, n = r.candidates
+        assert g.status == "confirmed" and g.comparison is not None and g.look == 5
+        assert r.processes == 5
+        if n.status != "outranked":  # confirmed at the first look: a 2% gain may be
+            assert n.status == "confirmed"
+            continue
+        outranked += 1
+        assert n.outranked_by == "-a=g" and n.look == g.look
+        assert n.comparison is not None
+        assert n.comparison.speedup_ci_high < g.comparison.speedup_ci_low
+        assert r.processes == g.look and "every candidate was decided" in r.stopped
+        settings = TimingSettings()
+        recs = confirmation.records(
+            r, screened(0, "-a=x", 1.0, settings, role="baseline"),
+            [screened(1, "-a=g", 1.6, settings), screened(2, "-a=n", 1.04, settings)],
+            settings, 3, STARTED)
+        assert recs[2].extra == {"confirmation": "outranked", "decided_at": str(n.look),
+                                 "outranked_by": "-a=g"}
+    assert outranked >= 17
+    # without a confirmed route that may ship, the same candidate holds the measurement
+    held = confirmation.confirm(BASE, [(Path(k), k) for k in ("-a=g", "-a=n")],
+                                TimingSettings(), Simulated({"-a=g": 1.6, "-a=n": 1.02},
+                                                            seed=1, block_sd=0.1),
+                                may_ship=lambda route: False)
+    assert held.candidates[1].status == "undecided" and held.processes == 20
+    # intervals that overlap: neither outranks the other
+    r = _run({"-a=g": 1.30, "-a=h": 1.28}, seed=1, block_sd=0.02)
+    assert {t.status for t in r.candidates} <= {"confirmed", "undecided"}
 
 
 def test_fixed_processes_decide_once_at_the_end() -> None:

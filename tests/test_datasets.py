@@ -208,6 +208,11 @@ def test_explain_shows_the_trade_the_same_in_text_and_json(int8_release: Path) -
     assert "Accuracy against speed" in text
     for p in trade["points"]:
         assert f"worst cos loss {p['worst_loss']:.3g} against 0.001" in text
+        if p["reading"] == "confirmed":  # the confirmation's figure, and what it concluded
+            assert p["confirmation"] in ("confirmed", "futile", "outranked", "undecided")
+            shown = ("confirmed" if p["confirmation"] == "confirmed" else
+                     f"in the confirmation, not confirmed ({p['confirmation']})")
+            assert f"] {shown}; worst cos loss {p['worst_loss']:.3g}" in text
     md = cli("explain", int8_release, "--format", "markdown").stdout
     assert "Accuracy against speed" in md
 

@@ -43,8 +43,12 @@ class TradePoint(_Model):
     speedup_ci_high: float | None
     """Upper end."""
     reading: Literal["confirmed", "screened", "baseline"]
-    """Which measurement ``speedup`` is: the confirmation's, the screening's alone, or the
-    baseline itself (1.0)."""
+    """Which measurement ``speedup`` is: the confirmation's (``confirmed``, whatever it
+    concluded: see ``confirmation``), the screening's alone, or the baseline itself (1.0)."""
+    confirmation: Literal["confirmed", "futile", "outranked", "undecided"] | None = None
+    """What the confirmation concluded of it (None: not confirmed, or a record that keeps no
+    conclusion): confirmed faster; futile (its interval below the minimum effect); outranked
+    (its interval below a confirmed route's); undecided at the cap."""
     frontier: bool
     """Admissible, and no other admissible route is both faster and more accurate."""
     holdout_passed: bool | None = None
@@ -104,7 +108,8 @@ def trade(trials: Sequence[TrialRecord], decision: DecisionRecord, threshold: fl
             outputs=[OutputWorst(output=o, loss=loss, pair=p)
                      for o, (p, loss) in worst_by_output(t.losses).items()],
             speedup=speed, speedup_ci_low=lo, speedup_ci_high=hi, reading=reading,
-            frontier=False, holdout_passed=h.passed if h else None,
+            frontier=False, confirmation=_concluded(c),
+            holdout_passed=h.passed if h else None,
             holdout_worst_loss=h.worst_loss if h else None,
             shipped=t.index == decision.shipped_index))
     points = _mark_frontier(points)
@@ -112,6 +117,16 @@ def trade(trials: Sequence[TrialRecord], decision: DecisionRecord, threshold: fl
     return Trade(metric=metric, threshold=threshold, points=points,
                  rejected_for_accuracy=sum(p.outcome == "rejected" for p in points),
                  holdout_pairs=holdout_pairs, holdout_rejected=list(decision.holdout_rejected))
+
+
+def _concluded(c: TrialRecord | None
+               ) -> Literal["confirmed", "futile", "outranked", "undecided"] | None:
+    """What the confirmation record ``c`` concluded, as it recorded it."""
+    found = c.extra.get("confirmation") if c is not None else None
+    for status in ("confirmed", "futile", "outranked", "undecided"):
+        if found == status:
+            return status
+    return None
 
 
 def _mark_frontier(points: list[TradePoint]) -> list[TradePoint]:

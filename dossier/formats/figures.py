@@ -367,11 +367,18 @@ def trade_head(t: Trade) -> list[str]:
     return lines
 
 
+def reading_text(p: TradePoint) -> str:
+    """Which reading a trade point's speed is, and what the confirmation concluded of it."""
+    if p.reading != "confirmed" or p.confirmation in (None, "confirmed"):
+        return p.reading
+    return f"in the confirmation, not confirmed ({p.confirmation})"
+
+
 def point_line(t: Trade, p: TradePoint) -> str:
     """One route of the trade as a line of plain text (text and Markdown show the same)."""
     speed = ("not timed" if p.speedup is None else "1.000x (the baseline)"
              if p.reading == "baseline" else
-             f"{ci(p.speedup, p.speedup_ci_low, p.speedup_ci_high)} {p.reading}")
+             f"{ci(p.speedup, p.speedup_ci_low, p.speedup_ci_high)} {reading_text(p)}")
     flags = [f for f, on in (("ships", p.shipped), ("frontier", p.frontier),
                              ("rejected: loss >= threshold", p.outcome == "rejected")) if on]
     hold = ""

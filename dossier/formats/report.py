@@ -320,7 +320,7 @@ def _trade_figure(go: Any, e: Explanation) -> Any:
             marker=dict(color=colour, symbol=symbol, size=11),
             error_y=dict(type="data", symmetric=False, array=[_bars(p)[0] for p in group],
                          arrayminus=[_bars(p)[1] for p in group], thickness=1),
-            hovertext=[f"{p.route or '(default route)'}<br>{p.reading}<br>worst loss "
+            hovertext=[f"{p.route or '(default route)'}<br>{figures_text.reading_text(p)}<br>worst loss "
                        f"{_num(p.worst_loss)}" for p in group], hoverinfo="text+y"))
     front = sorted((p for p in pts if p.frontier), key=x)
     if len(front) > 1:

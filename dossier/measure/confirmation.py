@@ -18,8 +18,13 @@ one-sided, of "its mean log difference is at most log(1 + min_effect)", at
 alpha-spending: stopping early cannot raise the false-positive rate above alpha). A candidate
 whose p is below that level and whose interval excludes 1.0 is *confirmed*; one whose interval
 lies wholly below 1 + min_effect is *futile* (no later look could ship it honestly; dropping it
-only lowers the false-positive rate); both leave the later processes. The confirmation stops
-when every candidate is decided, or at the cap, and says which.
+only lowers the false-positive rate); one whose interval lies wholly below the interval of a
+confirmed candidate that may ship (``may_ship``: the tuner's hold-out check) is *outranked*: the
+rule ships the largest confirmed speedup, so it could ship only if a later look read it above
+its own interval's upper end, and the candidate above it failed nothing. All three leave the
+later processes (racing's elimination: a candidate three times slower than the confirmed one
+no longer holds the measurement to the cap). The confirmation stops when every candidate is
+decided, or at the cap, and says which.
 
 Each reading records the prediction interval for one new process: what ``verify --rebench``
 (the same procedure, on the target host) is expected to read.
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["confirmed", "futile", "undecided"]
+Status = Literal["confirmed", "futile", "outranked", "undecided"]
 
 
 @dataclass
@@ -92,6 +97,8 @@ class Track:
     look: int | None = None
     """The look (process count) that decided it."""
     comparison: Comparison | None = None
+    outranked_by: str | None = None
+    """The confirmed route whose interval lay wholly above this one's (status ``outranked``)."""
 
 
 @dataclass
@@ -131,12 +138,16 @@ def decide_track(track: Track, settings: TimingSettings, level: float, *, aa: bo
 def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             settings: TimingSettings, measure: MeasureProcess, *,
             on_process: Callable[[int, int, list[str]], None] | None = None,
-            fixed: int | None = None) -> Confirmation:
+            fixed: int | None = None,
+            may_ship: Callable[[str], bool] | None = None) -> Confirmation:
     """Run measuring processes until every candidate is decided or the cap is reached (or
     exactly ``fixed`` processes, deciding once at the end: ``verify --rebench``).
-    ``on_process(n, cap, open_routes)`` is called after each process."""
+    ``on_process(n, cap, open_routes)`` is called after each process. ``may_ship(route)``:
+    asked once of each confirmed route (None: every confirmed route may ship); only a route
+    that may ship outranks others."""
     try:
-        return _confirm(baseline, candidates, settings, measure, on_process, fixed)
+        return _confirm(baseline, candidates, settings, measure, on_process, fixed,
+                        may_ship or (lambda _route: True))
     finally:
         close = getattr(measure, "close", None)
         if callable(close):
@@ -146,7 +157,7 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
 def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
              settings: TimingSettings, measure: MeasureProcess,
              on_process: Callable[[int, int, list[str]], None] | None,
-             fixed: int | None) -> Confirmation:
+             fixed: int | None, may_ship: Callable[[str], bool]) -> Confirmation:
     t0 = time.perf_counter()
     k = len(candidates)
     looks = [fixed] if fixed else settings.looks()
@@ -159,6 +170,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     stopped = ""
     phases: dict[str, float] = {}
     seen: list[Conditions] = []
+    shippable: dict[str, bool] = {}
     while n < looks[-1]:
         engines = [baseline, baseline, *(candidates[j] for j in open_)]
         # the conditions of this host: where the processes run here (not on a cluster's node)
@@ -188,6 +200,8 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                     tracks[j].status, tracks[j].look = "futile", n
                 if tracks[j].status != "undecided":
                     open_.remove(j)
+            if not fixed:
+                _outrank(tracks, open_, n, may_ship, shippable)
         logger.info("confirmation: %d measuring process(es), %d undecided", n, len(open_))
         if on_process is not None:
             on_process(n, looks[-1], [tracks[j].route for j in open_])
@@ -203,6 +217,31 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     return Confirmation(aa=aa, candidates=tracks, processes=n, looks=looks, level=level,
                         stopped=stopped, wall_s=time.perf_counter() - t0, phases_s=phases,
                         conditions=seen)
+
+
+def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[str], bool],
+             shippable: dict[str, bool]) -> None:
+    """Mark (and take out of ``open_``) the undecided candidates whose interval lies wholly
+    below the lower end of a confirmed candidate that may ship. The confirmed candidates are
+    asked in the order of their lower ends, until one may ship; ``shippable`` keeps each
+    answer, so ``may_ship`` is asked once per route at most."""
+    if not open_:
+        return
+    confirmed = sorted((t for t in tracks if t.status == "confirmed" and t.comparison),
+                       key=lambda t: -t.comparison.speedup_ci_low)  # type: ignore[union-attr]
+    for top in confirmed:
+        if top.route not in shippable:
+            shippable[top.route] = may_ship(top.route)
+        if shippable[top.route]:
+            break
+    else:
+        return
+    floor = top.comparison.speedup_ci_low  # type: ignore[union-attr]
+    for j in list(open_):
+        c = tracks[j].comparison
+        if c is not None and c.speedup_ci_high < floor:
+            tracks[j].status, tracks[j].look, tracks[j].outranked_by = "outranked", n, top.route
+            open_.remove(j)
 
 
 def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialRecord],
@@ -223,7 +262,8 @@ def records(result: Confirmation, baseline: TrialRecord, chosen: Sequence[TrialR
             sample_rounds=rounds, baseline_sample_rounds=base_rounds, engine=t.engine,
             engine_digest=t.engine_digest, worst_loss=t.worst_loss, losses=t.losses,
             load=t.load, engine_flags=t.engine_flags, conditions=list(result.conditions) or None,
-            extra={"confirmation": track.status, "decided_at": str(track.look or "")}))
+            extra={"confirmation": track.status, "decided_at": str(track.look or ""),
+                   **({"outranked_by": track.outranked_by} if track.outranked_by else {})}))
     return out
 
 
@@ -237,4 +277,5 @@ def rule_text(settings: TimingSettings) -> str:
             f"over processes, one-sided against the minimum effect of "
             f"{settings.min_effect:.0%}, has p below alpha/(k x {len(looks)} looks) and its "
             f"{settings.confidence:.0%} interval excludes 1.0; it is dropped when that interval "
-            f"lies below 1 + the minimum effect")
+            f"lies below 1 + the minimum effect, or below the interval of a confirmed candidate "
+            f"that may ship")
