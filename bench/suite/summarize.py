@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,17 @@ def split_rows(rows: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def _table(rows: dict[str, dict[str, Any]], key: str, header: str, columns: int,
+           cells: Callable[[dict[str, str]], str]) -> list[str]:
+    """A table of the configurations whose record has ``key``: ``header`` (its first column the
+    configuration), then per configuration ``cells`` of its :func:`row_text`."""
+    found = sorted((c for c in rows if rows[c].get(key)), key=_order)
+    if not found:
+        return []
+    return ["", header, "|" + "---|" * columns,
+            *(f"| {c} | {cells(row_text(c, rows[c]))} |" for c in found)]
+
+
 def markdown(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| config | shipped route over the AOTInductor default (release) | release wall, fresh "
@@ -298,35 +310,25 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
     if notes:
         lines += ["", "Rows whose served engine is a one-route release's bundle (its label in "
                   "the dossier cells):", "", *notes]
-    mats = [c for c in rows if rows[c].get("release_mat")]
-    if mats:
-        lines += ["", "| config | max_autotune release: shipped route over the default route | "
-                  "the max_autotune route screened over the default route | release wall, fresh "
-                  "builds | its engine served, ms per call |", "|---|---|---|---|---|"]
-        for config in sorted(mats, key=_order):
-            t = row_text(config, rows[config])
-            lines.append(f"| {config} | {t['mat']} | {t['mat_knob']} | {t['mat_wall']} | "
-                         f"{t['dossier_mat']} |")
-    cgs = [c for c in rows if rows[c].get("release_cg")]
-    if cgs:
-        lines += ["", "| config | CUDA-graph release (`-cuda_graph=on` pinned): route, its reading "
-                  "| release wall, fresh builds | dossier, ms per call | dossier-cg, ms per call "
-                  "| best mode | dossier over the best mode | dossier-cg over the best mode | "
-                  "dossier-cg over dossier | tags |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for config in sorted(cgs, key=_order):
-            t = row_text(config, rows[config])
-            lines.append(f"| {config} | {t['cg']} | {t['cg_wall']} | {t['cg_dossier']} | "
-                         f"**{t['dossier_cg']}** | {t['cg_best']} | {t['cg_dossier_vs_best']} | "
-                         f"**{t['cg_vs_best']}** | {t['cg_vs_dossier']} | {t['cg_tags']} |")
-    bases = [c for c in rows if rows[c].get("release_base")]
-    if bases:
-        lines += ["", "| config | default-route release (`-cuda_graph=off` pinned): route, its "
-                  "reading | release wall, fresh builds | dossier-base, ms per call | best mode | "
-                  "dossier-base over the best mode | tags |", "|---|---|---|---|---|---|---|"]
-        for config in sorted(bases, key=_order):
-            t = row_text(config, rows[config])
-            lines.append(f"| {config} | {t['base']} | {t['base_wall']} | **{t['dossier_base']}** "
-                         f"| {t['base_best']} | **{t['base_vs_best']}** | {t['base_tags']} |")
+    lines += _table(rows, "release_mat", (
+        "| config | max_autotune release: shipped route over the default route | the "
+        "max_autotune route screened over the default route | release wall, fresh builds | its "
+        "engine served, ms per call |"), 5,
+        lambda t: f"{t['mat']} | {t['mat_knob']} | {t['mat_wall']} | {t['dossier_mat']}")
+    lines += _table(rows, "release_cg", (
+        "| config | CUDA-graph release (`-cuda_graph=on` pinned): route, its reading | release "
+        "wall, fresh builds | dossier, ms per call | dossier-cg, ms per call | best mode | "
+        "dossier over the best mode | dossier-cg over the best mode | dossier-cg over dossier | "
+        "tags |"), 10,
+        lambda t: f"{t['cg']} | {t['cg_wall']} | {t['cg_dossier']} | **{t['dossier_cg']}** | "
+                  f"{t['cg_best']} | {t['cg_dossier_vs_best']} | **{t['cg_vs_best']}** | "
+                  f"{t['cg_vs_dossier']} | {t['cg_tags']}")
+    lines += _table(rows, "release_base", (
+        "| config | default-route release (`-cuda_graph=off` pinned): route, its reading | "
+        "release wall, fresh builds | dossier-base, ms per call | best mode | dossier-base over "
+        "the best mode | tags |"), 7,
+        lambda t: f"{t['base']} | {t['base_wall']} | **{t['dossier_base']}** | {t['base_best']} "
+                  f"| **{t['base_vs_best']}** | {t['base_tags']}")
     split = split_rows(rows)
     if split:
         lines += ["", "Where a timed call (the call, then the synchronize) spends its time, ms per "
