@@ -447,9 +447,11 @@ def test_run_exit_codes(bundle: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     # outputs that miss the references: --check fails with exit 11
     from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 
-    real = OnnxRuntimeRunner.run_impl
+    real, real_fast = OnnxRuntimeRunner.run_impl, OnnxRuntimeRunner.fast_run
     monkeypatch.setattr(OnnxRuntimeRunner, "run_impl", lambda self, feed: {
         k: v + 1.0 for k, v in real(self, feed).items()})
+    monkeypatch.setattr(OnnxRuntimeRunner, "fast_run", lambda self: (
+        lambda feed, call=real_fast(self): {k: v + 1.0 for k, v in call(feed).items()}))
     res = _run(bundle, "--check", *host)
     assert res.exit_code == ExitCode.INVALID and "FAIL: pair-000" in res.stderr
     monkeypatch.undo()

@@ -36,6 +36,40 @@ def test_inputs_of_the_other_byte_order_give_the_same_outputs(bundle: Path, host
     assert res.exit_code == 0, h.said(res)
 
 
+def test_a_dict_of_native_arrays_takes_the_short_path_and_keeps_every_check(
+        bundle: Path, host: Path) -> None:
+    """``engine({"x": x})`` (the common call) runs the runner's native call with the feed
+    checked in fewer steps (a served call of tens of microseconds on the CPU pays for every
+    step); what it returns and refuses is what the other forms return and refuse."""
+    import threading
+    import types
+
+    engine = dossier.load(bundle, host=host)
+    assert engine._fast is not None  # an ONNX Runtime engine has the short path
+    x = _pair(bundle).inputs["x"]
+    want = engine(x=x)["logits"]  # keywords: the checked path
+    assert engine({"x": x}).keys() == {"logits"}
+    np.testing.assert_array_equal(engine({"x": x})["logits"], want)
+    np.testing.assert_array_equal(engine(types.MappingProxyType({"x": x}))["logits"], want)
+    swapped = x.astype(x.dtype.newbyteorder(">"))  # other byte order: converted first
+    np.testing.assert_array_equal(engine({"x": swapped})["logits"], want)
+    with pytest.raises(InputError, match="unknown"):
+        engine({"x": x, "y": x})
+    with pytest.raises(InputError, match="refused the inputs"):
+        engine({"x": x[..., :5]})  # a fixed dimension no pair has: the runtime refuses it
+    got: list[np.ndarray] = []
+    threads = [threading.Thread(target=lambda: got.extend(
+        engine({"x": x})["logits"] for _ in range(20))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 80 and all(np.array_equal(g, want) for g in got)
+    engine.close()
+    with pytest.raises(EngineFailedError, match="released"):
+        engine({"x": x})
+
+
 def test_run_reads_a_single_npy_for_a_one_input_engine(bundle: Path, host: Path,
                                                        tmp_path: Path) -> None:
     """Before: ``run -i x.npy`` was exit 70 with a traceback."""
