@@ -151,9 +151,9 @@ class Engine:
         from every validation pair's; EngineFailedError (exit 11) when the engine fails
         otherwise. Both carry the runtime's whole message."""
         fast = self._fast
-        if fast is not None and not named and type(feed) is dict \
-                and feed.keys() == self._names:
-            # the common call, checked as below in fewer steps: a dict of native-order arrays
+        if fast is not None and not named and type(feed) is dict:
+            # the common call, a dict of native-order arrays, checked as below in fewer steps:
+            # the runtime refuses a missing or an unknown input, said then as below
             for v in feed.values():
                 if type(v) is not self._ndarray or not v.dtype.isnative:
                     break
@@ -163,14 +163,10 @@ class Engine:
                         try:
                             return fast(feed)
                         except Exception as exc:  # the runtime's, said in dossier's words
+                            self._check_names(feed)
                             raise self._failed(exc, feed) from exc
         given = ({**feed, **named} if feed else named) if named else (feed or {})
-        if given.keys() != self._names:
-            missing = [n for n in self._inputs if n not in given]
-            extra = sorted(n for n in given if n not in self._names)
-            raise InputError(f"the engine takes inputs {list(self._inputs)}"
-                             + (f"; missing {missing}" if missing else "")
-                             + (f"; unknown {extra}" if extra else ""))
+        self._check_names(given)
         if self._tensors and all(map(_is_tensor, given.values())):
             with self.lock:
                 try:
@@ -191,6 +187,15 @@ class Engine:
                 raise
             except Exception as exc:  # the runtime's, said in dossier's words
                 raise self._failed(exc, arrays) from exc
+
+    def _check_names(self, given: Mapping[str, Any]) -> None:
+        """InputError for a missing or an unknown input."""
+        if given.keys() != self._names:
+            missing = [n for n in self._inputs if n not in given]
+            extra = sorted(n for n in given if n not in self._names)
+            raise InputError(f"the engine takes inputs {list(self._inputs)}"
+                             + (f"; missing {missing}" if missing else "")
+                             + (f"; unknown {extra}" if extra else ""))
 
     def _failed(self, exc: Exception, given: Mapping[str, Any]) -> DossierError:
         """A failed call: InputError when the inputs fit none of the validation pairs' shapes

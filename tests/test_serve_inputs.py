@@ -53,8 +53,12 @@ def test_a_dict_of_native_arrays_takes_the_short_path_and_keeps_every_check(
     np.testing.assert_array_equal(engine(types.MappingProxyType({"x": x}))["logits"], want)
     swapped = x.astype(x.dtype.newbyteorder(">"))  # other byte order: converted first
     np.testing.assert_array_equal(engine({"x": swapped})["logits"], want)
-    with pytest.raises(InputError, match="unknown"):
+    with pytest.raises(InputError, match=r"unknown \['y'\]"):  # the runtime refuses it first
         engine({"x": x, "y": x})
+    with pytest.raises(InputError, match=r"missing \['x'\]"):
+        engine({})
+    with pytest.raises(InputError, match=r"missing \['x'\]; unknown \['y'\]"):
+        engine({"y": x})
     with pytest.raises(InputError, match="refused the inputs"):
         engine({"x": x[..., :5]})  # a fixed dimension no pair has: the runtime refuses it
     got: list[np.ndarray] = []
