@@ -127,6 +127,34 @@ def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     assert "".join(opened) == "abbaab"
 
 
+def test_a_screening_lead_in_ends_after_its_seconds_once_one_run_is_done() -> None:
+    """A slow engine (a run of 60 ms, as a ResNet-18 pass on 2 cores) takes fewer lead-in runs
+    than ``block_warmup`` once ``block_warmup_s`` is spent; a fast one takes them all; 0 keeps
+    the count whatever it costs."""
+    import time
+
+    calls: list[str] = []
+
+    def engine(tag: str, pause_s: float):  # type: ignore[no-untyped-def]
+        def run(i: int) -> float:
+            calls.append(tag)
+            time.sleep(pause_s)
+            return 1.0
+        return lambda: run
+
+    engines = [engine("s", 0.06), engine("f", 0.0)]
+    settings = TimingSettings(samples=6, rounds=2, block_warmup=5, block_warmup_s=0.1)
+    sample_rounds(engines, settings, 1)
+    # per block: the slow engine 2 lead-in runs (0.12 s >= 0.1) then 3 timed; the fast one 5 + 3
+    assert "".join(calls) == "sssss" + "ffffffff" + "ffffffff" + "sssss"
+    calls.clear()
+    sample_rounds(engines, settings.model_copy(update={"block_warmup_s": 0.0}), 1)
+    assert calls.count("s") == 2 * (5 + 3)
+    calls.clear()
+    sample_rounds(engines, settings.model_copy(update={"block_warmup_s": 5.0}), 1)
+    assert calls.count("s") == 2 * (5 + 3)
+
+
 def test_a_measuring_process_rotates_from_its_offset_and_bounds_its_blocks_in_time() -> None:
     """The confirmation's blocks: lead-in runs, then up to ``confirm_runs`` timed runs, ended
     after ``confirm_block_s`` once ten are taken; the first engine rotates from ``offset``."""

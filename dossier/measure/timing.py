@@ -50,7 +50,8 @@ RETIRED = ("bootstrap_resamples",)
 
 
 TIMING_MAXIMA: dict[str, float] = {
-    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "warmup_min_runs": 100_000,
+    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "block_warmup_s": 3600.0,
+    "warmup_min_runs": 100_000,
     "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
     "min_effect": 10.0, "trial_timeout_s": 7 * 86400.0,
     "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_floor": 1.0, "confirm_rounds": 1000,
@@ -77,6 +78,11 @@ class TimingSettings(BaseModel):
     block_warmup: int = Field(5, ge=0)
     """Untimed lead-in runs at the start of every block, so the engine that ran just before
     (its threads, its data in the caches) does not colour the block."""
+    block_warmup_s: float = Field(0.25, ge=0)
+    """The lead-in stops after this many seconds, once one run is done: an engine whose run
+    (a pass over the validation inputs) takes 250 ms has the engine before it out of its caches
+    after one, and five of them cost more than its timed share of a block (0: the
+    ``block_warmup`` runs, however long)."""
     warmup_min_runs: int = Field(5, ge=1)
     """Warm-up runs at least."""
     warmup_window: int = Field(10, ge=2)
@@ -234,8 +240,10 @@ MIN_BLOCK_RUNS = 10
 def sample_rounds(engines: Sequence[Engine], settings: TimingSettings,
                   n_inputs: int) -> list[list[list[float]]]:
     """A screening trial's timing: ``rounds`` rounds, each engine's block ``block_warmup``
-    lead-in runs then its share of ``samples`` (:func:`block_sizes`); see :func:`time_rounds`."""
-    return time_rounds(engines, block_sizes(settings), settings.block_warmup, n_inputs)
+    lead-in runs (or fewer, once ``block_warmup_s`` seconds have passed) then its share of
+    ``samples`` (:func:`block_sizes`); see :func:`time_rounds`."""
+    return time_rounds(engines, block_sizes(settings), settings.block_warmup, n_inputs,
+                       lead_in_s=settings.block_warmup_s or None)
 
 
 def process_rounds(engines: Sequence[Engine], settings: TimingSettings, n_inputs: int, *,
@@ -250,19 +258,25 @@ def process_rounds(engines: Sequence[Engine], settings: TimingSettings, n_inputs
 
 
 def time_rounds(engines: Sequence[Engine], sizes: Sequence[int], lead_in: int, n_inputs: int,
-                *, offset: int = 0, block_s: float | None = None) -> list[list[list[float]]]:
+                *, offset: int = 0, block_s: float | None = None,
+                lead_in_s: float | None = None) -> list[list[list[float]]]:
     """Time every engine once per round in a block (opened afresh for it): ``lead_in`` untimed
-    runs, then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that many,
-    ending once ``block_s`` seconds have passed since the first and :data:`MIN_BLOCK_RUNS` are
-    taken). Which engine goes first rotates from round to round (A B, B A, ... for two), from
-    the engine at ``offset``. Returns samples per engine, per round."""
+    runs (with ``lead_in_s``: ending once that many seconds have passed since the first, and
+    one is done), then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that
+    many, ending once ``block_s`` seconds have passed since the first and
+    :data:`MIN_BLOCK_RUNS` are taken). Which engine goes first rotates from round to round
+    (A B, B A, ... for two), from the engine at ``offset``. Returns samples per engine, per
+    round."""
     out: list[list[list[float]]] = [[] for _ in engines]
     k = len(engines)
     for r, count in enumerate(sizes):
         for idx in [(offset + r + j) % k for j in range(k)]:  # each engine takes each position
             fn = engines[idx]()
+            start = time.perf_counter()
             for i in range(lead_in):
                 fn(i % n_inputs)
+                if lead_in_s is not None and time.perf_counter() - start >= lead_in_s:
+                    break
             out[idx].append(_block(fn, count, n_inputs, block_s))
             del fn  # released before the next engine's block starts
     return out
