@@ -127,6 +127,21 @@ def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     assert "".join(opened) == "abbaab"
 
 
+def test_a_warm_up_window_holds_at_most_its_seconds_of_runs() -> None:
+    """Two windows of ten 200 ms runs are four seconds of warm-up per engine, trial and
+    measuring process; with ``warmup_window_s`` 0.5 a window is two such runs. A fast engine
+    keeps its ten-run windows; a warm-up that is not yet steady goes on."""
+    from dossier.measure.timing import warm_up
+
+    steady = TimingSettings()  # warmup_min_runs 5, warmup_window 10, warmup_window_s 0.5
+    assert warm_up(lambda i: 200.0, steady, 1) == 5  # windows of 2: judged at the 5th run
+    assert warm_up(lambda i: 1.0, steady, 1) == 20  # windows of 10
+    assert warm_up(lambda i: 200.0, steady.model_copy(update={"warmup_window_s": 0.0}), 1) == 20
+    cold = iter([900.0, 700.0, 500.0, 300.0, 250.0, 210.0] + [200.0] * 100)
+    runs = warm_up(lambda i: next(cold), steady, 1)
+    assert runs == 9  # windows of 2 (the first five's median is 500 ms): 210, 200 against 200, 200
+
+
 def test_a_screening_lead_in_ends_after_its_seconds_once_one_run_is_done() -> None:
     """A slow engine (a run of 60 ms, as a ResNet-18 pass on 2 cores) takes fewer lead-in runs
     than ``block_warmup`` once ``block_warmup_s`` is spent; a fast one takes them all; 0 keeps

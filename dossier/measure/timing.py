@@ -52,7 +52,8 @@ RETIRED = ("bootstrap_resamples",)
 TIMING_MAXIMA: dict[str, float] = {
     "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "block_warmup_s": 3600.0,
     "warmup_min_runs": 100_000,
-    "warmup_window": 100_000, "warmup_tolerance": 1.0, "warmup_max_s": 3600.0,
+    "warmup_window": 100_000, "warmup_window_s": 3600.0, "warmup_tolerance": 1.0,
+    "warmup_max_s": 3600.0,
     "min_effect": 10.0, "trial_timeout_s": 7 * 86400.0,
     "trial_memory_limit_mb": 1 << 24, "confirm_top": 1000, "confirm_floor": 1.0, "confirm_rounds": 1000,
     "confirm_warmup": 1_000_000, "confirm_runs": 1_000_000, "confirm_block_s": 3600.0,
@@ -87,6 +88,11 @@ class TimingSettings(BaseModel):
     """Warm-up runs at least."""
     warmup_window: int = Field(10, ge=2)
     """Warm-up is over when the medians of two successive windows of this many runs agree."""
+    warmup_window_s: float = Field(0.5, ge=0)
+    """A warm-up window holds at most this many seconds of runs (at least 2 runs), judged on
+    the first ``warmup_min_runs``: ten 200 ms passes of a CPU engine are two seconds a window,
+    and two windows per engine per trial and per measuring process (0: ``warmup_window``
+    runs, however long)."""
     warmup_tolerance: float = Field(0.05, gt=0)
     """Relative difference of the two window medians that counts as stable."""
     warmup_max_s: float = Field(3.0, gt=0)
@@ -207,12 +213,18 @@ class TimingSettings(BaseModel):
 
 
 def warm_up(fn: Timed, settings: TimingSettings, n_inputs: int) -> int:
-    """Run ``fn`` until two successive windows have medians within the tolerance; return runs."""
+    """Run ``fn`` until two successive windows have medians within the tolerance; return runs.
+    A window is ``warmup_window`` runs, or fewer (at least 2) where that many would last more
+    than ``warmup_window_s`` at the median of the first ``warmup_min_runs``."""
     start = time.perf_counter()
     times: list[float] = []
     w = settings.warmup_window
     while True:
         times.append(fn(len(times) % n_inputs))
+        if len(times) == settings.warmup_min_runs and settings.warmup_window_s:
+            per_run_s = float(np.median(times)) / 1e3
+            if per_run_s * w > settings.warmup_window_s:
+                w = max(2, int(settings.warmup_window_s / per_run_s))
         if len(times) >= max(settings.warmup_min_runs, 2 * w):
             a = float(np.median(times[-2 * w:-w]))
             b = float(np.median(times[-w:]))
