@@ -432,3 +432,16 @@ def test_production_load_of_a_cuda_graph_route_says_how_to_replay_it(monkeypatch
     compile(graph.snippet, "snippet", "exec")  # the lines a user copies are valid Python
     plain = backend.production_load(Route.parse("-device=cuda -cuda_graph=off", db), db)
     assert "run_single_threaded" not in plain.call and "graph" not in plain.snippet
+
+
+def test_a_crafted_conclusion_in_a_confirmation_record_is_read_as_none() -> None:
+    """The trade reads what the confirmation concluded from the record's ``extra``: a value
+    that is no status (a cache line edited by hand) is no conclusion, not text to print."""
+    from dossier.audit.trade import _concluded
+
+    settings = TimingSettings()
+    rec = screened(1, "-a=g", 1.6, settings)
+    for value, read in (("outranked", "outranked"), ("futile", "futile"),
+                        ("shipped!", None), ("", None)):
+        assert _concluded(rec.model_copy(update={"extra": {"confirmation": value}})) == read
+    assert _concluded(rec) is None and _concluded(None) is None

@@ -9,12 +9,13 @@ screening's (marked as such): the same figure the decision and the head-to-head 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
 from dossier.bundle.overview import OutputWorst
 from dossier.cache import DecisionRecord, HoldoutRecord
+from dossier.measure.confirmation import Status
 from dossier.trial import Outcome, TrialRecord
 from dossier.validation import worst_by_output
 
@@ -45,7 +46,7 @@ class TradePoint(_Model):
     reading: Literal["confirmed", "screened", "baseline"]
     """Which measurement ``speedup`` is: the confirmation's (``confirmed``, whatever it
     concluded: see ``confirmation``), the screening's alone, or the baseline itself (1.0)."""
-    confirmation: Literal["confirmed", "futile", "outranked", "undecided"] | None = None
+    confirmation: Status | None = None
     """What the confirmation concluded of it (None: not confirmed, or a record that keeps no
     conclusion): confirmed faster; futile (its interval below the minimum effect); outranked
     (its interval below a confirmed route's); undecided at the cap."""
@@ -119,14 +120,11 @@ def trade(trials: Sequence[TrialRecord], decision: DecisionRecord, threshold: fl
                  holdout_pairs=holdout_pairs, holdout_rejected=list(decision.holdout_rejected))
 
 
-def _concluded(c: TrialRecord | None
-               ) -> Literal["confirmed", "futile", "outranked", "undecided"] | None:
-    """What the confirmation record ``c`` concluded, as it recorded it."""
+def _concluded(c: TrialRecord | None) -> Status | None:
+    """What the confirmation record ``c`` concluded, as it recorded it (None: a value that is
+    no :data:`~dossier.measure.confirmation.Status`, as a crafted record may hold)."""
     found = c.extra.get("confirmation") if c is not None else None
-    for status in ("confirmed", "futile", "outranked", "undecided"):
-        if found == status:
-            return status
-    return None
+    return next((s for s in get_args(Status) if s == found), None)
 
 
 def _mark_frontier(points: list[TradePoint]) -> list[TradePoint]:
