@@ -102,6 +102,8 @@ def row_label(r: Any) -> str:
         why = {"futile": ", futile", "outranked": ", outranked"}.get(
             getattr(r, "extra", {}).get("confirmation", ""), "")
         return ("confirmed" if label == "faster" else f"not confirmed{why}") + n
+    if getattr(r, "raced", None):  # racing: too few rounds for the test to say anything
+        return f"raced out after {c.rounds} rounds"
     return {"faster": "screened faster", "slower": "screened slower"}.get(label, label)
 
 

@@ -75,6 +75,24 @@ def candidates(trials: Sequence[TrialRecord], settings: TimingSettings) -> list[
     return sorted(found, key=lambda t: (-t.comparison.speedup, -t.comparison.speedup_ci_low))  # type: ignore[union-attr]
 
 
+def race_bar(trials: Sequence[TrialRecord], settings: TimingSettings) -> tuple[float, str] | None:
+    """The bar a new screening trial races against (:class:`dossier.measure.timing.Race`), and
+    what it is: ``confirm_floor`` (:func:`candidates` leaves out a route whose interval lies
+    wholly below it), or, once ``confirm_top`` admissible routes are screened, the lowest lower
+    end of their intervals (a route wholly below every one of them cannot rank among the
+    first ``confirm_top``), whichever is higher. None: nothing to race against (no
+    confirmation, or racing off)."""
+    if not settings.race_rounds or settings.confirm_top == 0:
+        return None
+    bars = [(settings.confirm_floor, f"the confirmation's floor, {settings.confirm_floor:.2f}x")]
+    top = candidates(trials, settings)[:settings.confirm_top]
+    if len(top) == settings.confirm_top:
+        low = min(t.comparison.speedup_ci_low for t in top)  # type: ignore[union-attr]
+        bars.append((low, f"the lowest lower end of the {len(top)} route(s) screened fastest"))
+    bar = max(bars, key=lambda b: b[0])
+    return bar if bar[0] > 0 else None
+
+
 def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     """The admissible search trial with the largest screened speedup (significant or not)."""
     ok = [t for t in trials if t.role == "search" and t.admissible and t.comparison is not None]

@@ -192,6 +192,10 @@ class TrialRecord(_Model):
     """Round index of each of ``samples_ms``."""
     baseline_sample_rounds: list[int] | None = None
     """Round index of each of ``baseline_samples_ms``."""
+    raced: str | None = Field(None, max_length=400)
+    """Why the screening timed this trial fewer rounds than ``rounds`` (racing, ``race_rounds``):
+    its interval lay wholly below the bar, or the accuracy filter had rejected it; None: it
+    timed every round."""
     build_s: float | None = None
     """Compile time of the engine (kept apart from inference latency)."""
     trial_s: float

@@ -363,7 +363,7 @@ class Tuner:
             worst_loss=result.worst_loss, timing=timing_summary, comparison=comparison,
             samples_ms=result.samples_ms, baseline_samples_ms=result.baseline_samples_ms,
             sample_rounds=result.sample_rounds,
-            baseline_sample_rounds=result.baseline_sample_rounds,
+            baseline_sample_rounds=result.baseline_sample_rounds, raced=result.raced,
             build_s=result.build_s,
             engine=str(engine.relative_to(self.run_dir)) if kept else None,
             engine_digest=digest_file(engine)[0] if kept else None,

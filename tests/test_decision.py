@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from _records import confirmed, screened
 
-from dossier.decision import candidates, decide, rule_text
+from dossier.decision import candidates, decide, race_bar, rule_text
 from dossier.measure.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
 
@@ -53,6 +53,23 @@ def test_a_route_screened_wholly_below_the_floor_is_not_confirmed() -> None:
     off = S.model_copy(update={"confirm_floor": 0.0})
     assert [t.route for t in candidates(only_slow, off)] == ["-a=slow"]
     assert "floor" not in decide(only_slow, off).reason
+
+
+def test_the_race_bar_is_the_floor_until_the_top_routes_are_screened_then_their_lowest_end() -> None:
+    """A screening trial races against the floor, or, once ``confirm_top`` admissible routes
+    are screened, the lowest lower end of their intervals: a route wholly below that cannot
+    rank among them. A rejected route does not raise the bar; with ``confirm_top = 0`` (the
+    screening decides) or racing off, nothing races."""
+    top2 = S.model_copy(update={"confirm_top": 2})
+    trials = [screened(0, BASE, 1.0, S, role="baseline"), screened(1, "-a=b", 1.5, S),
+              screened(2, "-a=r", 3.0, S, outcome=Outcome.REJECTED)]
+    assert race_bar(trials, top2) == (0.7, "the confirmation's floor, 0.70x")
+    trials.append(screened(3, "-a=m", 1.2, S))
+    bar, why = race_bar(trials, top2) or (0.0, "")
+    lows = [t.comparison.speedup_ci_low for t in trials[1::2] if t.comparison]
+    assert bar == pytest.approx(min(lows)) and 1.0 < bar < 1.2 and "2 route(s)" in why
+    assert race_bar(trials, S.model_copy(update={"confirm_top": 0})) is None
+    assert race_bar(trials, S.model_copy(update={"race_rounds": 0})) is None
 
 
 def test_a_confirmed_gain_ships_with_the_confirmations_numbers() -> None:

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from dossier.measure.timing import (
+    Race,
     TimingSettings,
     compare,
     flatten,
@@ -125,6 +126,49 @@ def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     # A B, B A, A B (each block one untimed lead-in run first), each block opened afresh
     assert "".join(calls) == "aaabbbbbbaaaaaabbb"
     assert "".join(opened) == "abbaab"
+
+
+def _fixed(ms: float):  # type: ignore[no-untyped-def]
+    """An engine whose every run takes ``ms`` give or take 1%, seeded per engine."""
+    rng = np.random.default_rng(int(ms * 1000))
+    return lambda: (lambda i: float(ms * np.exp(rng.normal(0, 0.01))))
+
+
+def test_a_trial_wholly_below_its_bar_stops_at_race_rounds_and_says_why() -> None:
+    settings = TimingSettings(samples=32, rounds=8, block_warmup=0, race_rounds=3)
+    race = Race(settings, below=0.7, why="the confirmation's floor, 0.70x")
+    cand, base = sample_rounds([_fixed(2.0), _fixed(1.0)], settings, 1, stop=race)
+    assert len(cand) == len(base) == 3  # 0.5x in every round: out after the third
+    assert race.reason is not None and "3 of 8 rounds" in race.reason and "0.700x" in race.reason
+    # the same trial above the bar, and a trial with no bar, time every round
+    for above in (Race(settings, below=0.4), Race(settings)):
+        cand, _ = sample_rounds([_fixed(2.0), _fixed(1.0)], settings, 1, stop=above)
+        assert len(cand) == 8 and above.reason is None
+
+
+def test_a_trial_with_one_round_above_its_bar_is_not_raced() -> None:
+    """Over fewer than six rounds the interval is the range of the round ratios: a single round
+    at or above the bar keeps the trial going."""
+    settings = TimingSettings(samples=8, rounds=4, block_warmup=0, race_rounds=3)
+    slow = iter([2.0, 2.0, 1.0, 1.0] + [2.0] * 100)  # the third block ties the baseline
+
+    def candidate():  # type: ignore[no-untyped-def]
+        v = next(slow)
+        return lambda i: v
+    cand, _ = sample_rounds([candidate, _fixed(1.0)], settings, 1, stop=Race(settings, below=0.7))
+    assert len(cand) == 4
+
+
+def test_a_rejected_route_is_timed_race_rounds_only_and_racing_can_be_off() -> None:
+    settings = TimingSettings(samples=32, rounds=8, block_warmup=0, race_rounds=3)
+    race = Race(settings, rejected=True)
+    cand, _ = sample_rounds([_fixed(0.5), _fixed(1.0)], settings, 1, stop=race)  # 2x, rejected
+    assert len(cand) == 3 and race.reason is not None and "rejected for accuracy" in race.reason
+    off = settings.model_copy(update={"race_rounds": 0})
+    cand, _ = sample_rounds([_fixed(2.0), _fixed(1.0)], off, 1,
+                           stop=Race(off, below=0.7, rejected=True))
+    assert len(cand) == 8
+    assert "race_rounds=1" in " ".join(TimingSettings(race_rounds=1).problems())
 
 
 def test_a_warm_up_window_holds_at_most_its_seconds_of_runs() -> None:

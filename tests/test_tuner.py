@@ -38,6 +38,9 @@ def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, tmp
         assert reason in (t.reason or ""), (fault, t.reason)
         assert t.engine is None
     assert by_route["-fault=none"].role == "baseline" and by_route["-fault=none"].admissible
+    nan = by_route["-fault=nan"]  # rejected: timed race_rounds rounds, for the trade's picture
+    assert nan.raced and "rejected for accuracy" in nan.raced
+    assert nan.comparison is not None and nan.comparison.rounds == timing.race_rounds
     assert not res.decision.gain and res.decision.shipped_route == "-fault=none"
     # every trial's record reached the cache on disk
     assert len(TuningCache.open(tmp_path / "run" / CACHE_NAME).trials) == 7
@@ -51,7 +54,9 @@ def test_failing_baseline_stops_the_search(sample, tmp_path: Path) -> None:
 
 def test_full_search_ranks_known_slow_routes_significantly_slower(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet")  # full over level x NchwcTransformer x ConvBNFusion = 12 routes
-    timing = TINY_TIMING.model_copy(update={"samples": 48, "rounds": 12, "warmup_window": 5})
+    # every round of every trial (racing off): the screening's own test is what is checked
+    timing = TINY_TIMING.model_copy(update={"samples": 48, "rounds": 12, "warmup_window": 5,
+                                            "race_rounds": 0})
     res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     assert len(trials) == 12 and all(t.admissible for t in trials)
@@ -63,6 +68,24 @@ def test_full_search_ranks_known_slow_routes_significantly_slower(sample, tmp_pa
         assert c.speedup_ci_high < 1.0 and c.speedup < 0.9
     assert res.decision.shipped_route  # either the baseline or a confirmed candidate
     assert res.decision.reason
+
+
+def test_a_route_wholly_below_the_floor_races_out_and_the_rest_time_every_round(
+        sample, tmp_path: Path) -> None:
+    """Racing: with the confirmation's floor at 0.7x, a route that reads below it in each of
+    its first ``race_rounds`` rounds (no graph optimization on the conv net: about a third of
+    the default's speed) stops there and says why; the baseline's A/A times every round."""
+    _, spec = sample("convnet", strategy="full",
+                     selection="-graph_optimization_level=[all|disable_all]")
+    timing = TINY_TIMING.model_copy(update={"rounds": 8, "samples": 16, "confirm_floor": 0.7})
+    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+    by_route = {t.route: t for t in res.cache.trials if t.role != "confirm"}
+    slow = by_route["-graph_optimization_level=disable_all"]
+    assert slow.comparison is not None and slow.comparison.speedup_ci_high < 0.7
+    assert slow.comparison.rounds == 3 and slow.raced and "confirmation's floor" in slow.raced
+    base = by_route["-graph_optimization_level=all"]
+    assert base.comparison is not None and base.comparison.rounds == 8 and base.raced is None
+    assert not res.decision.gain  # nothing above the floor to confirm
 
 
 def test_output_folder_must_be_new(sample, tmp_path: Path) -> None:

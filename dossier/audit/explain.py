@@ -399,6 +399,8 @@ class SearchCost(_Model):
     """Confirmation re-measurements."""
     sessions: int
     """Runs of tune the search took."""
+    raced: int = 0
+    """Screening trials stopped before their last round (``race_rounds``)."""
 
 
 class SearchSetup(_Model):
@@ -497,6 +499,9 @@ class TrialFact(_Model):
     verdict: str | None = None
     """faster, slower or no significant effect against that paired baseline (None when not
     timed); the A/A reading for the baseline trial."""
+    raced: str | None = None
+    """Why the screening stopped this trial before its last round (racing); None: it timed
+    every round."""
     ci_low_ms: float | None
     """Lower end of the median's interval."""
     ci_high_ms: float | None
@@ -1155,7 +1160,7 @@ def _cost(trials: Sequence[TrialRecord], sessions: Sequence[SessionRecord]) -> S
                           if t.build_s is not None and t.extra.get("build_cache") == "hit"),
         measure_s=sum(t.phases_s.get("time", 0.0) for t in main) + confirm_s,
         confirm_s=confirm_s, trials=len(main), confirm_trials=len(trials) - len(main),
-        sessions=len(sessions))
+        sessions=len(sessions), raced=sum(1 for t in main if t.raced))
 
 
 def _lineage(h: CacheHeader, m: Manifest | None) -> Lineage:
@@ -1199,7 +1204,7 @@ def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
         reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),
         baseline_median_ms=c.baseline.median_ms if c else None,
         verdict=None if c is None else
-        judge(c, alpha=alpha, min_effect=settings.min_effect).label,
+        judge(c, alpha=alpha, min_effect=settings.min_effect).label, raced=t.raced,
         median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
         ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,

@@ -270,7 +270,13 @@ def cost_text(e: Explanation) -> str:
     return (f"search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s); "
             f"builds {c.build_s:.1f} s{cached_note(c.cached_builds)}; "
             f"measurement {c.measure_s:.1f} s (confirmation round {c.confirm_s:.1f} s); "
-            f"{c.trials} trials + {c.confirm_trials} confirmation")
+            f"{c.trials} trials + {c.confirm_trials} confirmation{raced_note(c.raced)}")
+
+
+def raced_note(raced: int) -> str:
+    """``; 3 screening trial(s) raced out early`` (empty when none was)."""
+    return (f"; {raced} screening trial(s) raced out before their last round (below the "
+            "confirmation's bar, or rejected for accuracy)") if raced else ""
 
 
 def volume_text(e: Explanation, given: Sequence[str]) -> str:

@@ -152,7 +152,7 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
         shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
         conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of),
-        knob_source=figures_text.knob_effect_source,
+        knob_source=figures_text.knob_effect_source, raced_note=figures_text.raced_note,
         trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
         if e.trade else [],
         trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
@@ -478,7 +478,8 @@ def _rows(e: Explanation) -> list[_Row]:
             (t.speedup_ci_low, "-" if t.speedup_ci_low is None else
              f"[{t.speedup_ci_low:.3f}, {t.speedup_ci_high:.3f}]"),
             (t.p_value, _num(t.p_value)),
-            (t.verdict or "", shown_verdict(t.verdict, t.role) or "-"),
+            (t.verdict or "", (shown_verdict(t.verdict, t.role) or "-")
+             + (f"; {t.raced}" if t.raced else "")),
             (t.worst_loss, _num(t.worst_loss)),
             (t.build_s, _num(t.build_s, ".3f")), (t.reason or "", t.reason or ""),
         ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from dossier.build_plan import BuildPlan
 from dossier.cache import TuningCache
+from dossier.decision import race_bar
 from dossier.jobs.worker import Prebuilt, WorkerRequest
 from dossier.knobs import KnobDatabase
 from dossier.measure.timing import TimingSettings
@@ -100,7 +101,9 @@ class JobRequests:
         engine = self.engines / self.plan.engine_name(index)
         base_engine = self.baseline_engine() if role != "baseline" else None
         same = self.plan.reuse(route, self.cache.trials, self.run_dir)
+        bar = race_bar(self.cache.trials, self.spec.timing) if role == "search" else None
         req = self.request(mode="trial", route=route.text(), engine=str(engine),
+                           race_below=bar[0] if bar else None, race_why=bar[1] if bar else "",
                            baseline_engine=str(base_engine) if base_engine else None,
                            prebuilt=Prebuilt(facts=self.plan.reused_facts(same))
                            if same is not None else None)

@@ -93,6 +93,12 @@ class WorkerRequest(AccuracyRule):
     measuring process, the next trial), (its stage file, its pid): this one starts timing
     only once that one has finished its imports (or ended), so they never overlap the
     timing."""
+    race_below: float | None = None
+    """``trial``: the bar the trial races against (:func:`dossier.decision.race_bar`): it stops
+    after ``timing.race_rounds`` rounds once its interval lies wholly below this speedup.
+    None: it races only if the accuracy filter rejects it."""
+    race_why: str = ""
+    """What that bar is, for the trial's record."""
     calibration: str | None = None
     """The calibration set's folder, for builds of routes that need one (static
     quantization); read only by those."""
@@ -140,6 +146,8 @@ class JudgedResult(_Result):
     baseline_sample_rounds: list[int] | None = None
     warmup_runs: int | None = None
     baseline_warmup_runs: int | None = None
+    raced: str | None = None
+    """Why the timing stopped before its last round (:class:`dossier.measure.timing.Race`)."""
 
 
 class FailedResult(_Result):
@@ -286,7 +294,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     result. With ``then`` (the next trial's process on standby), wait for its imports once
     both engines are loaded, before timing."""
     from dossier.backends import BuildInfo, EngineRuntimeError
-    from dossier.measure.timing import flatten, sample_rounds, warm_up_each
+    from dossier.measure.timing import Race, flatten, sample_rounds, warm_up_each
     from dossier.routes import Route
     from dossier.validation import judge
 
@@ -319,7 +327,8 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         engines = timed_engines(backend, vset, pair, first)
         _let_the_next_import(req, "time")
         warm, base_warm = warm_up_each(engines, req.timing, 1)
-        cand, ref = sample_rounds(engines, req.timing, 1)
+        race = Race(req.timing, below=req.race_below, why=req.race_why, rejected=not acc)
+        cand, ref = sample_rounds(engines, req.timing, 1, stop=race)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
         failed = {"build_s": build_s, "facts": info.facts}
         if isinstance(exc, MemoryError):
@@ -330,7 +339,7 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     return {**base, "outcome": outcome, "reason": acc.failure, "samples_ms": samples,
             "sample_rounds": rounds, "baseline_samples_ms": base_samples,
             "baseline_sample_rounds": base_rounds, "warmup_runs": warm,
-            "baseline_warmup_runs": base_warm}
+            "baseline_warmup_runs": base_warm, "raced": race.reason}
 
 
 def run_build(req: WorkerRequest) -> dict[str, Any]:

@@ -50,7 +50,7 @@ RETIRED = ("bootstrap_resamples",)
 
 
 TIMING_MAXIMA: dict[str, float] = {
-    "samples": 1_000_000, "rounds": 1000, "block_warmup": 100_000, "block_warmup_s": 3600.0,
+    "samples": 1_000_000, "rounds": 1000, "race_rounds": 1000, "block_warmup": 100_000, "block_warmup_s": 3600.0,
     "warmup_min_runs": 100_000,
     "warmup_window": 100_000, "warmup_window_s": 3600.0, "warmup_tolerance": 1.0,
     "warmup_max_s": 3600.0,
@@ -76,6 +76,14 @@ class TimingSettings(BaseModel):
     """Rounds of a screening trial: the unit of replication. Engines alternate order from
     round to round. The smallest two-sided p of the signed-rank test is 2 / 2**rounds, so
     ``dossier tune`` refuses rounds that cannot reach alpha."""
+    race_rounds: int = Field(3, ge=0)
+    """Racing: a screening trial may stop once it has timed this many rounds (0: every trial
+    times every round). It stops when its route cannot go to the confirmation: its interval
+    so far lies wholly below the bar its request names (``confirm_floor``, or the lowest
+    lower end of the ``confirm_top`` routes screened fastest so far, whichever is higher:
+    :func:`dossier.decision.race_bar`); or the accuracy filter rejected it (its speed is
+    timed only for the trade's picture). Over fewer than six rounds the interval is the
+    range of the round ratios, so every round so far must read below the bar. At least 2."""
     block_warmup: int = Field(5, ge=0)
     """Untimed lead-in runs at the start of every block, so the engine that ran just before
     (its threads, its data in the caches) does not colour the block."""
@@ -206,6 +214,9 @@ class TimingSettings(BaseModel):
         if self.confirm_top and self.confirm_processes < 2:
             out.append(f"timing.confirm_processes={self.confirm_processes}: the confirmation "
                        "needs at least 2 measuring processes (its test is over processes)")
+        if self.race_rounds == 1:
+            out.append("timing.race_rounds=1: one round is no interval to race on; use at "
+                       "least 2 (0: no racing)")
         if self.confirm_max_processes < self.confirm_processes:
             out.append(f"timing.confirm_max_processes={self.confirm_max_processes} is less "
                        f"than timing.confirm_processes={self.confirm_processes}")
@@ -249,13 +260,49 @@ MIN_BLOCK_RUNS = 10
 """Timed runs a block bounded in seconds (``confirm_block_s``) takes however long they last."""
 
 
+Stop = Callable[[Sequence[Sequence[Sequence[float]]]], bool]
+"""Asked after every round with the samples so far (per engine, per round): stop here?"""
+
+
+class Race:
+    """When a screening trial stops before its last round (``race_rounds``): called after each
+    round with the samples so far (the candidate's first, the baseline's second), it answers
+    whether to stop, and then says why in :attr:`reason`. ``below``: the bar the trial's
+    interval must lie wholly under, and ``why`` what that bar is; ``rejected``: the accuracy
+    filter rejected the route, so it stops at ``race_rounds`` whatever it reads."""
+
+    def __init__(self, settings: TimingSettings, *, below: float | None = None,
+                 why: str = "", rejected: bool = False) -> None:
+        self.settings, self.below, self.why, self.rejected = settings, below, why, rejected
+        self.reason: str | None = None
+
+    def __call__(self, rounds: Sequence[Sequence[Sequence[float]]]) -> bool:
+        s = self.settings
+        done = min(len(r) for r in rounds)
+        if not s.race_rounds or done < s.race_rounds or done >= s.rounds:
+            return False
+        of = f"{done} of {s.rounds} rounds"
+        if self.rejected:
+            self.reason = f"rejected for accuracy: timed {of}, for its speed only"
+            return True
+        if self.below is None:
+            return False
+        _, _, hi = shift_interval(np.log(round_ratios(rounds[1], rounds[0])), s.confidence)
+        if math.exp(hi) >= self.below:
+            return False
+        self.reason = (f"raced out after {of}: its interval so far ends at {math.exp(hi):.3f}x, "
+                       f"below {self.below:.3f}x ({self.why})")
+        return True
+
+
 def sample_rounds(engines: Sequence[Engine], settings: TimingSettings,
-                  n_inputs: int) -> list[list[list[float]]]:
+                  n_inputs: int, stop: Stop | None = None) -> list[list[list[float]]]:
     """A screening trial's timing: ``rounds`` rounds, each engine's block ``block_warmup``
     lead-in runs (or fewer, once ``block_warmup_s`` seconds have passed) then its share of
-    ``samples`` (:func:`block_sizes`); see :func:`time_rounds`."""
+    ``samples`` (:func:`block_sizes`); ``stop`` (a :class:`Race`) may end it after a round;
+    see :func:`time_rounds`."""
     return time_rounds(engines, block_sizes(settings), settings.block_warmup, n_inputs,
-                       lead_in_s=settings.block_warmup_s or None)
+                       lead_in_s=settings.block_warmup_s or None, stop=stop)
 
 
 def process_rounds(engines: Sequence[Engine], settings: TimingSettings, n_inputs: int, *,
@@ -271,14 +318,15 @@ def process_rounds(engines: Sequence[Engine], settings: TimingSettings, n_inputs
 
 def time_rounds(engines: Sequence[Engine], sizes: Sequence[int], lead_in: int, n_inputs: int,
                 *, offset: int = 0, block_s: float | None = None,
-                lead_in_s: float | None = None) -> list[list[list[float]]]:
+                lead_in_s: float | None = None, stop: Stop | None = None
+                ) -> list[list[list[float]]]:
     """Time every engine once per round in a block (opened afresh for it): ``lead_in`` untimed
     runs (with ``lead_in_s``: ending once that many seconds have passed since the first, and
     one is done), then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that
     many, ending once ``block_s`` seconds have passed since the first and
     :data:`MIN_BLOCK_RUNS` are taken). Which engine goes first rotates from round to round
-    (A B, B A, ... for two), from the engine at ``offset``. Returns samples per engine, per
-    round."""
+    (A B, B A, ... for two), from the engine at ``offset``; ``stop``, asked after each round,
+    may end the rounds early. Returns samples per engine, per round."""
     out: list[list[list[float]]] = [[] for _ in engines]
     k = len(engines)
     for r, count in enumerate(sizes):
@@ -291,6 +339,8 @@ def time_rounds(engines: Sequence[Engine], sizes: Sequence[int], lead_in: int, n
                     break
             out[idx].append(_block(fn, count, n_inputs, block_s))
             del fn  # released before the next engine's block starts
+        if stop is not None and stop(out):
+            break
     return out
 
 
