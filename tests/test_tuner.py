@@ -77,14 +77,16 @@ def test_a_route_wholly_below_the_floor_races_out_and_the_rest_time_every_round(
     the default's speed) stops there and says why; the baseline's A/A times every round."""
     _, spec = sample("convnet", strategy="full",
                      selection="-graph_optimization_level=[all|disable_all]")
-    timing = TINY_TIMING.model_copy(update={"rounds": 8, "samples": 16, "confirm_floor": 0.7})
+    timing = TINY_TIMING.model_copy(update={"rounds": 10, "samples": 20, "confirm_floor": 0.7})
     res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
     by_route = {t.route: t for t in res.cache.trials if t.role != "confirm"}
     slow = by_route["-graph_optimization_level=disable_all"]
     assert slow.comparison is not None and slow.comparison.speedup_ci_high < 0.7
-    assert slow.comparison.rounds == 3 and slow.raced and "confirmation's floor" in slow.raced
+    # out after 3 rounds on a quiet host; on a loaded one a noisy round can hold it a few more
+    assert 3 <= slow.comparison.rounds < 10, slow.comparison.round_ratios
+    assert slow.raced and "confirmation's floor" in slow.raced
     base = by_route["-graph_optimization_level=all"]
-    assert base.comparison is not None and base.comparison.rounds == 8 and base.raced is None
+    assert base.comparison is not None and base.comparison.rounds == 10 and base.raced is None
     assert not res.decision.gain  # nothing above the floor to confirm
 
 
