@@ -417,15 +417,17 @@ def test_a_confirmed_gain_is_explained_from_the_confirmation() -> None:
     one = {(k.knob, k.value): k for k in e.knob_effects}
     assert set(one) == {("a", "y"), ("b", "q")} and one[("a", "y")].verdict == "faster"
     assert one[("a", "y")].baseline_value == "x" and one[("a", "y")].trial_index == 1
-    # payback from the spec's volume: 1000/day on 2 hosts, baseline median 10 ms
+    # payback from the spec's volume: 1000/day on 2 hosts, baseline median 10 ms a pass over
+    # the 4 validation pairs: 2.5 ms per inference, as every latency is printed
     p = e.payback
-    assert p.source == "spec" and p.baseline_median_ms == 10.0
+    assert p.source == "spec" and p.baseline_median_ms == pytest.approx(2.5)
+    assert p.baseline_median_ms == pytest.approx(h.baseline.median_ms / 4)
     measured = next(c for c in p.cases if c.case == "measured")
-    assert measured.saved_ms == pytest.approx(10 - 10 / 1.25)  # 2 ms
-    assert measured.inferences == pytest.approx(600_000 / 2)  # 300,000 inferences
-    assert measured.days == pytest.approx(150)  # 300,000 / 2,000 a day: beyond 90 days
-    best = next(c for c in p.cases if c.case == "best")  # 1.31x: 2.366 ms, 253,588 inferences
-    assert best.inferences == pytest.approx(600_000 / (10 - 10 / 1.31))
+    assert measured.saved_ms == pytest.approx(2.5 - 2.5 / 1.25)  # 0.5 ms
+    assert measured.inferences == pytest.approx(600_000 / 0.5)  # 1,200,000 inferences
+    assert measured.days == pytest.approx(600)  # 1,200,000 / 2,000 a day: beyond 90 days
+    best = next(c for c in p.cases if c.case == "best")  # 1.31x: 0.592 ms
+    assert best.inferences == pytest.approx(600_000 / (2.5 - 2.5 / 1.31))
     assert best.days == pytest.approx(best.inferences / 2000) and not best.within_horizon
     assert "does not pay back within the 90-day horizon, even in the best case" in p.verdict
 
@@ -465,8 +467,9 @@ def test_knob_model_recovers_known_effects() -> None:
 
 # ------------------------------------------------------------------------------------ payback
 def test_payback_arithmetic_by_hand() -> None:
-    # baseline 10 ms; speedup 1.25 [1.1, 1.5]; search 600 s; 1000 a day on 2 hosts; 90 days
-    p = payback(tuning_s=600, gain=True, baseline_median_ms=10.0, speedup=1.25,
+    # baseline 30 ms a pass over 3 pairs (10 ms per inference); speedup 1.25 [1.1, 1.5];
+    # search 600 s; 1000 a day on 2 hosts; 90 days
+    p = payback(tuning_s=600, gain=True, baseline_median_ms=30.0, speedup=1.25,
                 speedup_ci_low=1.1, speedup_ci_high=1.5, inferences_per_day=1000,
                 horizon_days=90, hosts=2, source="spec", validation_pairs=3)
     c = {x.case: x for x in p.cases}
@@ -484,7 +487,8 @@ def test_payback_arithmetic_by_hand() -> None:
     assert c["worst"].days == pytest.approx(330)
     # net over the horizon: 2 ms * 2,000/day * 90 days = 360 s saved - 600 s spent
     assert c["measured"].net_saving_s == pytest.approx(360 - 600)
-    assert "one pass over the 3 validation pair(s)' inputs" in p.unit
+    assert p.baseline_median_ms == pytest.approx(10.0)
+    assert "one pass over the 3 validation pair(s)' inputs) divided by 3" in p.unit
     assert "at the measured speedup it does not pay back within the 90-day horizon" in p.verdict
     assert saved_ms(8.0, 2.0) == 4.0
 

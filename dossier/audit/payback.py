@@ -5,8 +5,10 @@ inference is the time the shipped route saves against the baseline::
 
     saved_ms = baseline_median_ms - baseline_median_ms / speedup
 
-where one inference is what one timing sample measured: **one pass over every validation
-pair's inputs**. The answer is given three times, from the speedup's confidence interval: the
+per inference, as every latency dossier prints (:mod:`dossier.measure.latency`): a timing
+sample is one pass over every validation pair's inputs, so the baseline's median per inference
+is the sample's median divided by the pairs, and the inference counts below are inferences,
+the unit of ``[deployment] inferences_per_day``. The answer is given three times, from the speedup's confidence interval: the
 best case (its upper end), the measured speedup, and the worst case (its lower end). A case
 whose speedup is at most 1 saves nothing and never pays back. Savings accrue on every host
 (``hosts`` x ``inferences_per_day`` a day); the search is paid once.
@@ -32,7 +34,8 @@ class PaybackCase(_Model):
     speedup: float
     """The speedup this case assumes (baseline median / shipped median)."""
     saved_ms: float
-    """Time saved per inference (one pass over the validation inputs), in ms; <= 0 saves nothing."""
+    """Time saved per inference (a timing sample's saving over its validation pairs), in ms;
+    <= 0 saves nothing."""
     inferences: float | None
     """Inferences (over all hosts) after which the tuning time is paid back; None: never."""
     days: float | None
@@ -59,7 +62,8 @@ class Payback(_Model):
     tuning_s: float
     """The cost: wall time of the search, every session added up."""
     baseline_median_ms: float | None
-    """The baseline's median in the measurement the speedup comes from (None: no gain)."""
+    """The baseline's median per inference in the measurement the speedup comes from (None: no
+    gain)."""
     unit: str
     """What one inference means here."""
     cases: list[PaybackCase]
@@ -79,9 +83,14 @@ def payback(*, tuning_s: float, gain: bool, baseline_median_ms: float | None,
             horizon_days: float = 90.0, hosts: int = 1,
             source: Literal["spec", "flags", "none"] = "none",
             validation_pairs: int = 1) -> Payback:
-    """The payback of a search that cost ``tuning_s`` seconds (see the module docstring)."""
-    unit = (f"one inference = one pass over the {validation_pairs} validation pair(s)' inputs "
-            "(what one timing sample measured)")
+    """The payback of a search that cost ``tuning_s`` seconds (see the module docstring);
+    ``baseline_median_ms``: the baseline's median timing sample, one pass over the
+    ``validation_pairs`` pairs' inputs."""
+    pairs = max(validation_pairs, 1)
+    unit = (f"per inference: a timing sample (one pass over the {pairs} validation pair(s)' "
+            f"inputs) divided by {pairs}, as every latency dossier prints")
+    if baseline_median_ms is not None:
+        baseline_median_ms /= pairs
     def _answer(baseline: float | None, cases: list[PaybackCase], verdict: str) -> Payback:
         return Payback(source=source, inferences_per_day=inferences_per_day,
                        horizon_days=horizon_days, hosts=hosts, tuning_s=tuning_s,
