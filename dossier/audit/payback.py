@@ -8,8 +8,8 @@ inference is the time the shipped route saves against the baseline::
 per inference, as every latency dossier prints (:mod:`dossier.measure.latency`): a timing
 sample is one pass over every validation pair's inputs, so the baseline's median per inference
 is the sample's median divided by the pairs, and the inference counts below are inferences,
-the unit of ``[deployment] inferences_per_day``. The answer is given three times, from the speedup's confidence interval: the
-best case (its upper end), the measured speedup, and the worst case (its lower end). A case
+the unit of ``[deployment] inferences_per_day``. The answer is given three times, from the
+speedup's confidence interval: the best case (its upper end), the measured speedup, and the worst case (its lower end). A case
 whose speedup is at most 1 saves nothing and never pays back. Savings accrue on every host
 (``hosts`` x ``inferences_per_day`` a day); the search is paid once.
 """
@@ -89,14 +89,13 @@ def payback(*, tuning_s: float, gain: bool, baseline_median_ms: float | None,
     pairs = max(validation_pairs, 1)
     unit = (f"per inference: a timing sample (one pass over the {pairs} validation pair(s)' "
             f"inputs) divided by {pairs}, as every latency dossier prints")
-    if baseline_median_ms is not None:
-        baseline_median_ms /= pairs
+    per_inference = None if baseline_median_ms is None else baseline_median_ms / pairs
     def _answer(baseline: float | None, cases: list[PaybackCase], verdict: str) -> Payback:
         return Payback(source=source, inferences_per_day=inferences_per_day,
                        horizon_days=horizon_days, hosts=hosts, tuning_s=tuning_s,
                        baseline_median_ms=baseline, unit=unit, cases=cases, verdict=verdict)
 
-    if not gain or baseline_median_ms is None or speedup is None:
+    if not gain or per_inference is None or speedup is None:
         return _answer(None, [], f"never: there is no significant gain, the baseline ships, so "
                       f"nothing is saved to pay back the {tuning_s:.1f} s of tuning")
     per_day = inferences_per_day * hosts
@@ -106,7 +105,7 @@ def payback(*, tuning_s: float, gain: bool, baseline_median_ms: float | None,
     for name, s in readings:
         if s is None or not math.isfinite(s):
             continue
-        gain_ms = saved_ms(baseline_median_ms, s)
+        gain_ms = saved_ms(per_inference, s)
         n = tuning_s * 1000.0 / gain_ms if gain_ms > 0 else None
         days = n / per_day if n is not None and per_day > 0 else None
         net = (gain_ms * per_day * horizon_days / 1000.0 - tuning_s) if per_day > 0 else None
@@ -114,7 +113,7 @@ def payback(*, tuning_s: float, gain: bool, baseline_median_ms: float | None,
                                  within_horizon=days is not None
                                  and days <= horizon_days * (1 + 1e-9),  # not rounding
                                  net_saving_s=net))
-    return _answer(baseline_median_ms, cases, _verdict(cases, tuning_s, per_day, horizon_days))
+    return _answer(per_inference, cases, _verdict(cases, tuning_s, per_day, horizon_days))
 
 
 def _verdict(cases: list[PaybackCase], tuning_s: float, per_day: float,

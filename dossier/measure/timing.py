@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dossier.trial import Comparison, TimingSummary
 
@@ -50,7 +50,8 @@ RETIRED = ("bootstrap_resamples",)
 
 
 TIMING_MAXIMA: dict[str, float] = {
-    "samples": 1_000_000, "rounds": 1000, "race_rounds": 1000, "block_warmup": 100_000, "block_warmup_s": 3600.0,
+    "samples": 1_000_000, "rounds": 1000, "race_rounds": 1000, "block_warmup": 100_000,
+    "block_warmup_s": 3600.0,
     "warmup_min_runs": 100_000,
     "warmup_window": 100_000, "warmup_window_s": 3600.0, "warmup_tolerance": 1.0,
     "warmup_max_s": 3600.0,
@@ -83,7 +84,7 @@ class TimingSettings(BaseModel):
     lower end of the ``confirm_top`` routes screened fastest so far, whichever is higher:
     :func:`dossier.decision.race_bar`); or the accuracy filter rejected it (its speed is
     timed only for the trade's picture). Over fewer than six rounds the interval is the
-    range of the round ratios, so every round so far must read below the bar. At least 2."""
+    range of the round ratios, so every round so far must read below the bar. 1 is refused."""
     block_warmup: int = Field(5, ge=0)
     """Untimed lead-in runs at the start of every block, so the engine that ran just before
     (its threads, its data in the caches) does not colour the block."""
@@ -165,6 +166,13 @@ class TimingSettings(BaseModel):
     trial starts timing only once those imports are done. None: as the backend says (as for
     ``confirm_prestart``)."""
 
+    @field_validator("race_rounds")
+    @classmethod
+    def _race_on_an_interval(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("one round is no interval to race on: use at least 2 (0: no racing)")
+        return v
+
     @model_validator(mode="before")
     @classmethod
     def _drop_retired(cls, data: Any) -> Any:
@@ -214,9 +222,6 @@ class TimingSettings(BaseModel):
         if self.confirm_top and self.confirm_processes < 2:
             out.append(f"timing.confirm_processes={self.confirm_processes}: the confirmation "
                        "needs at least 2 measuring processes (its test is over processes)")
-        if self.race_rounds == 1:
-            out.append("timing.race_rounds=1: one round is no interval to race on; use at "
-                       "least 2 (0: no racing)")
         if self.confirm_max_processes < self.confirm_processes:
             out.append(f"timing.confirm_max_processes={self.confirm_max_processes} is less "
                        f"than timing.confirm_processes={self.confirm_processes}")
