@@ -158,6 +158,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     _no_worker_left(run)  # its children died with it, paused builds included
+    _lock_freed(run)
     before = [json.loads(line) for line in cache.read_text().splitlines()[1:] if line.strip()]
     assert 3 <= len(before) < 12 and all(r["kind"] == "trial" for r in before)
     res = continue_tune(run, build_jobs=jobs)
@@ -188,6 +189,26 @@ def _no_worker_left(run: Path, wait_s: float = 10.0) -> None:
             return
         time.sleep(0.1)
     pytest.fail(f"processes outlived the killed search: {left}")
+
+
+def _lock_freed(run: Path, wait_s: float = 10.0) -> None:
+    """The run folder's flock is free within ``wait_s``: a process killed with the search (one
+    forked and not yet exec'd holds a copy of the lock's descriptor) reads an empty command
+    line while the kernel tears it down, before its descriptors are closed."""
+    import fcntl
+
+    from dossier.lock import RUN_LOCK
+
+    deadline = time.time() + wait_s
+    while True:
+        with open(run / RUN_LOCK, "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # closing the file releases it
+            except BlockingIOError:
+                if time.time() > deadline:
+                    pytest.fail(f"the killed search's lock is still held after {wait_s:g} s")
+        time.sleep(0.05)
 
 
 def test_spec_errors_are_specific(tmp_path: Path) -> None:
