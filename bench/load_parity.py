@@ -15,7 +15,7 @@ an AOTInductor CUDA-graph bundle on the H200).
      events around the call with torch tensors on the device in and out, as the tuner's runner
      times (a serving process on a GPU keeps its tensors there);
    - ``tuner``: the shipped engine loaded by the backend as the tuner's worker loads it, timed
-     by the worker's own timer (:func:`dossier.jobs.worker._timers`: one pass over every pair).
+     by the worker's own timer (:func:`dossier.jobs.worker._timers` over ``timing_groups("pairs")``: one pass over every pair).
 3. Compares them with :func:`dossier.measure.timing.compare` (tuner as the baseline): the ratio
    served / tuner is 1 / speedup, with the exact signed-rank interval over rounds. The target:
    the ratio within [0.97, 1.03]. Also the bundle's recorded latency of the shipped route, for
@@ -148,9 +148,9 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
             return served_timer(load_served())
 
         def tuner() -> Any:
-            return _timers(load_tuner(), vset)
+            return _timers(load_tuner(), vset.timing_groups("pairs"))
     else:  # loaded once and kept, as the tuner's worker does
-        kept_served, kept_tuner = served_timer(load_served()), _timers(first, vset)
+        kept_served, kept_tuner = served_timer(load_served()), _timers(first, vset.timing_groups("pairs"))
 
         def served() -> Any:
             return kept_served

@@ -60,6 +60,20 @@ class DataSetIdentity(_Model):
     """Where it was read from."""
 
 
+def _pairs_before_inputs(data: Any) -> Any:
+    """A header written before ``[timing] inputs`` (it has no ``inferences_per_sample``) timed
+    a pass over every pair a sample: read its spec as ``inputs = "pairs"``, so a resume, a
+    re-timing and every latency divide and time as the samples were taken."""
+    if not isinstance(data, dict) or "inferences_per_sample" in data \
+            or not isinstance(data.get("spec"), dict):
+        return data
+    spec = dict(data["spec"])
+    timing = spec.get("timing", {})
+    if isinstance(timing, dict) and "inputs" not in timing:
+        spec["timing"] = {**timing, "inputs": "pairs"}
+    return {**data, "spec": spec}
+
+
 class CacheHeader(_Model):
     """First line of a tuning cache: everything the search depends on.
 
@@ -88,6 +102,10 @@ class CacheHeader(_Model):
     """xxh3-128 over every tensor of the validation set."""
     validation_pairs: int
     """Number of validation pairs."""
+    inferences_per_sample: int | None = Field(None, ge=1)
+    """Inferences in one timed sample (``spec.timing.inputs``: one per input shape, or one per
+    pair); None in records from before the setting, whose samples ran every pair
+    (:attr:`per_sample`)."""
     baseline_route: str
     """The baseline route (pinned knobs pinned, varied knobs at default)."""
     calibration: DataSetIdentity | None = None
@@ -108,8 +126,13 @@ class CacheHeader(_Model):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("cache_format") == 1:
-            return _from_format_1(data)
-        return data
+            data = _from_format_1(data)
+        return _pairs_before_inputs(data)
+
+    @property
+    def per_sample(self) -> int:
+        """Inferences in one timed sample: every latency is a sample divided by them."""
+        return self.inferences_per_sample or self.validation_pairs
 
     # Read-only shortcuts into ``spec`` for the fields readers use most.
     @property

@@ -69,7 +69,7 @@ class TuneObserver:
         """A trial's child process starts."""
 
     def inferences_per_sample(self, n: int) -> None:
-        """A timed sample is one pass over ``n`` validation inputs (before ``started``)."""
+        """A timed sample runs ``n`` inferences (before ``started``; ``[timing] inputs``)."""
 
     def trial_finished(self, record: TrialRecord) -> None:
         """A trial's record was written to the cache."""
@@ -218,6 +218,7 @@ def _header(p: Prepared, spec_path: Path | None, warm_start: list[Route],
         tuner_version=p.db.tuner_version, knob_db_digest=p.db.digest(),
         model=FileIdentity(path=str(p.model), size=size, digest=digest),
         validation_digest=p.vset.digest(), validation_pairs=len(p.vset.pairs),
+        inferences_per_sample=len(p.vset.timing_groups(p.spec.timing.inputs)),
         baseline_route=p.baseline.text(),
         calibration=identity("calibration", p.calibration) if p.calibration else None,
         holdout=identity("holdout", p.holdout) if p.holdout else None,
@@ -464,7 +465,7 @@ class Tuner:
         if s.baseline.text() not in {r.text() for r in s.strategy.plan(s.selection, s.db)} \
                 if s.strategy.plans_ahead else False:
             planned += 1
-        self.observer.inferences_per_sample(len(self.p.vset.pairs))
+        self.observer.inferences_per_sample(self.cache.header.per_sample)
         self.observer.started(planned, len(results))
         try:
             self._measure_all(results)

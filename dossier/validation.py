@@ -68,6 +68,20 @@ class ValidationSet:
         return digest_json(parts)
 
 
+    def timing_groups(self, inputs: Literal["shapes", "pairs"]) -> tuple[tuple[Pair, ...], ...]:
+        """The pairs a timed sample runs, grouped: one inference per group each sample, the
+        pairs of a group taking turns (``TimingSettings.inputs``). ``shapes``: the pairs
+        grouped by their inputs' names, shapes and dtypes, in order of first appearance;
+        ``pairs``: every pair a group of its own."""
+        if inputs == "pairs":
+            return tuple((p,) for p in self.pairs)
+        groups: dict[tuple[tuple[str, str, tuple[int, ...]], ...], list[Pair]] = {}
+        for p in self.pairs:
+            key = tuple(sorted((n, str(a.dtype), tuple(a.shape)) for n, a in p.inputs.items()))
+            groups.setdefault(key, []).append(p)
+        return tuple(tuple(g) for g in groups.values())
+
+
 def load_validation_set(path: Path) -> ValidationSet:
     """Load and sanity-check a validation set folder.
 

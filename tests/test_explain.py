@@ -471,7 +471,7 @@ def test_payback_arithmetic_by_hand() -> None:
     # search 600 s; 1000 a day on 2 hosts; 90 days
     p = payback(tuning_s=600, gain=True, baseline_median_ms=30.0, speedup=1.25,
                 speedup_ci_low=1.1, speedup_ci_high=1.5, inferences_per_day=1000,
-                horizon_days=90, hosts=2, source="spec", validation_pairs=3)
+                horizon_days=90, hosts=2, source="spec", inferences_per_sample=3)
     c = {x.case: x for x in p.cases}
     # best: 10 - 10/1.5 = 3.333 ms; 600,000 ms / 3.333 = 180,000 inferences; / 2,000 = 90 days
     assert c["best"].saved_ms == pytest.approx(10 / 3)
@@ -488,7 +488,7 @@ def test_payback_arithmetic_by_hand() -> None:
     # net over the horizon: 2 ms * 2,000/day * 90 days = 360 s saved - 600 s spent
     assert c["measured"].net_saving_s == pytest.approx(360 - 600)
     assert p.baseline_median_ms == pytest.approx(10.0)
-    assert "one pass over the 3 validation pair(s)' inputs) divided by 3" in p.unit
+    assert "a timing sample (3 inference(s)) divided by 3" in p.unit
     assert "at the measured speedup it does not pay back within the 90-day horizon" in p.verdict
     assert saved_ms(8.0, 2.0) == 4.0
 
@@ -545,7 +545,7 @@ def test_one_baseline_figure_and_per_output_losses_everywhere(convnet: Path,
         s = b.manifest.summary
     base = next(t for t in trials if t.role == "baseline")
     assert base.timing is not None and base.losses
-    lat = of_route(trials, s.baseline_route, s.baseline_route, s.validation_pairs)
+    lat = of_route(trials, s.baseline_route, s.baseline_route, s.per_sample)
     assert lat is not None and "ms per inference" in lat.text()
     figure = lat.text()
     shipped = next(t for t in trials if t.index == s.shipped_index and t.role != "confirm")

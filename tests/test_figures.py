@@ -403,7 +403,7 @@ def test_report_latency_axis_fits_the_samples_and_routes_wrap_between_knobs(
                                 r'[^}]*\})', html).group(1))  # type: ignore[union-attr]
     low, high = (10 ** v for v in axis["range"]) if axis["type"] == "log" else axis["range"]
     doc = json.loads(cli("explain", convnet_bundle, "--json").stdout)
-    pairs = doc["search"]["validation_pairs"]  # a trial's median is per pass, the axis per inference
+    pairs = doc["search"]["inferences_per_sample"]  # a trial's median is per sample, the axis per inference
     medians = [t["median_ms"] / pairs for t in doc["trials"] if t.get("median_ms")]
     assert low > 0 and low < min(medians) and max(medians) < high  # not from zero, all shown
     assert axis["type"] == "log" or high < 3 * pairs * max(medians)  # as before: per pass

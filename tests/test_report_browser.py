@@ -267,7 +267,7 @@ def test_routes_wrap_between_knobs_and_the_latency_axis_fits(
 
     with open_bundle(bundle) as b:  # what the plot draws: each trial's samples per inference
         samples = samples_from_timings(b.timings())
-        n = max(b.tuning_cache().header.validation_pairs, 1)
+        n = max(b.tuning_cache().header.per_sample, 1)
     medians = [statistics.median(x) / n for x in samples.values() if x]
     assert medians and 0 < low < min(medians) and max(medians) < high
     assert browser.errors() == []

@@ -110,7 +110,7 @@ def test_block_correlated_drift_fools_a_per_sample_test_but_not_the_rounds() -> 
     assert per_round / seeds <= 0.08
 
 
-def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
+def test_rounds_alternate_order_with_lead_in_runs_and_engines_opened_once_a_turn() -> None:
     calls: list[str] = []
     opened: list[str] = []
 
@@ -123,9 +123,10 @@ def test_rounds_alternate_order_with_lead_in_runs_and_fresh_engines() -> None:
     settings = TimingSettings(samples=6, rounds=3, block_warmup=1)
     out = sample_rounds([engine("a"), engine("b")], settings, 1)
     assert [[len(b) for b in e] for e in out] == [[2, 2, 2], [2, 2, 2]]
-    # A B, B A, A B (each block one untimed lead-in run first), each block opened afresh
+    # A B, B A, A B (each block one untimed lead-in run first); the last engine of a round goes
+    # first in the next and stays open for it, every other block opens its engine afresh
     assert "".join(calls) == "aaabbbbbbaaaaaabbb"
-    assert "".join(opened) == "abbaab"
+    assert "".join(opened) == "abab"
 
 
 def _fixed(ms: float):  # type: ignore[no-untyped-def]
@@ -150,12 +151,9 @@ def test_a_trial_with_one_round_above_its_bar_is_not_raced() -> None:
     """Over fewer than six rounds the interval is the range of the round ratios: a single round
     at or above the bar keeps the trial going."""
     settings = TimingSettings(samples=8, rounds=4, block_warmup=0, race_rounds=3)
-    slow = iter([2.0, 2.0, 1.0, 1.0] + [2.0] * 100)  # the third block ties the baseline
-
-    def candidate():  # type: ignore[no-untyped-def]
-        v = next(slow)
-        return lambda i: v
-    cand, _ = sample_rounds([candidate, _fixed(1.0)], settings, 1, stop=Race(settings, below=0.7))
+    slow = iter([2.0] * 4 + [1.0] * 2 + [2.0] * 100)  # the third block (2 runs) ties the baseline
+    cand, _ = sample_rounds([lambda: (lambda i: next(slow)), _fixed(1.0)], settings, 1,
+                            stop=Race(settings, below=0.7))
     assert len(cand) == 4
 
 
@@ -233,8 +231,8 @@ def test_a_measuring_process_rotates_from_its_offset_and_bounds_its_blocks_in_ti
                               confirm_block_s=0.25)
     out = process_rounds([engine("a"), engine("b"), engine("c", 0.03)], settings, 1, offset=1)
     assert [[len(b) for b in e] for e in out] == [[12, 12], [12, 12], [10, 10]]
-    # B C A, then C A B; each block one untimed lead-in run first
-    assert "".join(calls) == "b" * 13 + "c" * 11 + "a" * 13 + "c" * 11 + "a" * 13 + "b" * 13
+    # B C A, then A B C (the last of a round first in the next); one lead-in run a block
+    assert "".join(calls) == "b" * 13 + "c" * 11 + "a" * 13 + "a" * 13 + "b" * 13 + "c" * 11
 
 
 def test_samples_keep_their_round_index() -> None:

@@ -307,6 +307,38 @@ def test_a_format_1_cache_resumes_and_a_changed_setting_is_named(sample, tmp_pat
         continue_tune(cache_path)
 
 
+def test_a_sample_times_one_inference_per_input_shape_and_older_caches_read_as_passes(
+        sample, tmp_path: Path) -> None:
+    """With a fourth validation pair of the first pair's shape, a timed sample is still three
+    inferences (one per shape), the header says so and every latency divides by it. A header
+    from before ``[timing] inputs`` (no ``inferences_per_sample``) timed every pair: it reads
+    as ``inputs = "pairs"``, and continuing it under a spec that times per shape names the
+    setting."""
+    import shutil
+
+    root, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
+    shutil.copytree(root.parent / "validation" / "pair-000", root.parent / "validation" / "pair-003")
+    spec = spec.model_copy(update={"validation": spec.validation.model_copy(
+        update={"path": root.parent / "validation"})})
+    first = tune(spec, tmp_path / "run")
+    header = first.cache.header
+    assert (header.validation_pairs, header.inferences_per_sample, header.per_sample) == (4, 3, 3)
+    assert header.spec.timing.inputs == "shapes"
+    passes = tune(spec.model_copy(update={"timing": spec.timing.model_copy(
+        update={"inputs": "pairs"})}), tmp_path / "passes")
+    assert passes.cache.header.per_sample == 4
+    cache_path = tmp_path / "run" / CACHE_NAME
+    lines = cache_path.read_text().split("\n")
+    old = json.loads(lines[0])
+    del old["inferences_per_sample"], old["spec"]["timing"]["inputs"]
+    cache_path.write_text("\n".join([json.dumps(old), *lines[1:]]))
+    read = TuningCache.open(cache_path).header
+    assert (read.spec.timing.inputs, read.per_sample) == ("pairs", 4)
+    with pytest.raises(CacheMismatchError, match=r"the spec\.timing\.inputs changed "
+                                                 r"since the search started \(pairs -> shapes\)"):
+        tune(spec, tmp_path / "run", resume=True)
+
+
 def test_gpu_engines_confirm_in_more_processes_unless_the_spec_says(
         sample, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A backend's timing defaults (a first look after 6 measuring processes for GPU engines)

@@ -114,3 +114,41 @@ def test_a_cos_rejection_of_an_all_zero_side_names_the_cause(tmp_path: Path) -> 
     small = judge({"pair-000": {"y": np.array([1.0001e-9, 2e-9])},
                    "pair-001": {"y": np.zeros(2)}}, vset, "cos", 1e-3)
     assert small  # correct small outputs pass: the metric is scale-free
+
+
+def test_a_timed_sample_runs_one_inference_per_input_shape_and_the_pairs_take_turns(
+        tmp_path: Path) -> None:
+    """``[timing] inputs = "shapes"``: pairs sharing input names, shapes and dtypes form one
+    group (in order of first appearance), a sample runs one pair of each, and sample i runs a
+    group's pair i modulo its size; ``"pairs"``: every pair, every sample."""
+    from dossier.jobs.worker import _timers, rotation
+
+    def x(shape: tuple[int, ...], v: float, dtype: str = "float32") -> dict:
+        return {"x": np.full(shape, v, dtype=dtype)}
+
+    ref = {"y": np.zeros(2, dtype=np.float32)}
+    vset = load_validation_set(_write_set(tmp_path / "v", [
+        (x((1, 4), 0), ref), (x((2, 4), 1), ref), (x((1, 4), 2), ref),
+        (x((1, 4), 3, "float64"), ref), (x((1, 4), 4), ref)]))
+    groups = vset.timing_groups("shapes")
+    assert [[p.name for p in g] for g in groups] == \
+        [["pair-000", "pair-002", "pair-004"], ["pair-001"], ["pair-003"]]
+    assert [len(g) for g in vset.timing_groups("pairs")] == [1] * 5
+    assert rotation(groups) == 3 and rotation(vset.timing_groups("pairs")) == 1
+
+    ran: list[int] = []
+
+    class Runner:
+        def prepare(self, inputs: dict) -> int:
+            return int(inputs["x"].flat[0])
+
+        def timed(self, prepared: int) -> float:
+            ran.append(prepared)
+            return 1.0
+
+    fn = _timers(Runner(), groups)  # type: ignore[arg-type]
+    assert [fn(i) for i in range(4)] == [3.0] * 4  # one inference per group
+    assert ran == [0, 1, 3, 2, 1, 3, 4, 1, 3, 0, 1, 3]
+    ran.clear()
+    assert _timers(Runner(), vset.timing_groups("pairs"))(0) == 5.0  # type: ignore[arg-type]
+    assert ran == [0, 1, 2, 3, 4]

@@ -247,7 +247,7 @@ def _trials(bundle: Bundle) -> list[TrialRecord]:
 
 def _latency(bundle: Bundle) -> RouteLatency | None:
     s = bundle.manifest.summary
-    return of_route(_trials(bundle), s.shipped_route, s.baseline_route, s.validation_pairs)
+    return of_route(_trials(bundle), s.shipped_route, s.baseline_route, s.per_sample)
 
 
 def _conditions(bundle: Bundle) -> ConditionsSummary | None:

@@ -59,11 +59,11 @@ class _Model(BaseModel):
 
 
 class Latency(_Model):
-    """One engine's latency in one measurement, per pass (``per_inference`` divides it)."""
+    """One engine's latency in one measurement, per timed sample (``per_inference`` divides it)."""
 
     median_ms: float
-    """Median of the samples (one sample = one pass over every validation pair's inputs, not
-    one inference)."""
+    """Median of the samples (one sample = ``inferences_per_sample`` inferences: one per input
+    shape, or one per validation pair)."""
     ci_low_ms: float
     """Lower end of the median's confidence interval (order statistics)."""
     ci_high_ms: float
@@ -418,6 +418,9 @@ class SearchSetup(_Model):
     """A route is admissible when every loss of every pair is below this."""
     validation_pairs: int
     """Validation pairs."""
+    inferences_per_sample: int = 1
+    """Inferences in one timed sample (``[timing] inputs``): every latency is a sample divided
+    by them."""
     samples: int
     """Timed samples per engine per trial."""
     alpha: float
@@ -683,7 +686,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     # a trtexec ``full`` search need not have built the default route: no baseline trial
     baseline = next((t for t in trials if t.role == "baseline"), None)
     imported = next((t.extra["source"] for t in trials if t.extra.get("source") == TRTEXEC), None)
-    pairs = header.validation_pairs
+    pairs = header.per_sample
     h2h = _head_to_head(trials, decision, settings, pairs)
     contention = _contention_knobs(header.backend)
     from dossier.bundle.overview import decision_conditions
@@ -710,7 +713,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         inferences_per_day=per_day,
         horizon_days=dep.horizon_days if horizon_days is None else horizon_days,
         hosts=dep.hosts if hosts is None else hosts, source=source,
-        validation_pairs=header.validation_pairs)
+        inferences_per_sample=pairs)
     if imported:
         pay = pay.model_copy(update={"verdict": f"unknown: the {imported} records neither the "
                                      "search's wall time nor a statistically checked speedup"})
@@ -727,7 +730,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         search=SearchSetup(backend=header.backend, strategy=header.strategy,
                            selection=header.selection, metric=header.metric,
                            threshold=header.threshold, validation_pairs=header.validation_pairs,
-                           samples=settings.samples, alpha=settings.alpha,
+                           inferences_per_sample=pairs, samples=settings.samples, alpha=settings.alpha,
                            min_effect=settings.min_effect, confidence=settings.confidence,
                            confirm_top=settings.confirm_top),
         decision=DecisionFacts(rule=decision.rule, gain=decision.gain,

@@ -6,8 +6,9 @@ inference is the time the shipped route saves against the baseline::
     saved_ms = baseline_median_ms - baseline_median_ms / speedup
 
 per inference, as every latency dossier prints (:mod:`dossier.measure.latency`): a timing
-sample is one pass over every validation pair's inputs, so the baseline's median per inference
-is the sample's median divided by the pairs, and the inference counts below are inferences,
+sample runs ``inferences_per_sample`` inferences (``[timing] inputs``: one per input shape, or a
+pass over every validation pair), so the baseline's median per inference is the sample's median
+divided by them, and the inference counts below are inferences,
 the unit of ``[deployment] inferences_per_day``. The answer is given three times, from the
 speedup's confidence interval: the best case (its upper end), the measured speedup, and the worst case (its lower end). A case
 whose speedup is at most 1 saves nothing and never pays back. Savings accrue on every host
@@ -34,7 +35,7 @@ class PaybackCase(_Model):
     speedup: float
     """The speedup this case assumes (baseline median / shipped median)."""
     saved_ms: float
-    """Time saved per inference (a timing sample's saving over its validation pairs), in ms;
+    """Time saved per inference (a timing sample's saving over its inferences), in ms;
     <= 0 saves nothing."""
     inferences: float | None
     """Inferences (over all hosts) after which the tuning time is paid back; None: never."""
@@ -82,13 +83,13 @@ def payback(*, tuning_s: float, gain: bool, baseline_median_ms: float | None,
             speedup_ci_high: float | None, inferences_per_day: float = 0.0,
             horizon_days: float = 90.0, hosts: int = 1,
             source: Literal["spec", "flags", "none"] = "none",
-            validation_pairs: int = 1) -> Payback:
+            inferences_per_sample: int = 1) -> Payback:
     """The payback of a search that cost ``tuning_s`` seconds (see the module docstring);
-    ``baseline_median_ms``: the baseline's median timing sample, one pass over the
-    ``validation_pairs`` pairs' inputs."""
-    pairs = max(validation_pairs, 1)
-    unit = (f"per inference: a timing sample (one pass over the {pairs} validation pair(s)' "
-            f"inputs) divided by {pairs}, as every latency dossier prints")
+    ``baseline_median_ms``: the baseline's median timing sample, ``inferences_per_sample``
+    inferences."""
+    pairs = max(inferences_per_sample, 1)
+    unit = (f"per inference: a timing sample ({pairs} inference(s)) divided by {pairs}, as "
+            "every latency dossier prints")
     per_inference = None if baseline_median_ms is None else baseline_median_ms / pairs
     def _answer(baseline: float | None, cases: list[PaybackCase], verdict: str) -> Payback:
         return Payback(source=source, inferences_per_day=inferences_per_day,

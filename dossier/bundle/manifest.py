@@ -189,6 +189,9 @@ class Summary(_Model):
     """Relative tolerance (l0)."""
     validation_pairs: int
     """Number of validation pairs."""
+    inferences_per_sample: int | None = Field(None, ge=1)
+    """Inferences in one timed sample (``[timing] inputs``); None in bundles from before the
+    setting, whose samples ran every validation pair (:attr:`per_sample`)."""
     baseline_route: str
     """The baseline route."""
     baseline_timing: TimingSummary | None
@@ -235,6 +238,11 @@ class Summary(_Model):
     """The run's calibration: the baseline against a second load of itself (format 1.1)."""
     confirm_aa: Reading | None = None
     """The same check in the independent confirmation, when it ran (format 1.1)."""
+
+    @property
+    def per_sample(self) -> int:
+        """Inferences in one timed sample: every latency is a sample divided by them."""
+        return self.inferences_per_sample or self.validation_pairs
 
 
 class Manifest(_Model):

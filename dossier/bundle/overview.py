@@ -50,9 +50,9 @@ class BaselineFacts(_Model):
     trial_index: int
     """Its trial (0 when the bundle has no baseline engine)."""
     median_ms: float | None
-    """Its screening trial's median time of one pass over every validation pair's inputs (not
-    per inference: ``Overview.baseline_latency`` is); None when not timed (a trtexec
-    import)."""
+    """Its screening trial's median time of one timed sample (``inferences_per_sample``
+    inferences, not one: ``Overview.baseline_latency`` is per inference); None when not timed
+    (a trtexec import)."""
     ci_low_ms: float | None
     """Lower end of the median's interval."""
     ci_high_ms: float | None
@@ -280,7 +280,7 @@ def overview_of(bundle: Bundle) -> Overview:
         trials = list(bundle.tuning_cache().trials)
     except DossierError:
         trials = []
-    pairs = s.validation_pairs
+    pairs = s.per_sample
     cond, cond_of = decision_conditions(trials)
     bt = s.baseline_timing
     base, shipped = m.engines.baseline, m.engines.shipped

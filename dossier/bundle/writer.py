@@ -292,7 +292,7 @@ class _Plan:
         return Summary(
             strategy=h.strategy, selection=h.selection, metric=h.metric, threshold=h.threshold,
             atol=h.atol, rtol=h.rtol, validation_pairs=h.validation_pairs,
-            baseline_route=d.baseline_route, baseline_timing=self.baseline.timing,
+            inferences_per_sample=h.per_sample, baseline_route=d.baseline_route, baseline_timing=self.baseline.timing,
             shipped_route=d.shipped_route, shipped_index=d.shipped_index, gain=d.gain,
             speedup=_finite(d.speedup), speedup_ci_low=_finite(d.speedup_ci_low),
             speedup_ci_high=_finite(d.speedup_ci_high), confidence=h.timing.confidence,

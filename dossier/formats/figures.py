@@ -152,7 +152,7 @@ def min_effect_text(h: HeadToHead) -> str:
 def baseline_line(base: TrialFact) -> str:
     """The summary's baseline figure, named the same in inspect, explain and the HTML."""
     assert base.median_ms is not None
-    fig = base.latency.text() if base.latency is not None else f"{base.median_ms:.4g} ms a pass"
+    fig = base.latency.text() if base.latency is not None else f"{base.median_ms:.4g} ms a sample"
     return (f"baseline (trial {base.index}, screening) {fig}; each speedup compares a trial "
             "with the baseline timed alongside it")
 
@@ -213,7 +213,7 @@ def head_to_head_rows(h: HeadToHead) -> Rows:
     def lat(x: Latency) -> str:
         if x.per_inference is not None:
             return f"{x.per_inference.text()} (n={x.n})"
-        return f"median {ci(x.median_ms, x.ci_low_ms, x.ci_high_ms, ' ms', 4)} a pass (n={x.n})"
+        return f"median {ci(x.median_ms, x.ci_low_ms, x.ci_high_ms, ' ms', 4)} a sample (n={x.n})"
 
     rows: Rows = [
         ("candidate", f"{route(h.route)} (trial {h.trial_index})"),
@@ -349,8 +349,8 @@ def rebench_line(rb: Rebench) -> str:
     head = (f"re-timing: shipped {rb.latency.text()}, baseline "
             f"{rb.baseline.median_ms / (n or 1):.4g} ms per inference"
             if rb.latency is not None and n else
-            f"re-timing: shipped {rb.shipped.median_ms:.3f} ms a pass, baseline "
-            f"{rb.baseline.median_ms:.3f} ms a pass")
+            f"re-timing: shipped {rb.shipped.median_ms:.3f} ms a sample, baseline "
+            f"{rb.baseline.median_ms:.3f} ms a sample")
     busy = ("" if rb.conditions is None else f"; conditions here: {rb.conditions.text()}"
             + ("" if rb.recorded_conditions is None else
                f"; when tuned: {rb.recorded_conditions.text()}"))

@@ -106,8 +106,8 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
 
     figures = [
         ("Latency distribution per route", "plot-latency", _latency_figure(go, e, samples),
-         "Raw samples of every timed trial, per inference (a sample is one pass over the "
-         f"{e.search.validation_pairs} validation input(s), divided by them); the dashed line "
+         "Raw samples of every timed trial, per inference (a sample is "
+         f"{e.search.inferences_per_sample} inference(s), divided by them); the dashed line "
          "is the baseline's median per inference (the confirmation's where it ran), and the "
          "blue dash on each trial the median of the baseline timed alongside it, which that "
          "trial's speedup is measured against."),
@@ -200,7 +200,7 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
     timed = [t for t in e.trials if samples.get(t.index)]
     if not timed:
         return None
-    n = max(e.search.validation_pairs, 1)  # a sample is a pass over every pair's inputs
+    n = max(e.search.inferences_per_sample, 1)  # a sample's inferences
     per = {t.index: [x / n for x in samples[t.index]] for t in timed}
     fig = go.Figure()
     for t in timed:
@@ -454,7 +454,7 @@ def _num(x: float | None, spec: str = ".3g") -> str:
 
 
 _COLUMNS = ("#", "role", "outcome", "route (what differs from the baseline, then all of it)",
-            "median ms a pass", "95% CI ms a pass", "baseline alongside ms a pass",
+            "median ms a sample", "95% CI ms a sample", "baseline alongside ms a sample",
             "ms per inference", "p99 ms per inference", "speedup", "speedup CI", "p",
             "verdict", "worst loss", "build s", "reason")
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dossier.backends import Backend, BuildInfo, Runner
     from dossier.measure.timing import Engine, Timed
     from dossier.routes import Route
-    from dossier.validation import ValidationSet
+    from dossier.validation import Pair, ValidationSet
 
 
 class Prebuilt(BaseModel):
@@ -263,26 +263,34 @@ def _setup(req: WorkerRequest) -> tuple[Backend, ValidationSet]:
     return _backend(req), load_validation_set(Path(req.validation))
 
 
-def _timers(runner: Runner, vset: ValidationSet) -> Timed:
-    """One sample = one pass over every validation pair's inputs (so the inputs rotate and the
-    samples of a model with several shapes stay unimodal)."""
-    prepared = [runner.prepare(p.inputs) for p in vset.pairs]
-    return lambda _i: sum(runner.timed(x) for x in prepared)
+def _timers(runner: Runner, groups: Sequence[Sequence[Pair]]) -> Timed:
+    """Sample ``i`` = one inference per group (:meth:`ValidationSet.timing_groups`), on the
+    group's pair ``i`` modulo its size: the inputs rotate, and the samples of a model with
+    several shapes stay unimodal."""
+    prepared = [[runner.prepare(p.inputs) for p in g] for g in groups]
+    return lambda i: sum(runner.timed(g[i % len(g)]) for g in prepared)
 
 
-def timed_engines(backend: Backend, vset: ValidationSet, pair: Sequence[tuple[Path, Route]],
-                  first: Runner | None = None) -> list[Engine]:
-    """One :data:`~dossier.measure.timing.Engine` per (engine path, route): loaded afresh for every
-    block when the backend asks for it, else loaded once (``first``: the first one's runner,
-    already loaded) and kept."""
+def rotation(groups: Sequence[Sequence[Pair]]) -> int:
+    """The ``n_inputs`` the timing functions take: the largest group's size (sample ``i`` of
+    a block runs pair ``i`` modulo it, and :func:`_timers` modulo its own group's)."""
+    return max((len(g) for g in groups), default=1)
+
+
+def timed_engines(backend: Backend, groups: Sequence[Sequence[Pair]],
+                  pair: Sequence[tuple[Path, Route]], first: Runner | None = None) -> list[Engine]:
+    """One :data:`~dossier.measure.timing.Engine` per (engine path, route), timing ``groups``
+    (:func:`_timers`): loaded afresh for every block when the backend asks for it, else loaded
+    once (``first``: the first one's runner, already loaded) and kept."""
     if backend.reload_per_block:
-        return [functools.partial(_load_timers, backend, e, r, vset) for e, r in pair]
+        return [functools.partial(_load_timers, backend, e, r, groups) for e, r in pair]
     runners = [first or backend.load(*pair[0])] + [backend.load(e, r) for e, r in pair[1:]]
-    return [functools.partial(_same, _timers(r, vset)) for r in runners]
+    return [functools.partial(_same, _timers(r, groups)) for r in runners]
 
 
-def _load_timers(backend: Backend, engine: Path, route: Route, vset: ValidationSet) -> Timed:
-    return _timers(backend.load(engine, route), vset)
+def _load_timers(backend: Backend, engine: Path, route: Route,
+                 groups: Sequence[Sequence[Pair]]) -> Timed:
+    return _timers(backend.load(engine, route), groups)
 
 
 def _same(fn: Timed) -> Timed:
@@ -324,11 +332,12 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         pair = [(engine, route), (base_engine, Route.parse(req.baseline_route))]
         first = None if backend.reload_per_block else runner
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
-        engines = timed_engines(backend, vset, pair, first)
+        groups = vset.timing_groups(req.timing.inputs)
+        engines = timed_engines(backend, groups, pair, first)
         _let_the_next_import(req, "time")
-        warm, base_warm = warm_up_each(engines, req.timing, 1)
+        warm, base_warm = warm_up_each(engines, req.timing, rotation(groups))
         race = Race(req.timing, below=req.race_below, why=req.race_why, rejected=not acc)
-        cand, ref = sample_rounds(engines, req.timing, 1, stop=race)
+        cand, ref = sample_rounds(engines, req.timing, rotation(groups), stop=race)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
         failed = {"build_s": build_s, "facts": info.facts}
         if isinstance(exc, MemoryError):
@@ -381,11 +390,12 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     backend, vset = _setup(req)
     _stage(req, "load")
     pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
-    engines = timed_engines(backend, vset, pairs)
+    groups = vset.timing_groups(req.timing.inputs)
+    engines = timed_engines(backend, groups, pairs)
     _let_the_next_import(req, "warm")
-    warm = warm_up_each(engines, req.timing, 1)
+    warm = warm_up_each(engines, req.timing, rotation(groups))
     _stage(req, "time")
-    out = process_rounds(engines, req.timing, 1, offset=req.offset)
+    out = process_rounds(engines, req.timing, rotation(groups), offset=req.offset)
     return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
 
 

@@ -1,11 +1,13 @@
 """One latency figure per route: per inference, from the confirmation where it measured the
 route, from screening (and said so) where it did not.
 
-A timed sample is one pass over every validation pair's inputs (the inputs rotate, so caches do
-not flatter), that is ``validation_pairs`` inferences. Every latency a reader sees is that
-sample divided by the inferences in it: the median, the 90th and the 99th percentile of the
-per-inference time of a pass, and the throughput (inferences per second over the samples'
-total time, one stream). The confirmation's samples come from measuring processes of their
+A timed sample runs one inference per input shape of the validation set, the pairs of one shape
+taking turns (so caches do not flatter); with ``[timing] inputs = "pairs"`` (and in records from
+before that setting) it is one pass over every pair's inputs. Every latency a reader sees is
+that sample divided by the inferences in it (the header's ``inferences_per_sample``): the
+median, the 90th and the 99th percentile of the per-inference time of a sample (for a model
+with one input shape, of one inference), and the throughput (inferences per second over the
+samples' total time, one stream). The confirmation's samples come from measuring processes of their
 own in production load configuration; the screening trial's from one process beside the
 baseline. Where the confirmation measured a route, its reading is the one shown.
 """
@@ -35,13 +37,13 @@ class RouteLatency(BaseModel):
     trial_index: int
     """The trial record the samples come from."""
     inferences_per_sample: int
-    """Inferences in one timed sample (one pass over the validation pairs)."""
+    """Inferences in one timed sample (one per input shape, or one per pair)."""
     n: int
     """Timed samples."""
     median_ms: float
     """Median time per inference."""
     p90_ms: float
-    """90th percentile of the time per inference (of a pass, divided by its inferences)."""
+    """90th percentile of the time per inference (of a sample, divided by its inferences)."""
     p99_ms: float
     """99th percentile of the same."""
     throughput_per_s: float

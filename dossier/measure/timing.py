@@ -36,7 +36,7 @@ Timed = Callable[[int], float]
 """A function that runs the engine on input set ``i`` and returns the latency in ms."""
 
 Engine = Callable[[], Timed]
-"""Called at the start of every block: the function to time in that block."""
+"""Called when a block opens the engine (:func:`time_rounds`): the function to time in it."""
 
 TEST_NAME = "wilcoxon-signed-rank-rounds"
 """``Comparison.test`` of a round-level comparison (screening)."""
@@ -77,6 +77,13 @@ class TimingSettings(BaseModel):
     """Rounds of a screening trial: the unit of replication. Engines alternate order from
     round to round. The smallest two-sided p of the signed-rank test is 2 / 2**rounds, so
     ``dossier tune`` refuses rounds that cannot reach alpha."""
+    inputs: Literal["shapes", "pairs"] = "shapes"
+    """What one timed sample runs. ``shapes``: one inference per input shape of the validation
+    set (pairs sharing their input names, shapes and dtypes take turns from sample to sample,
+    so the inputs still rotate): a model with one input shape is timed one inference a sample,
+    however many pairs the accuracy filter needs. ``pairs``: one pass over every pair's inputs
+    (for a model whose time depends on the values, not only the shapes; what records from
+    before this setting hold). Every latency is a sample divided by its inferences."""
     race_rounds: int = Field(3, ge=0)
     """Racing: a screening trial may stop once it has timed this many rounds (0: every trial
     times every round). It stops when its route cannot go to the confirmation: its interval
@@ -90,7 +97,7 @@ class TimingSettings(BaseModel):
     (its threads, its data in the caches) does not colour the block."""
     block_warmup_s: float = Field(0.25, ge=0)
     """The lead-in stops after this many seconds, once one run is done: an engine whose run
-    (a pass over the validation inputs) takes 250 ms has the engine before it out of its caches
+    (a timed sample) takes 250 ms has the engine before it out of its caches
     after one, and five of them cost more than its timed share of a block (0: the
     ``block_warmup`` runs, however long)."""
     warmup_min_runs: int = Field(5, ge=1)
@@ -325,25 +332,32 @@ def time_rounds(engines: Sequence[Engine], sizes: Sequence[int], lead_in: int, n
                 *, offset: int = 0, block_s: float | None = None,
                 lead_in_s: float | None = None, stop: Stop | None = None
                 ) -> list[list[list[float]]]:
-    """Time every engine once per round in a block (opened afresh for it): ``lead_in`` untimed
-    runs (with ``lead_in_s``: ending once that many seconds have passed since the first, and
-    one is done), then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that
-    many, ending once ``block_s`` seconds have passed since the first and
-    :data:`MIN_BLOCK_RUNS` are taken). Which engine goes first rotates from round to round
-    (A B, B A, ... for two), from the engine at ``offset``; ``stop``, asked after each round,
+    """Time every engine once per round in a block: ``lead_in`` untimed runs (with
+    ``lead_in_s``: ending once that many seconds have passed since the first, and one is done),
+    then ``sizes[r]`` timed runs in round ``r`` (with ``block_s``: at most that many, ending
+    once ``block_s`` seconds have passed since the first and :data:`MIN_BLOCK_RUNS` are
+    taken). The order rotates from round to round, from the engine at ``offset``, so that each
+    engine takes each position and the last of a round goes first in the next (A B, B A, ...;
+    A B C, C A B, B C A): that engine's block keeps it open, every other block opens its
+    engine afresh (a backend that loads per block loads one engine fewer a round), and the
+    previous engine is released before the next one opens. ``stop``, asked after each round,
     may end the rounds early. Returns samples per engine, per round."""
     out: list[list[list[float]]] = [[] for _ in engines]
     k = len(engines)
+    fn: Timed | None = None
+    held = -1
     for r, count in enumerate(sizes):
-        for idx in [(offset + r + j) % k for j in range(k)]:  # each engine takes each position
-            fn = engines[idx]()
+        for idx in [(offset - r + j) % k for j in range(k)]:  # each engine takes each position
+            if idx != held:
+                fn = None  # released before the next engine opens
+                fn, held = engines[idx](), idx
+            assert fn is not None
             start = time.perf_counter()
             for i in range(lead_in):
                 fn(i % n_inputs)
                 if lead_in_s is not None and time.perf_counter() - start >= lead_in_s:
                     break
             out[idx].append(_block(fn, count, n_inputs, block_s))
-            del fn  # released before the next engine's block starts
         if stop is not None and stop(out):
             break
     return out

@@ -244,7 +244,7 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
     from dossier.measure.conditions import summarize as summarize_conditions
     from dossier.measure.latency import of_route, per_inference
 
-    pairs = m.summary.validation_pairs
+    pairs = cache.header.per_sample
     lat_here = per_inference(base_s if track is None else flatten(track.samples)[0], pairs,
                              route=shipped.route, source="confirmation", trial_index=-1)
     lat_then = of_route(cache.trials, shipped.route, m.summary.baseline_route, pairs)
