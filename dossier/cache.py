@@ -10,6 +10,7 @@ resume.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -253,6 +254,46 @@ class SessionRecord(_Model):
     """Trials this run finished."""
     interrupted: bool
     """True when the run stopped early (Ctrl-C); the next --continue picks up from here."""
+    recovered: bool = False
+    """True for a run killed before it wrote this record (kill -9, a power cut): the next
+    --continue wrote it from the times of the trials it finished (:func:`lost_session`), so
+    its time after the last of them (the trial in flight) is not counted."""
+
+
+def lost_session(cache: TuningCache, now: dt.datetime | None = None) -> SessionRecord | None:
+    """The record of a run that finished trials but was killed before it wrote its own: the
+    trials after the last session record, from the first one's start (the header's time when
+    no session came before it) to the last one's end, at most ``now``. None when every trial
+    belongs to a recorded session. Times that do not parse are left out; a crafted time moves
+    at most this record's wall time (never below 0, never past now)."""
+    last = max((i for i, r in enumerate(cache.records) if isinstance(r, SessionRecord)),
+               default=-1)
+    lost = [r for r in cache.records[last + 1:] if isinstance(r, TrialRecord)]
+    if not lost:
+        return None
+    now = now or dt.datetime.now(dt.timezone.utc)
+    starts = [t for t in (_when(r.started_at) for r in lost) if t is not None]
+    ends = [t + dt.timedelta(seconds=max(r.trial_s or 0.0, 0.0))
+            for r, t in ((r, _when(r.started_at)) for r in lost) if t is not None]
+    begun = (_when(cache.header.created_at) if last < 0 else None) or min(starts, default=None)
+    if begun is None:
+        return None
+    begun = min(begun, now)
+    end = min(max(ends, default=begun), now)
+    return SessionRecord(started_at=begun.isoformat(timespec="seconds"),
+                         wall_s=max((end - begun).total_seconds(), 0.0),
+                         trials_run=sum(1 for r in lost if r.role != "confirm"),
+                         interrupted=True, recovered=True)
+
+
+def _when(text: str) -> dt.datetime | None:
+    """An ISO 8601 time as an aware datetime (UTC when it names no zone); None when it is
+    not one."""
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.timezone.utc)
 
 
 class HoldoutRecord(_Model):

@@ -27,6 +27,7 @@ from dossier.cache import (
     HoldoutRecord,
     SessionRecord,
     TuningCache,
+    lost_session,
 )
 from dossier.cache_check import check_cache
 from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
@@ -597,6 +598,9 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         else:
             _check_resume(cache, fresh)
             check_cache(cache, p.db, out, vset=p.vset)
+            lost = lost_session(cache)
+            if lost is not None:  # a run killed before it wrote its own record
+                cache.append(lost)
     if not resume and out.exists() and any(e.name != RUN_LOCK for e in out.iterdir()):
         raise OutputError(f"output folder {out} is not empty",
                           hint="choose a new --out, or --continue the search that is there")

@@ -779,3 +779,36 @@ def test_explain_payback_says_where_each_figure_came_from(convnet_bundle: Path) 
                         columns=300).output.split())
     assert ("(inferences/day from --per-day; hosts from --hosts; horizon from the spec's "
             "[deployment] or its default)") in text
+
+
+def test_a_killed_run_is_recovered_from_its_finished_trials_times(tmp_path: Path) -> None:
+    """The trials after the last session record belong to a run killed before it wrote its
+    own: its record spans the header's time (no session before it) or its first trial's
+    start, to its last trial's end, never past now; crafted times move only that span."""
+    import datetime as dt
+
+    from dossier.cache import TuningCache, lost_session
+    from dossier.formats.figures import cost_text
+
+    now = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.timezone.utc)
+    trials = [_trial(i, "-a=x -b=p" if i == 0 else "-a=y -b=p", 1.0, 0.99, 1.01, 0.5,
+                     role="baseline" if i == 0 else "search") for i in range(3)]
+    first = TuningCache(tmp_path / "c", _header(), list(trials))
+    lost = lost_session(first, now)  # the header at 00:00:00, the last trial 00:00:02 + 5 s
+    assert lost is not None and lost.recovered and lost.interrupted
+    assert (lost.started_at, lost.wall_s, lost.trials_run) == ("2026-01-01T00:00:00+00:00", 7.0, 3)
+    assert lost_session(TuningCache(tmp_path / "c", _header(), [*trials, lost]), now) is None
+    later = [t.model_copy(update={"index": 3 + i, "started_at": f"2026-01-01T00:05:0{i}+00:00"})
+             for i, t in enumerate(trials[1:])]
+    second = lost_session(TuningCache(tmp_path / "c", _header(), [*trials, lost, *later]), now)
+    assert second is not None and (second.started_at, second.wall_s, second.trials_run) == \
+        ("2026-01-01T00:05:00+00:00", 6.0, 2)
+    crafted = [later[0].model_copy(update={"started_at": "9999-01-01T00:00:00+00:00"}),
+               later[1].model_copy(update={"started_at": "not a time"})]
+    far = lost_session(TuningCache(tmp_path / "c", _header(), [*trials, lost, *crafted]), now)
+    assert far is not None and far.wall_s == 0.0  # capped at now, never negative
+    sessions = [*SESSION, lost]
+    cost = explain_search(_header(), trials, sessions, decide(trials, TimingSettings())).cost
+    assert (cost.sessions, cost.recovered_sessions) == (2, 1)
+    assert "over 2 session(s) (1 killed, its time counted to its last trial)" in \
+        cost_text(explain_search(_header(), trials, sessions, decide(trials, TimingSettings())))

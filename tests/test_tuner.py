@@ -134,7 +134,9 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
                                                              jobs: int) -> None:
     """A real SIGKILL of the search while trials run (its children die with it), then
     --continue: no finished trial is lost or duplicated and the search ends with every planned
-    route; with two build jobs, the builds in flight are simply rebuilt."""
+    route; with two build jobs, the builds in flight are simply rebuilt. The killed run's time,
+    up to its last finished trial, is recorded by the continue (it wrote no record of its
+    own)."""
     import shutil
 
     work = tmp_path / "convnet"
@@ -144,6 +146,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     cmd = [sys.executable, "-m", "dossier_cli.main", "tune", str(work / "release.toml"), "--out", str(run),
            "--quiet", "--build-jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    t0 = time.time()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     cache = run / CACHE_NAME
@@ -156,6 +159,7 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
         proc.kill()
         pytest.fail("the search did not get going")
     os.killpg(proc.pid, signal.SIGKILL)
+    killed_after = time.time() - t0
     proc.wait()
     _no_worker_left(run)  # its children died with it, paused builds included
     _lock_freed(run)
@@ -169,6 +173,9 @@ def test_kill_9_then_continue_loses_only_the_trial_in_flight(samples_dir: Path, 
     assert res.trials_run == 12 - len(before)
     assert [t.model_dump(mode="json") for t in res.cache.trials[: len(before)]] == before
     assert [t.index for t in res.cache.trials] == list(range(len(res.cache.trials)))
+    lost, resumed = res.cache.sessions
+    assert lost.recovered and lost.interrupted and not resumed.recovered
+    assert lost.trials_run == len(before) and 0 < lost.wall_s <= killed_after + 1
 
 
 def _no_worker_left(run: Path, wait_s: float = 10.0) -> None:

@@ -399,6 +399,9 @@ class SearchCost(_Model):
     """Confirmation re-measurements."""
     sessions: int
     """Runs of tune the search took."""
+    recovered_sessions: int = 0
+    """Of them, runs killed before they recorded their time, recovered by the next --continue
+    from their trials' times (their time after their last trial is not in search_wall_s)."""
     raced: int = 0
     """Screening trials stopped before their last round (``race_rounds``)."""
 
@@ -1163,7 +1166,8 @@ def _cost(trials: Sequence[TrialRecord], sessions: Sequence[SessionRecord]) -> S
                           if t.build_s is not None and t.extra.get("build_cache") == "hit"),
         measure_s=sum(t.phases_s.get("time", 0.0) for t in main) + confirm_s,
         confirm_s=confirm_s, trials=len(main), confirm_trials=len(trials) - len(main),
-        sessions=len(sessions), raced=sum(1 for t in main if t.raced))
+        sessions=len(sessions), recovered_sessions=sum(1 for s in sessions if s.recovered),
+        raced=sum(1 for t in main if t.raced))
 
 
 def _lineage(h: CacheHeader, m: Manifest | None) -> Lineage:
