@@ -286,7 +286,7 @@ def _release(spec: Path, out: Path, cache: Path, extra: list[str]) -> dict[str, 
         )
         from dossier.measure.latency import of_route
 
-        pairs = cache_rec.header.validation_pairs  # a timed sample is a pass over them all
+        pairs = cache_rec.header.per_sample  # the inferences in one timed sample
         for key, route in (("baseline", d.baseline_route), ("shipped", d.shipped_route)):
             lat = of_route(cache_rec.trials, route, d.baseline_route, pairs)
             row[f"{key}_ms_per_inference"] = lat.median_ms if lat else None
