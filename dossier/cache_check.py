@@ -11,6 +11,7 @@ with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
 - an engine path is absolute, has ``..``, or resolves outside the run folder (through a
   symbolic link), an admissible trial has no engine digest, or an engine file no longer has
   the digest its record gives (recomputed here, streamed);
+- a trial says it raced out (``raced``) and is not a search trial, or timed every round;
 - a trial's losses name validation pairs or outputs the header's validation set does not have,
   or a trial recorded ``ok`` lacks the loss of one of its pairs' outputs;
 - a confirmation re-measures a route that was not an admissible trial before it, or another
@@ -114,7 +115,8 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
                          f"{tried[route.text()]} (a duplicated trial line)")
         else:
             tried[route.text()] = t.index
-        why = _engine_problem(t, run_root, digests and t.role != "confirm")
+        why = _engine_problem(t, run_root, digests and t.role != "confirm") or _raced_problem(
+            t, h.spec.timing.rounds)
         if why:
             raise refuse(line, why)
         if vset is not None and (t.losses or t.admissible):
@@ -165,6 +167,20 @@ def _engine_problem(t: TrialRecord, run_root: Path, digest: bool) -> str:
         if got != t.engine_digest:
             return (f"engine {t.engine!r} changed since the search (xxh3-128 {got}, its record "
                     f"says {t.engine_digest})")
+    return ""
+
+
+def _raced_problem(t: TrialRecord, rounds: int) -> str:
+    """Why a trial's ``raced`` does not fit it (empty when it does): only a search trial races
+    (the baseline's A/A times every round), and a raced one stopped before its last round."""
+    if t.raced is None:
+        return ""
+    if t.role != "search":
+        return f"trial {t.index} is a {t.role} trial and says it raced out; only search trials race"
+    timed = len(set(t.sample_rounds))
+    if timed >= rounds:
+        return (f"trial {t.index} says it raced out, yet timed {timed} rounds of "
+                f"{rounds}: every one")
     return ""
 
 

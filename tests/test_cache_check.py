@@ -46,6 +46,18 @@ def _drop_pair_losses(which: int) -> Callable[[Records, Path, dict], None]:
     return edit
 
 
+def _every_round(which: int) -> Callable[[Records, Path, dict], None]:
+    """The trial (raced out after 3 of 6 rounds) keeps its ``raced`` and has its samples
+    spread over all 6 rounds: a trial that timed every round does not race."""
+    def edit(records: Records, run: Path, rel: dict) -> None:
+        trial = _trial(records, which)
+        assert trial["raced"] and records[0]["spec"]["timing"]["rounds"] == 6
+        for key in ("sample_rounds", "baseline_sample_rounds"):
+            n = len(trial[key])
+            trial[key] = [i * 6 // n for i in range(n)]
+    return edit
+
+
 def _outside_engine(path: str) -> Callable[[Records, Path, dict], None]:
     def edit(records: Records, run: Path, rel: dict) -> None:
         _trial(records, 0).update(engine=path, engine_digest=digest_file(PASSWD)[0])
@@ -134,6 +146,10 @@ CASES: dict[str, tuple[Callable[[Records, Path, dict], None], str]] = {
         _drop_pair_losses(1), "line 3: trial 1 is recorded ok without the loss of output"),
     "header of another model (tblock) over these trials": (_other_header, "line 2: losses of "
                                                            "trial 0 name output"),
+    "raced out, yet timed every round": (_every_round(1),
+                                         "line 3: trial 1 says it raced out, yet timed 6 rounds"),
+    "the baseline raced out": (_set(0, raced="crafted"),
+                               "line 2: trial 0 is a baseline trial and says it raced out"),
     "header's model digest not the model's": (_header(**{"model.digest": "0" * 32}),
                                               "model"),
     "header's validation digest not the set's": (_header(validation_digest="0" * 32),
