@@ -177,7 +177,7 @@ def _raced_problem(t: TrialRecord, rounds: int) -> str:
         return ""
     if t.role != "search":
         return f"trial {t.index} is a {t.role} trial and says it raced out; only search trials race"
-    timed = len(set(t.sample_rounds))
+    timed = len(set(t.sample_rounds or ()))
     if timed >= rounds:
         return (f"trial {t.index} says it raced out, yet timed {timed} rounds of "
                 f"{rounds}: every one")
