@@ -11,6 +11,8 @@ with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
 - an engine path is absolute, has ``..``, or resolves outside the run folder (through a
   symbolic link), an admissible trial has no engine digest, or an engine file no longer has
   the digest its record gives (recomputed here, streamed);
+- the header's ``inferences_per_sample`` is not what its validation set and
+  ``timing.inputs`` give (every latency divides by it);
 - a trial says it raced out (``raced``) and is not a search trial, or timed every round;
 - a trial's losses name validation pairs or outputs the header's validation set does not have,
   or a trial recorded ``ok`` lacks the loss of one of its pairs' outputs;
@@ -56,6 +58,13 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
 
     def refuse(line: int, why: str) -> CacheMismatchError:
         return CacheMismatchError(f"{where} line {line}: {why}", hint=_HINT)
+
+    if vset is not None and h.inferences_per_sample is not None:
+        groups = len(vset.timing_groups(h.spec.timing.inputs))
+        if h.inferences_per_sample != groups:
+            raise refuse(1, f"the header says a timed sample is {h.inferences_per_sample} "
+                         f"inference(s); with timing.inputs = {h.spec.timing.inputs!r} its "
+                         f"validation set gives {groups}")
 
     for line, record in zip(cache.lines, cache.records, strict=True):
         if isinstance(record, DecisionRecord):

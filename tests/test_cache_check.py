@@ -152,6 +152,10 @@ CASES: dict[str, tuple[Callable[[Records, Path, dict], None], str]] = {
                                          "line 3: trial 1 says it raced out, yet timed 6 rounds"),
     "the baseline raced out": (_set(0, raced="crafted"),
                                "line 2: trial 0 is a baseline trial and says it raced out"),
+    "header's inferences per sample not its validation set's": (
+        _header(inferences_per_sample=7),
+        "line 1: the header says a timed sample is 7 inference(s); with timing.inputs = "
+        "'shapes' its validation set gives 3"),
     "header's model digest not the model's": (_header(**{"model.digest": "0" * 32}),
                                               "model"),
     "header's validation digest not the set's": (_header(validation_digest="0" * 32),
