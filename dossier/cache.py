@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -273,7 +274,7 @@ def lost_session(cache: TuningCache, now: dt.datetime | None = None) -> SessionR
         return None
     now = now or dt.datetime.now(dt.timezone.utc)
     starts = [t for t in (_when(r.started_at) for r in lost) if t is not None]
-    ends = [t + dt.timedelta(seconds=max(r.trial_s or 0.0, 0.0))
+    ends = [t + dt.timedelta(seconds=_seconds(r.trial_s))
             for r, t in ((r, _when(r.started_at)) for r in lost) if t is not None]
     begun = (_when(cache.header.created_at) if last < 0 else None) or min(starts, default=None)
     if begun is None:
@@ -284,6 +285,14 @@ def lost_session(cache: TuningCache, now: dt.datetime | None = None) -> SessionR
                          wall_s=max((end - begun).total_seconds(), 0.0),
                          trials_run=sum(1 for r in lost if r.role != "confirm"),
                          interrupted=True, recovered=True)
+
+
+def _seconds(value: float | None) -> float:
+    """A record's duration as a timedelta takes it: 0 for none, a negative or a non-finite
+    one, at most a year (a crafted 1e300 would overflow)."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return 0.0
+    return min(value, 366 * 86400.0)
 
 
 def _when(text: str) -> dt.datetime | None:

@@ -805,6 +805,10 @@ def test_a_killed_run_is_recovered_from_its_finished_trials_times(tmp_path: Path
         ("2026-01-01T00:05:00+00:00", 6.0, 2)
     crafted = [later[0].model_copy(update={"started_at": "9999-01-01T00:00:00+00:00"}),
                later[1].model_copy(update={"started_at": "not a time"})]
+    for bad in (float("nan"), float("inf"), -5.0, 1e300):  # durations no timedelta takes
+        odd = [t.model_copy(update={"trial_s": bad}) for t in later]
+        got = lost_session(TuningCache(tmp_path / "c", _header(), [*trials, lost, *odd]), now)
+        assert got is not None and 0.0 <= got.wall_s <= 600.0
     far = lost_session(TuningCache(tmp_path / "c", _header(), [*trials, lost, *crafted]), now)
     assert far is not None and far.wall_s == 0.0  # capped at now, never negative
     sessions = [*SESSION, lost]
