@@ -273,9 +273,9 @@ def lost_session(cache: TuningCache, now: dt.datetime | None = None) -> SessionR
     if not lost:
         return None
     now = now or dt.datetime.now(dt.timezone.utc)
-    starts = [t for t in (_when(r.started_at) for r in lost) if t is not None]
-    ends = [t + dt.timedelta(seconds=_seconds(r.trial_s))
-            for r, t in ((r, _when(r.started_at)) for r in lost) if t is not None]
+    timed = [(t, r.trial_s) for r in lost if (t := _when(r.started_at)) is not None]
+    starts = [t for t, _ in timed]
+    ends = [t + dt.timedelta(seconds=_seconds(s)) for t, s in timed]
     begun = (_when(cache.header.created_at) if last < 0 else None) or min(starts, default=None)
     if begun is None:
         return None

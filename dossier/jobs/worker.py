@@ -333,11 +333,11 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         first = None if backend.reload_per_block else runner
         del runner  # with reload_per_block, one engine alive at a time: each block loads its own
         groups = vset.timing_groups(req.timing.inputs)
-        engines = timed_engines(backend, groups, pair, first)
+        engines, turns = timed_engines(backend, groups, pair, first), rotation(groups)
         _let_the_next_import(req, "time")
-        warm, base_warm = warm_up_each(engines, req.timing, rotation(groups))
+        warm, base_warm = warm_up_each(engines, req.timing, turns)
         race = Race(req.timing, below=req.race_below, why=req.race_why, rejected=not acc)
-        cand, ref = sample_rounds(engines, req.timing, rotation(groups), stop=race)
+        cand, ref = sample_rounds(engines, req.timing, turns, stop=race)
     except (EngineRuntimeError, MemoryError) as exc:  # a failure's record has no losses
         failed = {"build_s": build_s, "facts": info.facts}
         if isinstance(exc, MemoryError):
@@ -391,11 +391,11 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     _stage(req, "load")
     pairs = [(Path(e), Route.parse(r)) for e, r in req.engines]
     groups = vset.timing_groups(req.timing.inputs)
-    engines = timed_engines(backend, groups, pairs)
+    engines, turns = timed_engines(backend, groups, pairs), rotation(groups)
     _let_the_next_import(req, "warm")
-    warm = warm_up_each(engines, req.timing, rotation(groups))
+    warm = warm_up_each(engines, req.timing, turns)
     _stage(req, "time")
-    out = process_rounds(engines, req.timing, rotation(groups), offset=req.offset)
+    out = process_rounds(engines, req.timing, turns, offset=req.offset)
     return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
 
 
