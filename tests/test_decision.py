@@ -121,7 +121,7 @@ def test_the_rule_text_states_the_numbers_in_force() -> None:
     text = rule_text(S)
     assert f"the {S.confirm_top} admissible routes screened fastest" in text
     assert "second load of it (the A/A)" in text
-    assert "looks after 5, 8, 12, 18, 20 processes" in text and "one-sided" in text
+    assert "looks after 3, 5, 8, 12, 18, 20 processes" in text and "one-sided" in text
     assert f"{S.confirm_rounds} rotating rounds" in text
 
 

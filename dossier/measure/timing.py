@@ -133,21 +133,26 @@ class TimingSettings(BaseModel):
     0.7x) does not go to the confirmation: no screening bias seen makes such a route a gain
     (the largest, on a loaded host, was 1.27x: a real 1.25x gain screened 0.985x), and its
     confirmation would spend minutes to say so. 0 sends every admissible route."""
-    confirm_rounds: int = Field(12, ge=2)
+    confirm_rounds: int = Field(6, ge=2)
     """Rounds inside each measuring process of the confirmation: every engine (the baseline, a
-    second load of it, the candidates) times one block per round, in rotating order."""
+    second load of it, the candidates) times one block per round, in rotating order. The
+    process is the unit of the test, so rounds only steady its one observation; 6 (12 until
+    the known-gain and A/A calibration of 2026-12-05) halves a process's time."""
     confirm_warmup: int = Field(10, ge=0)
     """Untimed lead-in runs before every confirmation block."""
     confirm_runs: int = Field(40, ge=5)
     """Timed runs per engine per confirmation block (at most; see confirm_block_s)."""
     confirm_block_s: float = Field(0.1, gt=0)
     """A confirmation block stops after this many seconds of timed runs (with at least 10)."""
-    confirm_processes: int = Field(5, ge=1)
+    confirm_processes: int = Field(3, ge=1)
     """Measuring processes at the confirmation's first look. Each process gives one
     observation per engine, so this is the smallest sample the decision is taken on; the
     looks after it come at about 1.5 times as many processes each, up to
-    ``confirm_max_processes`` (:meth:`looks`). At least 2 (a t-test needs a spread); older
-    records hold 1 or 3 (their process generations)."""
+    ``confirm_max_processes`` (:meth:`looks`: 3, 5, 8, 12, 18, 20). A clear gain is decided
+    at 3 (Student's t over 3 processes needs t above about 13 at the level of 3 candidates
+    and 6 looks, which a steady gain reaches many times over); a noisy one waits for a later
+    look, whose level the Bonferroni split keeps. At least 2 (a t-test needs a spread); older
+    records hold 1 or 3 (their process generations) or 5 (the first look until 2026-12-05)."""
     confirm_max_processes: int = Field(20, ge=1)
     """The cap: a confirmation still undecided after this many processes stops and says so."""
     confirm_prestart: bool | None = None
