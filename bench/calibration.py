@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dossier.errors import DossierError  # noqa: E402
+from dossier.jobs import measuring  # noqa: E402
 from dossier.measure import confirmation  # noqa: E402
 from dossier.measure.timing import TimingSettings, median_ci  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
@@ -119,7 +120,7 @@ def _release(spec, run: Path, rebench: bool) -> dict:  # type: ignore[no-untyped
         assert c is not None and base.engine and win.engine
         timing = spec.timing
         with tempfile.TemporaryDirectory(prefix="dossier-rebench-") as work:
-            measure = confirmation.local_processes(
+            measure = measuring.local_processes(
                 res.cache.header.backend, Path(res.cache.header.validation_path), timing,
                 builder=spec.builder, shapes=spec.shapes, work=Path(work))
             again = confirmation.confirm((run / base.engine, base.route),

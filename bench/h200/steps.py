@@ -364,6 +364,7 @@ def step_fresh(run_dir: Path) -> dict:
 
     from dossier.backends import get_backend
     from dossier.cache import TuningCache
+    from dossier.jobs import measuring
     from dossier.measure import confirmation
     from dossier.measure.timing import flatten, summarize
 
@@ -383,9 +384,9 @@ def step_fresh(run_dir: Path) -> dict:
     b_path, t_path = run_dir / base.engine, run_dir / target.engine
     env: dict[str, str] = {**backend.loader_env(b_path), **backend.loader_env(t_path)}
     t0 = time.perf_counter()
-    measure = confirmation.local_processes(h.backend, Path(h.validation_path), timing,
-                                           builder=dict(h.builder), shapes=h.shapes,
-                                           work=run_dir / ".work" / "fresh", env=env)
+    measure = measuring.local_processes(h.backend, Path(h.validation_path), timing,
+                                        builder=dict(h.builder), shapes=h.shapes,
+                                        work=run_dir / ".work" / "fresh", env=env)
     result = confirmation.confirm((b_path, h.baseline_route), [(t_path, target.route)], timing,
                                   measure, fixed=max(timing.confirm_processes, 2))
     track = result.candidates[0]
