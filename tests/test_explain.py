@@ -751,7 +751,7 @@ def test_the_shipped_routes_confirmation_row_is_judged_at_its_own_level() -> Non
     row = next(t for t in e.trials if t.role == "confirm" and t.route == "-a=y -b=p")
     assert row.verdict == "faster"
     assert e.head_to_head is not None and e.head_to_head.alpha == pytest.approx(
-        s.look_level(1)) and e.head_to_head.processes == 5
+        s.look_level(1)) and e.head_to_head.processes == s.confirm_processes
 
 
 def test_explain_html_into_a_folder_and_file_mode(convnet_bundle: Path, tmp_path: Path) -> None:
@@ -816,3 +816,6 @@ def test_a_killed_run_is_recovered_from_its_finished_trials_times(tmp_path: Path
     assert (cost.sessions, cost.recovered_sessions) == (2, 1)
     assert "over 2 session(s) (1 killed, its time counted to its last trial)" in \
         cost_text(explain_search(_header(), trials, sessions, decide(trials, TimingSettings())))
+    twice = [*sessions, lost.model_copy(update={"started_at": "2026-01-01T00:06:00+00:00"})]
+    assert "over 3 session(s) (2 killed, each one's time counted to its last trial)" in \
+        cost_text(explain_search(_header(), trials, twice, decide(trials, TimingSettings())))

@@ -356,11 +356,11 @@ def test_gpu_engines_confirm_in_more_processes_unless_the_spec_says(
     spec = spec.model_copy(update={"timing": TimingSettings(**{
         k: v for k, v in spec.timing.model_dump().items()
         if k not in ("confirm_processes", "confirm_max_processes")})})
-    assert prepare(spec).spec.timing.confirm_processes == 5  # a CPU backend: no default
+    assert prepare(spec).spec.timing.confirm_processes == TimingSettings().confirm_processes  # CPU
     backend = type(get_backend("onnxruntime"))
     monkeypatch.setattr(backend, "timing_defaults",
                         lambda self, route, db: dict(self.GPU_TIMING))
     assert "confirm_processes" not in spec.timing.model_fields_set
     assert prepare(spec).spec.timing.confirm_processes == 6
-    said = spec.timing.model_copy(update={"confirm_processes": 3})
-    assert prepare(spec.model_copy(update={"timing": said})).spec.timing.confirm_processes == 3
+    said = spec.timing.model_copy(update={"confirm_processes": 4})
+    assert prepare(spec.model_copy(update={"timing": said})).spec.timing.confirm_processes == 4

@@ -16,10 +16,12 @@ from conftest import TINY_TIMING, cli
 from dossier.bundle import open_bundle, write_bundle
 from dossier.errors import ExitCode, IntegrityError
 from dossier.fingerprint import collect
+from dossier.measure.latency import RouteLatency
 from dossier.retune import retune
 from dossier.spec import load_spec
 from dossier.tuner import tune
 from dossier.verify import verify_bundle
+from dossier.verify.host import moved_engine
 from dossier.verify.policy import Verdict
 
 
@@ -70,6 +72,12 @@ def test_rebench_times_shipped_and_baseline_here(bundle: Path) -> None:
     assert rb.latency is not None and rb.recorded_latency is not None
     assert rb.latency.inferences_per_sample == rb.recorded_latency.inferences_per_sample > 0
     assert "ms per inference here" in rb.reason and "recorded" in rb.reason
+    assert rb.baseline_latency is not None and rb.recorded_baseline_latency is not None
+    assert rb.baseline_latency.median_ms == pytest.approx(
+        rb.baseline.median_ms / rb.baseline_latency.inferences_per_sample)
+    said = f"the baseline {rb.baseline_latency.median_ms:.4g} ms per inference here"
+    assert (said in rb.reason) == (rb.comparison is not None)  # said once when it ships
+    assert (rb.moved is None) == ("moved:" not in rb.reason)
     assert rb.conditions is not None and rb.conditions.measurements >= 2
     assert report.verdict in (Verdict.VALID, Verdict.SUBOPTIMAL)
     assert (report.verdict is Verdict.SUBOPTIMAL) == rb.regression
@@ -230,3 +238,22 @@ def test_verify_of_another_hosts_fingerprint_names_it(convnet_bundle: Path) -> N
     host = convnet_bundle / "fingerprint.json"
     assert f"on the host of {host}" in " ".join(r.output.split())
     assert "on this host" not in r.output
+
+
+def _latency(ms: float) -> RouteLatency:
+    return RouteLatency(route="-a=b", source="confirmation", trial_index=0,
+                        inferences_per_sample=1, n=10, median_ms=ms, p90_ms=ms, p99_ms=ms,
+                        throughput_per_s=1.0)
+
+
+def test_a_rebench_says_which_engine_moved_against_its_record() -> None:
+    """The two-speed regime of a 2-thread CPU engine: the baseline ran at 0.62 ms when tuned
+    and 0.40 here, the int8 engine held, and the speedup fell from 1.98x to 1.28x."""
+    said = moved_engine(_latency(0.31), _latency(0.30), _latency(0.40), _latency(0.62))
+    assert said is not None and said.startswith("the baseline moved: 35% faster here")
+    assert "the shipped engine 3% slower" in said and "moved with the baseline" in said
+    shipped = moved_engine(_latency(0.45), _latency(0.30), _latency(0.61), _latency(0.62))
+    assert shipped is not None and shipped.startswith("the shipped engine moved: 50% slower")
+    assert moved_engine(_latency(0.32), _latency(0.30), _latency(0.60), _latency(0.62)) is None
+    assert moved_engine(None, _latency(0.30), _latency(0.40), _latency(0.62)) is None
+    assert moved_engine(_latency(0.3), _latency(0.3), _latency(0.4), _latency(0.0)) is None

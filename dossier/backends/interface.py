@@ -314,6 +314,9 @@ class Backend(abc.ABC):
     """File suffix of the engine artifact, e.g. ``.ort``."""
     requirement: ClassVar[str]
     """What to install for this backend, for error messages."""
+    fork_workers: ClassVar[bool] = False
+    """A search forks this backend's worker processes from one that has done dossier's
+    imports (:mod:`dossier.jobs.forkserver`) instead of starting each afresh."""
     reload_per_block: ClassVar[bool] = False
     """Load the engine afresh for every timing block and release it after, so only one engine
     is alive at a time (two ONNX Runtime sessions in one process disturb each other through

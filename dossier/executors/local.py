@@ -34,7 +34,7 @@ from pathlib import Path
 from dossier.backends import Backend
 from dossier.build_cache import BuildCache
 from dossier.fingerprint import Fingerprint, collect
-from dossier.jobs import measuring
+from dossier.jobs import forkserver, measuring
 from dossier.jobs.builds import (
     COMPILE_THREADS_ENV,
     Build,
@@ -43,7 +43,7 @@ from dossier.jobs.builds import (
     usable_cores,
     with_build_phases,
 )
-from dossier.jobs.child import Child, keep_log, run_child
+from dossier.jobs.child import Child, keep_log, run_child, worker_env
 from dossier.jobs.requests import JobRequests, TrialJob
 from dossier.jobs.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
 from dossier.measure import confirmation
@@ -82,6 +82,8 @@ class LocalScheduler:
 
     def attach(self, requests: JobRequests) -> None:
         self._requests = requests
+        requests.work.mkdir(parents=True, exist_ok=True)
+        forkserver.start(self.backend.name, worker_env(), requests.work / "forkserver.log")
         if self.jobs > 1 or self.backend.separate_build or self.cache is not None:
             self.builds = Builds(self.jobs, requests.work, requests.plan, self._start_build,
                                  self.cache)
@@ -209,6 +211,7 @@ class LocalScheduler:
 
     def close(self) -> None:
         self.drop_pending()
+        forkserver.stop()
 
 
 def _ended(child: Child) -> str:

@@ -267,8 +267,9 @@ def cost_text(e: Explanation) -> str:
     c = e.cost
     if e.imported_from:
         return f"unknown: the {e.imported_from} records no wall or build times; {c.trials} trials"
-    recovered = (f" ({c.recovered_sessions} killed, its time counted to its last trial)"
-                 if c.recovered_sessions else "")
+    n = c.recovered_sessions
+    recovered = ("" if not n else " (1 killed, its time counted to its last trial)" if n == 1
+                 else f" ({n} killed, each one's time counted to its last trial)")
     return (f"search wall time {c.search_wall_s:.1f} s over {c.sessions} session(s){recovered}; "
             f"builds {c.build_s:.1f} s{cached_note(c.cached_builds)}; "
             f"measurement {c.measure_s:.1f} s (confirmation round {c.confirm_s:.1f} s); "

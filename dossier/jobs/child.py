@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from dossier.diskfull import DISK_FULL_STATUS, disk_full_error, host_io, is_disk_full
 from dossier.files import replace_small
+from dossier.jobs import forkserver
 from dossier.jobs.worker import (
     IMPORTING,
     RESULT,
@@ -74,8 +75,7 @@ class Child:
             req_path.write_text(self.req.model_dump_json())
             Path(self.req.result).unlink(missing_ok=True)
             Path(self.req.stage).write_text("start")
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1",
-                    **(env or {})}
+        full_env = worker_env(env)
         self.started = time.monotonic()
         self.paused_s = 0.0
         self._paused_at: float | None = None
@@ -87,11 +87,19 @@ class Child:
         self.prestarted = standby
         args = [sys.executable, "-m", "dossier.jobs.worker", *(["--standby"] if standby else []),
                 str(req_path)]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-                args, stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
-                stdout=log, stderr=log, env=full_env, start_new_session=True)
-        logger.debug("%s: %s process %d started%s; its log: %s", name, req.mode, self.proc.pid,
+        # a memory limit counts the address space: a forked worker's holds the server's imports
+        server = None if standby or req.memory_mb else forkserver.serving(req.backend, full_env)
+        forked = server.fork(req_path, self.log, full_env) if server is not None else None
+        self.proc: subprocess.Popen[bytes] | forkserver.Forked
+        if forked is not None:
+            self.proc = forked
+        else:
+            with open(self.log, "wb") as log:
+                self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                    args, stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
+                    stdout=log, stderr=log, env=full_env, start_new_session=True)
+        logger.debug("%s: %s process %d %s%s; its log: %s", name, req.mode, self.proc.pid,
+                     "forked" if forked is not None else "started",
                      " on standby" if standby else "", self.log)
 
     def go(self, req: WorkerRequest, *, name: str | None = None) -> None:
@@ -132,8 +140,13 @@ class Child:
             and self._stage() in (*IMPORTING, "standby")
 
     def _signal(self, sig: int) -> None:
+        """``sig`` to the child's process group; to the child alone while it has none yet (a
+        forked worker makes its group as it starts)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                os.kill(self.proc.pid, sig)
 
     def pause(self) -> None:
         """Stop the child and everything in its process group (SIGSTOP). A child still starting
@@ -183,7 +196,8 @@ class Child:
         """The result once the child has ended (killing it past its limit), else None."""
         if self._result is not None:
             return self._result
-        if self.proc.poll() is None:
+        rc = self.proc.poll()
+        if rc is None:
             if self._paused_at is not None or self._left() > 0:
                 return None
             self.kill()
@@ -192,7 +206,7 @@ class Child:
             self._result = FailedResult(outcome="timeout", log_tail=self._tail(), reason=(
                 f"killed after {self.timeout:g} s during {self._stage()}"))
             return self._result
-        self._result = self._read(self.proc.returncode)
+        self._result = self._read(rc)
         return self._result
 
     def wait(self) -> WorkerResult:
@@ -259,6 +273,12 @@ class Child:
         last = tail.splitlines()[-1:] or [""]
         return FailedResult(outcome="crashed", log_tail=tail, reason=(
             f"exited with status {rc} during {stage} without a result {last[0]}").strip())
+
+
+def worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker process runs in: this process's, unbuffered output, the
+    fault handler on, and ``env`` on top."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
 
 
 def run_child(req: WorkerRequest, work: Path, name: str,

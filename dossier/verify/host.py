@@ -19,6 +19,7 @@ from dossier.verify.report import Rebench, Recheck
 
 if TYPE_CHECKING:
     from dossier.jobs.worker import WorkerRequest
+    from dossier.measure.latency import RouteLatency
     from dossier.measure.timing import TimingSettings
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,39 @@ def rebench_timing(timing: TimingSettings, max_s: float = REBENCH_MAX_S) -> Timi
     return timing.model_copy(update=update)
 
 
+MOVED = 0.10
+"""An engine's median per inference that differs from its record by more than this share
+has moved (:func:`moved_engine`)."""
+
+
+def moved_engine(shipped_here: RouteLatency | None, shipped_then: RouteLatency | None,
+                 base_here: RouteLatency | None, base_then: RouteLatency | None) -> str | None:
+    """Which engine moved against its record, in words, when one did by more than
+    :data:`MOVED` (the larger move when both did); None when neither did or a figure is
+    missing. A speedup is baseline over shipped: a baseline that runs faster here than when
+    tuned shrinks it with no change in the shipped engine, and the verdict beside it says the
+    same numbers a reader can check."""
+    import math
+
+    figures = (shipped_here, shipped_then, base_here, base_then)
+    if any(f is None or not f.median_ms > 0 for f in figures):
+        return None
+    assert shipped_here and shipped_then and base_here and base_then
+    ship = math.log(shipped_here.median_ms / shipped_then.median_ms)
+    base = math.log(base_here.median_ms / base_then.median_ms)
+    limit = math.log1p(MOVED)
+    if max(abs(ship), abs(base)) <= limit:
+        return None
+    name, change = ("the baseline", base) if abs(base) >= abs(ship) else \
+        ("the shipped engine", ship)
+    other = ship if name == "the baseline" else base
+    held = (f", the {'shipped engine' if name == 'the baseline' else 'baseline'} "
+            f"{abs(math.expm1(other)) * 100:.0f}% {'slower' if other > 0 else 'faster'}")
+    return (f"{name} moved: {abs(math.expm1(change)) * 100:.0f}% "
+            f"{'slower' if change > 0 else 'faster'} here than recorded{held}, so the speedup "
+            f"moved with {name}")
+
+
 def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
             max_s: float = REBENCH_MAX_S) -> Rebench:
     """Re-measure the shipped and the baseline engines here with the confirmation's procedure
@@ -248,6 +282,10 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
     lat_here = per_inference(base_s if track is None else flatten(track.samples)[0], pairs,
                              route=shipped.route, source="confirmation", trial_index=-1)
     lat_then = of_route(cache.trials, shipped.route, m.summary.baseline_route, pairs)
+    base_lat_here = per_inference(base_s, pairs, route=base.route, source="confirmation",
+                                  trial_index=-1)
+    base_lat_then = of_route(cache.trials, base.route, m.summary.baseline_route, pairs)
+    moved = None if same else moved_engine(lat_here, lat_then, base_lat_here, base_lat_then)
     cond_here = summarize_conditions(result.conditions)
     cond_then, _ = decision_conditions(list(cache.trials))
     latency = ((f"the shipped engine takes {lat_here.median_ms:.4g} ms per inference here "
@@ -256,6 +294,12 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
                + (f" (recorded {lat_then.median_ms:.4g} ms per inference, "
                   f"{'confirmation' if lat_then.source == 'confirmation' else 'screening only'})"
                   if lat_then is not None else ""))
+    if not same and base_lat_here is not None:
+        latency += (f"; the baseline {base_lat_here.median_ms:.4g} ms per inference here"
+                    + (f" (recorded {base_lat_then.median_ms:.4g} ms)"
+                       if base_lat_then is not None else ""))
+    if moved is not None:
+        latency += f"; {moved}"
     if cond_here is not None and cond_then is not None and \
             (cond_here.busy > 0) != (cond_then.busy > 0):
         latency += (f"; measured on a {'busy' if cond_here.busy else 'quiet'} host here, a "
@@ -282,5 +326,6 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
                    recorded_shipped=recorded, predicted_low=p_lo, predicted_high=p_hi,
                    inside=inside, regression=bool(reasons), reason=reason, latency=lat_here,
-                   recorded_latency=lat_then, conditions=cond_here,
+                   recorded_latency=lat_then, baseline_latency=base_lat_here,
+                   recorded_baseline_latency=base_lat_then, moved=moved, conditions=cond_here,
                    recorded_conditions=cond_then)

@@ -75,6 +75,15 @@ class Rebench(_Model):
     """The shipped engine's latency per inference here (median, p90, p99, throughput)."""
     recorded_latency: RouteLatency | None = None
     """The same on the tuning host, as ``inspect`` shows it (the confirmation's reading)."""
+    baseline_latency: RouteLatency | None = None
+    """The baseline engine's latency per inference here."""
+    recorded_baseline_latency: RouteLatency | None = None
+    """The same on the tuning host (the confirmation's reading of the baseline)."""
+    moved: str | None = None
+    """Which engine's own latency moved against its record, when the speedup did: a speedup is
+    a ratio, and a host whose baseline runs at another speed than it did when tuned (a CPU
+    engine's thread placement, another regime) moves it with no change in the shipped engine
+    (:func:`dossier.verify.host.moved_engine`). None when neither moved by more than 10%."""
     conditions: ConditionsSummary | None = None
     """What this host was doing during the re-measurement."""
     recorded_conditions: ConditionsSummary | None = None

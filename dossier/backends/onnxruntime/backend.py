@@ -205,6 +205,7 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     reload_per_block = True
+    fork_workers = True
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
                                   "execution_mode", "intra_op_allow_spinning",
                                   "inter_op_allow_spinning"})
