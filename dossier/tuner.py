@@ -635,7 +635,7 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
                                    trials_run=tuner.ran, interrupted=True))
         raise
     finally:
-        _close(ex)
+        _close(tuner.scheduler)  # the given executor, or the tuner's own
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])

@@ -129,3 +129,4 @@ def test_the_request_factory_names_the_baseline_and_the_reused_engine(sample,
     assert reused.extra["reused_engine"] == "trial-0000.ort" and reused.build_s is None
     assert (run / "engines" / "trial-0001.ort").read_bytes() == \
         (run / "engines" / "trial-0000.ort").read_bytes()
+    tuner.scheduler.close()  # what tune() does after a search: its fork server ends

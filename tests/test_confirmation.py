@@ -324,9 +324,12 @@ def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None
     run.mkdir()
     cache = TuningCache.create(run / CACHE_NAME, _header(p, None, [], None))
     tuner = Tuner(p, run, cache)
-    tuner.run_trial(p.baseline, "baseline")
-    slow = tuner.run_trial(Route.parse(SLOW, p.db), "search")
-    stopped = tuner.confirm([slow])  # re-measure it as if it had screened faster
+    try:
+        tuner.run_trial(p.baseline, "baseline")
+        slow = tuner.run_trial(Route.parse(SLOW, p.db), "search")
+        stopped = tuner.confirm([slow])  # re-measure it as if it had screened faster
+    finally:
+        tuner.scheduler.close()  # what tune() does after a search: its fork server ends
     confirms = [t for t in cache.trials if t.role == "confirm"]
     assert [t.route for t in confirms] == [FAST, SLOW]  # the confirmation's A/A, then the route
     for t in confirms:

@@ -41,7 +41,7 @@ def test_a_stalled_standby_costs_no_route_its_time(sample, tmp_path: Path,
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
     timing = TINY_TIMING.model_copy(update={"trial_prestart": True, "trial_timeout_s": 4})
     with caplog.at_level(logging.INFO, logger="dossier.executors.local"):
-        res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+        res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run", build_jobs=1)
     assert stopped == ["standby-0000"]
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     assert [t.outcome for t in trials] == [Outcome.OK, Outcome.OK], [t.reason for t in trials]

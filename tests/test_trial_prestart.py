@@ -1,7 +1,8 @@
 """The search's trial processes started on standby (``timing.trial_prestart``): each trial
 starts the next one's process, which imports while this one runs and waits for its turn.
 
-ONNX Runtime's default is off (its loads take milliseconds): these tests force it on."""
+ONNX Runtime's default is off (its loads take milliseconds): these tests force it on, and
+build in the trial's process (one build job) unless they say otherwise."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def test_prestarted_trials_find_what_trials_started_at_their_turn_find(sample,
     imports before timing, and the search records the same trials, outcomes and decision
     kinds as one without; the finished search leaves no process and no work folder."""
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
-    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off")
-    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on")
+    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off", build_jobs=1)
+    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on", build_jobs=1)
     assert _found(on) == _found(off) and len(_found(on)) == 3
     assert on.decision.shipped_route in {t.route for t in on.cache.trials}
     trials = [t for t in on.cache.trials if t.role != "confirm"]
@@ -63,7 +64,7 @@ def test_prestarted_trials_find_what_trials_started_at_their_turn_find(sample,
 
 def test_the_onnxruntime_default_starts_each_trial_at_its_turn(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", strategy="fast", selection="-intra_op_num_threads=[0|1]")
-    res = tune(spec.model_copy(update={"timing": _timing(None)}), tmp_path / "run")
+    res = tune(spec.model_copy(update={"timing": _timing(None)}), tmp_path / "run", build_jobs=1)
     assert all("standby" not in t.phases_s for t in res.cache.trials)
 
 
@@ -84,7 +85,7 @@ def test_an_interrupted_search_leaves_no_process_on_standby(sample, tmp_path: Pa
     run = tmp_path / "run"
     stop = _Stop(run / ".work")
     with pytest.raises(KeyboardInterrupt):
-        tune(spec.model_copy(update={"timing": _timing(True)}), run, observer=stop)
+        tune(spec.model_copy(update={"timing": _timing(True)}), run, observer=stop, build_jobs=1)
     assert len(stop.seen) == 1  # the next trial's process was there, waiting
     assert _standbys(run / ".work") == []
 
@@ -92,7 +93,7 @@ def test_an_interrupted_search_leaves_no_process_on_standby(sample, tmp_path: Pa
 def test_a_failed_search_leaves_no_process_on_standby(sample, tmp_path: Path) -> None:
     _, spec = sample("convnet", backend="faulty", strategy="fast", selection="-fault=raise")
     with pytest.raises(TuneError, match="did not pass"):
-        tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "run")
+        tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "run", build_jobs=1)
     assert _standbys(tmp_path / "run" / ".work") == []
 
 
@@ -105,7 +106,7 @@ def test_a_failed_trials_log_is_where_explain_says(sample, tmp_path: Path) -> No
     _, spec = sample("convnet", backend="faulty", strategy="fast",
                      selection="-fault=[none|segv|raise|nan]")
     run = tmp_path / "run"
-    res = tune(spec.model_copy(update={"timing": _timing(True)}), run)
+    res = tune(spec.model_copy(update={"timing": _timing(True)}), run, build_jobs=1)
     by_route = {t.route: t for t in res.cache.trials}
     crashed = by_route["-fault=segv"]
     assert crashed.outcome is Outcome.CRASHED
@@ -146,7 +147,7 @@ def test_a_trial_whose_loader_environment_differs_starts_a_process_of_its_own(
     monkeypatch.setattr(local, "Child", Spy)
     # full: the baseline, then a route reusing its engine, a rebuilt one, one reusing that
     _, spec = sample("convnet", strategy="full", selection=SELECTION)
-    res = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "run")
+    res = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "run", build_jobs=1)
     trials = [t for t in res.cache.trials if t.role != "confirm"]
     assert len(trials) == 4 and all(t.outcome is Outcome.OK for t in trials)
     reused = {t.index: t.extra.get("reused_engine") for t in trials}
@@ -231,9 +232,9 @@ def test_a_trial_whose_standby_died_runs_in_a_new_process(sample, tmp_path: Path
     process, and the search finds what one without prestart finds (no crash is put on a
     route that never ran)."""
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
-    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off")
+    off = tune(spec.model_copy(update={"timing": _timing(False)}), tmp_path / "off", build_jobs=1)
     killed = _killed_at_go(monkeypatch)
-    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on")
+    on = tune(spec.model_copy(update={"timing": _timing(True)}), tmp_path / "on", build_jobs=1)
     assert len(killed) == 2  # the second and third trials' processes
     assert _found(on) == _found(off)
     assert all(t.outcome is Outcome.OK for t in on.cache.trials if t.role != "confirm")

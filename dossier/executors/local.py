@@ -91,7 +91,8 @@ class LocalScheduler:
     def _start_build(self, build: Build, name: str) -> Child:
         r = self.requests
         env = {}
-        if self.builds is not None and self.builds.jobs > 1:  # share the cores between builds
+        if self.builds is not None and self.builds.jobs > 1 and self.backend.build_cores > 1:
+            # builds that use several cores each: share the cores between them
             env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
         return Child(r.build(build.route, build.engine), r.work, name, env)
 

@@ -173,13 +173,17 @@ _servers: dict[str, ForkServer] = {}
 
 def start(backend: str, env: Mapping[str, str], log: Path) -> ForkServer | None:
     """Start a server for ``backend``'s workers (with ``env``, their environment), unless the
-    backend does not allow it or one runs already; the one this process uses from then on
-    (:func:`serving`), until :func:`stop`. None when there is none."""
+    backend does not ask for it or one that serves ``env`` here runs already (one that does
+    not is ended); the one this process uses from then on (:func:`serving`), until
+    :func:`stop`. None when there is none."""
     from dossier.backends import get_backend
 
-    got = _servers.get(backend)
-    if got is not None and got.broken is None:
-        return got
+    got = _servers.pop(backend, None)
+    if got is not None:
+        if got.serves(backend, env):
+            _servers[backend] = got
+            return got
+        got.close()  # started with another environment or folder, or broken
     try:
         if not get_backend(backend).fork_workers:
             return None

@@ -206,6 +206,11 @@ class OnnxRuntimeBackend(Backend):
 
     reload_per_block = True
     fork_workers = True
+    build_cores = 1
+    """A quantizing build (quant_pre_process, the quantizer, a calibration session) keeps
+    about one core busy for seconds (BERT-base: 8-19 s): one build job per core by default, so
+    on two cores two quantizations run at once while nothing is timed (a BERT release: 191 s
+    with one build at a time, 168 s with two)."""
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
                                   "execution_mode", "intra_op_allow_spinning",
                                   "inter_op_allow_spinning"})
