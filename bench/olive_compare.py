@@ -31,6 +31,9 @@ The load average is recorded beside each timing (the CPU is shared).
     python bench/olive_compare.py report             # bench/results/olive-compare.md
     python bench/olive_compare.py goal-check tblock --threshold 1e-5   # Olive's goal alone
 
+Release time against Olive's run, repeated (pairs in alternating order, a ratio with its
+interval): ``walls tblock --repeats 5 --threads`` (``bench/results/olive-walls.json``).
+
 A model's stages can also run apart: ``olive-only MODEL`` (Olive's run), then ``finish MODEL
 --bundle B`` (the side by side against a bundle released by ``dossier release``).
 
@@ -633,6 +636,57 @@ def compare(models: list[str], work: Path, out: Path, olive_python: str,
     return doc
 
 
+def walls(models: list[str], work: Path, out: Path, olive_python: str, repeats: int,
+          threads: bool = False) -> dict[str, Any]:
+    """Release time against Olive's run, repeated: ``repeats`` pairs of one ``dossier release``
+    (a fresh build cache) and one Olive run, the order alternating from pair to pair (dossier
+    first in the first); per pair the ratio dossier / Olive of the wall times (< 1: the release
+    was shorter), the Hodges-Lehmann estimate over pairs of its logarithm with the exact 95%
+    signed-rank interval, and each tool's median wall time. One run each (what ``compare``
+    records) says little where a release's time depends on which of two speeds the host's
+    2-thread engines run at."""
+    from dossier.measure.timing import shift_interval
+
+    doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    doc.setdefault("models", {})
+    for model in models:
+        folder = _folder(work, model)
+        spec = with_threads(folder, SETTINGS[model]["spec"]) if threads else \
+            SETTINGS[model]["spec"]
+        row: dict[str, Any] = {
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": f"python bench/olive_compare.py walls {model} --repeats {repeats}"
+                       + (" --threads" if threads else ""),
+            "commit": _commit(), "dossier_spec": spec, "pairs": []}
+        doc["models"][model] = row
+        for i in range(repeats):
+            pair: dict[str, Any] = {"dossier_first": i % 2 == 0}
+            with tempfile.TemporaryDirectory(prefix=f"olive-walls-{model}-") as tmp:
+                for tool in (("dossier", "olive") if i % 2 == 0 else ("olive", "dossier")):
+                    got = (dossier_release(folder, spec, Path(tmp) / "dossier")
+                           if tool == "dossier" else
+                           olive_run(folder, model, work / "olive-runs" / model, olive_python))
+                    pair[tool] = {k: got.get(k) for k in ("rc", "wall_s", "load_before",
+                                                          "shipped", "speedup", "error")}
+            row["pairs"].append(pair)
+            ok = [p for p in row["pairs"] if p["dossier"]["rc"] == 0 and p["olive"]["rc"] == 0]
+            logs = np.log([p["dossier"]["wall_s"] / p["olive"]["wall_s"] for p in ok])
+            row["n"] = len(ok)
+            row["dossier_median_s"] = float(np.median([p["dossier"]["wall_s"] for p in ok]))
+            row["olive_median_s"] = float(np.median([p["olive"]["wall_s"] for p in ok]))
+            if len(ok) >= 2:
+                est, lo, hi = shift_interval(logs, 0.95)
+                row["ratio_dossier_over_olive"] = {
+                    "estimate": round(float(np.exp(est)), 4),
+                    "ci95": [round(float(np.exp(lo)), 4), round(float(np.exp(hi)), 4)],
+                    "method": "Hodges-Lehmann over pairs of the log ratio, exact signed-rank "
+                              "interval (the range of the pairs under six)"}
+            _save(out, doc)
+            print(model, i, pair["dossier"]["wall_s"], pair["olive"]["wall_s"],
+                  row.get("ratio_dossier_over_olive"), flush=True)
+    return doc
+
+
 def _describe_chain(chain: list[Any] | None) -> str:
     parts = []
     for step in chain or []:
@@ -841,6 +895,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--work", type=Path, default=WORK)
     g.add_argument("--out", type=Path, default=RESULTS / "olive-goal-check.json")
     g.add_argument("--olive-python", default=OLIVE_PYTHON)
+    w = sub.add_parser("walls")
+    w.add_argument("models", nargs="+", choices=MODELS)
+    w.add_argument("--repeats", type=int, default=5)
+    w.add_argument("--work", type=Path, default=WORK)
+    w.add_argument("--out", type=Path, default=RESULTS / "olive-walls.json")
+    w.add_argument("--olive-python", default=OLIVE_PYTHON)
+    w.add_argument("--threads", action="store_true")
     r = sub.add_parser("report")
     r.add_argument("--src", type=Path, default=RESULTS / "olive-compare.json")
     r.add_argument("--out", type=Path, default=RESULTS / "olive-compare.md")
@@ -858,6 +919,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare(args.work, args.precision_models)
     elif args.cmd == "compare":
         compare(args.models, args.work, args.out, args.olive_python, args.threads)
+    elif args.cmd == "walls":
+        walls(args.models, args.work, args.out, args.olive_python, args.repeats, args.threads)
     elif args.cmd == "olive-only":
         olive_only(args.model, args.work, args.out, args.olive_python)
     elif args.cmd == "finish":
