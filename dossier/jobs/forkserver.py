@@ -32,6 +32,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,7 @@ class ForkServer:
     def __init__(self, backend: str, env: Mapping[str, str], log: Path) -> None:
         self.backend, self.env, self.cwd = backend, dict(env), os.getcwd()
         self._ready = False
+        self._lock = threading.Lock()
         self.broken: str | None = None
         """Why the server is no longer used (None while it is)."""
         libc = ctypes.CDLL(None, use_errno=True)
@@ -130,7 +132,12 @@ class ForkServer:
     def fork(self, request: Path, log: Path, env: Mapping[str, str]) -> Forked | None:
         """Fork a worker for ``request`` (``python -m dossier.jobs.worker REQUEST``) writing to
         ``log``, with ``env`` as its environment (one it :meth:`serves`); None when the server
-        cannot (the caller then starts one afresh)."""
+        cannot (the caller then starts one afresh). One request at a time: a request and its
+        answer are one line each on the server's pipes."""
+        with self._lock:
+            return self._fork(request, log, env)
+
+    def _fork(self, request: Path, log: Path, env: Mapping[str, str]) -> Forked | None:
         if not self.ready():
             return None
         try:
