@@ -7,9 +7,10 @@ host with few cores, a session that starts right after another one shares the co
 spinning threads. This script times one model in two sessions alternating in blocks, the
 block-median per call of whichever session went first in a round and of the one that went
 second, under four conditions: no pause, a 50 ms pause before each block, 3 untimed calls
-before each block, and spinning off::
+before each block, and spinning off; or, with ``--pauses``, under pauses of the lengths given::
 
     python bench/ort_spin.py MODEL.onnx [--out bench/results/ort-spin.json]
+    python bench/ort_spin.py MODEL.onnx --pauses 0,1,5,10,20,50 --out bench/results/ort-spin-pauses.json
 
 A model with one input (random float32 of its static shape).
 """
@@ -69,12 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("model", type=Path)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ort-spin.json")
+    p.add_argument("--pauses", default="", help="comma-separated pause lengths in ms to time "
+                   "instead of the four conditions (each with spinning on, no lead-in), e.g. "
+                   "0,1,5,10,20,50: how long the first session's threads take to settle")
     args = p.parse_args(argv)
     conditions = {"no pause": dict(pause_s=0.0, lead_in=0, spinning=True),
                   "3 untimed calls": dict(pause_s=0.0, lead_in=3, spinning=True),
                   "50 ms pause": dict(pause_s=0.05, lead_in=0, spinning=True),
                   "spinning off": dict(pause_s=0.0, lead_in=0, spinning=False)}
-    doc = {"command": f"python bench/ort_spin.py {args.model}",
+    if args.pauses:
+        conditions = {f"{ms:g} ms pause": dict(pause_s=ms / 1e3, lead_in=0, spinning=True)
+                      for ms in (float(x) for x in args.pauses.split(","))}
+    doc = {"command": f"python bench/ort_spin.py {args.model}"
+                      + (f" --pauses {args.pauses}" if args.pauses else ""),
            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "cores": os.cpu_count(), "load": list(os.getloadavg()),
            "procedure": "one process, two sessions of the model (2 intra-op threads each) "
