@@ -680,7 +680,7 @@ def walls(models: list[str], work: Path, out: Path, olive_python: str, repeats: 
                     "estimate": round(float(np.exp(est)), 4),
                     "ci95": [round(float(np.exp(lo)), 4), round(float(np.exp(hi)), 4)],
                     "method": "Hodges-Lehmann over pairs of the log ratio, exact signed-rank "
-                              "interval (the range of the pairs under six)"}
+                              "interval (with six pairs or fewer, the range of the pairs)"}
             _save(out, doc)
             print(model, i, pair["dossier"]["wall_s"], pair["olive"]["wall_s"],
                   row.get("ratio_dossier_over_olive"), flush=True)
