@@ -8,7 +8,11 @@ at a time against that reference configuration:
 - ``spin``: session.force_spinning_stop on (the old timing load) or off (ORT's default);
 - ``threads``: intra-op threads 0 (ORT default: one per core) or 1;
 - ``block``: timed samples per block (6 as before, or long steady-state blocks);
-- ``lead``: untimed lead-in runs per block.
+- ``lead``: untimed lead-in runs per block;
+- ``pause``: ms of sleep before a block that follows the other session's (sessions kept open,
+  the tuner's mode for engines that load slower than ``Backend.switch_pause_s``);
+- ``lead_ms``: lead-in runs go on until this many ms have passed (the other session's threads
+  spin out while this one runs untimed).
 
 Every configuration runs in ``--repeats`` fresh processes. Each round gives two paired
 statistics: the ratio of block medians second-created / first-created session (> 1: the session
@@ -37,14 +41,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-REFERENCE = {"spin": 1, "threads": 0, "block": 6, "lead": 2, "fresh": 0}
+REFERENCE = {"spin": 1, "threads": 0, "block": 6, "lead": 2, "fresh": 0, "pause": 0, "lead_ms": 0}
 VARIANTS = [("reference", {}), ("spin off", {"spin": 0}), ("1 thread", {"threads": 1}),
             ("1 thread, spin off", {"threads": 1, "spin": 0}),
             ("block 60", {"block": 60}), ("block 60, spin off", {"block": 60, "spin": 0}),
             ("no lead-in", {"lead": 0}),
             ("fresh session per block, spin off", {"fresh": 1, "spin": 0, "lead": 5}),
             ("fresh, spin off, block 60", {"fresh": 1, "spin": 0, "lead": 5, "block": 60}),
-            ("new procedure", {"fresh": 1, "spin": 0, "lead": 5, "block": 20})]
+            ("new procedure", {"fresh": 1, "spin": 0, "lead": 5, "block": 20}),
+            ("kept, no pause", {"spin": 0, "lead": 5, "block": 20}),
+            ("kept, 50 ms pause", {"spin": 0, "lead": 5, "block": 20, "pause": 50}),
+            ("kept, 50 ms lead-in", {"spin": 0, "lead": 5, "block": 20, "lead_ms": 50})]
 
 
 def child(engine: str, validation: str, cfg: dict, rounds: int) -> dict:
@@ -95,13 +102,20 @@ def child(engine: str, validation: str, cfg: dict, rounds: int) -> dict:
         if cfg["fresh"]:
             fn.drop()
     rows = []
+    last = None
     for r in range(rounds):
         order = [first, second] if r % 2 == 0 else [second, first]
         med = {}
         for fn in order:
+            if cfg["pause"] and last is not None and last is not fn:
+                time.sleep(cfg["pause"] / 1000)
+            last = fn
             if cfg["fresh"]:
                 fn.renew()
+            t_lead = time.perf_counter()
             for _ in range(cfg["lead"]):
+                fn()
+            while (time.perf_counter() - t_lead) * 1e3 < cfg["lead_ms"]:
                 fn()
             med[id(fn)] = float(np.median([fn() for _ in range(cfg["block"])]))
             if cfg["fresh"]:

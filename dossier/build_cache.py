@@ -42,9 +42,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dossier.errors import InputError
 from dossier.files import (
-    copy_file_hashed,
     copy_hashed,
     fsync_path,
+    link_or_copy_hashed,
     new_staging,
     remove_stale_staging,
     rename_noreplace,
@@ -224,7 +224,7 @@ class BuildCache:
                     return True  # another search stored it first
                 _remove(final)
             staging = new_staging(self.folder, key, directory=True)
-            digest, size = copy_file_hashed(engine, staging / (ENGINE + identity.engine_suffix))
+            digest, size = link_or_copy_hashed(engine, staging / (ENGINE + identity.engine_suffix))
             entry = BuildCacheEntry(
                 key=key, identity=identity, engine_digest=digest, engine_size=size,
                 build_s=build_s, facts={k: str(v) for k, v in facts.items()},

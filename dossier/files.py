@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dossier.diskfull import output_error
-from dossier.hashing import ALGORITHM, CHUNK, feed, new_hasher
+from dossier.hashing import ALGORITHM, CHUNK, digest_stream, feed, new_hasher
 
 STAGING_MARK = ".staging-"
 """Staging entries are named ``.<final name>.staging-<pid>-<random>`` next to their target."""
@@ -85,6 +85,20 @@ def copy_file_hashed(src: Path, dst: Path) -> tuple[str, int]:
     copied (read once)."""
     with open(src, "rb", buffering=0) as f:
         return copy_hashed(f, dst)
+
+
+def link_or_copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
+    """Make the new file ``dst`` hold ``src``'s bytes, fsynced: a hard link where the file system
+    allows one (no bytes copied: a 440 MB engine took 0.95 s to copy here), else a copy; return
+    the digest and size of what ``dst`` holds. The two names share one file after a link:
+    for files nothing writes once made, whose every reader checks the digest."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        return copy_file_hashed(src, dst)
+    with open(dst, "rb", buffering=0) as f:
+        os.fsync(f.fileno())
+        return digest_stream(f)
 
 
 def write_durable(path: Path, data: bytes, *, mode: int = 0o666) -> None:

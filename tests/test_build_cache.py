@@ -34,7 +34,10 @@ def _identity(knobs: list[tuple[str, str]] | None = None) -> BuildIdentity:
 
 
 def _engine(tmp_path: Path, data: bytes = b"engine bytes " * 100) -> Path:
+    """A new engine file, as a build makes one (never written over the last one: the cache may
+    hold that file under a second name)."""
     path = tmp_path / "built.ort"
+    path.unlink(missing_ok=True)
     path.write_bytes(data)
     return path
 
@@ -119,6 +122,17 @@ def test_an_identity_with_gpus_reads_back_equal(tmp_path: Path) -> None:
     cache = BuildCache(tmp_path / "c")
     assert cache.put(ident, _engine(tmp_path), 3.0, {})
     assert cache.get(ident, tmp_path / "out.ort") is not None
+
+
+def test_put_links_the_engine_and_a_later_build_leaves_the_entry_whole(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "c")
+    ident = _identity()
+    built = _engine(tmp_path)
+    assert cache.put(ident, built, 1.0, {})
+    assert built.stat().st_nlink == 2  # one file under two names: no bytes copied
+    _engine(tmp_path, b"the next build's engine")  # a new file, as a build makes
+    got = cache.get(ident, tmp_path / "out.ort")
+    assert got is not None and (tmp_path / "out.ort").read_bytes() == b"engine bytes " * 100
 
 
 def test_get_returns_what_put_stored_and_nothing_else(tmp_path: Path) -> None:
@@ -277,7 +291,7 @@ def test_a_full_disk_costs_the_cache_entry_only(tmp_path: Path, monkeypatch) -> 
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
 
     cache = BuildCache(tmp_path / "c")
-    monkeypatch.setattr(bc, "copy_file_hashed", full)
+    monkeypatch.setattr(bc, "link_or_copy_hashed", full)
     assert not cache.put(_identity(), _engine(tmp_path), 1.0, {})
     assert "No space left" in cache.notes[0] and "rebuilds it" in cache.notes[0]
     assert list(cache.folder.iterdir()) == []  # nothing half-written
@@ -287,6 +301,10 @@ def _put_under_fsize_limit(folder: str, engine: str, limit: int) -> None:
     import resource
     import signal
 
+    def no_link(*_a: object, **_k: object) -> None:  # another file system: the bytes are copied
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    os.link = no_link  # type: ignore[assignment] # a forked child of its own
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     cache = BuildCache(Path(folder))

@@ -73,3 +73,26 @@ def test_read_small_refuses_what_is_not_a_small_regular_file(tmp_path: Path) -> 
     assert read_small(tmp_path / "link") == b"x" * 10
     with pytest.raises(NotAFileError, match="symbolic link"):
         read_small(tmp_path / "link", follow=False)
+
+
+def test_link_or_copy_links_on_one_file_system_and_copies_across(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    from dossier.files import link_or_copy_hashed
+    from dossier.hashing import digest_file
+
+    src = tmp_path / "engine.bin"
+    src.write_bytes(os.urandom(200_000))
+    linked = link_or_copy_hashed(src, tmp_path / "linked")
+    assert linked == digest_file(src) and (tmp_path / "linked").stat().st_nlink == 2
+
+    def cross_device(*_a: object, **_k: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    copied = link_or_copy_hashed(src, tmp_path / "copied")
+    assert copied == linked and (tmp_path / "copied").stat().st_nlink == 1
+    with pytest.raises(FileExistsError):  # the new file only: never over another
+        link_or_copy_hashed(src, tmp_path / "copied")

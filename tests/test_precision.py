@@ -4,14 +4,16 @@ execution provider knob, and the engines they build (real onnxruntime.quantizati
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dossier.backends import BuildError, get_backend
-from dossier.backends.onnxruntime import precision
+from dossier.backends.onnxruntime import precision, scratch
 from dossier.datasets import load_calibration_set
 from dossier.jobs.requests import SCRATCH
 from dossier.knobs import KnobPhase
@@ -98,6 +100,46 @@ def test_static_int8_needs_a_calibration_set_and_records_its_ranges(samples_dir:
     assert other.facts["calibration_ranges_digest"] != info.facts["calibration_ranges_digest"]
 
 
+def test_static_routes_that_differ_in_weights_only_calibrate_once_and_distrust_kept_ranges(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import onnxruntime.quantization  # noqa: F401 - its module quantize, not its function
+
+    qz = sys.modules["onnxruntime.quantization.quantize"]
+    calibrations: list[int] = []
+    real = qz.create_calibrator
+
+    def counted(*a: object, **k: object) -> object:
+        calibrations.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(qz, "create_calibrator", counted)
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    model = samples_dir / "tblock" / "model.onnx"
+    backend.use_calibration(load_calibration_set(samples_dir / "tblock" / "calibration"))
+    shared = tmp_path / "shared"
+    backend.use_build_scratch(shared)
+
+    def build(route: str, name: str) -> dict[str, str]:
+        return backend.build(model, Route.parse(route, db), tmp_path / name).facts
+
+    alone = build("-quantization=static", "a.ort")
+    per_channel = build("-quantization=static -quant_per_channel=on", "b.ort")
+    assert len(calibrations) == 1  # the per-channel route took the per-tensor route's ranges
+    assert per_channel["calibration_ranges_digest"] == alone["calibration_ranges_digest"]
+    # another calibration choice is another key: calibrated afresh
+    signed = build("-quantization=static -quant_activation_type=s8", "c.ort")
+    assert len(calibrations) == 2 and signed["calibration_ranges_digest"]
+    # kept ranges altered: ignored, calibrated again, and the same ranges come out
+    for kept in shared.glob("ranges-*-*.json"):
+        kept.write_text(kept.read_text().replace("1", "2", 1))
+    again = build("-quantization=static -quant_per_channel=on", "d.ort")
+    assert len(calibrations) == 3
+    assert again["calibration_ranges_digest"] == alone["calibration_ranges_digest"]
+
+
 def test_a_quantizer_failure_is_the_routes_failed_build_with_its_reason(
         ort_backend, samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime.quantization as q
@@ -178,9 +220,10 @@ def test_routes_that_differ_only_in_knobs_without_effect_are_measured_once(
         "-quant_activation_type=u8 -quant_per_channel=off -quantization=none",
         "-quant_activation_type=u8 -quant_per_channel=off -quantization=dynamic",
         "-quant_activation_type=u8 -quant_per_channel=on -quantization=dynamic"]
-    # the quantized builds pre-processed the model once and shared it (one model and its
-    # pointer, whatever the order of the builds); the finished search leaves no scratch
-    assert kept[-1] == [".json", ".onnx"], kept
+    # the quantized builds pre-processed the model once and shared it (one model, its pointer
+    # and the lock they took turns on, whatever the order of the builds); the finished search
+    # leaves no scratch
+    assert kept[-1] == [".json", ".lock", ".onnx"], kept
     assert not (tmp_path / "run" / WORK / SCRATCH).exists()
     assert all(t.outcome.value == "ok" for t in res.cache.trials)
 
@@ -227,6 +270,25 @@ def test_quantized_builds_share_one_preprocessed_model_and_distrust_what_is_kept
     assert len(calls) == 5
 
 
+def test_a_lock_that_is_a_link_is_not_followed_and_the_build_goes_on(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime.quantization.shape_inference as si
+
+    monkeypatch.setattr(si, "quant_pre_process",
+                        lambda src, dst, *a, **k: shutil.copyfile(src, dst))
+    model = samples_dir / "tblock" / "model.onnx"
+    made = precision.preprocessed(model, tmp_path, tmp_path / "probe")
+    [lock] = (tmp_path / "probe").glob("*.lock")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_text("not to be touched")
+    (shared / lock.name).symlink_to(target)
+    (tmp_path / "t").mkdir()
+    got = precision.preprocessed(model, tmp_path / "t", shared)
+    assert got.read_bytes() == made.read_bytes() and target.read_text() == "not to be touched"
+
+
 def test_a_folder_that_cannot_be_written_leaves_the_build_unshared(
         samples_dir: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
@@ -240,16 +302,21 @@ def _share_in_child(model: str, shared: str, tmp: str, out: str) -> None:
     the sharing is tested), the file it got written to ``out``."""
     import onnxruntime.quantization.shape_inference as si
 
-    si.quant_pre_process = lambda src, dst, *a, **k: shutil.copyfile(src, dst)
+    def copy(src: str, dst: str, *a: object, **k: object) -> None:
+        with open(Path(shared).parent / "calls", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.2)  # long enough for the others to arrive while it runs
+        shutil.copyfile(src, dst)
+
+    si.quant_pre_process = copy
     Path(tmp).mkdir()
     got = precision.preprocessed(Path(model), Path(tmp), Path(shared))
     Path(out).write_text(str(got))
 
 
-def test_two_processes_sharing_at_once_leave_one_consistent_pair_and_a_fifo_is_not_read(
+def test_processes_sharing_at_once_take_turns_leave_one_consistent_pair_and_a_fifo_is_not_read(
         samples_dir: Path, tmp_path: Path) -> None:
     import multiprocessing
-    import os
 
     model = samples_dir / "tblock" / "model.onnx"
     shared = tmp_path / "shared"
@@ -263,13 +330,17 @@ def test_two_processes_sharing_at_once_leave_one_consistent_pair_and_a_fifo_is_n
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+    # they took turns: one pre-processed, the others waited and took its file
+    assert len((tmp_path / "calls").read_text().split()) == 1
+    assert {Path((tmp_path / f"out{i}").read_text()).parent for i in range(1, 4)} == {shared}
     # whatever order they ran in, the pointer names a kept file whose digest checks
     [pointer] = shared.glob("preprocessed-*.json")
     assert not list(shared.glob(".*.part")) and not list(shared.glob("*.tmp"))
-    kept = precision._kept(pointer, pointer.stem.removeprefix("preprocessed-"))
+    kept = scratch.kept(shared, "preprocessed", pointer.stem.removeprefix("preprocessed-"), ".onnx")
     assert kept is not None and kept.read_bytes() == model.read_bytes()
 
     # a FIFO planted under the name the pointer gives: not opened (it would block), made again
     kept.unlink()
     os.mkfifo(kept)
-    assert precision._kept(pointer, pointer.stem.removeprefix("preprocessed-")) is None
+    assert scratch.kept(shared, "preprocessed", pointer.stem.removeprefix("preprocessed-"),
+                        ".onnx") is None

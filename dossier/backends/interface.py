@@ -320,7 +320,14 @@ class Backend(abc.ABC):
     reload_per_block: ClassVar[bool] = False
     """Load the engine afresh for every timing block and release it after, so only one engine
     is alive at a time (two ONNX Runtime sessions in one process disturb each other through
-    their thread pools); otherwise both engines stay loaded for the whole trial."""
+    their thread pools); otherwise both engines stay loaded for the whole trial. See
+    :attr:`switch_pause_s` for engines that take longer to load than that pause."""
+    switch_pause_s: ClassVar[float] = 0.0
+    """With :attr:`reload_per_block`: when the first engine of a trial or measuring process
+    takes longer than this to load, its engines are loaded once and kept open instead, and a
+    block that follows another engine's block starts with a pause this long (in which the
+    other engine's threads stop spinning); a reload costs more than the pause then. 0: always
+    load afresh."""
     contention_knobs: ClassVar[frozenset[str]] = frozenset()
     """Knobs whose effect depends on what else runs on the host (threads, spinning, execution
     mode): a route that sets them can win on a loaded host and lose on a quiet one."""

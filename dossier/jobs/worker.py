@@ -278,19 +278,57 @@ def rotation(groups: Sequence[Sequence[Pair]]) -> int:
 
 
 def timed_engines(backend: Backend, groups: Sequence[Sequence[Pair]],
-                  pair: Sequence[tuple[Path, Route]], first: Runner | None = None) -> list[Engine]:
+                  pair: Sequence[tuple[Path, Route]],
+                  first: tuple[Runner, float] | None = None) -> list[Engine]:
     """One :data:`~dossier.measure.timing.Engine` per (engine path, route), timing ``groups``
-    (:func:`_timers`): loaded afresh for every block when the backend asks for it, else loaded
-    once (``first``: the first one's runner, already loaded) and kept."""
+    (:func:`_timers`). ``first``: the first one's runner, already loaded, and the seconds its
+    load took. Loaded once and kept, unless the backend reloads per block
+    (:attr:`~dossier.backends.Backend.reload_per_block`): then :class:`_Switching` decides."""
     if backend.reload_per_block:
-        return [functools.partial(_load_timers, backend, e, r, groups) for e, r in pair]
-    runners = [first or backend.load(*pair[0])] + [backend.load(e, r) for e, r in pair[1:]]
+        return _Switching(backend, groups, pair, first).engines()
+    runners = [first[0] if first else backend.load(*pair[0])] + \
+        [backend.load(e, r) for e, r in pair[1:]]
     return [functools.partial(_same, _timers(r, groups)) for r in runners]
 
 
-def _load_timers(backend: Backend, engine: Path, route: Route,
-                 groups: Sequence[Sequence[Pair]]) -> Timed:
-    return _timers(backend.load(engine, route), groups)
+class _Switching:
+    """The engines of a backend that reloads per block. The first engine's load time decides
+    for all of them (:attr:`~dossier.backends.Backend.switch_pause_s`): within the pause, each
+    engine is loaded afresh for every block and released after it (one alive at a time);
+    longer, each is loaded once and kept open, and a block that follows another engine's starts
+    with the pause, in which that engine's threads stop spinning."""
+
+    def __init__(self, backend: Backend, groups: Sequence[Sequence[Pair]],
+                 pair: Sequence[tuple[Path, Route]], first: tuple[Runner, float] | None) -> None:
+        self.backend, self.groups, self.pair = backend, groups, pair
+        self.first = first[0] if first else None
+        self.keep: bool | None = None if first is None else self._keeps(first[1])
+        self.kept: dict[int, Timed] = {}
+        self.last: int | None = None
+
+    def _keeps(self, load_s: float) -> bool:
+        return 0 < self.backend.switch_pause_s < load_s
+
+    def engines(self) -> list[Engine]:
+        return [functools.partial(self.open, i) for i in range(len(self.pair))]
+
+    def open(self, i: int) -> Timed:
+        if self.keep and self.last is not None and self.last != i:
+            time.sleep(self.backend.switch_pause_s)
+        self.last = i
+        if i in self.kept:
+            return self.kept[i]
+        if i == 0 and self.first is not None:
+            runner, self.first = self.first, None
+        else:
+            t0 = time.perf_counter()
+            runner = self.backend.load(*self.pair[i])
+            if self.keep is None:
+                self.keep = self._keeps(time.perf_counter() - t0)
+        fn = _timers(runner, self.groups)
+        if self.keep:
+            self.kept[i] = fn
+        return fn
 
 
 def _same(fn: Timed) -> Timed:
@@ -321,7 +359,9 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
     base: dict[str, Any] = {"build_s": build_s, "facts": info.facts}
     try:
         _stage(req, "load")
+        t_load = time.perf_counter()
         runner = backend.load(engine, route)
+        load_s = time.perf_counter() - t_load
         _stage(req, "validate")
         outputs = {p.name: runner.run(p.inputs) for p in vset.pairs}
         acc = judge(outputs, vset, req.metric, req.threshold, atol=req.atol, rtol=req.rtol)
@@ -330,10 +370,11 @@ def run_trial(req: WorkerRequest) -> dict[str, Any]:
         base_engine = Path(req.baseline_engine) if req.baseline_engine else engine
         # the baseline trial: an A/A check against a second load of itself
         pair = [(engine, route), (base_engine, Route.parse(req.baseline_route))]
-        first = None if backend.reload_per_block else runner
-        del runner  # with reload_per_block, one engine alive at a time: each block loads its own
+        first = (runner, load_s)
+        del runner  # held by the engines only: released with them when they reload per block
         groups = vset.timing_groups(req.timing.inputs)
         engines, turns = timed_engines(backend, groups, pair, first), rotation(groups)
+        del first
         _let_the_next_import(req, "time")
         warm, base_warm = warm_up_each(engines, req.timing, turns)
         race = Race(req.timing, below=req.race_below, why=req.race_why, rejected=not acc)

@@ -205,6 +205,12 @@ class OnnxRuntimeBackend(Backend):
         return so
 
     reload_per_block = True
+    switch_pause_s = 0.05
+    """ONNX Runtime's intra-op threads spin for a while after a call (2^20 pause
+    instructions); a block that started within 30 ms of another session's last call ran up to
+    1.4x slower on this 2-core host, one after a 50 ms pause did not
+    (``bench/results/ort-spin.json``). A BERT-base float32 session takes 0.6 s to load, the
+    tblock sample's 1 ms."""
     fork_workers = True
     build_cores = 1
     """A quantizing build (quant_pre_process, the quantizer, a calibration session) keeps

@@ -29,16 +29,14 @@ import contextlib
 import importlib.util
 import inspect
 import json
-import os
-import re
-import stat
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.backends.interface import BuildError, first_line
-from dossier.files import copy_file_hashed, read_small, replace_small
+from dossier.backends.onnxruntime import scratch
 from dossier.hashing import digest_bytes, digest_file
 from dossier.knobs import Knob, KnobPhase
 
@@ -156,15 +154,26 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
                       "percentile": CalibrationMethod.Percentile}[values["quant_calibration"]]
             cache = Path(tmp) / "ranges.json"
             kw: dict[str, Any] = {}
+            key = None
             if "calibration_cache_path" in inspect.signature(quantize_static).parameters:
                 kw["calibration_cache_path"] = str(cache)
-            with _step("quantize_static"):
-                quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                                per_channel=on["quant_per_channel"],
-                                reduce_range=on["quant_reduce_range"],
-                                activation_type=types[values["quant_activation_type"]],
-                                weight_type=types[values["quant_weight_type"]],
-                                calibrate_method=method, **kw)
+                key = calibration_key(model, values, calibration)
+            # with the ranges of an earlier build of this search (copied here: ONNX Runtime
+            # reads its cache file, and skips the calibration), or made and kept for the next
+            with scratch.one_at_a_time(shared if key else None, "ranges", key or ""):
+                got = scratch.kept(shared, "ranges", key, ".json") if key else None
+                if got is not None:
+                    shutil.copyfile(got, cache)
+                with _step("quantize_static"):
+                    quantize_static(str(source), str(out), Reader(),
+                                    quant_format=QuantFormat.QDQ,
+                                    per_channel=on["quant_per_channel"],
+                                    reduce_range=on["quant_reduce_range"],
+                                    activation_type=types[values["quant_activation_type"]],
+                                    weight_type=types[values["quant_weight_type"]],
+                                    calibrate_method=method, **kw)
+                if key and got is None and cache.is_file():
+                    scratch.keep(cache, shared, "ranges", key, ".json")
             ranges = json.loads(cache.read_text()) if cache.is_file() else None
             facts.update(quant_activation_type=values["quant_activation_type"],
                          quant_calibration=values["quant_calibration"],
@@ -179,70 +188,39 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
     return facts
 
 
-_PREPROCESSED = re.compile(r"preprocessed-[0-9a-f]{32}-[0-9a-f]{32}\.onnx")
-
-
 def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
     """``model`` after ``quant_pre_process`` (shape inference, graph cleanup): the file kept in
-    ``shared`` by an earlier build of this search when it is there and its digest is the one
-    recorded beside it, else made in ``tmp`` (and kept in ``shared`` for the next builds).
-    The pre-processing is a function of the model and the ONNX Runtime version alone, and it
-    takes seconds (a sympy shape inference and an optimizing session), once per quantized
-    route without this. Whatever ``shared`` holds is untrusted: a pointer that does not parse,
-    names another file or disagrees with the file's digest is ignored; a folder that cannot be
-    written leaves the build as it would be without one."""
+    ``shared`` by an earlier build of this search (:mod:`.scratch`), else made in ``tmp`` and
+    kept there for the next builds. The pre-processing is a function of the model and the ONNX
+    Runtime version alone, and it takes seconds (a sympy shape inference and an optimizing
+    session; 8.6 s for a BERT-base encoder), once per quantized route without this."""
     import onnxruntime
 
     key = digest_bytes(f"quant_pre_process {onnxruntime.__version__} "
                        f"{digest_file(model)[0]}".encode())
-    pointer = shared / f"preprocessed-{key}.json" if shared else None
-    if pointer is not None:
-        kept = _kept(pointer, key)
-        if kept is not None:
-            return kept
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    with scratch.one_at_a_time(shared, "preprocessed", key):
+        got = scratch.kept(shared, "preprocessed", key, ".onnx")
+        if got is not None:
+            return got
+        from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    made = tmp / "preprocessed.onnx"
-    with _step("quant_pre_process"):
-        quant_pre_process(str(model), str(made))
-    if pointer is not None:
-        with contextlib.suppress(OSError):  # a full disk, a read-only folder: not shared
-            _keep(made, pointer, key)
-    return made
+        made = tmp / "preprocessed.onnx"
+        with _step("quant_pre_process"):
+            quant_pre_process(str(model), str(made))
+        scratch.keep(made, shared, "preprocessed", key, ".onnx")
+        return made
 
 
-def _kept(pointer: Path, key: str) -> Path | None:
-    """The pre-processed model ``pointer`` names, if it is what the pointer says; else None."""
-    try:
-        doc = json.loads(read_small(pointer, 4096, follow=False))
-        name, digest = doc["file"], doc["digest"]
-        if not (isinstance(name, str) and _PREPROCESSED.fullmatch(name)
-                and name.startswith(f"preprocessed-{key}-") and digest == name[-37:-5]):
-            return None
-        path = pointer.parent / name
-        # a regular file only: a link, a folder or a FIFO planted there is not read (a FIFO
-        # would block the build until its timeout)
-        if not stat.S_ISREG(path.lstat().st_mode) or digest_file(path)[0] != digest:
-            return None
-        return path
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def calibration_key(model: Path, values: Mapping[str, str], calibration: CalibrationSet) -> str:
+    """What a static route's activation ranges are a function of: the model, the calibration
+    set, the ONNX Runtime version and every quantization choice but the per-channel one (which
+    only concerns weights), so the per-tensor and per-channel routes calibrate once."""
+    import onnxruntime
 
-
-def _keep(made: Path, pointer: Path, key: str) -> None:
-    """Copy ``made`` into ``pointer``'s folder under its digest, then point at it (each step
-    atomic for a reader: two builds doing this at once leave one consistent pair)."""
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    part = pointer.parent / f".preprocessed-{key}.{os.getpid()}.part"
-    part.unlink(missing_ok=True)
-    try:
-        digest, _ = copy_file_hashed(made, part)
-        name = f"preprocessed-{key}-{digest}.onnx"
-        os.replace(part, pointer.parent / name)
-    finally:
-        part.unlink(missing_ok=True)
-    replace_small(pointer, json.dumps({"file": name, "digest": digest}).encode(),
-                  suffix=f".{os.getpid()}.tmp")
+    choices = {k: v for k, v in sorted(values.items())
+               if k in QUANT_SPEC and k != "quant_per_channel"}
+    return digest_bytes(json.dumps([onnxruntime.__version__, digest_file(model)[0],
+                                    calibration.digest(), choices]).encode())
 
 
 def _stamp(path: Path, record: Mapping[str, object]) -> None:

@@ -1,0 +1,97 @@
+"""Files the quantizing builds of one search share in its build scratch folder.
+
+A file is a function of a key (what it was made from): the model after ``quant_pre_process``,
+the activation ranges a calibration computed. The first build to need one makes it and keeps
+it as ``KIND-KEY-DIGEST.SUFFIX`` beside a pointer ``KIND-KEY.json`` naming it; builds running
+at once take turns on ``KIND-KEY.lock`` (an ``flock``), so the second waits for the first's
+file instead of making the same one on the other core. Whatever the folder holds is untrusted:
+a pointer that does not parse, names another file or disagrees with the file's digest is
+ignored, and a folder that cannot be written leaves each build making its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from dossier.files import copy_file_hashed, read_small, replace_small
+from dossier.hashing import digest_file
+
+_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def _pointer(folder: Path, kind: str, key: str) -> Path:
+    if not _KEY.fullmatch(key) or not re.fullmatch(r"[a-z]+", kind):
+        raise ValueError(f"not a scratch key: {kind} {key}")
+    return folder / f"{kind}-{key}.json"
+
+
+@contextlib.contextmanager
+def one_at_a_time(folder: Path | None, kind: str, key: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``KIND-KEY.lock`` in ``folder`` (made if missing; never
+    through a link) while the block runs; without a folder, or where the lock cannot be opened,
+    run the block unlocked. The kernel releases the lock when its holder dies, however it
+    dies."""
+    fd = None
+    if folder is not None:
+        path = _pointer(folder, kind, key).with_suffix(".lock")
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
+    """The file the pointer of ``kind`` and ``key`` names, if it is what the pointer says; else
+    None."""
+    if folder is None:
+        return None
+    pointer = _pointer(folder, kind, key)
+    try:
+        doc = json.loads(read_small(pointer, 4096, follow=False))
+        name, digest = doc["file"], doc["digest"]
+        if not (isinstance(name, str) and isinstance(digest, str)
+                and re.fullmatch(rf"{kind}-{key}-[0-9a-f]{{32}}{re.escape(suffix)}", name)
+                and name == f"{kind}-{key}-{digest}{suffix}"):
+            return None
+        path = folder / name
+        # a regular file only: a link, a folder or a FIFO planted there is not read (a FIFO
+        # would block the build until its timeout)
+        if not stat.S_ISREG(path.lstat().st_mode) or digest_file(path)[0] != digest:
+            return None
+        return path
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep(made: Path, folder: Path | None, kind: str, key: str, suffix: str) -> None:
+    """Copy ``made`` into ``folder`` under its digest, then point at it (each step atomic for a
+    reader: two builds doing this at once leave one consistent pair). A full disk or a folder
+    that cannot be written: nothing kept."""
+    if folder is None:
+        return
+    pointer = _pointer(folder, kind, key)
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f".{kind}-{key}.{os.getpid()}.part"
+        part.unlink(missing_ok=True)
+        try:
+            digest, _ = copy_file_hashed(made, part)
+            name = f"{kind}-{key}-{digest}{suffix}"
+            os.replace(part, folder / name)
+        finally:
+            part.unlink(missing_ok=True)
+        replace_small(pointer, json.dumps({"file": name, "digest": digest}).encode(),
+                      suffix=f".{os.getpid()}.tmp")
