@@ -8,6 +8,13 @@ anyway (a false positive), and how often the screening alone would have.
 
     python bench/aa_check.py [--runs 10] [--sample convnet]
 
+With ``--spec``, any release spec instead of a sample's (its own ``[timing]``; the selection
+replaced), e.g. the BERT-base encoder, whose float32 engine loads slower than ONNX Runtime's
+switch pause, so its sessions are kept open between blocks::
+
+    python bench/aa_check.py --spec bench/work/olive/bert/release.toml --runs 10 \
+        --out bench/results/aa-ort-bert-kept.json
+
 With ``--strategy budget``, a larger selection of knobs that do nothing in sequential mode (the
 inter-op pool's size and its spinning: every route the same engine run the same way), searched
 within ``--max-builds``: the route screened best is the luckiest draw of noise, and the
@@ -40,6 +47,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--sample", default="convnet")
+    ap.add_argument("--spec", type=Path, default=None,
+                    help="a release spec to use instead of the sample's")
     ap.add_argument("--strategy", default="full", choices=("full", "budget"))
     ap.add_argument("--selection", default=SELECTION, help="knobs that do nothing")
     ap.add_argument("--max-builds", type=int, default=None, help="the budget (strategy budget)")
@@ -56,8 +65,9 @@ def main() -> None:
         module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
         sys.modules["samples_build"] = module
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
-        module.build_all(Path(tmp) / "samples")
-        spec = load_spec(Path(tmp) / "samples" / args.sample / "release.toml",
+        if args.spec is None:
+            module.build_all(Path(tmp) / "samples")
+        spec = load_spec(args.spec or Path(tmp) / "samples" / args.sample / "release.toml",
                          overrides)
         for i in range(args.runs):
             res = tune(spec, Path(tmp) / f"run{i}")
@@ -80,8 +90,8 @@ def main() -> None:
                   f" -> {'GAIN' if res.decision.gain else 'no significant gain'}")
     result = {
         "benchmark": "A/A check of the decision rule", "backend": "onnxruntime",
-        "sample": args.sample, "selection": selection, "strategy": args.strategy,
-        "max_builds": args.max_builds, "timing": "default TimingSettings",
+        "sample": str(args.spec) if args.spec else args.sample, "selection": selection, "strategy": args.strategy,
+        "max_builds": args.max_builds, "timing": "the spec's [timing]" if args.spec else "default TimingSettings",
         "command": " ".join(["python bench/aa_check.py", *sys.argv[1:]]),
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "runs": len(runs),
