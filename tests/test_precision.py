@@ -245,10 +245,12 @@ def test_quantized_builds_share_one_preprocessed_model_and_distrust_what_is_kept
     (tmp_path / "b").mkdir()
     first = precision.preprocessed(model, tmp_path / "a", shared)
     again = precision.preprocessed(model, tmp_path / "b", shared)
-    assert len(calls) == 1 and again.parent == shared
+    # the second build takes the kept file under a name of its own (ONNX Runtime writes files
+    # beside its input: two builds must not write them beside one shared name)
+    assert len(calls) == 1 and again.parent == tmp_path / "b"
     assert again.read_bytes() == first.read_bytes()
     [pointer] = shared.glob("preprocessed-*.json")
-    kept = again
+    [kept] = shared.glob("preprocessed-*-*.onnx")
 
     # the kept model altered (one byte): not reused, made again
     data = bytearray(kept.read_bytes())
@@ -266,8 +268,34 @@ def test_quantized_builds_share_one_preprocessed_model_and_distrust_what_is_kept
     assert len(calls) == 5
     # and the folder restored by the last build is reused again
     (tmp_path / "e").mkdir()
-    assert precision.preprocessed(model, tmp_path / "e", shared).parent == shared
+    assert precision.preprocessed(model, tmp_path / "e", shared).parent == tmp_path / "e"
     assert len(calls) == 5
+
+
+def test_a_quantizer_reads_the_kept_model_under_its_builds_own_name(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's quantizers write ``*-inferred.onnx`` beside their input and remove it:
+    two builds quantizing one shared name at once failed (FileNotFoundError, three build jobs
+    on a BERT-base encoder)."""
+    import onnxruntime.quantization as q
+
+    model = samples_dir / "tblock" / "model.onnx"
+    shared = tmp_path / "shared"
+    (tmp_path / "first").mkdir()
+    precision.preprocessed(model, tmp_path / "first", shared)  # kept for the next builds
+    inputs: list[Path] = []
+    real = q.quantize_dynamic
+
+    def spy(model_input: str, *a: object, **k: object) -> None:
+        inputs.append(Path(model_input))
+        real(model_input, *a, **k)
+
+    monkeypatch.setattr(q, "quantize_dynamic", spy)
+    values = {k[0]: k[2] for k in precision.QUANT_KNOBS} | {"quantization": "dynamic"}
+    for i in range(2):
+        precision.quantize(model, values, None, tmp_path / f"q{i}.onnx", shared)
+    assert len(inputs) == 2 and all(shared not in p.parents for p in inputs)
+    assert inputs[0].parent != inputs[1].parent
 
 
 def test_a_lock_that_is_a_link_is_not_followed_and_the_build_goes_on(
@@ -332,7 +360,8 @@ def test_processes_sharing_at_once_take_turns_leave_one_consistent_pair_and_a_fi
         assert p.exitcode == 0
     # they took turns: one pre-processed, the others waited and took its file
     assert len((tmp_path / "calls").read_text().split()) == 1
-    assert {Path((tmp_path / f"out{i}").read_text()).parent for i in range(1, 4)} == {shared}
+    got = [Path((tmp_path / f"out{i}").read_text()) for i in range(4)]
+    assert [g.parent for g in got] == [tmp_path / f"t{i}" for i in range(4)]
     # whatever order they ran in, the pointer names a kept file whose digest checks
     [pointer] = shared.glob("preprocessed-*.json")
     assert not list(shared.glob(".*.part")) and not list(shared.glob("*.tmp"))

@@ -29,7 +29,6 @@ import contextlib
 import importlib.util
 import inspect
 import json
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -161,9 +160,7 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
             # with the ranges of an earlier build of this search (copied here: ONNX Runtime
             # reads its cache file, and skips the calibration), or made and kept for the next
             with scratch.one_at_a_time(shared if key else None, "ranges", key or ""):
-                got = scratch.kept(shared, "ranges", key, ".json") if key else None
-                if got is not None:
-                    shutil.copyfile(got, cache)
+                got = key is not None and scratch.take(shared, "ranges", key, ".json", cache)
                 with _step("quantize_static"):
                     quantize_static(str(source), str(out), Reader(),
                                     quant_format=QuantFormat.QDQ,
@@ -172,7 +169,7 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
                                     activation_type=types[values["quant_activation_type"]],
                                     weight_type=types[values["quant_weight_type"]],
                                     calibrate_method=method, **kw)
-                if key and got is None and cache.is_file():
+                if key and not got and cache.is_file():
                     scratch.keep(cache, shared, "ranges", key, ".json")
             ranges = json.loads(cache.read_text()) if cache.is_file() else None
             facts.update(quant_activation_type=values["quant_activation_type"],
@@ -190,21 +187,20 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
 
 def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
     """``model`` after ``quant_pre_process`` (shape inference, graph cleanup): the file kept in
-    ``shared`` by an earlier build of this search (:mod:`.scratch`), else made in ``tmp`` and
-    kept there for the next builds. The pre-processing is a function of the model and the ONNX
+    ``shared`` by an earlier build of this search (:mod:`.scratch`; linked into ``tmp``), else
+    made in ``tmp`` and kept there for the next builds. The pre-processing is a function of the model and the ONNX
     Runtime version alone, and it takes seconds (a sympy shape inference and an optimizing
     session; 8.6 s for a BERT-base encoder), once per quantized route without this."""
     import onnxruntime
 
     key = digest_bytes(f"quant_pre_process {onnxruntime.__version__} "
                        f"{digest_file(model)[0]}".encode())
+    made = tmp / "preprocessed.onnx"
     with scratch.one_at_a_time(shared, "preprocessed", key):
-        got = scratch.kept(shared, "preprocessed", key, ".onnx")
-        if got is not None:
-            return got
+        if scratch.take(shared, "preprocessed", key, ".onnx", made):
+            return made
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        made = tmp / "preprocessed.onnx"
         with _step("quant_pre_process"):
             quant_pre_process(str(model), str(made))
         scratch.keep(made, shared, "preprocessed", key, ".onnx")

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from dossier.files import copy_file_hashed, read_small, replace_small
+from dossier.files import copy_file_hashed, link_or_copy_hashed, read_small, replace_small
 from dossier.hashing import digest_file
 
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -74,6 +74,27 @@ def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
         return path
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def take(folder: Path | None, kind: str, key: str, suffix: str, dest: Path) -> bool:
+    """Put the kept file of ``kind`` and ``key`` at the new name ``dest`` in the build's own
+    folder (a hard link where possible, else a copy), checked against its digest again there;
+    False (and no ``dest``) when there is none or it fails a check. A build works on its own
+    name: ONNX Runtime's quantizers write files beside their input (``*-inferred.onnx``),
+    which two builds reading one shared name at once would write and remove under each
+    other."""
+    got = kept(folder, kind, key, suffix)
+    if got is None:
+        return False
+    try:
+        digest, _ = link_or_copy_hashed(got, dest)
+    except OSError:
+        dest.unlink(missing_ok=True)
+        return False
+    if not got.name.endswith(f"-{digest}{suffix}"):
+        dest.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def keep(made: Path, folder: Path | None, kind: str, key: str, suffix: str) -> None:
