@@ -158,9 +158,11 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
                 kw["calibration_cache_path"] = str(cache)
                 key = calibration_key(model, values, calibration)
             # with the ranges of an earlier build of this search (copied here: ONNX Runtime
-            # reads its cache file, and skips the calibration), or made and kept for the next
+            # reads its cache file and skips the calibration, or rewrites the file when it
+            # recalibrates), or made and kept for the next
             with scratch.one_at_a_time(shared if key else None, "ranges", key or ""):
-                got = key is not None and scratch.take(shared, "ranges", key, ".json", cache)
+                got = key is not None and scratch.take(shared, "ranges", key, ".json", cache,
+                                                       link=False)
                 with _step("quantize_static"):
                     quantize_static(str(source), str(out), Reader(),
                                     quant_format=QuantFormat.QDQ,
@@ -188,9 +190,10 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
 def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
     """``model`` after ``quant_pre_process`` (shape inference, graph cleanup): the file kept in
     ``shared`` by an earlier build of this search (:mod:`.scratch`; linked into ``tmp``), else
-    made in ``tmp`` and kept there for the next builds. The pre-processing is a function of the model and the ONNX
-    Runtime version alone, and it takes seconds (a sympy shape inference and an optimizing
-    session; 8.6 s for a BERT-base encoder), once per quantized route without this."""
+    made in ``tmp`` and kept there for the next builds. The pre-processing is a function of
+    the model and the ONNX Runtime version alone, and it takes seconds (a sympy shape
+    inference and an optimizing session; 8.6 s for a BERT-base encoder), once per quantized
+    route without this."""
     import onnxruntime
 
     key = digest_bytes(f"quant_pre_process {onnxruntime.__version__} "

@@ -76,18 +76,19 @@ def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
         return None
 
 
-def take(folder: Path | None, kind: str, key: str, suffix: str, dest: Path) -> bool:
+def take(folder: Path | None, kind: str, key: str, suffix: str, dest: Path, *,
+         link: bool = True) -> bool:
     """Put the kept file of ``kind`` and ``key`` at the new name ``dest`` in the build's own
-    folder (a hard link where possible, else a copy), checked against its digest again there;
-    False (and no ``dest``) when there is none or it fails a check. A build works on its own
-    name: ONNX Runtime's quantizers write files beside their input (``*-inferred.onnx``),
-    which two builds reading one shared name at once would write and remove under each
-    other."""
+    folder, checked against its digest again there; False (and no ``dest``) when there is none
+    or it fails a check. A build works on its own name: ONNX Runtime's quantizers write files
+    beside their input (``*-inferred.onnx``), which two builds reading one shared name at once
+    would write and remove under each other. ``link``: a hard link where possible (the file is
+    only read), else a copy; ``link=False`` for a file the build may write over."""
     got = kept(folder, kind, key, suffix)
     if got is None:
         return False
     try:
-        digest, _ = link_or_copy_hashed(got, dest)
+        digest, _ = link_or_copy_hashed(got, dest) if link else copy_file_hashed(got, dest)
     except OSError:
         dest.unlink(missing_ok=True)
         return False
