@@ -381,3 +381,55 @@ def test_processes_sharing_at_once_take_turns_leave_one_consistent_pair_and_a_fi
     os.mkfifo(kept)
     assert scratch.kept(shared, "preprocessed", pointer.stem.removeprefix("preprocessed-"),
                         ".onnx") is None
+
+
+def _hold_the_lock(shared: str, key: str, ready: str) -> None:
+    with scratch.one_at_a_time(Path(shared), "preprocessed", key):
+        Path(ready).write_text("held")
+        time.sleep(60)
+
+
+def test_a_lock_holder_killed_hard_frees_the_lock(tmp_path: Path) -> None:
+    import multiprocessing
+    import signal
+
+    key = "0" * 32
+    ready = tmp_path / "ready"
+    holder = multiprocessing.get_context("fork").Process(
+        target=_hold_the_lock, args=(str(tmp_path), key, str(ready)))
+    holder.start()
+    deadline = time.monotonic() + 10
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready.exists()
+    os.kill(holder.pid or 0, signal.SIGKILL)  # kill -9 while it holds the lock
+    holder.join(10)
+    t0 = time.monotonic()
+    with scratch.one_at_a_time(tmp_path, "preprocessed", key):
+        pass
+    assert time.monotonic() - t0 < 5
+
+
+def _keep_under_fsize_limit(made: str, shared: str, limit: int) -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    scratch.keep(Path(made), Path(shared), "preprocessed", "1" * 32, ".onnx")
+    os._exit(0)
+
+
+def test_a_full_disk_while_keeping_leaves_nothing_half_written(tmp_path: Path) -> None:
+    import multiprocessing
+
+    made = tmp_path / "made.onnx"
+    made.write_bytes(os.urandom(1 << 20))
+    shared = tmp_path / "shared"
+    proc = multiprocessing.get_context("fork").Process(
+        target=_keep_under_fsize_limit, args=(str(made), str(shared), 64 << 10))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0  # the build goes on: not kept is not a failure
+    assert list(shared.iterdir()) == []  # no part file, no kept file, no pointer
+    assert scratch.kept(shared, "preprocessed", "1" * 32, ".onnx") is None

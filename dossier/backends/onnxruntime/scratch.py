@@ -53,11 +53,11 @@ def one_at_a_time(folder: Path | None, kind: str, key: str) -> Iterator[None]:
             os.close(fd)
 
 
-def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
-    """The file the pointer of ``kind`` and ``key`` names, if it is what the pointer says; else
-    None."""
-    if folder is None:
-        return None
+def _named(folder: Path, kind: str, key: str, suffix: str) -> tuple[Path, str] | None:
+    """The file the pointer of ``kind`` and ``key`` names and the digest it records, if the
+    pointer parses, names a file of that kind and key, and that file is a regular one (a link,
+    a folder or a FIFO planted there is not read: a FIFO would block the build until its
+    timeout); else None. The bytes are not checked here."""
     pointer = _pointer(folder, kind, key)
     try:
         doc = json.loads(read_small(pointer, 4096, follow=False))
@@ -67,32 +67,42 @@ def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
                 and name == f"{kind}-{key}-{digest}{suffix}"):
             return None
         path = folder / name
-        # a regular file only: a link, a folder or a FIFO planted there is not read (a FIFO
-        # would block the build until its timeout)
-        if not stat.S_ISREG(path.lstat().st_mode) or digest_file(path)[0] != digest:
-            return None
-        return path
+        return (path, digest) if stat.S_ISREG(path.lstat().st_mode) else None
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def kept(folder: Path | None, kind: str, key: str, suffix: str) -> Path | None:
+    """The file the pointer of ``kind`` and ``key`` names, if it is what the pointer says; else
+    None."""
+    named = _named(folder, kind, key, suffix) if folder is not None else None
+    if named is None:
+        return None
+    try:
+        return named[0] if digest_file(named[0])[0] == named[1] else None
+    except OSError:
         return None
 
 
 def take(folder: Path | None, kind: str, key: str, suffix: str, dest: Path, *,
          link: bool = True) -> bool:
     """Put the kept file of ``kind`` and ``key`` at the new name ``dest`` in the build's own
-    folder, checked against its digest again there; False (and no ``dest``) when there is none
-    or it fails a check. A build works on its own name: ONNX Runtime's quantizers write files
-    beside their input (``*-inferred.onnx``), which two builds reading one shared name at once
-    would write and remove under each other. ``link``: a hard link where possible (the file is
-    only read), else a copy; ``link=False`` for a file the build may write over."""
-    got = kept(folder, kind, key, suffix)
-    if got is None:
+    folder, its digest checked there (once: on what the build will read); False (and no
+    ``dest``) when there is none or it fails a check. A build works on its own name: ONNX
+    Runtime's quantizers write files beside their input (``*-inferred.onnx``), which two builds
+    reading one shared name at once would write and remove under each other. ``link``: a hard
+    link where possible (the file is only read), else a copy; ``link=False`` for a file the
+    build may write over."""
+    named = _named(folder, kind, key, suffix) if folder is not None else None
+    if named is None:
         return False
+    got, recorded = named
     try:
         digest, _ = link_or_copy_hashed(got, dest) if link else copy_file_hashed(got, dest)
     except OSError:
         dest.unlink(missing_ok=True)
         return False
-    if not got.name.endswith(f"-{digest}{suffix}"):
+    if digest != recorded:
         dest.unlink(missing_ok=True)
         return False
     return True
@@ -100,8 +110,9 @@ def take(folder: Path | None, kind: str, key: str, suffix: str, dest: Path, *,
 
 def keep(made: Path, folder: Path | None, kind: str, key: str, suffix: str) -> None:
     """Copy ``made`` into ``folder`` under its digest, then point at it (each step atomic for a
-    reader: two builds doing this at once leave one consistent pair). A full disk or a folder
-    that cannot be written: nothing kept."""
+    reader: two builds doing this at once leave one consistent pair). A copy, not a link: the
+    build that made it goes on reading ``made``, which nothing written into the shared folder
+    may change. A full disk or a folder that cannot be written: nothing kept."""
     if folder is None:
         return
     pointer = _pointer(folder, kind, key)
