@@ -102,8 +102,11 @@ def row_label(r: Any) -> str:
         why = {"futile": ", futile", "outranked": ", outranked"}.get(
             getattr(r, "extra", {}).get("confirmation", ""), "")
         return ("confirmed" if label == "faster" else f"not confirmed{why}") + n
-    if getattr(r, "raced", None):  # racing: too few rounds for the test to say anything
-        return f"raced out after {c.rounds} rounds"
+    raced = getattr(r, "raced", None)
+    if raced:  # racing: too few rounds for the test to say anything
+        from dossier.trial import stopped_ahead  # loaded by then: the rows are trial records
+
+        return f"{'ahead' if stopped_ahead(raced) else 'raced out'} after {c.rounds} rounds"
     return {"faster": "screened faster", "slower": "screened slower"}.get(label, label)
 
 

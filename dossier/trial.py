@@ -33,6 +33,16 @@ class Outcome(str, enum.Enum):
     """The engine built but failed to load or to run."""
 
 
+AHEAD = "ahead"
+"""How the ``raced`` of a screening trial that stopped *above* its bar begins
+(:class:`dossier.measure.timing.Race`); every other ``raced`` says why it stopped below it."""
+
+
+def stopped_ahead(raced: str | None) -> bool:
+    """Whether a trial's ``raced`` says it stopped ahead (above its bar), not raced out."""
+    return raced is not None and raced.startswith(AHEAD)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

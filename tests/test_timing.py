@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from dossier.measure.timing import (
+    REJECTED_ROUNDS,
     Race,
     TimingSettings,
     compare,
@@ -22,6 +23,7 @@ from dossier.measure.timing import (
     summarize,
     unflatten,
 )
+from dossier.trial import stopped_ahead
 
 SETTINGS = TimingSettings()
 
@@ -147,6 +149,33 @@ def test_a_trial_wholly_below_its_bar_stops_at_race_rounds_and_says_why() -> Non
         assert len(cand) == 8 and above.reason is None
 
 
+def test_a_trial_wholly_above_its_bar_and_the_minimum_effect_stops_ahead() -> None:
+    """A 2x route above a 0.7x bar stops after ``race_rounds``, *ahead*, and says so; a route
+    only 1% faster (inside the minimum effect) or ahead of no bar times every round, and
+    a route the accuracy filter rejected stops as rejected, not ahead."""
+    settings = TimingSettings(samples=32, rounds=8, block_warmup=0, race_rounds=3)
+    race = Race(settings, below=0.7, why="the confirmation's floor, 0.70x")
+    cand, base = sample_rounds([_fixed(0.5), _fixed(1.0)], settings, 1, stop=race)
+    assert len(cand) == len(base) == 3
+    assert stopped_ahead(race.reason) and "3 of 8 rounds" in (race.reason or "")
+    assert "1.020x (1 + the minimum effect)" in (race.reason or "")
+    # above the minimum effect, its interval across the bar (the lowest lower end of the
+    # routes screened fastest): neither out nor ahead
+    high = Race(settings, below=2.0, why="the lowest lower end of the 3 route(s) screened fastest")
+    runs = iter([0.45] * 4 + [0.55] * 4 + [0.5] * 100)  # rounds at 2.2x, 1.8x, then 2x
+    cand, _ = sample_rounds([lambda: (lambda i: next(runs)), _fixed(1.0)], settings, 1,
+                            stop=high)
+    assert len(cand) == 8 and high.reason is None
+    for race in (Race(settings, below=0.7), Race(settings)):
+        cand, _ = sample_rounds([_fixed(1 / 1.01), _fixed(1.0)], settings, 1, stop=race)
+        assert len(cand) == 8 and race.reason is None
+    cand, _ = sample_rounds([_fixed(2.0), _fixed(1.0)], settings, 1, stop=Race(settings))
+    assert len(cand) == 8  # no bar: no confirmation to race for
+    rejected = Race(settings, below=0.7, rejected=True)
+    sample_rounds([_fixed(0.5), _fixed(1.0)], settings, 1, stop=rejected)
+    assert not stopped_ahead(rejected.reason)
+
+
 def test_a_trial_with_one_round_above_its_bar_is_not_raced() -> None:
     """Over fewer than six rounds the interval is the range of the round ratios: a single round
     at or above the bar keeps the trial going."""
@@ -157,11 +186,12 @@ def test_a_trial_with_one_round_above_its_bar_is_not_raced() -> None:
     assert len(cand) == 4
 
 
-def test_a_rejected_route_is_timed_race_rounds_only_and_racing_can_be_off() -> None:
+def test_a_rejected_route_is_timed_two_rounds_only_and_racing_can_be_off() -> None:
     settings = TimingSettings(samples=32, rounds=8, block_warmup=0, race_rounds=3)
     race = Race(settings, rejected=True)
     cand, _ = sample_rounds([_fixed(0.5), _fixed(1.0)], settings, 1, stop=race)  # 2x, rejected
-    assert len(cand) == 3 and race.reason is not None and "rejected for accuracy" in race.reason
+    assert len(cand) == REJECTED_ROUNDS == 2
+    assert race.reason is not None and "rejected for accuracy: timed 2 of 8" in race.reason
     off = settings.model_copy(update={"race_rounds": 0})
     cand, _ = sample_rounds([_fixed(2.0), _fixed(1.0)], off, 1,
                            stop=Race(off, below=0.7, rejected=True))

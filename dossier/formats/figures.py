@@ -277,9 +277,11 @@ def cost_text(e: Explanation) -> str:
 
 
 def raced_note(raced: int) -> str:
-    """``; 3 screening trial(s) raced out early`` (empty when none was)."""
-    return (f"; {raced} screening trial(s) raced out before their last round (below the "
-            "confirmation's bar, or rejected for accuracy)") if raced else ""
+    """``; 3 screening trial(s) stopped before their last round (...)`` (empty when none
+    did)."""
+    return (f"; {raced} screening trial(s) stopped before their last round (raced out below "
+            "the confirmation's bar or rejected for accuracy, or ahead: wholly above the bar "
+            "and the minimum effect)") if raced else ""
 
 
 def volume_text(e: Explanation, given: Sequence[str]) -> str:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dossier.trial import Comparison, TimingSummary
+from dossier.trial import AHEAD, Comparison, TimingSummary
 
 Timed = Callable[[int], float]
 """A function that runs the engine on input set ``i`` and returns the latency in ms."""
@@ -281,12 +281,21 @@ Stop = Callable[[Sequence[Sequence[Sequence[float]]]], bool]
 """Asked after every round with the samples so far (per engine, per round): stop here?"""
 
 
+REJECTED_ROUNDS = 2
+"""Rounds a route the accuracy filter rejected is timed, when racing is on: the fewest that
+give a speedup with a range (what the trade's picture shows of it)."""
+
+
 class Race:
     """When a screening trial stops before its last round (``race_rounds``): called after each
     round with the samples so far (the candidate's first, the baseline's second), it answers
     whether to stop, and then says why in :attr:`reason`. ``below``: the bar the trial's
-    interval must lie wholly under, and ``why`` what that bar is; ``rejected``: the accuracy
-    filter rejected the route, so it stops at ``race_rounds`` whatever it reads."""
+    interval must lie wholly under to be raced out, and ``why`` what that bar is; a trial whose
+    interval lies wholly above both the bar and 1 + ``min_effect`` stops too, *ahead*: more
+    rounds would only narrow an interval the confirmation re-measures anyway; ``rejected``:
+    the accuracy filter rejected the route: it can never ship, and it stops after
+    :data:`REJECTED_ROUNDS` whatever it reads (its speed is timed only for the trade's picture).
+    No bar (no confirmation to race for, or racing off): every round is timed."""
 
     def __init__(self, settings: TimingSettings, *, below: float | None = None,
                  why: str = "", rejected: bool = False) -> None:
@@ -296,20 +305,28 @@ class Race:
     def __call__(self, rounds: Sequence[Sequence[Sequence[float]]]) -> bool:
         s = self.settings
         done = min(len(r) for r in rounds)
-        if not s.race_rounds or done < s.race_rounds or done >= s.rounds:
+        if not s.race_rounds or done >= s.rounds:
             return False
         of = f"{done} of {s.rounds} rounds"
-        if self.rejected:
+        if self.rejected and done >= REJECTED_ROUNDS:
             self.reason = f"rejected for accuracy: timed {of}, for its speed only"
             return True
+        if done < s.race_rounds:
+            return False
         if self.below is None:
             return False
-        _, _, hi = shift_interval(np.log(round_ratios(rounds[1], rounds[0])), s.confidence)
-        if math.exp(hi) >= self.below:
-            return False
-        self.reason = (f"raced out after {of}: its interval so far ends at {math.exp(hi):.3f}x, "
-                       f"below {self.below:.3f}x ({self.why})")
-        return True
+        _, lo, hi = shift_interval(np.log(round_ratios(rounds[1], rounds[0])), s.confidence)
+        if math.exp(hi) < self.below:
+            self.reason = (f"raced out after {of}: its interval so far ends at "
+                           f"{math.exp(hi):.3f}x, below {self.below:.3f}x ({self.why})")
+            return True
+        floor = 1 + s.min_effect
+        if math.exp(lo) > max(self.below, floor):
+            self.reason = (f"{AHEAD} after {of}: its interval so far starts at "
+                           f"{math.exp(lo):.3f}x, above {floor:.3f}x (1 + the minimum effect) "
+                           f"and {self.below:.3f}x ({self.why})")
+            return True
+        return False
 
 
 def sample_rounds(engines: Sequence[Engine], settings: TimingSettings,
