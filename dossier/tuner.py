@@ -39,7 +39,7 @@ from dossier.executors.local import LocalScheduler
 from dossier.files import replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
-from dossier.jobs.child import clear_work, run_child
+from dossier.jobs.child import Child, clear_work, run_child
 from dossier.jobs.requests import JobRequests
 from dossier.jobs.worker import FailedResult, JudgedResult, WorkerResult
 from dossier.knobs import KnobDatabase
@@ -491,7 +491,9 @@ class Tuner:
         route, or the baseline). The baseline is checked beside it, so a reader can tell a
         route that broke from references or a threshold the baseline misses too."""
         timing = self.p.spec.timing
-        base = self._holdout(decision.baseline_route)
+        # the two first checks at once: nothing is timed now, and each is a process of its own
+        base = self._holdouts([decision.baseline_route,
+                               *([decision.shipped_route] if decision.gain else [])])[0]
         failed: dict[str, str] = {}
         while decision.gain:
             check = self._holdout(decision.shipped_route)
@@ -512,21 +514,37 @@ class Tuner:
             "reason": "; ".join([decision.reason, *notes])})
 
     def _holdout(self, route: str) -> HoldoutRecord:
-        """``route``'s check on the hold-out set, in a child process (recorded once: a resumed
-        search takes the recorded one)."""
-        done = next((h for h in self.cache.holdouts if h.route == route), None)
-        if done is not None:
-            return done
+        """``route``'s check on the hold-out set (:meth:`_holdouts`)."""
+        return self._holdouts([route])[0]
+
+    def _holdouts(self, routes: list[str]) -> list[HoldoutRecord]:
+        """Each route's check on the hold-out set, each in a child process of its own, the
+        processes running at once; recorded once, in the order of ``routes`` (a resumed search
+        takes the recorded ones)."""
         holdout = self.p.holdout
         assert holdout is not None
-        trial = next(t for t in self.cache.trials
-                     if t.route == route and t.role != "confirm" and t.engine)
-        engine = self.run_dir / str(trial.engine)
-        req = self.requests.request(mode="validate", engine=str(engine), route=route)
-        req = req.model_copy(update={"validation": str(holdout.path.resolve())})
-        self.observer.holdout(route)
-        result = run_child(req, self.work, f"holdout-{trial.index:04d}",
-                           self.p.backend.loader_env(engine))
+        done = {h.route: h for h in self.cache.holdouts if h.route in routes}
+        running: dict[str, tuple[TrialRecord, Child]] = {}
+        for route in dict.fromkeys(r for r in routes if r not in done):
+            trial = next(t for t in self.cache.trials
+                         if t.route == route and t.role != "confirm" and t.engine)
+            engine = self.run_dir / str(trial.engine)
+            req = self.requests.request(mode="validate", engine=str(engine), route=route)
+            req = req.model_copy(update={"validation": str(holdout.path.resolve())})
+            self.observer.holdout(route)
+            running[route] = trial, Child(req, self.work, f"holdout-{trial.index:04d}",
+                                          self.p.backend.loader_env(engine))
+        try:
+            for route, (trial, child) in running.items():
+                done[route] = self._holdout_record(route, trial, child.wait(), holdout)
+        finally:  # a check cut short (an interrupt) leaves no process behind
+            for route, (_, child) in running.items():
+                if route not in done and child.proc.poll() is None:
+                    child.kill()
+        return [done[r] for r in routes]
+
+    def _holdout_record(self, route: str, trial: TrialRecord, result: WorkerResult,
+                        holdout: ValidationSet) -> HoldoutRecord:
         if isinstance(result, JudgedResult):
             record = HoldoutRecord(route=route, trial_index=trial.index,
                                    passed=result.outcome == "ok", reason=result.reason,

@@ -153,6 +153,40 @@ def test_the_hold_out_gate_keeps_a_route_that_breaks_out_of_range_from_shipping(
     assert d.holdout is not None and d.holdout.route == d.shipped_route
 
 
+def test_the_baseline_and_the_route_about_to_ship_are_checked_on_the_hold_out_set_at_once(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing is timed once the confirmation has decided: the two hold-out checks run in two
+    processes at the same time (both started before either is awaited), and are recorded in
+    order, the baseline's first."""
+    import dossier.tuner as tuner_module
+
+    events: list[tuple[str, str]] = []
+
+    class Recording(tuner_module.Child):  # type: ignore[name-defined,misc]
+        def __init__(self, req, *args, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(req, *args, **kwargs)
+            self.route = req.route
+            events.append(("start", req.route))
+
+        def wait(self):  # type: ignore[no-untyped-def]
+            events.append(("wait", self.route))
+            return super().wait()
+
+    monkeypatch.setattr(tuner_module, "Child", Recording)
+    folder = _precision_sample(samples_dir, tmp_path)
+    spec = load_spec(folder / "release-int8.toml", {
+        "backend": "faulty", "strategy": "full",
+        "selection": "-pace=held -gain=[none|x1.25] -intra_op_num_threads=1"})
+    timing = TINY_TIMING.model_copy(update={"confirm_top": 1})
+    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+    d = res.decision
+    assert d.gain, d.reason  # a known 1.25x gain
+    assert events == [("start", d.baseline_route), ("start", d.shipped_route),
+                      ("wait", d.baseline_route), ("wait", d.shipped_route)]
+    assert [h.route for h in res.cache.holdouts] == [d.baseline_route, d.shipped_route]
+    assert all(h.passed for h in res.cache.holdouts)
+
+
 @pytest.fixture(scope="module")
 def int8_release(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tblock sample's int8 spec released once (small timing): its bundle."""
