@@ -39,7 +39,7 @@ from dossier.executors.local import LocalScheduler
 from dossier.files import replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
-from dossier.jobs.child import Child, clear_work, run_child
+from dossier.jobs.child import Child, clear_work
 from dossier.jobs.requests import JobRequests
 from dossier.jobs.worker import FailedResult, JudgedResult, WorkerResult
 from dossier.knobs import KnobDatabase

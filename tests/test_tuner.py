@@ -15,7 +15,7 @@ from conftest import TINY_TIMING, write_tiny_timing
 
 from dossier.cache import TuningCache
 from dossier.errors import CacheMismatchError, OutputError, TuneError
-from dossier.measure.timing import TimingSettings
+from dossier.measure.timing import REJECTED_ROUNDS, TimingSettings
 from dossier.run_folder import CACHE_NAME
 from dossier.spec import load_spec
 from dossier.trial import Outcome
@@ -40,7 +40,7 @@ def test_trials_that_really_die_are_recorded_and_the_search_finishes(sample, tmp
     assert by_route["-fault=none"].role == "baseline" and by_route["-fault=none"].admissible
     nan = by_route["-fault=nan"]  # rejected: timed race_rounds rounds, for the trade's picture
     assert nan.raced and "rejected for accuracy" in nan.raced
-    assert nan.comparison is not None and nan.comparison.rounds == timing.race_rounds
+    assert nan.comparison is not None and nan.comparison.rounds == REJECTED_ROUNDS
     assert not res.decision.gain and res.decision.shipped_route == "-fault=none"
     # every trial's record reached the cache on disk
     assert len(TuningCache.open(tmp_path / "run" / CACHE_NAME).trials) == 7

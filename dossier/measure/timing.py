@@ -89,9 +89,12 @@ class TimingSettings(BaseModel):
     times every round). It stops when its route cannot go to the confirmation: its interval
     so far lies wholly below the bar its request names (``confirm_floor``, or the lowest
     lower end of the ``confirm_top`` routes screened fastest so far, whichever is higher:
-    :func:`dossier.decision.race_bar`); or the accuracy filter rejected it (its speed is
-    timed only for the trade's picture). Over fewer than six rounds the interval is the
-    range of the round ratios, so every round so far must read below the bar. 1 is refused."""
+    :func:`dossier.decision.race_bar`). It stops *ahead* when that interval lies wholly above
+    both the bar and 1 + ``min_effect`` (it goes to the confirmation, which measures it
+    again). A route the accuracy filter rejected stops after 2 rounds (its speed is timed
+    only for the trade's picture). Over fewer than six rounds the interval is the range of
+    the round ratios, so every round so far must read below the bar (or above it). 1 is
+    refused."""
     block_warmup: int = Field(5, ge=0)
     """Untimed lead-in runs at the start of every block, so the engine that ran just before
     (its threads, its data in the caches) does not colour the block."""
