@@ -302,8 +302,40 @@ def test_a_quantizer_reads_the_kept_model_under_its_builds_own_name(
     values = {k[0]: k[2] for k in precision.QUANT_KNOBS} | {"quantization": "dynamic"}
     for i in range(2):
         precision.quantize(model, values, None, tmp_path / f"q{i}.onnx", shared)
-    assert len(inputs) == 2 and all(shared not in p.parents for p in inputs)
+    assert len(inputs) == 2 and all(p.parent != shared for p in inputs)  # not the kept file
     assert inputs[0].parent != inputs[1].parent
+
+
+def test_a_builds_temporary_folders_are_in_the_search_scratch_folder_and_go_after_it(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build killed with SIGKILL cannot remove its temporary folder: made in the search's
+    scratch folder (inside the run folder's work folder), it goes with that folder, and the
+    kept pre-processed model is on its file system (linked, not copied). A scratch folder that
+    is a link is not used: the system's TMPDIR is."""
+    import onnxruntime.quantization as q
+
+    seen: list[tuple[Path, Path]] = []
+    real = q.quantize_dynamic
+
+    def spy(model_input: str, model_output: str, *a: object, **k: object) -> None:
+        seen.append((Path(model_input), Path(model_output)))
+        real(model_input, model_output, *a, **k)
+
+    monkeypatch.setattr(q, "quantize_dynamic", spy)
+    shared = tmp_path / "run" / ".work" / "scratch"
+    backend = get_backend("onnxruntime")
+    backend.use_build_scratch(shared)
+    route = Route.parse("-quantization=dynamic")
+    backend.build(samples_dir / "tblock" / "model.onnx", route, tmp_path / "e.ort")
+    [(read, wrote)] = seen
+    assert read.parent.parent == shared and read.parent.name.startswith("dossier-quant-")
+    assert wrote.parent.parent == shared and wrote.parent.name.startswith("dossier-build-")
+    assert not [p for p in shared.iterdir() if p.name.startswith("dossier-")]  # removed after
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    assert scratch.folder(link) is None and scratch.folder(shared) == str(shared)
 
 
 def test_a_lock_that_is_a_link_is_not_followed_and_the_build_goes_on(

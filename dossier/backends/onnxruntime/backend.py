@@ -27,7 +27,7 @@ from dossier.backends.interface import (
     Runner,
 )
 from dossier.backends.onnx_model import onnx_signature
-from dossier.backends.onnxruntime import knobs, precision
+from dossier.backends.onnxruntime import knobs, precision, scratch
 from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
@@ -159,7 +159,11 @@ class OnnxRuntimeBackend(Backend):
     def build_impl(self, model: Path, route: Route, engine: Path) -> BuildInfo:
         values = route.effective(self.knob_database())
         facts = {"optimization_level": values["graph_optimization_level"]}
-        with tempfile.TemporaryDirectory(prefix="dossier-build-") as tmp:
+        # in the search's scratch folder when there is one: inside its run folder, removed with
+        # the work folder even when a build is killed (a temporary folder in TMPDIR would stay),
+        # and on the file system of the files the builds share, so those are linked, not copied
+        with tempfile.TemporaryDirectory(prefix="dossier-build-",
+                                         dir=scratch.folder(self.build_scratch)) as tmp:
             if precision.transforms(values):
                 quantized = Path(tmp) / "quantized.onnx"
                 facts.update(precision.quantize(model, values, self.calibration, quantized,

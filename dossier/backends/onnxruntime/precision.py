@@ -125,7 +125,7 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
                              "quant_weight_type": values["quant_weight_type"],
                              "quant_per_channel": values["quant_per_channel"],
                              "quant_reduce_range": values["quant_reduce_range"]}
-    with tempfile.TemporaryDirectory(prefix="dossier-quant-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dossier-quant-", dir=scratch.folder(shared)) as tmp:
         source = model
         if values.get("quant_preprocess", "on") == "on":
             source = preprocessed(model, Path(tmp), shared)

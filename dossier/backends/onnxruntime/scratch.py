@@ -26,6 +26,21 @@ from dossier.hashing import digest_file
 _KEY = re.compile(r"[0-9a-f]{32}")
 
 
+def folder(scratch: Path | None) -> str | None:
+    """Where a build makes its temporary folders: ``scratch`` (made if missing) when it is a
+    folder of its own, not a link; else None (the system's TMPDIR). A build killed with
+    SIGKILL cannot remove its temporary folder: in the scratch folder it goes with the
+    search's work folder, and the files it takes from there are on the same file system
+    (linked, not copied)."""
+    if scratch is None:
+        return None
+    with contextlib.suppress(OSError):
+        scratch.mkdir(parents=True, exist_ok=True)
+        if stat.S_ISDIR(os.lstat(scratch).st_mode):
+            return str(scratch)
+    return None
+
+
 def _pointer(folder: Path, kind: str, key: str) -> Path:
     if not _KEY.fullmatch(key) or not re.fullmatch(r"[a-z]+", kind):
         raise ValueError(f"not a scratch key: {kind} {key}")
