@@ -214,8 +214,12 @@ def bundle_summary(bundle: Path) -> dict[str, Any]:
             validation_worst_loss=next((t.worst_loss for t in trials
                                         if t.index == d.shipped_index), None),
             routes={t.route: {"outcome": t.outcome.value, "worst_loss": t.worst_loss,
-                              "median_ms": t.timing.median_ms if t.timing else None}
-                    for t in trials})
+                              "median_ms": t.timing.median_ms if t.timing else None,
+                              "trial_s": t.trial_s, "raced": t.raced}
+                    for t in trials},
+            # where a release's time went: the confirmation's processes and why it stopped
+            confirm_processes=d.processes, confirm_stopped=d.stopped,
+            confirm_s=next((t.trial_s for t in rec.trials if t.role == "confirm"), None))
 
 
 # --------------------------------------------------------------------------------- Olive
