@@ -49,7 +49,8 @@ class TradePoint(_Model):
     confirmation: Status | None = None
     """What the confirmation concluded of it (None: not confirmed, or a record that keeps no
     conclusion): confirmed faster; futile (its interval below the minimum effect); outranked
-    (its interval below a confirmed route's); undecided at the cap."""
+    (its interval below a confirmed route's, or, paired with it process by process, not faster
+    than it by the minimum effect); undecided at the cap."""
     frontier: bool
     """Admissible, and no other admissible route is both faster and more accurate."""
     holdout_passed: bool | None = None

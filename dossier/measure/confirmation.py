@@ -21,7 +21,14 @@ lies wholly below 1 + min_effect is *futile* (no later look could ship it honest
 only lowers the false-positive rate); one whose interval lies wholly below the interval of a
 confirmed candidate that may ship (``may_ship``: the tuner's hold-out check) is *outranked*: the
 rule ships the largest confirmed speedup, so it could ship only if a later look read it above
-its own interval's upper end, and the candidate above it failed nothing. All three leave the
+its own interval's upper end, and the candidate above it failed nothing. It is outranked too
+when, *paired* with that confirmed candidate process by process (the processes both were timed
+in), the interval of its log speedup over the confirmed one's lies wholly below
+log(1 + min_effect): it is not faster than a route that ships by any effect the rule counts,
+and the host's state, which moves both alike from process to process, cancels in the pairing
+(two int8 routes 6% apart, each read over a 30% wide interval, held the tblock sample's
+confirmation to 8 processes). Neither drop can ship anything: only a confirmed candidate
+ships, by its own test. All three leave the
 later processes (racing's elimination: a candidate three times slower than the confirmed one
 no longer holds the measurement to the cap). The confirmation stops when every candidate is
 decided, or at the cap, and says which.
@@ -40,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
@@ -98,7 +107,8 @@ class Track:
     """The look (process count) that decided it."""
     comparison: Comparison | None = None
     outranked_by: str | None = None
-    """The confirmed route whose interval lay wholly above this one's (status ``outranked``)."""
+    """The confirmed route whose interval lay wholly above this one's, or which this one was not
+    faster than by the minimum effect, paired process by process (status ``outranked``)."""
 
 
 @dataclass
@@ -201,7 +211,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                 if tracks[j].status != "undecided":
                     open_.remove(j)
             if not fixed:
-                _outrank(tracks, open_, n, may_ship, shippable)
+                _outrank(tracks, open_, n, may_ship, shippable, settings)
         logger.info("confirmation: %d measuring process(es), %d undecided", n, len(open_))
         if on_process is not None:
             on_process(n, looks[-1], [tracks[j].route for j in open_])
@@ -219,11 +229,27 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
                         conditions=seen)
 
 
+def paired_high(track: Track, top: Track, confidence: float) -> float | None:
+    """The upper end of the ``confidence`` interval (Student's t over processes) of the mean
+    log speedup of ``track`` over ``top``, process by process, over the processes both were
+    timed in (the first ones: a decided candidate leaves the later ones; the A/A's term
+    cancels in the difference); None with fewer than two."""
+    from scipy import stats
+
+    n = min(len(track.logs), len(top.logs))
+    if n < 2:
+        return None
+    d = np.subtract(track.logs[:n], top.logs[:n])
+    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
+    return float(d.mean()) + half
+
+
 def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[str], bool],
-             shippable: dict[str, bool]) -> None:
+             shippable: dict[str, bool], settings: TimingSettings) -> None:
     """Mark (and take out of ``open_``) the undecided candidates whose interval lies wholly
-    below the lower end of a confirmed candidate that may ship. The confirmed candidates are
-    asked in the order of their lower ends, until one may ship; ``shippable`` keeps each
+    below the lower end of a confirmed candidate that may ship, or whose paired interval over
+    it (:func:`paired_high`) lies wholly below log(1 + min_effect). The confirmed candidates
+    are asked in the order of their lower ends, until one may ship; ``shippable`` keeps each
     answer, so ``may_ship`` is asked once per route at most."""
     if not open_:
         return
@@ -237,9 +263,11 @@ def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[
     else:
         return
     floor = top.comparison.speedup_ci_low  # type: ignore[union-attr]
+    bound = math.log1p(settings.min_effect)
     for j in list(open_):
         c = tracks[j].comparison
-        if c is not None and c.speedup_ci_high < floor:
+        high = paired_high(tracks[j], top, settings.confidence)
+        if c is not None and (c.speedup_ci_high < floor or (high is not None and high < bound)):
             tracks[j].status, tracks[j].look, tracks[j].outranked_by = "outranked", n, top.route
             open_.remove(j)
 
@@ -278,4 +306,5 @@ def rule_text(settings: TimingSettings) -> str:
             f"{settings.min_effect:.0%}, has p below alpha/(k x {len(looks)} looks) and its "
             f"{settings.confidence:.0%} interval excludes 1.0; it is dropped when that interval "
             f"lies below 1 + the minimum effect, or below the interval of a confirmed candidate "
-            f"that may ship")
+            f"that may ship, or when its speedup over that candidate, paired process by process, "
+            f"lies below 1 + the minimum effect")
