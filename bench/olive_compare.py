@@ -670,8 +670,9 @@ def walls(models: list[str], work: Path, out: Path, olive_python: str, repeats: 
                     got = (dossier_release(folder, spec, Path(tmp) / "dossier")
                            if tool == "dossier" else
                            olive_run(folder, model, work / "olive-runs" / model, olive_python))
-                    pair[tool] = {k: got.get(k) for k in ("rc", "wall_s", "load_before",
-                                                          "shipped", "speedup", "error")}
+                    pair[tool] = {k: got.get(k) for k in (
+                        "rc", "wall_s", "load_before", "shipped", "speedup", "error",
+                        "confirm_processes", "confirm_stopped", "confirm_s") if k in got}
             row["pairs"].append(pair)
             ok = [p for p in row["pairs"] if p["dossier"]["rc"] == 0 and p["olive"]["rc"] == 0]
             logs = np.log([p["dossier"]["wall_s"] / p["olive"]["wall_s"] for p in ok])
