@@ -525,16 +525,16 @@ class Tuner:
         assert holdout is not None
         done = {h.route: h for h in self.cache.holdouts if h.route in routes}
         running: dict[str, tuple[TrialRecord, Child]] = {}
-        for route in dict.fromkeys(r for r in routes if r not in done):
-            trial = next(t for t in self.cache.trials
-                         if t.route == route and t.role != "confirm" and t.engine)
-            engine = self.run_dir / str(trial.engine)
-            req = self.requests.request(mode="validate", engine=str(engine), route=route)
-            req = req.model_copy(update={"validation": str(holdout.path.resolve())})
-            self.observer.holdout(route)
-            running[route] = trial, Child(req, self.work, f"holdout-{trial.index:04d}",
-                                          self.p.backend.loader_env(engine))
         try:
+            for route in dict.fromkeys(r for r in routes if r not in done):
+                trial = next(t for t in self.cache.trials
+                             if t.route == route and t.role != "confirm" and t.engine)
+                engine = self.run_dir / str(trial.engine)
+                req = self.requests.request(mode="validate", engine=str(engine), route=route)
+                req = req.model_copy(update={"validation": str(holdout.path.resolve())})
+                self.observer.holdout(route)
+                running[route] = trial, Child(req, self.work, f"holdout-{trial.index:04d}",
+                                              self.p.backend.loader_env(engine))
             for route, (trial, child) in running.items():
                 done[route] = self._holdout_record(route, trial, child.wait(), holdout)
         finally:  # a check cut short (an interrupt) leaves no process behind

@@ -187,6 +187,43 @@ def test_the_baseline_and_the_route_about_to_ship_are_checked_on_the_hold_out_se
     assert all(h.passed for h in res.cache.holdouts)
 
 
+def test_an_interrupted_hold_out_check_leaves_no_check_running(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the first of the two checks is awaited: the search stops as interrupted,
+    and the second check's process does not outlive it; run again, the search resumes and
+    records both checks."""
+    import dossier.tuner as tuner_module
+
+    children: list[object] = []
+
+    class Interrupted(tuner_module.Child):  # type: ignore[name-defined,misc]
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            children.append(self)
+
+        def wait(self):  # type: ignore[no-untyped-def]
+            if len(children) == 2 and self is children[0]:
+                raise KeyboardInterrupt
+            return super().wait()
+
+    monkeypatch.setattr(tuner_module, "Child", Interrupted)
+    folder = _precision_sample(samples_dir, tmp_path)
+    spec = load_spec(folder / "release-int8.toml", {
+        "backend": "faulty", "strategy": "full",
+        "selection": "-pace=held -gain=[none|x1.25] -intra_op_num_threads=1"})
+    spec = spec.model_copy(update={"timing": TINY_TIMING.model_copy(update={"confirm_top": 1})})
+    with pytest.raises(KeyboardInterrupt):
+        tune(spec, tmp_path / "run")
+    assert len(children) == 2
+    assert all(c.proc.poll() is not None for c in children)  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    from dossier.run_folder import CACHE_NAME
+    from dossier.tuner import continue_tune
+
+    res = continue_tune(tmp_path / "run" / CACHE_NAME)
+    assert res.decision.gain and len(res.cache.holdouts) == 2
+
+
 @pytest.fixture(scope="module")
 def int8_release(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tblock sample's int8 spec released once (small timing): its bundle."""
