@@ -20,7 +20,7 @@ from dossier.datasets import (
     split,
 )
 from dossier.errors import InputError, OutputError, ValidationSetError
-from dossier.spec import load_spec
+from dossier.spec import ReleaseSpec, load_spec
 from dossier.tensors import write_tensors
 from dossier.tuner import tune
 from dossier.validation import load_validation_set
@@ -153,6 +153,16 @@ def test_the_hold_out_gate_keeps_a_route_that_breaks_out_of_range_from_shipping(
     assert d.holdout is not None and d.holdout.route == d.shipped_route
 
 
+def _known_gain_spec(samples_dir: Path, tmp_path: Path) -> ReleaseSpec:
+    """The tblock sample's int8 spec (its hold-out set) on the faulty backend, searching a
+    known 1.25x gain, one candidate confirmed."""
+    folder = _precision_sample(samples_dir, tmp_path)
+    spec = load_spec(folder / "release-int8.toml", {
+        "backend": "faulty", "strategy": "full",
+        "selection": "-pace=held -gain=[none|x1.25] -intra_op_num_threads=1"})
+    return spec.model_copy(update={"timing": TINY_TIMING.model_copy(update={"confirm_top": 1})})
+
+
 def test_the_baseline_and_the_route_about_to_ship_are_checked_on_the_hold_out_set_at_once(
         samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing is timed once the confirmation has decided: the two hold-out checks run in two
@@ -173,12 +183,7 @@ def test_the_baseline_and_the_route_about_to_ship_are_checked_on_the_hold_out_se
             return super().wait()
 
     monkeypatch.setattr(tuner_module, "Child", Recording)
-    folder = _precision_sample(samples_dir, tmp_path)
-    spec = load_spec(folder / "release-int8.toml", {
-        "backend": "faulty", "strategy": "full",
-        "selection": "-pace=held -gain=[none|x1.25] -intra_op_num_threads=1"})
-    timing = TINY_TIMING.model_copy(update={"confirm_top": 1})
-    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run")
+    res = tune(_known_gain_spec(samples_dir, tmp_path), tmp_path / "run")
     d = res.decision
     assert d.gain, d.reason  # a known 1.25x gain
     assert events == [("start", d.baseline_route), ("start", d.shipped_route),
@@ -207,13 +212,8 @@ def test_an_interrupted_hold_out_check_leaves_no_check_running(
             return super().wait()
 
     monkeypatch.setattr(tuner_module, "Child", Interrupted)
-    folder = _precision_sample(samples_dir, tmp_path)
-    spec = load_spec(folder / "release-int8.toml", {
-        "backend": "faulty", "strategy": "full",
-        "selection": "-pace=held -gain=[none|x1.25] -intra_op_num_threads=1"})
-    spec = spec.model_copy(update={"timing": TINY_TIMING.model_copy(update={"confirm_top": 1})})
     with pytest.raises(KeyboardInterrupt):
-        tune(spec, tmp_path / "run")
+        tune(_known_gain_spec(samples_dir, tmp_path), tmp_path / "run")
     assert len(children) == 2
     assert all(c.proc.poll() is not None for c in children)  # type: ignore[attr-defined]
     monkeypatch.undo()
