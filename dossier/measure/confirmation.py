@@ -52,7 +52,14 @@ import numpy as np
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
-from dossier.measure.timing import TimingSettings, flatten, process_compare, process_log, summarize
+from dossier.measure.timing import (
+    TimingSettings,
+    flatten,
+    process_compare,
+    process_log,
+    process_stats,
+    summarize,
+)
 from dossier.trial import Comparison, Outcome, TrialRecord
 
 if TYPE_CHECKING:
@@ -234,14 +241,10 @@ def paired_high(track: Track, top: Track, confidence: float) -> float | None:
     log speedup of ``track`` over ``top``, process by process, over the processes both were
     timed in (the first ones: a decided candidate leaves the later ones; the A/A's term
     cancels in the difference); None with fewer than two."""
-    from scipy import stats
-
     n = min(len(track.logs), len(top.logs))
     if n < 2:
         return None
-    d = np.subtract(track.logs[:n], top.logs[:n])
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
-    return float(d.mean()) + half
+    return process_stats(np.subtract(track.logs[:n], top.logs[:n]), confidence).high
 
 
 def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[str], bool],
