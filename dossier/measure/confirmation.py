@@ -48,8 +48,6 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Literal, Protocol
 
-import numpy as np
-
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
 from dossier.measure.timing import (
@@ -244,7 +242,7 @@ def paired_high(track: Track, top: Track, confidence: float) -> float | None:
     n = min(len(track.logs), len(top.logs))
     if n < 2:
         return None
-    return process_stats(np.subtract(track.logs[:n], top.logs[:n]), confidence).high
+    return process_stats([a - b for a, b in zip(track.logs[:n], top.logs[:n])], confidence).high
 
 
 def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[str], bool],
