@@ -31,6 +31,14 @@ ONNX Runtime's own per-operator profile of both int8 forms:
 
     python bench/precision.py plain --work /tmp/bert-plain
 
+``openvino``: the ResNet-18 of ``models`` with OpenVINO's CPU device as a route
+(``-execution_provider=[cpu|openvino]``, with and without static int8), N releases as
+``release`` records them. Run it with a Python whose onnxruntime reaches OpenVINO (the
+``onnxruntime-ep-openvino`` plug-in on an Intel host; elsewhere Intel's ``onnxruntime-openvino``
+installed in place of ``onnxruntime``):
+
+    /path/to/ov-venv/bin/python bench/precision.py openvino --releases 3
+
 Every subcommand writes its JSON under bench/results/ (``--out`` to change) after each release,
 so a run cut short keeps what it measured.
 """
@@ -477,6 +485,31 @@ def _op_times(model: Path, feed: dict[str, np.ndarray], runs: int = 20) -> dict[
     return {"total": round(sum(by_op.values()), 2), **{k: round(v, 2) for k, v in top}}
 
 
+OPENVINO_SELECTION = ("-quantization=[none|static] -quant_per_channel=[off|on] "
+                      "-execution_provider=[cpu|openvino]")
+
+
+def openvino_spec(model: str, work: Path) -> Path:
+    """``bench/work/openvino/MODEL/release.toml``: the ``models`` folder's model and sets
+    (linked), searched over static int8 and the execution provider."""
+    src = ROOT / "bench" / "work" / "precision" / model
+    if not (src / "model.onnx").is_file():
+        raise SystemExit(f"{src}: no model; run: python bench/precision.py models")
+    folder = work / model
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("model.onnx", "validation", "calibration", "holdout"):
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(src / name)
+    text = (src / "release.toml").read_text()
+    head, _, rest = text.partition("selection = ")
+    rest = rest.split("\n", 1)[1]
+    spec = folder / "release.toml"
+    spec.write_text(head.replace('-int8"', '-openvino"') +
+                    f'selection = "{OPENVINO_SELECTION}"\n' + rest)
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -496,6 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     pl = sub.add_parser("plain")
     pl.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bert-plain")
     pl.add_argument("--out", type=Path, default=RESULTS / "precision-bert-plain.json")
+    ov = sub.add_parser("openvino")
+    ov.add_argument("--model", default="resnet18")
+    ov.add_argument("--releases", type=int, default=3)
+    ov.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cmd == "plain":
         print(json.dumps(plain(args.work, args.out), indent=1))
@@ -504,6 +541,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "release":
         out = args.out or RESULTS / f"precision-{args.spec.parent.name}.json"
         release(args.spec, args.releases, out, build_cache=args.build_cache)
+    elif args.cmd == "openvino":
+        from dossier.backends.onnxruntime.precision import openvino
+
+        if openvino()[0] is None:
+            raise SystemExit(f"no OpenVINO here: {openvino()[1]}")
+        spec = openvino_spec(args.model, ROOT / "bench" / "work" / "openvino")
+        release(spec, args.releases, args.out or RESULTS / f"openvino-{args.model}.json")
     else:
         filter_check(args.releases, args.out)
     return 0

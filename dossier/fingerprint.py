@@ -38,7 +38,8 @@ ISA_FLAGS = frozenset({
 
 _CUDA_SUFFIXES = ("-cu13", "-cu12", "-cu11", "")
 PACKAGES = (
-    "dossier", "onnxruntime", "onnxruntime-gpu", "onnx", "numpy", "pyarrow", "torch", "triton",
+    "dossier", "onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino",
+    "onnxruntime-ep-openvino", "onnx", "numpy", "pyarrow", "torch", "triton",
     "tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "tensorrt-cu13", "tensorrt-cu13-libs",
     "cuda-python", "cuda-bindings", "nvidia-ml-py",
     *(f"nvidia-{lib}{s}" for lib in ("cuda-runtime", "cudnn", "cublas", "cuda-nvrtc")

@@ -110,7 +110,8 @@ def test_bundle_holds_the_layout_of_format_1(rel: dict[str, h.Released]) -> None
         assert m.engines.shipped.route == m.summary.shipped_route
         assert m.engines.baseline.route == m.summary.baseline_route
         assert m.engines.shipped.flags == {
-            "layout_optimized": m.summary.shipped_route == "-graph_optimization_level=all"}
+            "layout_optimized": m.summary.shipped_route == "-graph_optimization_level=all",
+            "openvino": False}
         s = m.summary
         assert (s.strategy, s.selection) == ("full", h.SELECTIONS["convnet"])
         assert s.search_wall_s > 0 and s.build_s_total > 0 and s.sessions == 1

@@ -154,6 +154,21 @@ def test_package_missing_on_one_side_is_a_change() -> None:
     assert first.host_value is None
 
 
+def test_openvino_packages_decide_for_openvino_routes_only() -> None:
+    """onnxruntime-openvino is ONNX Runtime: a change is INVALID for every route. The plug-in
+    compiles an OpenVINO route: a change is INVALID for one, VALID for a CPU-provider route."""
+    policy = default_policy("onnxruntime")
+    plugin = _host().model_copy(update={"packages": {**_host().packages,
+                                                     "onnxruntime-ep-openvino": "1.8.1"}})
+    assert overall(diff(plugin, _host(), policy, {"openvino": True})) is INVALID
+    findings = diff(plugin, _host(), policy, {"openvino": False})
+    assert _finding(findings, "packages.onnxruntime-ep-openvino").verdict is VALID
+    assert overall(findings) is VALID
+    built_in = _host().model_copy(update={"packages": {**_host().packages,
+                                                       "onnxruntime-openvino": "1.24.1"}})
+    assert overall(diff(built_in, _host(), policy, {"openvino": False})) is INVALID
+
+
 def test_cpu_isa_change_depends_on_layout_optimization() -> None:
     bundle = _with_cpu(_host(), isa_flags=["avx", "avx2", "avx512f", "fma"])
     host = _with_cpu(_host(), isa_flags=["avx", "avx2", "fma"])

@@ -6,6 +6,7 @@ a changed field decides its :class:`Verdict`. Patterns are fnmatch-style over th
 ``gpu[*].name`` matches ``gpu[0].name``). A rule may depend on a boolean engine fact (``when``):
 
 * ``layout_optimized`` (onnxruntime): the model was optimized at the layout/all level.
+* ``openvino`` (onnxruntime): the route runs on OpenVINO's CPU device.
 * ``cpu_package`` (torch-inductor): the .pt2 package was compiled for the CPU.
 * ``version_compatible`` / ``hardware_compatible`` (tensorrt): the plan's compatibility flags.
 * ``tuning_host_unknown``: the bundle does not know its tuning host (a trtexec import); every

@@ -10,6 +10,7 @@ timed in and a deployment should use. The knobs are in :mod:`.knobs`, the loaded
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import tempfile
@@ -50,7 +51,7 @@ class OnnxRuntimeBackend(Backend):
     def knob_database_impl(self) -> KnobDatabase:
         db = knobs.knob_database(self.name)
         extra = precision.knobs()
-        if not precision.openvino_devices()[1]:
+        if not precision.openvino()[1]:
             extra.append(Knob(name=precision.EP_KNOB, values=(precision.CPU, precision.OPENVINO),
                               default=precision.CPU, changes_numerics=True,
                               help="execution provider: ONNX Runtime's CPU provider, or "
@@ -58,7 +59,7 @@ class OnnxRuntimeBackend(Backend):
         return db.model_copy(update={"knobs": (*db.knobs, *extra)})
 
     def knobs_not_offered(self) -> dict[str, str]:
-        why = precision.openvino_devices()[1]
+        why = precision.openvino()[1]
         return {precision.EP_KNOB: f"-{precision.EP_KNOB}=openvino: {why}"} if why else {}
 
     def engine_documents(self, engine: Path) -> dict[str, bytes]:
@@ -87,8 +88,17 @@ class OnnxRuntimeBackend(Backend):
         return route.effective(db).get("quantization") == precision.STATIC
 
     def stack(self) -> dict[str, str]:
-        return {pkg: metadata.version(pkg) for pkg in ("onnxruntime", "onnx", "numpy")
-                if importlib.util.find_spec(pkg) is not None}
+        """The runtime's version as its module says (the distribution may be onnxruntime,
+        onnxruntime-gpu or onnxruntime-openvino: each installs the module ``onnxruntime``), the
+        other distributions of it and the OpenVINO plug-in where installed, onnx and numpy."""
+        import onnxruntime
+
+        out = {"onnxruntime": onnxruntime.__version__}
+        for dist in ("onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-ep-openvino"):
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                out[dist] = metadata.version(dist)
+        return {**out, **{pkg: metadata.version(pkg) for pkg in ("onnx", "numpy")
+                          if importlib.util.find_spec(pkg) is not None}}
 
     def signature_impl(self, model: Path) -> ModelSignature:
         return onnx_signature(model)
@@ -144,11 +154,18 @@ class OnnxRuntimeBackend(Backend):
 
         source = model if isinstance(model, bytes) else str(model)
         if provider == precision.OPENVINO:
-            devices, why = precision.openvino_devices()
-            if why:
+            ov, why = precision.openvino()
+            if ov is None:
                 raise EngineRuntimeError(f"-{precision.EP_KNOB}=openvino: {why}")
-            so.add_provider_for_devices(devices, {"precision": "ACCURACY"})
-            session = ort.InferenceSession(source, so, disabled_optimizers=disabled or None)
+            options = {"precision": "ACCURACY"}
+            if ov.devices:  # the plug-in's
+                so.add_provider_for_devices(list(ov.devices), options)
+                session = ort.InferenceSession(source, so, disabled_optimizers=disabled or None)
+            else:  # built in
+                session = ort.InferenceSession(
+                    source, so, providers=[precision.OPENVINO_EP],
+                    provider_options=[{"device_type": "CPU", **options}],
+                    disabled_optimizers=disabled or None)
             problem = precision.provider_problem(session, precision.OPENVINO_EP)
             if problem:
                 raise EngineRuntimeError(problem)
@@ -174,9 +191,14 @@ class OnnxRuntimeBackend(Backend):
                 # (transformed) model itself, checked to load on the provider it names
                 shutil.copyfile(model, engine)
                 so, disabled = self._options(route, None)
-                self._session(engine.read_bytes(), so, disabled, precision.OPENVINO)
+                try:
+                    self._session(engine.read_bytes(), so, disabled, precision.OPENVINO)
+                except EngineRuntimeError as exc:  # no OpenVINO, or a session that fell back
+                    raise BuildError(str(exc)) from exc
+                ov = precision.openvino()[0]
                 return BuildInfo({**facts, "format": "onnx",
-                                  "execution_provider": precision.OPENVINO_EP})
+                                  "execution_provider": precision.OPENVINO_EP,
+                                  "openvino": ov.source if ov else "unknown"})
             so, disabled = self._options(route, None)
             so.optimized_model_filepath = str(engine)
             so.add_session_config_entry("session.save_model_format", "ORT")
@@ -285,5 +307,6 @@ class OnnxRuntimeBackend(Backend):
                     hint="ONNX Runtime ignores optimizers that do not apply; drop this knob")
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
-        level = route.effective(db)["graph_optimization_level"]
-        return {"layout_optimized": level in ("layout", "all")}
+        values = route.effective(db)
+        return {"layout_optimized": values["graph_optimization_level"] in ("layout", "all"),
+                "openvino": values.get(precision.EP_KNOB) == precision.OPENVINO}

@@ -1,6 +1,7 @@
 """The verify rules of ONNX Runtime engines (an optimized model in ORT format, CPU provider).
 
-Engine fact: ``layout_optimized`` (the model was optimized at the layout/all level).
+Engine facts: ``layout_optimized`` (the model was optimized at the layout/all level),
+``openvino`` (the route runs on OpenVINO's CPU device, ``-execution_provider=openvino``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ _VERSION = ("The optimized model was written by another ONNX Runtime version, an
 RULES: list[Rule] = [
     _r("packages.onnxruntime", INVALID, _VERSION),
     _r("packages.onnxruntime-gpu", INVALID, _VERSION),
+    _r("packages.onnxruntime-openvino", INVALID, _VERSION),
+    _r("packages.onnxruntime-ep-openvino", INVALID, "The route runs on OpenVINO's CPU device "
+       "through this plug-in, which compiles the model when the session is made: another "
+       "version compiles it otherwise, and without it the route cannot run.", when="openvino",
+       otherwise=VALID, otherwise_reason="The route runs on ONNX Runtime's CPU provider; the "
+       "OpenVINO plug-in is not used."),
     _r("cpu.isa_flags", INVALID, "The model was optimized at the layout level, which bakes "
        "ISA-specific NCHWc kernels into it (ONNX Runtime warns it may contain hardware specific "
        "optimizations), and this CPU has another instruction set.", when="layout_optimized",

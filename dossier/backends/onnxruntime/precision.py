@@ -31,6 +31,8 @@ import inspect
 import json
 import tempfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,6 +184,12 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
                 facts["calibration_ranges"] = str(len(ranges.get("data", ranges)))
                 facts["calibration_ranges_digest"] = digest_bytes(
                     json.dumps(ranges, sort_keys=True).encode())
+            elif key is None:
+                import onnxruntime
+
+                facts["calibration_ranges"] = (f"not recorded: onnxruntime "
+                                               f"{onnxruntime.__version__} writes no "
+                                               "calibration cache")
         with _step("recording the quantization in the model"):
             _stamp(out, {"facts": facts, "ranges": ranges})
     return facts
@@ -242,29 +250,55 @@ def engine_record(session: Any) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------- execution provider
-def openvino_devices() -> tuple[list[Any], str | None]:
-    """The OpenVINO CPU devices ONNX Runtime offers through the ``onnxruntime-ep-openvino``
-    plug-in, and why there are none (None when there are)."""
-    if importlib.util.find_spec("onnxruntime_ep_openvino") is None:
-        return [], "the OpenVINO plug-in is not installed (pip install onnxruntime-ep-openvino)"
+@dataclass(frozen=True)
+class OpenVino:
+    """Where OpenVINO's CPU device comes from on this host: ONNX Runtime's own build with the
+    provider in it (Intel's ``onnxruntime-openvino``, installed in place of ``onnxruntime``),
+    or the ``onnxruntime-ep-openvino`` plug-in's devices (``devices``)."""
+
+    source: str
+    """What provides it, with its version: recorded in the engine's build facts."""
+    devices: tuple[Any, ...] = ()
+    """The plug-in's CPU devices (empty: the provider is built in)."""
+
+
+def openvino() -> tuple[OpenVino | None, str | None]:
+    """How a session reaches OpenVINO's CPU device here, and why it cannot (None when it can).
+    A provider built into ONNX Runtime comes first; else the plug-in, whose factory offers
+    Intel processors only (it skips a device whose vendor is not Intel's)."""
     import onnxruntime as ort
 
+    if OPENVINO_EP in ort.get_available_providers():
+        return OpenVino(f"onnxruntime {ort.__version__} with {OPENVINO_EP} built in "
+                        f"({_distribution('onnxruntime-openvino')})"), None
+    if importlib.util.find_spec("onnxruntime_ep_openvino") is None:
+        return None, ("neither the OpenVINO plug-in (pip install onnxruntime-ep-openvino) nor "
+                      "an onnxruntime with OpenVINO built in (onnxruntime-openvino) is installed")
     if not hasattr(ort, "register_execution_provider_library"):
-        return [], f"onnxruntime {ort.__version__} cannot load execution provider plug-ins"
+        return None, f"onnxruntime {ort.__version__} cannot load execution provider plug-ins"
     import onnxruntime_ep_openvino as plugin
 
     try:
         if not any(d.ep_name == OPENVINO_EP for d in ort.get_ep_devices()):
             ort.register_execution_provider_library(OPENVINO_EP, plugin.get_library_path())
     except Exception as exc:  # the plug-in's native load failed
-        return [], f"the OpenVINO plug-in did not load: {first_line(exc)}"
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == OPENVINO_EP
-               and d.ep_metadata.get("ov_device") == "CPU"]
+        return None, f"the OpenVINO plug-in did not load: {first_line(exc)}"
+    devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == OPENVINO_EP
+                    and d.ep_metadata.get("ov_device") == "CPU")
     if not devices:
         vendors = sorted({d.device.vendor for d in ort.get_ep_devices()})
-        return [], ("the OpenVINO plug-in loaded but offers no CPU device on this host "
-                    f"(CPU vendor: {', '.join(vendors) or 'unknown'})")
-    return devices, None
+        return None, ("the OpenVINO plug-in loaded but offers no CPU device on this host "
+                      f"(CPU vendor: {', '.join(vendors) or 'unknown'}; the plug-in offers "
+                      "Intel processors only, onnxruntime-openvino in place of onnxruntime "
+                      "runs OpenVINO on others)")
+    return OpenVino(f"plug-in {_distribution('onnxruntime-ep-openvino')}", devices), None
+
+
+def _distribution(name: str) -> str:
+    try:
+        return f"{name} {metadata.version(name)}"
+    except metadata.PackageNotFoundError:
+        return f"{name}: version unknown"
 
 
 def provider_problem(session: Any, wanted: str) -> str | None:
