@@ -367,7 +367,9 @@ class DecisionRecord(_Model):
     k: int | None = None
     """Candidates the confirmation tested (Bonferroni's k); None when it did not run."""
     level: float | None = None
-    """The level each look tested a candidate at: alpha / (k x looks)."""
+    """The level each look first tested a candidate at: alpha / (k x looks); a candidate tested
+    after others were confirmed was judged at a higher one (Holm's step-down), which its
+    confirmation record keeps."""
     looks: list[int] | None = None
     """The process counts at which the confirmation could decide."""
     processes: int | None = None

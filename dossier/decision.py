@@ -7,7 +7,8 @@
 2. **The confirmation decides** (:mod:`dossier.measure.confirmation`): measuring processes of their
    own, each with the baseline, its A/A load and the candidates; a candidate's observation per
    process is its log speedup minus the A/A's; Student's t over processes, one-sided against
-   the minimum effect, at alpha / (k x L) (k candidates, L looks of a sequential design that
+   the minimum effect, at alpha / (m x L) (m candidates not confirmed yet, Holm's step-down
+   from k; L looks of a sequential design that
    stops early when the answer is clear). Nothing the screening read can veto what the
    confirmation shows.
 3. The confirmed candidate with the largest speedup ships; if none is, the baseline ships and

@@ -109,8 +109,9 @@ class Comparison(_Model):
     """Older records only: with ``generation_speedups``, what the interval also covered."""
 
     level: float | None = None
-    """The significance level this reading was judged at (alpha for screening; alpha / (k x L)
-    for a confirmation candidate, Bonferroni over k candidates and L looks). ``significant``,
+    """The significance level this reading was judged at (alpha for screening; alpha / (m x L)
+    for a confirmation candidate, Bonferroni over L looks and Holm's step-down over the m
+    candidates not confirmed yet). ``significant``,
     ``faster`` and ``slower`` follow from ``p_value`` and this level. None in older records."""
     against: Literal["baseline", "aa"] | None = None
     """What the speedup is over: the baseline load, or (a confirmation candidate) the A/A's

@@ -107,7 +107,8 @@ class HeadToHead(_Model):
     """Its p-value."""
     alpha: float
     """The level it was judged at, as the reading recorded it (the confirmation: alpha /
-    (k x looks), Bonferroni over the k candidates and the looks of its sequential design)."""
+    (m x looks), Bonferroni over the looks of its sequential design and Holm's step-down over
+    the m candidates not confirmed yet)."""
     rounds: int | None = None
     """Rounds the speedup, interval and test were computed over (None in older records)."""
     round_ratio_low: float | None = None

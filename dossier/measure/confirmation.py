@@ -14,9 +14,13 @@ Processes run one after another. After ``confirm_processes`` of them, and at abo
 many each time after that up to ``confirm_max_processes`` (the *looks*,
 :meth:`~dossier.measure.timing.TimingSettings.looks`), every undecided candidate is tested: Student's t,
 one-sided, of "its mean log difference is at most log(1 + min_effect)", at
-``alpha / (k x L)`` (Bonferroni over the k candidates and the L looks, the plainest
-alpha-spending: stopping early cannot raise the false-positive rate above alpha). A candidate
-whose p is below that level and whose interval excludes 1.0 is *confirmed*; one whose interval
+``alpha / (m x L)``: Bonferroni over the L looks, the plainest alpha-spending (stopping early
+cannot raise the false-positive rate above alpha), and Holm's step-down over the candidates: m
+is the number of candidates not confirmed yet, k at first, and each confirmation frees its
+share for the others, tested again at the same look (a closed test whose every intersection is
+a Bonferroni test over its candidates and the looks: the chance that any candidate without the
+gain is confirmed stays at most alpha). A candidate whose p is below its level and whose
+interval excludes 1.0 is *confirmed*; one whose interval
 lies wholly below 1 + min_effect is *futile* (no later look could ship it honestly; dropping it
 only lowers the false-positive rate); one whose interval lies wholly below the interval of a
 confirmed candidate that may ship (``may_ship``: the tuner's hold-out check) is *outranked*: the
@@ -125,6 +129,9 @@ class Confirmation:
     processes: int
     looks: list[int]
     level: float
+    """The level of a look's first test of every candidate, alpha / (k x L); one tested again
+    after others were confirmed is judged at a higher one (Holm), which its comparison
+    records."""
     stopped: str
     wall_s: float
     phases_s: dict[str, float] = field(default_factory=dict)
@@ -176,7 +183,11 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     t0 = time.perf_counter()
     k = len(candidates)
     looks = [fixed] if fixed else settings.looks()
-    level = settings.alpha / max(k, 1) if fixed else settings.look_level(k)
+
+    def level_for(m: int) -> float:  # m: the candidates not confirmed yet
+        return settings.alpha / max(m, 1) if fixed else settings.look_level(m)
+
+    level = level_for(k)
     aa = Track(route=baseline[1])
     tracks = [Track(route=r) for _, r in candidates]
     open_ = list(range(k))
@@ -206,15 +217,23 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             tracks[j].logs.append(process_log(base, own, settings.confidence) - d_aa)
             _add(tracks[j], second, own, run.warmup_runs[2 + pos])
         if n in looks:
-            for j in list(open_):
-                c = decide_track(tracks[j], settings, level, aa=False)
-                tracks[j].comparison = c
-                if c.faster:
-                    tracks[j].status, tracks[j].look = "confirmed", n
-                elif math.log(c.speedup_ci_high) < bound and not fixed:
-                    tracks[j].status, tracks[j].look = "futile", n
-                if tracks[j].status != "undecided":
-                    open_.remove(j)
+            # Holm's step-down: each confirmation frees its share of alpha for the candidates
+            # not confirmed yet, which are tested again, at this look, at the level it gives
+            confirmed = sum(t.status == "confirmed" for t in tracks)
+            while True:
+                for j in list(open_):
+                    c = decide_track(tracks[j], settings, level_for(k - confirmed), aa=False)
+                    tracks[j].comparison = c
+                    if c.faster:
+                        tracks[j].status, tracks[j].look = "confirmed", n
+                    elif math.log(c.speedup_ci_high) < bound and not fixed:
+                        tracks[j].status, tracks[j].look = "futile", n
+                    if tracks[j].status != "undecided":
+                        open_.remove(j)
+                now = sum(t.status == "confirmed" for t in tracks)
+                if now == confirmed or not open_:
+                    break
+                confirmed = now
             if not fixed:
                 _outrank(tracks, open_, n, may_ship, shippable, settings)
         logger.info("confirmation: %d measuring process(es), %d undecided", n, len(open_))
@@ -304,7 +323,8 @@ def rule_text(settings: TimingSettings) -> str:
             f"candidate's observation per process is its log speedup minus the A/A's; looks "
             f"after {', '.join(map(str, looks))} processes; a candidate ships when Student's t "
             f"over processes, one-sided against the minimum effect of "
-            f"{settings.min_effect:.0%}, has p below alpha/(k x {len(looks)} looks) and its "
+            f"{settings.min_effect:.0%}, has p below alpha/(m x {len(looks)} looks) (m: the "
+            f"candidates not confirmed yet, Holm's step-down) and its "
             f"{settings.confidence:.0%} interval excludes 1.0; it is dropped when that interval "
             f"lies below 1 + the minimum effect, or below the interval of a confirmed candidate "
             f"that may ship, or when its speedup over that candidate, paired process by process, "

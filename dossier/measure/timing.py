@@ -220,8 +220,9 @@ class TimingSettings(BaseModel):
         return out
 
     def look_level(self, candidates: int) -> float:
-        """The level each look tests a candidate at: alpha / (k x L), Bonferroni over the k
-        candidates and the L looks (the simplest alpha-spending: every look spends the same)."""
+        """The level a look tests a candidate at while ``candidates`` are not confirmed yet:
+        alpha / (m x L), Bonferroni over the L looks (the simplest alpha-spending: every look
+        spends the same) and Holm's step-down over the m candidates."""
         return self.alpha / (max(candidates, 1) * len(self.looks()))
 
     def smallest_p(self, rounds: int) -> float:
