@@ -236,11 +236,37 @@ def test_an_openvino_route_runs_on_openvino(samples_dir: Path, tmp_path: Path) -
     engine = tmp_path / "ov.ort"
     info = backend.build(samples_dir / "tblock" / "model.onnx", route, engine)
     assert info.facts["execution_provider"] == precision.OPENVINO_EP
-    assert info.facts["openvino"] == ov.source
+    assert info.facts["openvino"] == ov.source and info.facts["openvino_nodes"] == "all"
     runner = backend.load(engine, route)
     assert runner._session.get_providers()[0] == precision.OPENVINO_EP
     worst = _cos_against_refs(backend, engine, route, samples_dir / "tblock" / "validation")
     assert worst < 1e-6
+
+
+def test_an_openvino_route_with_an_operator_openvino_does_not_run_says_so(tmp_path: Path) -> None:
+    """A contrib operator (com.microsoft FastGelu) stays on ONNX Runtime's CPU provider: the
+    session's first provider is still OpenVINO, so only the node placement tells; the build
+    records it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    ov, why = precision.openvino()
+    if ov is None:
+        pytest.skip(f"no OpenVINO here: {why}")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("FastGelu", ["r"], ["y"], domain="com.microsoft")],
+                              "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "contrib.onnx")
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    info = backend.build(tmp_path / "contrib.onnx",
+                         Route.parse("-execution_provider=openvino", db), tmp_path / "ov.ort")
+    assert info.facts["openvino_nodes"] == "some on the CPU provider"
 
 
 def test_dossier_knobs_says_why_a_knob_is_not_offered(ort_backend) -> None:  # type: ignore[no-untyped-def]

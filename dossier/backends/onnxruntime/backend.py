@@ -190,15 +190,15 @@ class OnnxRuntimeBackend(Backend):
                 # OpenVINO compiles the ONNX model when a session is made: the engine is the
                 # (transformed) model itself, checked to load on the provider it names
                 shutil.copyfile(model, engine)
-                so, disabled = self._options(route, None)
                 try:
-                    self._session(engine.read_bytes(), so, disabled, precision.OPENVINO)
+                    nodes = self._openvino_nodes(engine.read_bytes(), route)
                 except EngineRuntimeError as exc:  # no OpenVINO, or a session that fell back
                     raise BuildError(str(exc)) from exc
                 ov = precision.openvino()[0]
                 return BuildInfo({**facts, "format": "onnx",
                                   "execution_provider": precision.OPENVINO_EP,
-                                  "openvino": ov.source if ov else "unknown"})
+                                  "openvino": ov.source if ov else "unknown",
+                                  "openvino_nodes": nodes})
             so, disabled = self._options(route, None)
             so.optimized_model_filepath = str(engine)
             so.add_session_config_entry("session.save_model_format", "ORT")
@@ -206,6 +206,25 @@ class OnnxRuntimeBackend(Backend):
         if not engine.is_file():
             raise BuildError("ONNX Runtime did not write the optimized model")
         return BuildInfo({**facts, "format": "ort"})
+
+    def _openvino_nodes(self, model: bytes, route: Route) -> str:
+        """Check that ``model`` loads on OpenVINO under ``route``, and say where its nodes run:
+        ``all`` on OpenVINO (a session with ONNX Runtime's CPU fallback turned off loads), else
+        ``some on the CPU provider`` (operators OpenVINO does not run stay on ONNX Runtime's
+        CPU provider, as they will when the engine is served: the route is measured so)."""
+        so, disabled = self._options(route, None)
+        so.add_session_config_entry(precision.NO_CPU_FALLBACK, "1")
+        try:
+            self._session(model, so, disabled, precision.OPENVINO)
+            return "all"
+        except EngineRuntimeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own error type
+            if "fallback to CPU EP has been explicitly disabled" not in str(exc):
+                raise
+        so, disabled = self._options(route, None)
+        self._session(model, so, disabled, precision.OPENVINO)
+        return "some on the CPU provider"
 
     def live(self, model: Path, route: Route) -> Runner:
         """A session over the original model with the whole route applied (no saved engine)."""

@@ -65,6 +65,8 @@ DYNAMIC_OPS = ["MatMul", "Attention", "LSTM"]
 EP_KNOB = "execution_provider"
 CPU, OPENVINO = "cpu", "openvino"
 OPENVINO_EP = "OpenVINOExecutionProvider"
+NO_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
+"""The session option that makes a session fail when some node would run on the CPU provider."""
 METADATA_KEY = "dossier.quantization"
 
 if TYPE_CHECKING:
