@@ -31,7 +31,8 @@ ONNX Runtime's own per-operator profile of both int8 forms:
 
     python bench/precision.py plain --work /tmp/bert-plain
 
-``openvino``: the ResNet-18 of ``models`` with OpenVINO's CPU device as a route
+``openvino``: the ResNet-18 of ``models`` (``--model``: or the BERT encoder, or the Olive
+bench's convnet and tblock sample folders) with OpenVINO's CPU device as a route
 (``-execution_provider=[cpu|openvino]``, with and without static int8), N releases as
 ``release`` records them. Run it with a Python whose onnxruntime reaches OpenVINO (the
 ``onnxruntime-ep-openvino`` plug-in on an Intel host; elsewhere Intel's ``onnxruntime-openvino``
@@ -490,18 +491,23 @@ OPENVINO_SELECTION = ("-quantization=[none|static] -quant_per_channel=[off|on] "
 
 
 def openvino_spec(model: str, work: Path) -> Path:
-    """``bench/work/openvino/MODEL/release.toml``: the ``models`` folder's model and sets
-    (linked), searched over static int8 and the execution provider."""
-    src = ROOT / "bench" / "work" / "precision" / model
-    if not (src / "model.onnx").is_file():
-        raise SystemExit(f"{src}: no model; run: python bench/precision.py models")
+    """``bench/work/openvino/MODEL/release.toml``: the model and sets (linked) of ``models``
+    (resnet18, bert) or of the Olive bench's sample folders (convnet, tblock: ``python
+    bench/olive_compare.py prepare``), searched over static int8 and the execution provider."""
+    if model in ("convnet", "tblock"):
+        src, made_by = ROOT / "bench" / "work" / "olive" / "samples" / model, "olive_compare.py prepare"
+    else:
+        src, made_by = ROOT / "bench" / "work" / "precision" / model, "precision.py models"
+    spec_src = src / ("release-int8.toml" if model in ("convnet", "tblock") else "release.toml")
+    if not (src / "model.onnx").is_file() or not spec_src.is_file():
+        raise SystemExit(f"{src}: no model; run: python bench/{made_by}")
     folder = work / model
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("model.onnx", "validation", "calibration", "holdout"):
         link = folder / name
         if not link.is_symlink():
             link.symlink_to(src / name)
-    text = (src / "release.toml").read_text()
+    text = spec_src.read_text()
     head, _, rest = text.partition("selection = ")
     rest = rest.split("\n", 1)[1]
     spec = folder / "release.toml"
@@ -530,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     pl.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bert-plain")
     pl.add_argument("--out", type=Path, default=RESULTS / "precision-bert-plain.json")
     ov = sub.add_parser("openvino")
-    ov.add_argument("--model", default="resnet18")
+    ov.add_argument("--model", default="resnet18", choices=("resnet18", "bert", "convnet", "tblock"))
     ov.add_argument("--releases", type=int, default=3)
     ov.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
