@@ -195,7 +195,7 @@ def collect(*, include_gpu: bool = True, include_compiler: bool = False,
         hostname=platform.node() or None,
         python=PythonInfo(version=platform.python_version(),
                           implementation=platform.python_implementation()),
-        cpu=_cpu(),
+        cpu=collect_cpu(),
         os=_os(),
         packages=packages,
         cuda_runtime=_first(packages, "nvidia-cuda-runtime") or _torch_cuda(imported),
@@ -287,7 +287,8 @@ def _cpuinfo() -> list[dict[str, str]]:
             if d]
 
 
-def _cpu() -> CpuInfo:
+def collect_cpu() -> CpuInfo:
+    """This host's CPU: model, vendor, instruction-set flags, cores."""
     blocks = _cpuinfo()
     first = blocks[0] if blocks else {}
     flags = (first.get("flags") or first.get("features") or "").split()

@@ -147,7 +147,8 @@ def test_onnxruntime_version_change_is_invalid() -> None:
 
 def test_package_missing_on_one_side_is_a_change() -> None:
     packages = {k: v for k, v in _host().packages.items() if k != "onnxruntime"}
-    findings = diff(_host(), _host().model_copy(update={"packages": packages}),
+    bundle = _host().model_copy(update={"packages": {**packages, "onnxruntime": "1.32.0"}})
+    findings = diff(bundle, _host().model_copy(update={"packages": packages}),
                     default_policy("onnxruntime"))
     first = findings[0]
     assert (first.field, first.verdict) == ("packages.onnxruntime", INVALID)
@@ -158,15 +159,16 @@ def test_openvino_packages_decide_for_openvino_routes_only() -> None:
     """onnxruntime-openvino is ONNX Runtime: a change is INVALID for every route. The plug-in
     compiles an OpenVINO route: a change is INVALID for one, VALID for a CPU-provider route."""
     policy = default_policy("onnxruntime")
-    plugin = _host().model_copy(update={"packages": {**_host().packages,
-                                                     "onnxruntime-ep-openvino": "1.8.1"}})
-    assert overall(diff(plugin, _host(), policy, {"openvino": True})) is INVALID
-    findings = diff(plugin, _host(), policy, {"openvino": False})
+    plain = {k: v for k, v in _host().packages.items()
+             if k not in ("onnxruntime-ep-openvino", "onnxruntime-openvino")}
+    host = _host().model_copy(update={"packages": plain})  # the same on a host with either
+    plugin = host.model_copy(update={"packages": {**plain, "onnxruntime-ep-openvino": "1.8.1"}})
+    assert overall(diff(plugin, host, policy, {"openvino": True})) is INVALID
+    findings = diff(plugin, host, policy, {"openvino": False})
     assert _finding(findings, "packages.onnxruntime-ep-openvino").verdict is VALID
     assert overall(findings) is VALID
-    built_in = _host().model_copy(update={"packages": {**_host().packages,
-                                                       "onnxruntime-openvino": "1.24.1"}})
-    assert overall(diff(built_in, _host(), policy, {"openvino": False})) is INVALID
+    built_in = host.model_copy(update={"packages": {**plain, "onnxruntime-openvino": "1.24.1"}})
+    assert overall(diff(built_in, host, policy, {"openvino": False})) is INVALID
 
 
 def test_cpu_isa_change_depends_on_layout_optimization() -> None:

@@ -65,11 +65,24 @@ def test_knobs_without_effect_are_named_per_route(ort_backend) -> None:  # type:
     db = ort_backend.knob_database()
     none = ort_backend.inert_knobs(Route.parse("-quant_per_channel=on", db), db)
     assert "quant_per_channel" in none and "quantization" not in none
+    ov = {precision.OV_PRECISION_KNOB} & set(db.names())  # where OpenVINO runs bf16 here
     dyn = ort_backend.inert_knobs(Route.parse("-quantization=dynamic", db), db)
-    assert dyn == {"quant_activation_type", "quant_calibration"}
-    assert ort_backend.inert_knobs(Route.parse("-quantization=static", db), db) == frozenset()
+    assert dyn == {"quant_activation_type", "quant_calibration", *ov}
+    assert ort_backend.inert_knobs(Route.parse("-quantization=static", db), db) == ov
     assert ort_backend.needs_calibration(Route.parse("-quantization=static", db), db)
     assert not ort_backend.needs_calibration(Route.parse("-quantization=dynamic", db), db)
+
+
+def test_openvino_precision_acts_on_openvino_routes_only() -> None:
+    """The precision of OpenVINO's floating-point operators is inert on the CPU provider (its
+    values there build and time the same engine), and acts on an OpenVINO route, quantized or
+    not."""
+    assert precision.OV_PRECISION_KNOB in precision.inert({})
+    assert precision.OV_PRECISION_KNOB in precision.inert({"execution_provider": "cpu",
+                                                           "quantization": "static"})
+    for mode in ("none", "dynamic", "static"):
+        assert precision.OV_PRECISION_KNOB not in precision.inert(
+            {"execution_provider": "openvino", "quantization": mode})
 
 
 def test_dynamic_int8_changes_the_numbers_within_a_cosine_bar(ort_backend, samples_dir: Path,
@@ -194,7 +207,10 @@ def test_the_execution_provider_knob_is_offered_only_where_it_loads(ort_backend)
     ov, why = precision.openvino()
     names = ort_backend.knob_database().names()
     if ov is not None:
-        assert precision.EP_KNOB in names and ort_backend.knobs_not_offered() == {}
+        assert precision.EP_KNOB in names and precision.EP_KNOB not in ort_backend.knobs_not_offered()
+        bf16 = precision.bf16_units() is None
+        assert (precision.OV_PRECISION_KNOB in names) is bf16
+        assert (precision.OV_PRECISION_KNOB in ort_backend.knobs_not_offered()) is not bf16
     else:
         assert why and precision.EP_KNOB not in names
         assert why in ort_backend.knobs_not_offered()[precision.EP_KNOB]
@@ -209,7 +225,7 @@ def test_an_openvino_route_whose_session_falls_back_to_the_cpu_provider_fails_it
     import onnxruntime as ort
 
     if precision.OPENVINO_EP in ort.get_available_providers():
-        pytest.skip("OpenVINO is really built in here (test_an_openvino_route_runs_on_openvino)")
+        pytest.skip("OpenVINO is really reachable here (test_an_openvino_route_runs_on_openvino)")
     listed = ort.get_available_providers()
     monkeypatch.setattr(ort, "get_available_providers", lambda: [precision.OPENVINO_EP, *listed])
     ov, why = precision.openvino()
@@ -241,6 +257,85 @@ def test_an_openvino_route_runs_on_openvino(samples_dir: Path, tmp_path: Path) -
     assert runner._session.get_providers()[0] == precision.OPENVINO_EP
     worst = _cos_against_refs(backend, engine, route, samples_dir / "tblock" / "validation")
     assert worst < 1e-6
+
+
+def _ov_or_skip() -> precision.OpenVino:
+    ov, why = precision.openvino()
+    if ov is None:
+        pytest.skip(f"no OpenVINO here: {why}")
+    return ov
+
+
+def test_openvino_is_reached_the_same_way_once_the_plug_in_is_registered() -> None:
+    """Registering the plug-in makes ONNX Runtime list its provider as available, as a provider
+    built in is: the second look must still find the plug-in's devices."""
+    first = _ov_or_skip()
+    again = precision.openvino()[0]
+    assert again is not None and again.source == first.source
+    assert len(again.devices) == len(first.devices)
+
+
+def test_a_bf16_openvino_route_runs_in_bf16_and_the_f32_one_in_f32(
+        samples_dir: Path, tmp_path: Path) -> None:
+    """OpenVINO's CPU device runs float operators in bf16 by default where the CPU has
+    bfloat16 units: the f32 route pins f32 (its outputs those of the CPU provider), the bf16
+    route really runs bf16 (a loss in the fifth or sixth digit, within a 1e-3 cosine bar).
+    Both are the same engine (the precision is a load-time choice)."""
+    _ov_or_skip()
+    why = precision.bf16_units()
+    if why:
+        pytest.skip(why)
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    model, refs = samples_dir / "tblock" / "model.onnx", samples_dir / "tblock" / "validation"
+    f32 = Route.parse("-execution_provider=openvino", db)
+    bf16 = Route.parse("-execution_provider=openvino -openvino_precision=bf16", db)
+    assert db.get(precision.OV_PRECISION_KNOB).phase is KnobPhase.LOAD
+    engine = tmp_path / "ov.ort"
+    backend.build(model, f32, engine)
+    assert _cos_against_refs(backend, engine, f32, refs) < 1e-9
+    assert 1e-8 < _cos_against_refs(backend, engine, bf16, refs) < 1e-3
+
+
+def test_the_production_load_of_an_openvino_route_runs_on_openvino(
+        samples_dir: Path, tmp_path: Path) -> None:
+    """The bundle's load snippet for an OpenVINO route makes a session on OpenVINO's CPU
+    device with the route's precision pinned (as this host reaches OpenVINO)."""
+    _ov_or_skip()
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    route = Route.parse("-execution_provider=openvino", db)
+    engine = tmp_path / "ov.ort"
+    backend.build(samples_dir / "tblock" / "model.onnx", route, engine)
+    config = backend.production_load(route, db)
+    assert precision.OPENVINO_EP in config.call and "INFERENCE_PRECISION_HINT" in str(config.options)
+    scope: dict[str, object] = {"ENGINE": str(engine)}
+    exec(config.snippet, scope)  # noqa: S102 - the snippet dossier writes into the bundle
+    assert scope["session"].get_providers()[0] == precision.OPENVINO_EP  # type: ignore[attr-defined]
+
+
+def test_the_production_load_of_an_openvino_route_names_the_provider_and_precision(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without OpenVINO here (the built-in form, as in the fallback test above): the call names
+    OpenVINO's provider, not the CPU provider, and the options pin the route's precision."""
+    import onnxruntime as ort
+
+    if precision.openvino()[0] is not None:
+        pytest.skip("OpenVINO is really reachable here (the test above runs the snippet)")
+    listed = ort.get_available_providers()
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [precision.OPENVINO_EP, *listed])
+    monkeypatch.setattr(precision, "bf16_units", lambda: None)
+    backend = get_backend("onnxruntime")
+    db = backend.knob_database()
+    config = backend.production_load(
+        Route.parse("-execution_provider=openvino -openvino_precision=bf16", db), db)
+    assert precision.OPENVINO_EP in config.call and "CPUExecutionProvider" not in config.call
+    assert json.loads(config.options["load_config"]) == {
+        "CPU": {"INFERENCE_PRECISION_HINT": "bf16"}}
+    assert config.options["session.load_model_format"] == "ONNX"
+    compile(config.snippet, "snippet", "exec")
+    cpu = backend.production_load(Route.parse("-execution_provider=cpu", db), db)
+    assert "CPUExecutionProvider" in cpu.call and "load_config" not in cpu.options
 
 
 def test_an_openvino_route_with_an_operator_openvino_does_not_run_says_so(tmp_path: Path) -> None:

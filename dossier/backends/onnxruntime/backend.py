@@ -55,12 +55,25 @@ class OnnxRuntimeBackend(Backend):
             extra.append(Knob(name=precision.EP_KNOB, values=(precision.CPU, precision.OPENVINO),
                               default=precision.CPU, changes_numerics=True,
                               help="execution provider: ONNX Runtime's CPU provider, or "
-                                   "OpenVINO's CPU device (f32 pinned: precision ACCURACY)"))
+                                   "OpenVINO's CPU device"))
+            if not precision.bf16_units():
+                extra.append(Knob(
+                    name=precision.OV_PRECISION_KNOB, values=(precision.F32, precision.BF16),
+                    default=precision.F32, phase=KnobPhase.LOAD, changes_numerics=True,
+                    help="precision OpenVINO runs the floating-point operators in "
+                         "(-execution_provider=openvino): f32, or bf16 on the CPU's bfloat16 "
+                         "units (AMX, AVX-512 BF16)"))
         return db.model_copy(update={"knobs": (*db.knobs, *extra)})
 
     def knobs_not_offered(self) -> dict[str, str]:
         why = precision.openvino()[1]
-        return {precision.EP_KNOB: f"-{precision.EP_KNOB}=openvino: {why}"} if why else {}
+        if why:
+            return {precision.EP_KNOB: f"-{precision.EP_KNOB}=openvino: {why}",
+                    precision.OV_PRECISION_KNOB: f"-{precision.OV_PRECISION_KNOB}: no OpenVINO "
+                                                 "here"}
+        why = precision.bf16_units()
+        return {precision.OV_PRECISION_KNOB: f"-{precision.OV_PRECISION_KNOB}=bf16: {why}"} \
+            if why else {}
 
     def engine_documents(self, engine: Path) -> dict[str, bytes]:
         import json
@@ -82,7 +95,7 @@ class OnnxRuntimeBackend(Backend):
                 .encode()}
 
     def inert_knobs(self, route: Route, db: KnobDatabase) -> frozenset[str]:
-        return precision.inert(route.effective(db))
+        return precision.inert(route.effective(db)) & set(db.names())
 
     def needs_calibration(self, route: Route, db: KnobDatabase) -> bool:
         return route.effective(db).get("quantization") == precision.STATIC
@@ -149,7 +162,7 @@ class OnnxRuntimeBackend(Backend):
         return so, disabled
 
     def _session(self, model: Path | bytes, so: Any, disabled: list[str],
-                 provider: str = precision.CPU) -> Any:
+                 provider: str = precision.CPU, ov_precision: str = precision.F32) -> Any:
         import onnxruntime as ort
 
         source = model if isinstance(model, bytes) else str(model)
@@ -157,14 +170,13 @@ class OnnxRuntimeBackend(Backend):
             ov, why = precision.openvino()
             if ov is None:
                 raise EngineRuntimeError(f"-{precision.EP_KNOB}=openvino: {why}")
-            options = {"precision": "ACCURACY"}
+            options = precision.openvino_options(ov, ov_precision)
             if ov.devices:  # the plug-in's
                 so.add_provider_for_devices(list(ov.devices), options)
                 session = ort.InferenceSession(source, so, disabled_optimizers=disabled or None)
             else:  # built in
                 session = ort.InferenceSession(
-                    source, so, providers=[precision.OPENVINO_EP],
-                    provider_options=[{"device_type": "CPU", **options}],
+                    source, so, providers=[precision.OPENVINO_EP], provider_options=[options],
                     disabled_optimizers=disabled or None)
             problem = precision.provider_problem(session, precision.OPENVINO_EP)
             if problem:
@@ -215,7 +227,7 @@ class OnnxRuntimeBackend(Backend):
         so, disabled = self._options(route, None)
         so.add_session_config_entry(precision.NO_CPU_FALLBACK, "1")
         try:
-            self._session(model, so, disabled, precision.OPENVINO)
+            self._session(model, so, disabled, precision.OPENVINO, _ov_precision(route))
             return "all"
         except EngineRuntimeError:
             raise
@@ -223,7 +235,7 @@ class OnnxRuntimeBackend(Backend):
             if "fallback to CPU EP has been explicitly disabled" not in str(exc):
                 raise
         so, disabled = self._options(route, None)
-        self._session(model, so, disabled, precision.OPENVINO)
+        self._session(model, so, disabled, precision.OPENVINO, _ov_precision(route))
         return "some on the CPU provider"
 
     def live(self, model: Path, route: Route) -> Runner:
@@ -237,7 +249,7 @@ class OnnxRuntimeBackend(Backend):
         so = self._load_options(route)
         if provider == precision.OPENVINO:
             so.add_session_config_entry("session.load_model_format", "ONNX")
-        return OnnxRuntimeRunner(self._session(engine, so, [], provider))
+        return OnnxRuntimeRunner(self._session(engine, so, [], provider, _ov_precision(route)))
 
     def _load_options(self, route: Route) -> Any:
         """Production session options: ORT's defaults, graph optimizations off (the engine is
@@ -292,14 +304,46 @@ class OnnxRuntimeBackend(Backend):
                     else ("1" if value == "on" else "0")
                 options[key] = entry
                 lines.append(f"so.add_session_config_entry({key!r}, {entry!r})")
-        lines.append('session = ort.InferenceSession(ENGINE, so, '
-                     'providers=["CPUExecutionProvider"])')
+        if eff.get(precision.EP_KNOB) == precision.OPENVINO:
+            call = self._openvino_load(eff, options, lines)
+        else:
+            call = 'onnxruntime.InferenceSession(ENGINE, so, providers=["CPUExecutionProvider"])'
+            lines.append('session = ort.InferenceSession(ENGINE, so, '
+                         'providers=["CPUExecutionProvider"])')
         return LoadConfig(
-            call='onnxruntime.InferenceSession(ENGINE, so, providers=["CPUExecutionProvider"])',
+            call=call,
             options=options,
             note="ONNX Runtime's defaults apart from these options; one session per process, as "
                  "timed (session.force_spinning_stop is not set)",
             snippet="\n".join(lines))
+
+    @staticmethod
+    def _openvino_load(values: dict[str, str], options: dict[str, str], lines: list[str]) -> str:
+        """How production makes an OpenVINO route's session, as this host reaches OpenVINO
+        (the plug-in or the provider built in): added to ``options`` and ``lines``; the call."""
+        ov = precision.openvino()[0]
+        provider = precision.openvino_options(
+            ov or precision.OpenVino("unknown"),
+            values.get(precision.OV_PRECISION_KNOB, precision.F32))
+        options.update({"session.load_model_format": "ONNX", **provider})
+        lines.append('so.add_session_config_entry("session.load_model_format", "ONNX")')
+        if ov is not None and ov.devices:
+            lines[:1] = ["import onnxruntime as ort", "import onnxruntime_ep_openvino as ov_ep"]
+            lines += ["def openvino_cpu():",
+                      f"    return [d for d in ort.get_ep_devices() if d.ep_name == "
+                      f"{precision.OPENVINO_EP!r} and d.ep_metadata.get('ov_device') == 'CPU']",
+                      "if not openvino_cpu():  # once per process",
+                      f"    ort.register_execution_provider_library({precision.OPENVINO_EP!r}, "
+                      "ov_ep.get_library_path())",
+                      "cpu = openvino_cpu()",
+                      f"so.add_provider_for_devices(cpu, {provider!r})",
+                      "session = ort.InferenceSession(ENGINE, so)"]
+            return ("onnxruntime.InferenceSession(ENGINE, so), so.add_provider_for_devices(the "
+                    f"CPU device of the OpenVINO plug-in's {precision.OPENVINO_EP}, ...)")
+        lines.append(f"session = ort.InferenceSession(ENGINE, so, providers="
+                     f"[{precision.OPENVINO_EP!r}], provider_options=[{provider!r}])")
+        return (f"onnxruntime.InferenceSession(ENGINE, so, providers=[{precision.OPENVINO_EP!r}],"
+                " provider_options=[...])")
 
     def _optimized_graph(self, model: Path, route: Route) -> bytes:
         with tempfile.TemporaryDirectory(prefix="dossier-probe-") as tmp:
@@ -329,3 +373,8 @@ class OnnxRuntimeBackend(Backend):
         values = route.effective(db)
         return {"layout_optimized": values["graph_optimization_level"] in ("layout", "all"),
                 "openvino": values.get(precision.EP_KNOB) == precision.OPENVINO}
+
+
+def _ov_precision(route: Route) -> str:
+    """The precision an OpenVINO route's session runs its floating-point operators in."""
+    return route.as_dict().get(precision.OV_PRECISION_KNOB, precision.F32)

@@ -20,7 +20,11 @@ hosts):
 - activations u8 with weights s8 (U8S8) is the recommended x86 form, S8S8 the API default:
   both are offered; ``reduce_range`` matters only on processors without VNNI;
 - float16 is not offered: the CPU provider inserts casts around it and runs it slower than
-  float32.
+  float32;
+- on OpenVINO's CPU device the precision of the operators left in floating point is a choice of
+  its own (``-openvino_precision``): OpenVINO runs them in bfloat16 by default on processors
+  with bfloat16 units (AMX, AVX-512 BF16), so dossier pins it, f32 unless the route says bf16,
+  offered only on such processors.
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ DYNAMIC_OPS = ["MatMul", "Attention", "LSTM"]
 EP_KNOB = "execution_provider"
 CPU, OPENVINO = "cpu", "openvino"
 OPENVINO_EP = "OpenVINOExecutionProvider"
+OV_PRECISION_KNOB = "openvino_precision"
+F32, BF16 = "f32", "bf16"
+BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+"""The CPU flags of the units OpenVINO runs bfloat16 on (without them it has no bf16 kernels)."""
 NO_CPU_FALLBACK = "session.disable_cpu_ep_fallback"
 """The session option that makes a session fail when some node would run on the CPU provider."""
 METADATA_KEY = "dossier.quantization"
@@ -84,11 +92,12 @@ def inert(values: Mapping[str, str]) -> frozenset[str]:
     values): all of them when the route does not quantize, the static-only ones when it
     quantizes dynamically."""
     mode = values.get("quantization", NONE)
+    ov = frozenset() if values.get(EP_KNOB) == OPENVINO else frozenset({OV_PRECISION_KNOB})
     if mode == NONE:
-        return frozenset(n for n in QUANT_SPEC if n != "quantization")
+        return ov | {n for n in QUANT_SPEC if n != "quantization"}
     if mode == DYNAMIC:
-        return frozenset(STATIC_ONLY)
-    return frozenset()
+        return ov | frozenset(STATIC_ONLY)
+    return ov
 
 
 def transforms(values: Mapping[str, str]) -> bool:
@@ -266,10 +275,14 @@ class OpenVino:
 
 def openvino() -> tuple[OpenVino | None, str | None]:
     """How a session reaches OpenVINO's CPU device here, and why it cannot (None when it can).
-    A provider built into ONNX Runtime comes first; else the plug-in, whose factory offers
+    The plug-in once registered (ONNX Runtime then lists its provider as available too); else a
+    provider built into ONNX Runtime; else the plug-in, registered here, whose factory offers
     Intel processors only (it skips a device whose vendor is not Intel's)."""
     import onnxruntime as ort
 
+    registered = _plugin_devices(ort) if hasattr(ort, "get_ep_devices") else ()
+    if registered:
+        return OpenVino(f"plug-in {_distribution('onnxruntime-ep-openvino')}", registered), None
     if OPENVINO_EP in ort.get_available_providers():
         return OpenVino(f"onnxruntime {ort.__version__} with {OPENVINO_EP} built in "
                         f"({_distribution('onnxruntime-openvino')})"), None
@@ -285,8 +298,7 @@ def openvino() -> tuple[OpenVino | None, str | None]:
             ort.register_execution_provider_library(OPENVINO_EP, plugin.get_library_path())
     except Exception as exc:  # the plug-in's native load failed
         return None, f"the OpenVINO plug-in did not load: {first_line(exc)}"
-    devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == OPENVINO_EP
-                    and d.ep_metadata.get("ov_device") == "CPU")
+    devices = _plugin_devices(ort)
     if not devices:
         vendors = sorted({d.device.vendor for d in ort.get_ep_devices()})
         return None, ("the OpenVINO plug-in loaded but offers no CPU device on this host "
@@ -294,6 +306,33 @@ def openvino() -> tuple[OpenVino | None, str | None]:
                       "Intel processors only, onnxruntime-openvino in place of onnxruntime "
                       "runs OpenVINO on others)")
     return OpenVino(f"plug-in {_distribution('onnxruntime-ep-openvino')}", devices), None
+
+
+def _plugin_devices(ort: Any) -> tuple[Any, ...]:
+    """The OpenVINO plug-in's CPU devices registered in this process (a plug-in's devices name
+    the library they come from)."""
+    return tuple(d for d in ort.get_ep_devices() if d.ep_name == OPENVINO_EP
+                 and d.ep_metadata.get("ov_device") == "CPU" and "library_path" in d.ep_metadata)
+
+
+def openvino_options(ov: OpenVino, ov_precision: str) -> dict[str, str]:
+    """The provider options of a session on OpenVINO's CPU device in ``ov_precision`` (f32 or
+    bf16): OpenVINO's ``INFERENCE_PRECISION_HINT`` through ``load_config``, which both the
+    plug-in and the built-in provider read (the plug-in ignores the older ``precision``
+    option, and OpenVINO's own default is bf16 on processors with bfloat16 units)."""
+    config = json.dumps({"CPU": {"INFERENCE_PRECISION_HINT": ov_precision}})
+    return {"load_config": config} if ov.devices else {"device_type": "CPU", "load_config": config}
+
+
+def bf16_units() -> str | None:
+    """Why this CPU cannot run OpenVINO's bf16 (None when it reports bfloat16 units)."""
+    from dossier.fingerprint import collect_cpu
+
+    flags = set(collect_cpu().isa_flags)
+    if flags & BF16_FLAGS:
+        return None
+    return ("this CPU reports no bfloat16 units (" + " or ".join(sorted(BF16_FLAGS)) +
+            "): OpenVINO would run the route in f32")
 
 
 def _distribution(name: str) -> str:
