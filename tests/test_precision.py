@@ -336,6 +336,11 @@ def test_the_production_load_of_an_openvino_route_names_the_provider_and_precisi
     compile(config.snippet, "snippet", "exec")
     cpu = backend.production_load(Route.parse("-execution_provider=cpu", db), db)
     assert "CPUExecutionProvider" in cpu.call and "load_config" not in cpu.options
+    # the engine is the ONNX model, compiled where it loads: no ONNX Runtime layout baked in
+    assert backend.engine_facts(Route.parse("-execution_provider=openvino", db), db) == {
+        "layout_optimized": False, "openvino": True}
+    assert backend.engine_facts(Route.parse("-execution_provider=cpu", db), db) == {
+        "layout_optimized": True, "openvino": False}
 
 
 def test_an_openvino_route_with_an_operator_openvino_does_not_run_says_so(tmp_path: Path) -> None:

@@ -371,8 +371,12 @@ class OnnxRuntimeBackend(Backend):
 
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         values = route.effective(db)
-        return {"layout_optimized": values["graph_optimization_level"] in ("layout", "all"),
-                "openvino": values.get(precision.EP_KNOB) == precision.OPENVINO}
+        openvino = values.get(precision.EP_KNOB) == precision.OPENVINO
+        # an OpenVINO route's engine is the ONNX model itself, compiled where it is loaded: no
+        # ONNX Runtime layout baked in, whatever the optimization level says
+        return {"layout_optimized": not openvino
+                and values["graph_optimization_level"] in ("layout", "all"),
+                "openvino": openvino}
 
 
 def _ov_precision(route: Route) -> str:

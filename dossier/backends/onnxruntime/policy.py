@@ -1,6 +1,7 @@
 """The verify rules of ONNX Runtime engines (an optimized model in ORT format, CPU provider).
 
-Engine facts: ``layout_optimized`` (the model was optimized at the layout/all level),
+Engine facts: ``layout_optimized`` (the model was optimized at the layout/all level; never an
+OpenVINO route, whose engine is the ONNX model, compiled where it is loaded),
 ``openvino`` (the route runs on OpenVINO's CPU device, ``-execution_provider=openvino``).
 """
 
