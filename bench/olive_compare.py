@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from dossier.fingerprint import matrix_units  # noqa: E402
 from dossier.tensors import read_tensors  # noqa: E402
 from dossier.validation import loss  # noqa: E402
 
@@ -593,7 +594,7 @@ def with_threads(folder: Path, spec: str) -> str:
 def compare(models: list[str], work: Path, out: Path, olive_python: str,
             threads: bool = False) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
-    doc.update(commit=_commit(), cores=os.cpu_count(), host_cpu=_host_cpu(), bar={"metric": "cos", "threshold": BAR},
+    doc.update(commit=_commit(), cores=os.cpu_count(), host_cpu=matrix_units(), bar={"metric": "cos", "threshold": BAR},
                procedure=__doc__.split("\n\n")[1] if __doc__ else "")
     doc.setdefault("models", {})
     for model in models:
@@ -640,15 +641,6 @@ def compare(models: list[str], work: Path, out: Path, olive_python: str,
     return doc
 
 
-def _host_cpu() -> str:
-    """The CPU the figures were measured on, with the flags of its matrix units."""
-    from dossier.fingerprint import collect_cpu
-
-    cpu = collect_cpu()
-    units = [f for f in cpu.isa_flags if f.startswith(("amx", "avx512_bf16", "avx512_vnni"))]
-    return f"{cpu.model} ({cpu.vendor}; {' '.join(units) or 'no matrix units'})"
-
-
 def walls(models: list[str], work: Path, out: Path, olive_python: str, repeats: int,
           threads: bool = False) -> dict[str, Any]:
     """Release time against Olive's run, repeated: ``repeats`` pairs of one ``dossier release``
@@ -670,7 +662,7 @@ def walls(models: list[str], work: Path, out: Path, olive_python: str, repeats: 
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": f"python bench/olive_compare.py walls {model} --repeats {repeats}"
                        + (" --threads" if threads else ""),
-            "commit": _commit(), "host_cpu": _host_cpu(), "dossier_spec": spec, "pairs": []}
+            "commit": _commit(), "host_cpu": matrix_units(), "dossier_spec": spec, "pairs": []}
         doc["models"][model] = row
         for i in range(repeats):
             pair: dict[str, Any] = {"dossier_first": i % 2 == 0}

@@ -65,6 +65,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from dossier.fingerprint import matrix_units  # noqa: E402
 from dossier.tensors import write_tensors  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -323,16 +324,6 @@ def _save(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _host_cpu() -> dict[str, Any]:
-    """The CPU the figures were measured on (model, vendor, the flags of its matrix units)."""
-    from dossier.fingerprint import collect_cpu
-
-    cpu = collect_cpu()
-    return {"model": cpu.model, "vendor": cpu.vendor,
-            "matrix_flags": [f for f in cpu.isa_flags if f.startswith(("amx", "avx512_bf16",
-                                                                        "avx512_vnni"))]}
-
-
 def _selection(spec: Path) -> str | None:
     import tomllib
 
@@ -346,7 +337,7 @@ def release(spec: Path, n: int, out: Path, extra: list[str] | None = None,
         "command": " ".join(["python bench/precision.py release", str(spec), "--releases",
                              str(n)]), "commit": _commit(), "label": label,
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "cores": os.cpu_count(), "host_cpu": _host_cpu(),
+        "cores": os.cpu_count(), "host_cpu": matrix_units(),
         "selection": _selection(spec), "releases": []}
     with tempfile.TemporaryDirectory(prefix="dossier-precision-") as tmp:
         cache = build_cache or Path(tmp) / "build-cache"

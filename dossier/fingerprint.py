@@ -287,6 +287,16 @@ def _cpuinfo() -> list[dict[str, str]]:
             if d]
 
 
+def matrix_units() -> dict[str, object]:
+    """This host's CPU with the flags of its matrix and low-precision dot-product units (AMX,
+    AVX-512 BF16 and VNNI), where int8 and bf16 kernels run: what a precision figure depends
+    on (recorded beside the benchmarks' results)."""
+    cpu = collect_cpu()
+    return {"model": cpu.model, "vendor": cpu.vendor,
+            "matrix_flags": [f for f in cpu.isa_flags
+                             if f.startswith(("amx", "avx512_bf16", "avx512_vnni"))]}
+
+
 def collect_cpu() -> CpuInfo:
     """This host's CPU: model, vendor, instruction-set flags, cores."""
     blocks = _cpuinfo()

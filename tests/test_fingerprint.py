@@ -184,3 +184,12 @@ def test_gpu_probe_with_fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
                           memory_total_mib=81920, sm_count=108, driver_version="550.90.07",
                           cuda_driver_version="12.4", mig_mode="enabled", power_limit_w=400.0,
                           max_sm_clock_mhz=1410, max_mem_clock_mhz=1593)
+
+
+def test_matrix_units_are_the_cpus_own_amx_bf16_and_vnni_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = fingerprint.CpuInfo(model="m", vendor="GenuineIntel",
+                              isa_flags=["amx_int8", "avx2", "avx512_bf16", "avx512_vnni", "fma"])
+    monkeypatch.setattr(fingerprint, "collect_cpu", lambda: cpu)
+    assert fingerprint.matrix_units() == {
+        "model": "m", "vendor": "GenuineIntel",
+        "matrix_flags": ["amx_int8", "avx512_bf16", "avx512_vnni"]}

@@ -384,7 +384,8 @@ def test_loading_an_onnxruntime_bundle_imports_neither_scipy_pyarrow_nor_the_tun
     assert "onnxruntime.capi._pybind_state" in names
     heavy = {"scipy", "pyarrow", "dossier.tuner", "dossier.spec", "dossier.measure.confirmation",
              "dossier.strategies", "torch"}
-    assert all(importlib.util.find_spec(m) for m in heavy)  # every name is a real module
+    # every dossier name is a real module (a third-party one may be absent from this environment)
+    assert all(importlib.util.find_spec(m) for m in heavy if m.startswith("dossier"))
     assert not heavy & names, heavy & names
     res = subprocess.run([sys.executable, "-X", "importtime", "-c", "import dossier"],
                          capture_output=True, text=True, timeout=60, check=False, env=env)
