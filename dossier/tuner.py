@@ -33,7 +33,14 @@ from dossier.cache_check import check_cache
 from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
-from dossier.errors import CacheMismatchError, InputError, OutputError, SpecError, TuneError
+from dossier.errors import (
+    CacheMismatchError,
+    InputError,
+    OutputError,
+    SelectionError,
+    SpecError,
+    TuneError,
+)
 from dossier.executors import Scheduler, open_scheduler
 from dossier.executors.local import LocalScheduler
 from dossier.files import replace_small
@@ -136,6 +143,7 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend.configure(spec.builder, spec.shapes)
     strategy = get_strategy(spec.tune.strategy, spec)
     db = backend.knob_database()
+    _check_offered(spec.tune.selection, db, backend)
     selection = Selection.parse(spec.tune.selection, db)
     model = spec.model_path()
     signature = backend.signature(model)
@@ -162,6 +170,17 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend.check_route(model, Route.of(probe), db)
     return Prepared(spec, backend, db, selection, strategy, model, vset, baseline, calibration,
                     holdout)
+
+
+def _check_offered(text: str, db: KnobDatabase, backend: Backend) -> None:
+    """SelectionError with the reason for a knob the backend has but does not offer on this
+    host (an execution provider that is not installed, say): not a mere unknown knob."""
+    missing = backend.knobs_not_offered()
+    for token in text.split():
+        name = token.lstrip("-").partition("=")[0]
+        if name in missing and name not in db.names():
+            raise SelectionError(f"not offered on this host: {missing[name]}",
+                                 hint=f"`dossier knobs --backend {db.backend}` lists what is")
 
 
 def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet

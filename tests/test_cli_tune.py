@@ -77,6 +77,19 @@ def test_bad_tune_input(runner, conv: Path, tmp_path: Path, args: list[str], mes
     assert not out.exists()
 
 
+def test_a_knob_not_offered_on_this_host_is_refused_with_the_reason(
+        runner, conv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dossier.backends.onnxruntime.backend import OnnxRuntimeBackend
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "knobs_not_offered",
+                        lambda self: {"no_such_knob": "-no_such_knob=a: needs a thing"})
+    out = tmp_path / "run"
+    r = _tune(runner, conv, "--out", out, "--selection", "-no_such_knob=[a|b]")
+    assert r.exit_code == ExitCode.INPUT, r.output
+    assert "not offered on this host: -no_such_knob=a: needs a thing" in _one_error_line(r)
+    assert not out.exists()
+
+
 def test_missing_and_malformed_model(runner, conv: Path, tmp_path: Path) -> None:
     model = conv.parent / "model.onnx"
     model.rename(conv.parent / "elsewhere.onnx")

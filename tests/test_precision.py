@@ -85,6 +85,17 @@ def test_openvino_precision_acts_on_openvino_routes_only() -> None:
             {"execution_provider": "openvino", "quantization": mode})
 
 
+def test_an_openvino_precision_read_back_from_a_bundle_is_checked(samples_dir: Path) -> None:
+    """serve parses a bundle's route without a knob database: a crafted precision value stops
+    at the load with one line, before any session is made."""
+    from dossier.backends import EngineRuntimeError
+
+    backend = get_backend("onnxruntime")
+    route = Route.parse("-execution_provider=openvino -openvino_precision=f64")
+    with pytest.raises(EngineRuntimeError, match="-openvino_precision=f64: not f32 or bf16"):
+        backend.load(samples_dir / "tblock" / "model.onnx", route)
+
+
 def test_dynamic_int8_changes_the_numbers_within_a_cosine_bar(ort_backend, samples_dir: Path,
                                                               tmp_path: Path) -> None:
     db = ort_backend.knob_database()

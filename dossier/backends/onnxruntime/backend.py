@@ -322,13 +322,12 @@ class OnnxRuntimeBackend(Backend):
         """How production makes an OpenVINO route's session, as this host reaches OpenVINO
         (the plug-in or the provider built in): added to ``options`` and ``lines``; the call."""
         ov = precision.openvino()[0]
-        provider = precision.openvino_options(
-            ov or precision.OpenVino("unknown"),
-            values.get(precision.OV_PRECISION_KNOB, precision.F32))
+        provider = precision.openvino_options(ov or precision.OpenVino("unknown"),
+                                              _ov_precision(Route.of(values)))
         options.update({"session.load_model_format": "ONNX", **provider})
         lines.append('so.add_session_config_entry("session.load_model_format", "ONNX")')
         if ov is not None and ov.devices:
-            lines[:1] = ["import onnxruntime as ort", "import onnxruntime_ep_openvino as ov_ep"]
+            lines.insert(1, "import onnxruntime_ep_openvino as ov_ep")
             lines += ["def openvino_cpu():",
                       f"    return [d for d in ort.get_ep_devices() if d.ep_name == "
                       f"{precision.OPENVINO_EP!r} and d.ep_metadata.get('ov_device') == 'CPU']",
@@ -380,5 +379,10 @@ class OnnxRuntimeBackend(Backend):
 
 
 def _ov_precision(route: Route) -> str:
-    """The precision an OpenVINO route's session runs its floating-point operators in."""
-    return route.as_dict().get(precision.OV_PRECISION_KNOB, precision.F32)
+    """The precision an OpenVINO route's session runs its floating-point operators in (a route
+    read back from a bundle is not checked against a knob database: its value is, here)."""
+    value = route.as_dict().get(precision.OV_PRECISION_KNOB, precision.F32)
+    if value not in (precision.F32, precision.BF16):
+        raise EngineRuntimeError(f"-{precision.OV_PRECISION_KNOB}={value}: not "
+                                 f"{precision.F32} or {precision.BF16}")
+    return value
