@@ -27,6 +27,7 @@ _EXIT_LABELS = {
     ExitCode.TUNE: "search failed", ExitCode.BACKEND_UNAVAILABLE: "backend not installed",
     ExitCode.BUNDLE: "bad bundle", ExitCode.OUTPUT: "output exists/unwritable",
     ExitCode.SUBOPTIMAL: "SUBOPTIMAL", ExitCode.INVALID: "INVALID",
+    ExitCode.CONDITIONS: "not comparable with the target (--strict-conditions)",
     ExitCode.SIGNATURE: "signature", ExitCode.INTERNAL: "internal error",
     ExitCode.INTERRUPTED: "interrupted"}
 """Short labels for the root help; a code without one is named after its member."""

@@ -31,33 +31,44 @@ from dossier_cli.render import (
 )
 
 
-def _report_written(written: Any, as_json: bool) -> None:
+def _report_written(written: Any, as_json: bool, strict_conditions: bool = False) -> None:
     m = written.manifest
     for w in m.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
-    busy = _busy_line(written.path)
+    note, busy = _conditions_line(written.path)
     if busy:
         err.print(f"[yellow]busy host:[/] {escape(busy)}", soft_wrap=True)
     if as_json:
         print_json({"bundle": str(written.path), "dossier_id": m.dossier_id,
                     "release": m.release, "version": m.release_version, "parent": m.parent,
-                    "result": m.summary.result, "warnings": list(m.warnings)})
-        return
-    err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files)} files + manifest; "
-              f"{escape(m.summary.result)}", soft_wrap=True)
-    out.print(str(written.path), markup=False, soft_wrap=True)
+                    "result": m.summary.result, "warnings": list(m.warnings),
+                    "comparable": note is None, "not_comparable": note})
+    else:
+        err.print(f"bundled {escape(m.name)}: id {m.dossier_id}, {len(m.files)} files + "
+                  f"manifest; {escape(m.summary.result)}", soft_wrap=True)
+        out.print(str(written.path), markup=False, soft_wrap=True)
+    if note:  # the last line: the figures do not hold for the declared target
+        err.print(f"[bold yellow]{escape(note)}[/]", soft_wrap=True)
+        if strict_conditions:
+            raise typer.Exit(int(ExitCode.CONDITIONS))
 
 
-def _busy_line(path: Path) -> str | None:
-    """The one line a bundle whose decision was measured on a busy host gets (None: quiet, or
-    not recorded)."""
+def _conditions_line(path: Path) -> tuple[str | None, str | None]:
+    """(the line a bundle whose figures do not hold for its declared target gets, the busy-host
+    line of a bundle from before targets were declared); None where there is nothing to say."""
     from dossier.bundle import open_bundle
-    from dossier.bundle.overview import decision_conditions
+    from dossier.bundle.overview import decision_conditions, target_facts
     from dossier.formats.figures import busy_line
 
     with open_bundle(path, lazy=True) as b:
-        c, of = decision_conditions(list(b.tuning_cache().trials))
-    return busy_line(c, of) if c is not None and c.busy else None
+        cache = b.tuning_cache()
+        trials = list(cache.trials)
+        c, of = decision_conditions(trials)
+        _, note = target_facts(cache.header.spec.target, cache.decision, trials)
+        recorded = cache.decision is not None and cache.decision.estimator is not None
+    if recorded:
+        return note, None
+    return None, busy_line(c, of) if c is not None and c.busy else None
 
 
 # -------------------------------------------------------------------------------------- bundle
@@ -106,6 +117,11 @@ def release(
     build_cache: Path = build_cache_option(),
     max_builds: int = max_builds_option(),
     max_search_s: float = max_search_s_option(),
+    strict_conditions: bool = typer.Option(
+        False, "--strict-conditions", help="Exit 12 (after writing the bundle) when its "
+        "figures are not comparable with the spec's [target]: a measurement ran busier than "
+        "declared, or a conditional route shipped. Without it the release ends with a line "
+        "that says so and exits 0."),
 ) -> None:
     """Tune a release spec and bundle the result, in one command.
 
@@ -136,7 +152,7 @@ def release(
         print_notes(result.notes)
         written = write_bundle(folder, out_dir, parent=parent, include_model=not no_model,
                                describe=describe)
-    _report_written(written, as_json)
+    _report_written(written, as_json, strict_conditions)
 
 
 # ------------------------------------------------------------------------------------- inspect

@@ -384,6 +384,25 @@ class DecisionRecord(_Model):
     """The shipped route's check on the hold-out set (None: the spec names no hold-out set)."""
     holdout_rejected: list[str] = Field(default_factory=list)
     """Confirmed routes that failed the hold-out set, and so did not ship."""
+    estimator: Literal["median", "p10"] | None = None
+    """What the shipped figure's per-round ratios were taken of (the reading that decided):
+    block medians, or the blocks' 10th percentiles when a measurement was busier than the
+    target declares (:mod:`dossier.measure.target`). None in older records (medians)."""
+    busier_than_declared: int | None = None
+    """Of the measurements the decision rests on, how many were busier than the target
+    declares (None: not recorded)."""
+    conditional_held: list[str] = Field(default_factory=list)
+    """Confirmed routes held back as conditional: confirmed only busier than declared, and
+    differing from the baseline only in knobs whose effect depends on the load."""
+    conditional: bool = False
+    """The shipped route is such a route, shipped because the spec opts in
+    (``[target] conditional = "ship"``)."""
+
+    @property
+    def comparable(self) -> bool:
+        """Whether the figures hold for the declared target: no measurement the decision rests
+        on was busier than declared, and no conditional route shipped."""
+        return not self.busier_than_declared and not self.conditional
 
     def result_text(self) -> str:
         """``1.234x [1.100, 1.380] (p=0.0001)`` for a gain, else ``no significant gain``."""

@@ -110,8 +110,9 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
            stopped: str | None = None, excluded: Mapping[str, str] | None = None
            ) -> DecisionRecord:
     """Apply the rule to a finished search (screening and confirmation trials). ``excluded``:
-    routes that may not ship whatever they measured, each with why (they failed the hold-out
-    set); the next confirmed route ships, or the baseline."""
+    routes that may not ship whatever they measured, each with what stopped it, as a clause
+    ("failed the hold-out set (...)", or held as conditional on the load); the next confirmed
+    route ships, or the baseline."""
     excluded = dict(excluded or {})
     baseline = next(t for t in trials if t.role == "baseline")
     aa = calibration(trials, settings)
@@ -165,8 +166,8 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
     if excluded:
         first = next(iter(excluded))
         reason = (f"no route ships but the baseline: {', '.join(excluded)} "
-                  f"{'was' if len(excluded) == 1 else 'were'} confirmed faster, then failed the "
-                  f"hold-out set ({excluded[first]}), and no other route was confirmed")
+                  f"{'was' if len(excluded) == 1 else 'were'} confirmed faster, then "
+                  f"{excluded[first]}, and no other route was confirmed")
         best = next((t for t in confirms if t.route == first), None) or best_admissible(trials)
         return DecisionRecord(**common, **no_gain, reason=reason,
                               runner_up_route=best.route if best else None,

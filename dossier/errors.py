@@ -64,6 +64,10 @@ class ExitCode(enum.IntEnum):
     """``verify``: the engine loads here, but the tuning may no longer be optimal."""
     INVALID = 11
     """``verify``: the engine must not be used here (rebuild or re-tune)."""
+    CONDITIONS = 12
+    """``release --strict-conditions``: the bundle is written, but its figures are not
+    comparable with the spec's declared ``[target]`` (a measurement ran busier than declared,
+    or a conditional route shipped)."""
     SIGNATURE = 13
     """Signature missing, not trusted or not matching."""
     REGISTRY = 20

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dossier.errors import SpecError
 from dossier.files import read_small
+from dossier.measure.target import TargetConditions
 from dossier.measure.timing import TimingSettings
 from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
 from dossier.validation import Metric
@@ -178,6 +179,9 @@ class ReleaseSpec(_Section):
     compatibility, version-compatible, timing iterations...)."""
     deployment: DeploymentSection = DeploymentSection()
     """Expected use."""
+    target: TargetConditions = TargetConditions()
+    """The conditions the engine will serve under (cores, co-tenants, GPU share): what the
+    figures are measured as close to as the host allows (:mod:`dossier.measure.target`)."""
     base_dir: str = Field("", exclude=True)
     """Folder the spec's relative paths are resolved against."""
 

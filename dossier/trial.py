@@ -98,7 +98,8 @@ class Comparison(_Model):
     rounds: int | None = None
     """Rounds the statistics were computed over (the unit of replication)."""
     round_ratios: list[float] | None = None
-    """Per round: the baseline's block median / the candidate's block median."""
+    """Per round: the baseline's block statistic / the candidate's (``estimator``: the block
+    median, or its 10th percentile)."""
     procedure: str | None = None
     """``screening`` (one process, engines alternating in blocks) or ``independent`` (the
     confirmation: measuring processes of their own, :mod:`dossier.measure.confirmation`)."""
@@ -126,6 +127,11 @@ class Comparison(_Model):
     re-measurement, ``verify --rebench``, is expected to read)."""
     prediction_high: float | None = None
     """Upper end of that prediction interval."""
+    estimator: Literal["median", "p10"] | None = None
+    """The block statistic the per-round ratios were taken of: ``median`` (each block's
+    median), or ``p10`` (each block's 10th percentile: the estimate that added delay cannot
+    inflate, used when a measurement of this reading was busier than the target declares,
+    :mod:`dossier.measure.target`). None in older records (the median)."""
 
     def text(self) -> str:
         """``1.234x [1.100, 1.380]``."""

@@ -47,12 +47,15 @@ from dossier.files import replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
 from dossier.jobs.child import Child, clear_work
+from dossier.jobs.cotenants import cotenants
+from dossier.jobs.placement import placed
 from dossier.jobs.requests import JobRequests
 from dossier.jobs.worker import FailedResult, JudgedResult, WorkerResult
 from dossier.knobs import KnobDatabase
 from dossier.lock import RUN_LOCK, new_or_locked_run_folder
 from dossier.measure import conditions, confirmation
 from dossier.measure.conditions import Conditions
+from dossier.measure.target import busier, estimator_for, held_conditional, problems_here
 from dossier.measure.timing import compare, summarize, unflatten
 from dossier.routes import Route, Selection
 from dossier.run_folder import CACHE_NAME, ENGINES, FINGERPRINT_NAME, KNOBS_NAME, WORK
@@ -65,6 +68,10 @@ from dossier.validation import ValidationSet, load_validation_set
 from dossier.version import __version__
 
 logger = logging.getLogger(__name__)
+
+COTENANT_MAX_S = 24 * 3600.0
+"""The longest a shared target's co-tenant load runs (:mod:`dossier.jobs.cotenants`; it also
+dies with the search)."""
 
 
 class TuneObserver:
@@ -138,6 +145,11 @@ def prepare(spec: ReleaseSpec) -> Prepared:
         raise SpecError(f"[timing] cannot ship a gain: {'; '.join(problems)}",
                         hint="the signed-rank test over n rounds cannot give p below 2/2**n: "
                              "raise the rounds")
+    unfit = problems_here(spec.target)
+    if unfit:
+        raise SpecError(f"[target] cannot be honoured on this host: {'; '.join(unfit)}",
+                        hint="declare what this host can measure, or release on a host that "
+                             "has it")
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
@@ -343,7 +355,7 @@ class Tuner:
 
     def _append(self, index: int, route: Route, role: str, result: WorkerResult, engine: Path,
                 trial_s: float, started: str, seen: Conditions | None = None) -> TrialRecord:
-        record = self._record(index, route, role, result, engine, trial_s, started)
+        record = self._record(index, route, role, result, engine, trial_s, started, seen)
         if seen is not None:  # what the host was doing meanwhile (dossier.measure.conditions)
             record = record.model_copy(update={"conditions": [seen]})
         if record.outcome is not Outcome.OK:
@@ -356,7 +368,8 @@ class Tuner:
         return record
 
     def _record(self, index: int, route: Route, role: str, result: WorkerResult,
-                engine: Path, trial_s: float, started: str) -> TrialRecord:
+                engine: Path, trial_s: float, started: str,
+                seen: Conditions | None = None) -> TrialRecord:
         common = dict(index=index, route=route.text(), role=role, trial_s=trial_s,
                       started_at=started, phases_s=result.phases_s)
         if isinstance(result, FailedResult):
@@ -377,7 +390,8 @@ class Tuner:
             comparison = compare(unflatten(result.baseline_samples_ms,
                                            result.baseline_sample_rounds),
                                  unflatten(result.samples_ms, result.sample_rounds), settings,
-                                 baseline_warmup=result.baseline_warmup_runs or 0)
+                                 baseline_warmup=result.baseline_warmup_runs or 0,
+                                 estimator=estimator_for([seen], settings.quiet_share))
         kept = outcome is Outcome.OK and engine.exists()
         return TrialRecord(
             **common, outcome=outcome, reason=result.reason, losses=result.losses or None,
@@ -498,13 +512,38 @@ class Tuner:
         stopped = None
         if top and s.spec.timing.confirm_top > 0 and not {t.route for t in top} <= confirmed:
             stopped = self.confirm(top)  # not yet, or cut short by a kill: run it whole
-        decision = decide(self.cache.trials, s.spec.timing, stopped=stopped)
+        held = held_conditional(self.cache.trials, s.spec.target, s.backend.contention_knobs,
+                                s.spec.timing.quiet_share)
+        decision = decide(self.cache.trials, s.spec.timing, stopped=stopped, excluded=held)
         if s.holdout is not None:
-            decision = self._gate(decision, stopped)
+            decision = self._gate(decision, stopped, held)
+        decision = self._conditions(decision, held)
         self.cache.append(decision)
         return decision
 
-    def _gate(self, decision: DecisionRecord, stopped: str | None) -> DecisionRecord:
+    def _conditions(self, decision: DecisionRecord, held: dict[str, str]) -> DecisionRecord:
+        """The decision with what it says of the target conditions: the estimator of the
+        reading that decided, how many of its measurements were busier than declared, the
+        routes held as conditional, and whether the shipped one is conditional."""
+        share = self.p.spec.timing.quiet_share
+        route = decision.shipped_route if decision.gain else None
+        rests = [t for t in self.cache.trials if t.role == "confirm" and t.comparison
+                 and (route is None or t.route in (route, decision.baseline_route))] or \
+            [t for t in self.cache.trials if t.route == (route or decision.baseline_route)]
+        seen = [c for t in rests[-1:] for c in (t.conditions or [])]
+        shipped = next((t.comparison for t in reversed(self.cache.trials)
+                        if route is not None and t.route == route and t.comparison), None)
+        again = held_conditional(self.cache.trials, self.p.spec.target,
+                                 self.p.backend.contention_knobs, share, hold=False)
+        return decision.model_copy(update={
+            "estimator": (shipped.estimator if shipped is not None
+                          else estimator_for(seen, share)),
+            "busier_than_declared": sum(busier(c, share) for c in seen) if seen else None,
+            "conditional_held": [r for r in held if r != route],
+            "conditional": route is not None and route in again})
+
+    def _gate(self, decision: DecisionRecord, stopped: str | None,
+              held: dict[str, str]) -> DecisionRecord:
         """The hold-out gate: the route about to ship is checked on the hold-out set; one that
         fails it does not ship, and the rule is applied again without it (the next confirmed
         route, or the baseline). The baseline is checked beside it, so a reader can tell a
@@ -518,12 +557,12 @@ class Tuner:
             check = self._holdout(decision.shipped_route)
             if check.passed:
                 break
-            failed[decision.shipped_route] = check.reason or "failed"
-            decision = decide(self.cache.trials, timing, stopped=stopped, excluded=failed)
+            failed[decision.shipped_route] = f"failed the hold-out set ({check.reason or 'failed'})"
+            decision = decide(self.cache.trials, timing, stopped=stopped,
+                              excluded={**held, **failed})
         notes = []
         if failed and decision.gain:
-            notes.append(f"{', '.join(failed)} failed the hold-out set "
-                         f"({next(iter(failed.values()))}) and did not ship")
+            notes.append(f"{', '.join(failed)} {next(iter(failed.values()))} and did not ship")
         if not base.passed:
             notes.append(f"the baseline fails the hold-out set too ({base.reason}): look at its "
                          "references and at the threshold")
@@ -663,21 +702,26 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
         if is_disk_full(exc):
             raise disk_full_error(exc, out, "writing the run folder") from exc
         raise OutputError(f"cannot write to {out}: {exc.strerror}") from exc
-    tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex, store, here)
     started, t0 = _now(), time.perf_counter()
-    try:
-        decision = tuner.search()
-    except KeyboardInterrupt:
-        cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
-                                   trials_run=tuner.ran, interrupted=True))
-        raise
-    finally:
-        _close(tuner.scheduler)  # the given executor, or the tuner's own
+    target = p.spec.target
+    # pinned (and, for a dedicated target, ahead of other work) before any worker starts:
+    # every process of the search inherits it (dossier.jobs.placement)
+    with placed(target) as where:
+        tuner = Tuner(p, out, cache, observer, warm, build_jobs, ex, store, here)
+        try:
+            with cotenants(target.co_tenants, where.cores, COTENANT_MAX_S):
+                decision = tuner.search()
+        except KeyboardInterrupt:
+            cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
+                                       trials_run=tuner.ran, interrupted=True))
+            raise
+        finally:
+            _close(tuner.scheduler)  # the given executor, or the tuner's own
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
     clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
-    notes += p.strategy.notes()
+    notes += where.notes + p.strategy.notes()
     if store is not None:
         notes += [*store.notes, f"build cache {store.folder}: {store.hits} engine(s) taken, "
                   f"{store.stored} stored"]

@@ -600,6 +600,11 @@ class Explanation(_Model):
     """What the host was doing while the decision was measured (None: not recorded)."""
     conditions_of: str | None = None
     """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
+    target: str | None = None
+    """The conditions the spec declares the engine will serve under, in words."""
+    target_note: str | None = None
+    """Why the figures are not comparable with that target (None: they are), as ``inspect``
+    and ``release`` say it."""
     contention_knobs: list[str] = []
     """Knobs of the selection whose effect depends on what else runs on the host."""
     trade: Trade | None = None
@@ -693,9 +698,10 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
     pairs = header.per_sample
     h2h = _head_to_head(trials, decision, settings, pairs)
     contention = _contention_knobs(header.backend)
-    from dossier.bundle.overview import decision_conditions
+    from dossier.bundle.overview import decision_conditions, target_facts
 
     cond, cond_of = decision_conditions(trials)
+    target, target_note = target_facts(header.spec.target, decision, list(trials))
     base_route = baseline.route if baseline else None
     confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"
                                               and t.route != base_route}), 1)
@@ -773,7 +779,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         shipped_latency=of_route(trials, decision.shipped_route, decision.baseline_route, pairs),
         baseline_latency=of_route(trials, decision.baseline_route, decision.baseline_route,
                                   pairs),
-        conditions=cond, conditions_of=cond_of,
+        conditions=cond, conditions_of=cond_of, target=target, target_note=target_note,
         contention_knobs=sorted(k for k in {k for v in values.values() for k in v}
                                 if k in contention),
         trade=_trade(header, trials, decision, holdouts),

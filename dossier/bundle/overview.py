@@ -19,6 +19,8 @@ from dossier.trial import Reading, TrialRecord
 
 if TYPE_CHECKING:
     from dossier.bundle.reader import Bundle  # the reader imports nothing of this module
+    from dossier.cache import DecisionRecord
+    from dossier.measure.target import TargetConditions
 
 
 class _Model(BaseModel):
@@ -204,6 +206,39 @@ class Overview(_Model):
     record it."""
     conditions_of: str | None = None
     """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
+    target: str | None = None
+    """The conditions the spec declares the engine will serve under (``[target]``, in words;
+    None in bundles from before the declaration)."""
+    target_note: str | None = None
+    """Why the figures are not comparable with that target (None: they are, or not recorded):
+    the same line ``release`` ends with (:func:`dossier.measure.target.not_comparable`)."""
+
+
+def target_facts(target: TargetConditions, decision: DecisionRecord | None,
+                 trials: list[TrialRecord]) -> tuple[str, str | None]:
+    """The declared ``target`` in words and, when the decision's figures do not hold for it,
+    the line that says why (:func:`dossier.measure.target.not_comparable`): what ``inspect``,
+    ``explain`` and ``release`` print alike."""
+    from dossier.measure.target import not_comparable
+
+    d = decision
+    if d is None or d.busier_than_declared is None and d.estimator is None:
+        return target.text(), None  # decided before targets were declared: nothing recorded
+    cond, of = decision_conditions(trials)
+    return target.text(), not_comparable(
+        target, busier_count=d.busier_than_declared,
+        measurements=cond.measurements if cond is not None else 0, of=of,
+        estimator=d.estimator, conditional_shipped=d.conditional)
+
+
+def _target_facts(bundle: Bundle, trials: list[TrialRecord]) -> tuple[str | None, str | None]:
+    from dossier.errors import DossierError
+
+    try:
+        cache = bundle.tuning_cache()
+    except DossierError:
+        return None, None
+    return target_facts(cache.header.spec.target, cache.decision, trials)
 
 
 def decision_conditions(trials: list[TrialRecord]) -> tuple[ConditionsSummary | None, str | None]:
@@ -282,6 +317,7 @@ def overview_of(bundle: Bundle) -> Overview:
         trials = []
     pairs = s.per_sample
     cond, cond_of = decision_conditions(trials)
+    target, target_note = _target_facts(bundle, trials)
     bt = s.baseline_timing
     base, shipped = m.engines.baseline, m.engines.shipped
     imported = shipped.flags.get("tuning_host_unknown", False)
@@ -321,4 +357,4 @@ def overview_of(bundle: Bundle) -> Overview:
         tuning_host=dict(m.tuning_host),
         shipped_latency=of_route(trials, s.shipped_route, s.baseline_route, pairs),
         baseline_latency=of_route(trials, s.baseline_route, s.baseline_route, pairs),
-        conditions=cond, conditions_of=cond_of)
+        conditions=cond, conditions_of=cond_of, target=target, target_note=target_note)

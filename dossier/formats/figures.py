@@ -81,16 +81,17 @@ def overview_rows(o: Overview) -> Rows:
         ("accuracy", f"{o.metric} < {o.threshold:g} on every output of {o.validation_pairs} "
          "pair(s)" + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.metric == "l0" else "")),
         ("baseline", route(b.route)
-         + (f"  {o.baseline_latency.text()}" if o.baseline_latency is not None else "")),
+         + (f"  {o.baseline_latency.text()}{loaded(o.target_note)}"
+            if o.baseline_latency is not None else "")),
         ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")
-         + (f"  {o.shipped_latency.text()}" if o.shipped_latency is not None
-            and not w.is_baseline else "")),
+         + (f"  {o.shipped_latency.text()}{loaded(o.target_note)}"
+            if o.shipped_latency is not None and not w.is_baseline else "")),
     ]
     sp = o.speedup
     if sp is not None:
         p = f", p={sp.p_value:.2g}" if sp.p_value is not None else ""
         rows.append(("speedup", f"{ci(sp.value, sp.ci_low, sp.ci_high)} "
-                                f"({sp.confidence:.0%} CI){p}"))
+                                f"({sp.confidence:.0%} CI){p}{of_blocks(o.target_note)}"))
     else:  # "no significant gain", or "not statistically checked" (a trtexec import)
         rows.append(("speedup", o.result))
     rows.append(("why", o.reason))
@@ -118,17 +119,35 @@ def overview_rows(o: Overview) -> Rows:
     rows.append(("trials", f"{counts} (+{o.confirm_trials} confirmation); {cost}"))
     rows.append(("tuning host", ", ".join(f"{k} {v}" for k, v in sorted(o.tuning_host.items()))
                  or "unknown"))
-    rows += conditions_rows(o.conditions, o.conditions_of)
+    rows += conditions_rows(o.conditions, o.conditions_of, o.target, o.target_note)
     rows += [("warning", x) for x in o.warnings]
     return rows
 
 
-def conditions_rows(c: ConditionsSummary | None, of: str | None) -> Rows:
-    """The host's conditions while the decision was measured, and one line when it was busy."""
+def loaded(note: str | None) -> str:
+    """What a latency measured busier than the target declares is labelled with."""
+    return " (under the measured load)" if note else ""
+
+
+def of_blocks(note: str | None) -> str:
+    """What a speedup read of 10th percentiles (busier than declared) is labelled with."""
+    return (" (of each block's 10th percentile: the host was busier than the target declares)"
+            if note and "10th percentile" in note else "")
+
+
+def conditions_rows(c: ConditionsSummary | None, of: str | None, target: str | None = None,
+                    note: str | None = None) -> Rows:
+    """The declared target beside the host's measured conditions while the decision was
+    measured, and one line when they differ (the target's) or the host was busy (older
+    bundles)."""
+    rows: Rows = [("target", f"declared: {target}")] if target else []
     if c is None:
-        return [("conditions", "not recorded in this bundle")]
-    rows: Rows = [("conditions", f"{of or 'search'}: {c.text()}")]
-    if c.busy:
+        return [*rows, ("conditions", "not recorded in this bundle")]
+    rows.append(("conditions", f"measured, {of or 'search'}: {c.text()}" if target
+                 else f"{of or 'search'}: {c.text()}"))
+    if note:
+        rows.append(("not comparable", note.split(": ", 1)[1]))
+    elif c.busy and target is None:
         rows.append(("busy host", busy_line(c, of)))
     return rows
 
@@ -162,10 +181,11 @@ def latency_rows(e: Explanation) -> Rows:
     it measured them), as inspect shows them."""
     rows: Rows = []
     if e.shipped_latency is not None and e.decision.gain:
-        rows.append(("shipped", f"{route(e.decision.shipped_route)}  {e.shipped_latency.text()}"))
+        rows.append(("shipped", f"{route(e.decision.shipped_route)}  {e.shipped_latency.text()}"
+                                f"{loaded(e.target_note)}"))
     if e.baseline_latency is not None:
         rows.append(("baseline", f"{route(e.decision.baseline_route)}  "
-                                 f"{e.baseline_latency.text()}"))
+                                 f"{e.baseline_latency.text()}{loaded(e.target_note)}"))
     return rows
 
 

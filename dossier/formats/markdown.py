@@ -97,7 +97,8 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
                      "ships")
     lines += ["", f"why: {md(d.reason)}", ""]
     lines += [f"{label}: {md(value)}" + "  " for label, value in
-              [*fig.latency_rows(e), *fig.conditions_rows(e.conditions, e.conditions_of)]]
+              [*fig.latency_rows(e), *fig.conditions_rows(e.conditions, e.conditions_of, e.target,
+                                                       e.target_note)]]
     lines += [""]
     h = e.head_to_head
     if d.why_not and h is not None:

@@ -151,7 +151,8 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
                          and t.outcome.value == "ok"],
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
         shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
-        conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of),
+        conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of, e.target,
+                                                       e.target_note),
         knob_source=figures_text.knob_effect_source, raced_note=figures_text.raced_note,
         trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
         if e.trade else [],

@@ -130,7 +130,8 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     p(f"  why: {escape(d.reason)}")
     for label, value in fig.latency_rows(e):
         p(f"  {label}: {escape(value)}")
-    for label, value in fig.conditions_rows(e.conditions, e.conditions_of):
+    for label, value in fig.conditions_rows(e.conditions, e.conditions_of, e.target,
+                                                       e.target_note):
         p(f"  {label}: {escape(value)}")
     best = e.head_to_head
     if d.why_not and best is not None:

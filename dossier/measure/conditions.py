@@ -232,7 +232,8 @@ def _cpu_mhz() -> float | None:
     return sum(freqs) / len(freqs) if freqs else None
 
 
-def _gpus() -> list[GpuState]:
+def gpu_states() -> list[GpuState]:
+    """Each GPU NVML sees (empty without NVML, a driver or a GPU)."""
     try:
         nv = importlib.import_module("pynvml")  # nvidia-ml-py; optional, untyped
         nv.nvmlInit()
@@ -280,7 +281,7 @@ class Watch:
             steal = max(host[1] - self.host0[1], 0.0)
         return Conditions(wall_s=wall, cores=os.cpu_count() or 1,
                           load_1m=max(loads) if loads else None, other_cpu_s=other,
-                          steal_s=steal, cpu_mhz=_cpu_mhz(), gpus=_gpus())
+                          steal_s=steal, cpu_mhz=_cpu_mhz(), gpus=gpu_states())
 
 
 def start(mode: str, share: float, max_wait_s: float) -> Watch:

@@ -54,12 +54,16 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
+from dossier.measure.target import estimator_for
 from dossier.measure.timing import (
+    ROBUST,
+    Estimator,
     TimingSettings,
     flatten,
     process_compare,
     process_log,
     process_stats,
+    round_ratios,
     summarize,
 )
 from dossier.trial import Comparison, Outcome, TrialRecord
@@ -110,6 +114,19 @@ class Track:
     """The baseline's samples of the same rounds."""
     ratios: list[float] = field(default_factory=list)
     """Per round: the baseline's block median over this engine's."""
+    robust_logs: list[float] = field(default_factory=list)
+    """``logs`` taken of each block's 10th percentile instead of its median (the reading of a
+    confirmation whose host was busier than declared, :mod:`dossier.measure.target`)."""
+    robust_ratios: list[float] = field(default_factory=list)
+    """``ratios`` of the blocks' 10th percentiles."""
+    estimator: Estimator = "median"
+    """Which of the two the reading is taken with."""
+
+    def readings(self) -> tuple[list[float], list[float]]:
+        """(logs, ratios) of :attr:`estimator`."""
+        if self.estimator == "median":
+            return self.logs, self.ratios
+        return self.robust_logs, self.robust_ratios
     warmup_runs: int = 0
     status: Status = "undecided"
     look: int | None = None
@@ -145,6 +162,7 @@ def _add(track: Track, base: list[list[float]], own: list[list[float]], warm: in
     track.samples.extend(own)
     track.baseline.extend(base)
     track.ratios.extend(median(b) / median(c) for b, c in zip(base, own) if b and c)
+    track.robust_ratios.extend(float(r) for r in round_ratios(base, own, ROBUST))
     track.warmup_runs = max(track.warmup_runs, warm)
 
 
@@ -153,23 +171,29 @@ def decide_track(track: Track, settings: TimingSettings, level: float, *, aa: bo
     """The reading of ``track`` so far, judged at ``level`` (the one judge of a confirmation
     reading: the tuner, ``verify --rebench`` and the benchmarks call it)."""
     base = [x for block in track.baseline for x in block]
-    return process_compare(track.logs, base, settings, level=level, aa=aa,
-                           round_ratios_=track.ratios, baseline_warmup=baseline_warmup)
+    logs, ratios = track.readings()
+    return process_compare(logs, base, settings, level=level, aa=aa, round_ratios_=ratios,
+                           baseline_warmup=baseline_warmup, estimator=track.estimator)
 
 
 def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             settings: TimingSettings, measure: MeasureProcess, *,
             on_process: Callable[[int, int, list[str]], None] | None = None,
             fixed: int | None = None,
-            may_ship: Callable[[str], bool] | None = None) -> Confirmation:
+            may_ship: Callable[[str], bool] | None = None,
+            estimator: Estimator | Literal["auto"] = "auto") -> Confirmation:
     """Run measuring processes until every candidate is decided or the cap is reached (or
     exactly ``fixed`` processes, deciding once at the end: ``verify --rebench``).
+    ``estimator``: ``auto`` takes every reading of block medians while the processes so far
+    ran no busier than declared, of the blocks' 10th percentiles once one did
+    (:func:`dossier.measure.target.estimator_for`); ``median`` or ``p10`` forces one (a
+    re-measurement reads as its record did).
     ``on_process(n, cap, open_routes)`` is called after each process. ``may_ship(route)``:
     asked once of each confirmed route (None: every confirmed route may ship); only a route
     that may ship outranks others."""
     try:
         return _confirm(baseline, candidates, settings, measure, on_process, fixed,
-                        may_ship or (lambda _route: True))
+                        may_ship or (lambda _route: True), estimator)
     finally:
         close = getattr(measure, "close", None)
         if callable(close):
@@ -179,7 +203,8 @@ def confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
 def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
              settings: TimingSettings, measure: MeasureProcess,
              on_process: Callable[[int, int, list[str]], None] | None,
-             fixed: int | None, may_ship: Callable[[str], bool]) -> Confirmation:
+             fixed: int | None, may_ship: Callable[[str], bool],
+             estimator: Estimator | Literal["auto"]) -> Confirmation:
     t0 = time.perf_counter()
     k = len(candidates)
     looks = [fixed] if fixed else settings.looks()
@@ -210,12 +235,22 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             phases[key] = phases.get(key, 0.0) + value
         base, second = run.rounds[0], run.rounds[1]
         d_aa = process_log(base, second, settings.confidence)
+        r_aa = process_log(base, second, settings.confidence, ROBUST)
         aa.logs.append(d_aa)
+        aa.robust_logs.append(r_aa)
         _add(aa, base, second, run.warmup_runs[1])
         for pos, j in enumerate(open_):
             own = run.rounds[2 + pos]
             tracks[j].logs.append(process_log(base, own, settings.confidence) - d_aa)
+            tracks[j].robust_logs.append(
+                process_log(base, own, settings.confidence, ROBUST) - r_aa)
             _add(tracks[j], second, own, run.warmup_runs[2 + pos])
+        # a process busier than the target declares: every reading from then on is taken of
+        # the blocks' 10th percentiles (dossier.measure.target), the A/A's and the candidates'
+        # alike, over every process so far
+        est = estimator if estimator != "auto" else estimator_for(seen, settings.quiet_share)
+        for t in (aa, *tracks):
+            t.estimator = est
         if n in looks:
             # Holm's step-down: each confirmation frees its share of alpha for the candidates
             # not confirmed yet, which are tested again, at this look, at the level it gives
@@ -258,10 +293,11 @@ def paired_high(track: Track, top: Track, confidence: float) -> float | None:
     log speedup of ``track`` over ``top``, process by process, over the processes both were
     timed in (the first ones: a decided candidate leaves the later ones; the A/A's term
     cancels in the difference); None with fewer than two."""
-    n = min(len(track.logs), len(top.logs))
+    mine, theirs = track.readings()[0], top.readings()[0]
+    n = min(len(mine), len(theirs))
     if n < 2:
         return None
-    return process_stats([a - b for a, b in zip(track.logs[:n], top.logs[:n])], confidence).high
+    return process_stats([a - b for a, b in zip(mine[:n], theirs[:n])], confidence).high
 
 
 def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[str], bool],

@@ -45,6 +45,22 @@ PROCESS_TEST = "t-test-processes"
 """``Comparison.test`` of the confirmation: Student's t over per-process log speedups; for a
 candidate one-sided against the minimum effect, for the A/A two-sided against 1.0."""
 
+Estimator = Literal["median", "p10"]
+"""The statistic of each block a round's ratio is taken of: ``median``, or ``p10`` (the
+block's 10th percentile). Timing noise from other processes only adds time (preemption,
+evicted caches), so a low quantile of a block estimates what the engine takes when nothing
+else runs more stably than its median (Chen and Revels, "Robust benchmarking in noisy
+environments", 2016, the estimator behind Julia's BenchmarkTools); a quantile rather than the
+minimum, so that one lucky run does not make the figure. The decision uses ``p10`` when a
+measurement was busier than the target declares (:func:`dossier.measure.target.estimator_for`),
+the median otherwise (the calibrated rule on a quiet host)."""
+
+ROBUST: Estimator = "p10"
+"""The estimator a busier-than-declared measurement is read with."""
+
+BLOCK_QUANTILE = {"median": 50.0, "p10": 10.0}
+"""The percentile of each block each estimator takes."""
+
 RETIRED = ("bootstrap_resamples",)
 """Settings of older tuning caches that are read and ignored."""
 
@@ -442,12 +458,21 @@ def summarize(samples: Sequence[float], confidence: float, warmup_runs: int = 0)
                          p99_ms=float(np.percentile(x, 99)))
 
 
+def block_stat(block: Sequence[float], estimator: Estimator = "median") -> float:
+    """A block's statistic: its median, or its 10th percentile (:data:`Estimator`)."""
+    if estimator == "median":
+        return float(np.median(block))
+    return float(np.percentile(block, BLOCK_QUANTILE[estimator]))
+
+
 def round_ratios(baseline: Sequence[Sequence[float]],
-                 candidate: Sequence[Sequence[float]]) -> np.ndarray:
-    """One paired statistic per round: the baseline's block median / the candidate's."""
+                 candidate: Sequence[Sequence[float]],
+                 estimator: Estimator = "median") -> np.ndarray:
+    """One paired statistic per round: the baseline's block statistic / the candidate's (the
+    block median, or with ``estimator`` ``p10`` the block's 10th percentile)."""
     if len(baseline) != len(candidate):
         raise ValueError("baseline and candidate have different numbers of rounds")
-    return np.array([float(np.median(b)) / float(np.median(c))
+    return np.array([block_stat(b, estimator) / block_stat(c, estimator)
                      for b, c in zip(baseline, candidate) if len(b) and len(c)])
 
 
@@ -486,11 +511,11 @@ def signed_rank_p(x: Sequence[float]) -> float:
 
 
 def process_log(baseline: Sequence[Sequence[float]], other: Sequence[Sequence[float]],
-                confidence: float) -> float:
+                confidence: float, estimator: Estimator = "median") -> float:
     """One measuring process's observation: the log speedup of ``other`` over ``baseline``
     (samples per round of each, timed in that process), the Hodges-Lehmann estimate of its log
-    round ratios."""
-    return shift_interval(np.log(round_ratios(baseline, other)), confidence)[0]
+    round ratios (of block medians, or of the ``estimator``'s statistic)."""
+    return shift_interval(np.log(round_ratios(baseline, other, estimator)), confidence)[0]
 
 
 @dataclass(frozen=True)
@@ -536,7 +561,8 @@ def process_stats(logs: Sequence[float], confidence: float, *,
 
 def process_compare(logs: Sequence[float], baseline_samples: Sequence[float],
                     settings: TimingSettings, *, level: float, aa: bool,
-                    round_ratios_: Sequence[float] = (), baseline_warmup: int = 0) -> Comparison:
+                    round_ratios_: Sequence[float] = (), baseline_warmup: int = 0,
+                    estimator: Estimator = "median") -> Comparison:
     """The confirmation's reading over measuring processes (one log speedup each). A candidate
     (``aa`` false; its logs are against the A/A load in the same process) is tested one-sided
     against the minimum effect at ``level``; the A/A (its logs: first load over second load)
@@ -554,16 +580,18 @@ def process_compare(logs: Sequence[float], baseline_samples: Sequence[float],
         rounds=len(round_ratios_) or None, round_ratios=[float(r) for r in round_ratios_] or None,
         procedure="independent", level=level, against="baseline" if aa else "aa",
         processes=st.n, process_speedups=[math.exp(x) for x in logs],
-        prediction_low=math.exp(st.predict_low), prediction_high=math.exp(st.predict_high))
+        prediction_low=math.exp(st.predict_low), prediction_high=math.exp(st.predict_high),
+        estimator=estimator)
 
 
 def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
             settings: TimingSettings, *, alpha: float | None = None,
-            baseline_warmup: int = 0) -> Comparison:
+            baseline_warmup: int = 0, estimator: Estimator = "median") -> Comparison:
     """Compare a candidate with the baseline timed alongside it in one process, round by round
-    (samples per round of each; the same number of rounds): the screening's reading."""
+    (samples per round of each; the same number of rounds): the screening's reading, of block
+    medians or of the ``estimator``'s statistic."""
     alpha = settings.alpha if alpha is None else alpha
-    ratios = round_ratios(baseline, candidate)
+    ratios = round_ratios(baseline, candidate, estimator)
     logs = np.log(ratios)
     est, lo, hi = shift_interval(logs, settings.confidence)
     p = signed_rank_p(logs)
@@ -577,4 +605,4 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         slower=significant and speedup <= 1 / (1 + settings.min_effect)
         and float(np.exp(hi)) < 1.0,
         rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure="screening",
-        level=alpha)
+        level=alpha, estimator=estimator)

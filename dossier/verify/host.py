@@ -137,6 +137,36 @@ def judge_speedup(here: Comparison | None, recorded: float | None, low: float | 
     return []
 
 
+OVERSTATED = 2.0
+"""A recorded speedup this many times what a re-measurement reads must not pass: a record
+whose prediction interval would still hold a reading this far below it cannot be checked
+(:func:`judge_record`)."""
+
+
+def judge_record(here: Comparison | None, recorded: float | None, ci_low: float | None,
+                 ci_high: float | None, predicted_low: float | None) -> list[str]:
+    """Why the recorded figure fails the re-measurement as a record (empty: it does not):
+    the interval read here lies wholly below the recorded interval (the record is not
+    reproduced: overstated, or the host lost the gain), or the record cannot be checked: its
+    prediction interval for a new process reaches down to 1 / :data:`OVERSTATED` of the
+    recorded speedup, so a figure overstated that much would still read inside it."""
+    if here is None or recorded is None or ci_low is None or ci_high is None:
+        return []
+    out = []
+    now = speedup_text(here.speedup, here.speedup_ci_low, here.speedup_ci_high)
+    if here.speedup_ci_high < ci_low:
+        out.append(f"the recorded {speedup_text(recorded, ci_low, ci_high)} is not reproduced "
+                   f"here: {now} lies wholly below it (overstated by "
+                   f"{recorded / here.speedup:.2g}x, or this host lost the gain)")
+    if predicted_low is not None and predicted_low <= recorded / OVERSTATED:
+        out.append(f"the record cannot be checked: its prediction interval for a new process "
+                   f"starts at {predicted_low:.3f}x, at or below half its "
+                   f"{recorded:.3f}x, so a figure overstated {OVERSTATED:g}x would read inside "
+                   "it; re-establish it with dossier release on a host as quiet as its "
+                   "[target] declares ([timing] quiet_host = \"wait\")")
+    return out
+
+
 REBENCH_MAX_S = 900.0
 """Default bound on the time ``verify --rebench`` spends measuring (``--max-s``)."""
 REBENCH_LIMITS: dict[str, float] = {
@@ -237,16 +267,27 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
     baseline = (bundle.file(base.path), base.route)
     others = [] if same else [(bundle.file(shipped.path), shipped.route)]
     work = Path(tempfile.mkdtemp(prefix="dossier-rebench-"))
+    confirmed = [t.comparison for t in cache.trials if t.role == "confirm"
+                 and t.route == shipped.route and t.comparison is not None]
+    rec = confirmed[-1] if confirmed else None
+    target = cache.header.spec.target
     try:
         from dossier.jobs import measuring
+        from dossier.jobs.cotenants import cotenants
+        from dossier.jobs.placement import placed
 
-        measure = measuring.local_processes(
-            m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
-            shapes=cache.header.shapes, work=work,
-            env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
-        # the baseline shipping: no speedup to judge, only its latency (two processes do)
-        result = confirmation.confirm(baseline, others, timing, measure,
-                                      fixed=2 if same else max(timing.confirm_processes, 2))
+        # like with like: the record's declared conditions (its cores, its priority, its
+        # co-tenant load) and its estimator (a record read of 10th percentiles is re-read so)
+        with placed(target) as where, cotenants(target.co_tenants, where.cores, max_s * 2):
+            measure = measuring.local_processes(
+                m.backend, bundle.path / "validation", timing, builder=cache.header.builder,
+                shapes=cache.header.shapes, work=work,
+                env=_loader_env(bundle, baseline[0], *(e for e, _ in others)))
+            # the baseline shipping: no speedup to judge, only its latency (two processes do)
+            result = confirmation.confirm(
+                baseline, others, timing, measure,
+                fixed=2 if same else max(timing.confirm_processes, 2),
+                estimator="p10" if rec is not None and rec.estimator == "p10" else "auto")
     except TuneError as exc:  # a measuring process failed: its log is kept where it says
         why = exc.diagnostics()
         if "ended timeout" in str(exc):
@@ -268,9 +309,6 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
     comp = track.comparison if track is not None else None
     recorded_trials = [t for t in cache.trials if t.route == shipped.route and t.timing]
     recorded = recorded_trials[-1].timing if recorded_trials else None
-    confirmed = [t.comparison for t in cache.trials if t.role == "confirm"
-                 and t.route == shipped.route and t.comparison is not None]
-    rec = confirmed[-1] if confirmed else None
     s = m.summary
     p_lo = rec.prediction_low if rec is not None else None
     p_hi = rec.prediction_high if rec is not None else None
@@ -308,13 +346,16 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
         reasons = judge_speedup(comp, s.speedup, p_lo, p_hi)
     else:
         reasons = judge_speedup(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high)
+    record = judge_record(comp, s.speedup, s.speedup_ci_low, s.speedup_ci_high, p_lo)
+    reasons += [r for r in record if r not in reasons]
     inside = (None if comp is None or p_lo is None or p_hi is None
               else p_lo <= comp.speedup <= p_hi)
     if comp is None:
         verdict = "the baseline ships: nothing to compare"
     else:
         verdict = (f"{speedup_text(comp.speedup, comp.speedup_ci_low, comp.speedup_ci_high)} the "
-                   f"baseline ({comp.processes} measuring processes)"
+                   f"baseline ({comp.processes} measuring processes, "
+                   f"{'10th percentiles' if comp.estimator == 'p10' else 'medians'} per block)"
                    + ("" if p_lo is None or p_hi is None else
                       f", {'inside' if inside else 'outside'} the recorded prediction interval "
                       f"[{p_lo:.3f}, {p_hi:.3f}] for a new process")
@@ -328,4 +369,7 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
                    inside=inside, regression=bool(reasons), reason=reason, latency=lat_here,
                    recorded_latency=lat_then, baseline_latency=base_lat_here,
                    recorded_baseline_latency=base_lat_then, moved=moved, conditions=cond_here,
-                   recorded_conditions=cond_then)
+                   recorded_conditions=cond_then, unverifiable=any(
+                       r.startswith("the record cannot be checked") for r in record),
+                   overstated=any(r.startswith("the recorded") for r in record),
+                   target=target.text())

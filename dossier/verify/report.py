@@ -88,6 +88,16 @@ class Rebench(_Model):
     """What this host was doing during the re-measurement."""
     recorded_conditions: ConditionsSummary | None = None
     """What the tuning host was doing while the decision was measured (None: not recorded)."""
+    overstated: bool = False
+    """The interval read here lies wholly below the recorded interval: the recorded figure is
+    not reproduced (a regression: not VALID)."""
+    unverifiable: bool = False
+    """The record's prediction interval for a new process reaches down to half its speedup,
+    so an overstatement of 2x could not be flagged: a finding (not VALID), with how to
+    re-establish it."""
+    target: str | None = None
+    """The conditions the bundle's spec declares, which the re-measurement was taken under
+    (its cores, its priority, its co-tenant load)."""
     reason: str
     """What was compared and what it showed."""
 
