@@ -154,7 +154,10 @@ print(json.dumps({"median_ms": float(np.median(ts)), "n": runs}))
 def _alone(bundle: Path, processes: int, runs: int) -> dict[str, Any]:
     """The shipped and the baseline engines timed alone, one engine per process, alternating
     which goes first; per pair of processes the log ratio of their medians."""
+    from dossier.measure.conditions import Watch
+
     logs, pairs = [], []
+    watch = Watch()
     for k in range(processes):
         order = ["baseline", "shipped"] if k % 2 == 0 else ["shipped", "baseline"]
         got = {}
@@ -164,10 +167,12 @@ def _alone(bundle: Path, processes: int, runs: int) -> dict[str, Any]:
             got[which] = json.loads(r.stdout.strip().splitlines()[-1])["median_ms"]
         pairs.append(got)
         logs.append(math.log(got["baseline"] / got["shipped"]))
+    seen = watch.stop()
     est, lo, hi = shift_interval(np.array(logs), 0.95)
     return {"ratio": round(math.exp(est), 4), "ci95": [round(math.exp(lo), 4),
                                                       round(math.exp(hi), 4)],
-            "processes_each": processes, "runs_per_process": runs, "pairs_ms": pairs}
+            "processes_each": processes, "runs_per_process": runs, "pairs_ms": pairs,
+            "conditions": {"load_1m": seen.load_1m, "other_cores": seen.other_cores}}
 
 
 def headline(args: argparse.Namespace, doc: dict[str, Any], save: Callable[[], None]) -> None:

@@ -376,9 +376,10 @@ def rebench_line(rb: Rebench) -> str:
             if rb.latency is not None and n else
             f"re-timing: shipped {rb.shipped.median_ms:.3f} ms a sample, baseline "
             f"{rb.baseline.median_ms:.3f} ms a sample")
-    busy = ("" if rb.conditions is None else f"; conditions here: {rb.conditions.text()}"
-            + ("" if rb.recorded_conditions is None else
-               f"; when tuned: {rb.recorded_conditions.text()}"))
+    busy = ((f"; target declared: {rb.target}" if rb.target else "")
+            + ("" if rb.conditions is None else f"; conditions here: {rb.conditions.text()}"
+               + ("" if rb.recorded_conditions is None else
+                  f"; when tuned: {rb.recorded_conditions.text()}")))
     return (head
             + (f", {ci(c.speedup, c.speedup_ci_low, c.speedup_ci_high)}" if c else "")
             + (f" (each round's ratio between {spread[0]:.3f}x and {spread[1]:.3f}x)"
