@@ -37,27 +37,26 @@ SLOWED = "-fault=slow -pace=clock"
 """Its ``slow`` fault on the clock: 2 ms more a run, a known 0.5x."""
 
 
+def _built(backend: str, routes: tuple[str, ...], model: Path, out: Path) -> dict[str, Path]:
+    """Each route of ``routes`` built by ``backend`` into ``out``: its engine's path."""
+    paths = {}
+    for route in routes:
+        paths[route] = out / f"{len(paths)}.ort"
+        get_backend(backend).build(model, Route.parse(route), paths[route])
+    return paths
+
+
 @pytest.fixture(scope="module")
 def engines(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("engines")
-    backend = get_backend("onnxruntime")
-    paths = {}
-    for route in (FAST, SLOW):
-        paths[route] = out / f"{len(paths)}.ort"
-        backend.build(samples_dir / "convnet" / "model.onnx", Route.parse(route), paths[route])
-    return paths
+    return _built("onnxruntime", (FAST, SLOW), samples_dir / "convnet" / "model.onnx",
+                  tmp_path_factory.mktemp("engines"))
 
 
 @pytest.fixture(scope="module")
 def clocked(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The faulty backend's engines of :data:`PACED` and :data:`SLOWED`."""
-    out = tmp_path_factory.mktemp("clocked")
-    backend = get_backend("faulty")
-    paths = {}
-    for route in (PACED, SLOWED):
-        paths[route] = out / f"{len(paths)}.ort"
-        backend.build(samples_dir / "convnet" / "model.onnx", Route.parse(route), paths[route])
-    return paths
+    return _built("faulty", (PACED, SLOWED), samples_dir / "convnet" / "model.onnx",
+                  tmp_path_factory.mktemp("clocked"))
 
 
 def _run(speedups: dict[str, float], settings: TimingSettings = TimingSettings(),
