@@ -1,9 +1,11 @@
 """A test-only backend for the reliability tests: ONNX Runtime plus two knobs. Not collected.
 
 - ``pace``: ``slow`` (the default) sleeps 10 ms in every inference, ``brisk`` 1 ms, ``fast``
-  not at all. The baseline (each varied knob at its default) is therefore far slower than a
-  ``brisk`` or ``fast`` route, even on a busy machine, so a search has candidates and runs its
-  confirmation round.
+  not at all; a timed inference reads 10, 1 or 0.5 ms on the ``faulty`` backend's simulated
+  clock (:class:`dossier.backends.faulty.backend.Clock`), whatever the host's load made of the
+  sleep and the model. The baseline (each varied knob at its default) is therefore far slower
+  than a ``brisk`` or ``fast`` route on any host, so a search has candidates, runs its
+  confirmation round and ships a gain.
 - ``hazard``: breaks the trial's process for real *after* the engine was built, where
   ``dossier.backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
   ``oom_load`` (allocates until the address-space limit stops it), ``raise_load`` (the engine
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dossier.backends.faulty.backend import Clock
 from dossier.backends.interface import EngineRuntimeError, Runner
 from dossier.backends.onnxruntime import OnnxRuntimeBackend
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
@@ -33,6 +36,8 @@ from dossier.routes import Route
 
 NAME = "stress"
 PACES = {"slow": 0.010, "brisk": 0.001}
+CLOCKED_MS = {"slow": 10.0, "brisk": 1.0, "fast": 0.5}
+"""What a timed inference of each ``pace`` reads on the simulated clock."""
 HAZARDS = ("none", "segv_load", "abort_load", "oom_load", "raise_load", "segv_run", "oom_run",
            "hang_run", "raise_run", "segv_time", "oom_time")
 TARGET = "tests._stress_backend:StressBackend"
@@ -65,8 +70,13 @@ def _break(how: str) -> None:
 
 
 class _StressRunner(Runner):
-    def __init__(self, inner: Runner, pace: str, hazard: str) -> None:
+    def __init__(self, inner: Runner, route: Route, pace: str, hazard: str) -> None:
         self._inner, self._pace, self._hazard, self._calls = inner, pace, hazard, 0
+        self._clock = Clock(route, CLOCKED_MS[pace])
+
+    def timed_impl(self, prepared: object) -> float:
+        self.run_impl(prepared)  # type: ignore[arg-type]
+        return self._clock()
 
     def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self._calls += 1
@@ -99,4 +109,5 @@ class StressBackend(OnnxRuntimeBackend):
         how, _, when = hazard.partition("_")
         if when == "load":
             _break(how)
-        return _StressRunner(super().load_impl(engine, route), values.get("pace", "slow"), hazard)
+        return _StressRunner(super().load_impl(engine, route), route, values.get("pace", "slow"),
+                             hazard)

@@ -276,3 +276,43 @@ def test_a_runner_that_takes_tensors_runs_them_itself() -> None:
         own = cls.run_tensors_impl is not Runner.run_tensors_impl
         assert own == cls.takes_tensors, cls
     assert TorchInductorRunner.takes_tensors  # the one that does, today
+
+
+def test_the_faulty_backends_clock_reads_the_known_speed_however_long_a_run_takes() -> None:
+    """``pace=clock``: the engine still runs (here a stand-in that takes 20 ms, as a run on a
+    busy host may), but a timed run reads the route's known time on the simulated clock, 2.0 ms
+    over the gain, with a small noise; two loads of one route read alike in distribution, not in
+    sequence. ``pace=held`` and ``off`` keep the real clock."""
+    import time
+
+    from dossier.backends.faulty.backend import CLOCK_NOISE, _FaultyRunner, clock, paced_ms
+    from dossier.backends.interface import Runner
+
+    class Slow(Runner):
+        runs = 0
+
+        def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            Slow.runs += 1
+            time.sleep(0.02)
+            return dict(inputs)
+
+    x = {"x": np.zeros((1, 2), np.float32)}
+    gain = Route.parse("-gain=x1.25 -pace=clock")
+    first, second = (_FaultyRunner(Slow(), "none", 0.0, clock(gain)) for _ in range(2))
+    a = [first.timed(first.prepare(x)) for _ in range(20)]
+    b = [second.timed(second.prepare(x)) for _ in range(20)]
+    assert Slow.runs == 40  # every timed run ran the engine
+    for reads in (a, b):
+        assert all(abs(np.log(r / 1.6)) < 5 * CLOCK_NOISE for r in reads), reads
+        assert 0 < np.std(np.log(reads)) < 2 * CLOCK_NOISE  # not degenerate
+    assert a != b and abs(np.mean(np.log(a)) - np.mean(np.log(b))) < 2 * CLOCK_NOISE
+    slow = clock(Route.parse("-fault=slow -pace=clock"))
+    assert slow is not None and slow.ms == 4.0  # fault=slow adds its 2 ms on the clock
+    drift = clock(Route.parse("-fault=drift -gain=x1.25 -pace=clock"))
+    assert drift is not None and drift.ms == pytest.approx(2.0 / 1.25 / 1.5)
+    for real in ("-gain=x1.25 -pace=held", "-gain=x1.25"):  # the real clock
+        assert clock(Route.parse(real)) is None
+        runner = _FaultyRunner(Slow(), "none", 0.0, None)
+        assert runner.timed(runner.prepare(x)) >= 20.0
+    assert paced_ms(Route.parse("-gain=x1.25 -pace=held")) == paced_ms(gain) == 1.6
+    assert "clock" in get_backend("faulty").knob_database().get("pace").values
