@@ -30,7 +30,7 @@ from dossier.cache import (
     lost_session,
 )
 from dossier.cache_check import check_cache
-from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
+from dossier.datasets import CalibrationSet, check_sets, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import (
@@ -186,7 +186,8 @@ def _check_offered(text: str, db: KnobDatabase, backend: Backend) -> None:
 def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
                ) -> tuple[CalibrationSet | None, ValidationSet | None]:
     """The calibration and hold-out sets a spec names, read and checked against the model and
-    against each other and the validation set (:func:`dossier.datasets.check_apart`)."""
+    against each other and the validation set, every input finite
+    (:func:`dossier.datasets.check_sets`)."""
     calibration = holdout = None
     if spec.calibration is not None:
         calibration = load_calibration_set(spec.resolve(spec.calibration.path))
@@ -196,7 +197,7 @@ def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
         holdout = load_validation_set(spec.resolve(spec.holdout.path))
         for pair in holdout.pairs:
             signature.check_pair(f"hold-out {pair.name}", pair.inputs, pair.references)
-    check_apart(vset, calibration, holdout)
+    check_sets(vset, calibration, holdout, {t.name: t.dtype for t in signature.inputs})
     return calibration, holdout
 
 
