@@ -152,7 +152,8 @@ def prepare(spec: ReleaseSpec) -> Prepared:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
-    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset, atol=spec.tune.atol,
+                    rtol=spec.tune.rtol)
     calibration, holdout = _data_sets(spec, signature, vset)
     needs = [r for r in _selection_corners(selection, db) if backend.needs_calibration(r, db)]
     if needs and calibration is None:

@@ -218,3 +218,52 @@ def test_split_records_its_seed_and_source_and_drops_a_stale_provenance(tmp_path
     assert not (tmp_path / "none" / "holdout").exists()
     with pytest.raises(InputError, match="rounds to no pair"):
         split(src, tmp_path / "tiny", holdout=0.05, calibration=0, seed=1)
+
+
+# ------------------------------------------------------------------------- threshold
+
+
+def _refs(y: np.ndarray) -> ValidationSet:
+    return ValidationSet(Path("v"), (Pair("pair-000", {"x": np.ones(2)}, {"y": y}),))
+
+
+CENTRED = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("metric, threshold, said", [
+    ("cos", 0.9, "cosine similarity of 0.1 pass"),
+    ("cos", 0.5, "cosine similarity of 0.5 pass"),
+    ("l0", 0.6, "60% of their elements wrong"),
+    ("linf", 1e9, "all-zero output"),
+    ("l1", 1e3, "all-zero output"),
+    ("l2", 1e3, "all-zero output"),
+])
+def test_a_threshold_that_switches_the_check_off_is_warned_for_every_metric(
+        caplog: pytest.LogCaptureFixture, metric: str, threshold: float, said: str) -> None:
+    import logging
+
+    from dossier.threshold import check_threshold
+
+    with caplog.at_level(logging.WARNING, logger="dossier.threshold"):
+        check_threshold(metric, 1e-3, _refs(CENTRED))
+        assert not caplog.records
+        check_threshold(metric, threshold, _refs(CENTRED))
+    assert said in caplog.text and "switches the check off" in caplog.text, caplog.text
+
+
+def test_a_cos_threshold_above_a_constant_outputs_loss_is_warned(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """cos is scale-free: on all-positive references a constant output is nearly right, and a
+    threshold above its loss lets a constant engine through."""
+    import logging
+
+    from dossier.threshold import check_threshold, zero_output_loss
+    from dossier.validation import loss
+
+    positive = np.abs(CENTRED) + 1.0
+    const = zero_output_loss("cos", _refs(positive))
+    assert const == pytest.approx(loss("cos", np.ones_like(positive), positive))
+    assert const is not None and 0 < const < 0.2
+    with caplog.at_level(logging.WARNING, logger="dossier.threshold"):
+        check_threshold("cos", const * 2, _refs(positive))
+    assert "a constant output" in caplog.text
