@@ -182,7 +182,7 @@ def tune(
     Each trial runs in its own process with a timeout; every finished trial is appended to
     RUN/tuning-cache.jsonl at once, so a killed search resumes with --continue.
     """
-    from dossier.spec import load_spec
+    from dossier.spec_knobs import load_release_spec as load_spec
     from dossier.tuner import continue_tune, plan
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver

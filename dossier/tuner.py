@@ -141,11 +141,12 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
+    model = spec.model_path()
+    backend.check_model(model)  # a model of another kind is said at once, before the knobs
     strategy = get_strategy(spec.tune.strategy, spec)
     db = backend.knob_database()
     _check_offered(spec.tune.selection, db, backend)
     selection = Selection.parse(spec.tune.selection, db)
-    model = spec.model_path()
     signature = backend.signature(model)
     vset = load_validation_set(spec.resolve(spec.validation.path))
     for pair in vset.pairs:

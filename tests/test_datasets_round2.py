@@ -267,3 +267,69 @@ def test_a_cos_threshold_above_a_constant_outputs_loss_is_warned(
     with caplog.at_level(logging.WARNING, logger="dossier.threshold"):
         check_threshold("cos", const * 2, _refs(positive))
     assert "a constant output" in caplog.text
+
+
+# ---------------------------------------------------------------- what a new user trips on
+
+
+def _spec(folder: Path, model: str = "model.onnx", tune: str = "") -> Path:
+    spec = folder / "release.toml"
+    spec.write_text(f"""[release]
+name = "x"
+version = 1
+
+[model]
+path = "{model}"
+
+[validation]
+path = "validation"
+
+[tune]
+selection = "-intra_op_num_threads=[1|2]"
+metric = "linf"
+threshold = 1e-3
+{tune}
+""")
+    return spec
+
+
+def test_an_unknown_tune_key_that_names_knobs_says_they_are_knobs(tmp_path: Path) -> None:
+    r = cli("tune", _spec(tmp_path, tune="threads = 2"), "--out", tmp_path / "run")
+    assert r.exit_code == 3, r.output
+    line = r.stderr.strip()
+    assert "threads is not a [tune] key" in line and "-intra_op_num_threads" in line, line
+    assert "threshold" not in line and len(line.splitlines()) == 1, line
+    # a misspelt [tune] key still gets its suggestion
+    r = cli("tune", _spec(tmp_path, tune="treshold = 2"), "--out", tmp_path / "run")
+    assert r.exit_code == 3 and "did you mean threshold" in r.stderr, r.output
+
+
+def test_a_model_path_naming_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "validation").mkdir()
+    r = cli("tune", _spec(tmp_path, model="models"), "--out", tmp_path / "run")
+    assert r.exit_code == 3, r.output
+    assert "is a folder" in r.stderr and "does not exist" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_torch_inductor_with_an_onnx_model_is_said_before_the_knobs_are_read(
+        samples_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch", reason="torch is not installed")
+    from dossier.backends.torch_inductor.backend import TorchInductorBackend
+
+    def never(self: object) -> None:
+        raise AssertionError("the knob database was read (torch imported) before the model "
+                             "was checked")
+
+    monkeypatch.setattr(TorchInductorBackend, "knob_database_impl", never)
+    folder = tmp_path / "convnet"
+    shutil.copytree(samples_dir / "convnet", folder)
+    spec = folder / "release.toml"
+    spec.write_text(spec.read_text().replace('backend = "onnxruntime"',
+                                             'backend = "torch-inductor"'))
+    assert 'backend = "torch-inductor"' in spec.read_text()
+    r = cli("tune", spec, "--out", tmp_path / "run")
+    assert r.exit_code == 3, r.output
+    assert "model.onnx is ONNX: the torch-inductor backend takes an exported program" \
+        in r.stderr, r.stderr
