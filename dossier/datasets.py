@@ -30,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dossier.cache import DataSetIdentity
+from dossier.cache import DataSetIdentity, DecisionRecord
 from dossier.errors import InputError, OutputError, ValidationSetError
 from dossier.files import write_new_folder
 from dossier.hashing import digest_bytes, digest_json
+from dossier.knobs import KnobDatabase
+from dossier.routes import Route
 from dossier.tensors import read_tensors, write_tensors
 from dossier.validation import ValidationSet, load_validation_set
 
@@ -208,6 +210,43 @@ def check_sets(validation: ValidationSet, calibration: CalibrationSet | None,
     if calibration is not None:
         check_finite("calibration sample", calibration.samples)
     check_apart(validation, calibration, holdout, dtypes)
+
+
+HOLDOUT_REJECTED = "the faster route failed the hold-out set; the baseline ships"
+"""The result of a search whose confirmed-faster route(s) failed the hold-out set."""
+
+
+def decision_result(d: DecisionRecord) -> str:
+    """The decision's result in words: the speedup, :data:`HOLDOUT_REJECTED` when the faster
+    route failed the hold-out set (it was faster: "no significant gain" would say otherwise),
+    else "no significant gain"."""
+    if not d.gain and d.holdout_rejected:
+        return HOLDOUT_REJECTED
+    return d.result_text()
+
+
+def numeric_changes(route: str, baseline: str, db: KnobDatabase) -> list[str]:
+    """``knob=value`` of ``route`` that differ from ``baseline`` and change the numbers
+    (quantization, reduced precision, another execution provider: the knob database says
+    which); empty for a route that computes what the baseline does, or routes that cannot be
+    read against ``db``."""
+    from dossier.errors import DossierError
+
+    try:
+        mine = Route.parse(route).effective(db)
+        base = Route.parse(baseline).effective(db)
+    except DossierError:
+        return []
+    numeric = {k.name for k in db.knobs if k.changes_numerics}
+    return [f"{k}={v}" for k, v in sorted(mine.items()) if k in numeric and base.get(k) != v]
+
+
+def no_holdout_warning(changes: Sequence[str]) -> str:
+    """The warning a release gets when its shipped route changes the numbers (``changes``,
+    :func:`numeric_changes`) and no hold-out set checked it."""
+    return (f"the shipped route changes the numbers ({', '.join(changes)}) and no hold-out set "
+            "checked it: its accuracy was judged only on the validation set that selected it; "
+            "name a [holdout] set in the spec (`dossier validation split` makes one)")
 
 
 @dataclass(frozen=True)

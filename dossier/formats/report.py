@@ -152,7 +152,7 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         aa_checks=checks, columns=_COLUMNS, rows=_rows(e), test_name=test_name,
         shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
         conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of),
-        knob_source=figures_text.knob_effect_source, raced_note=figures_text.raced_note,
+        knob_source=figures_text.knob_effect_source, effect_verdict=figures_text.effect_verdict, raced_note=figures_text.raced_note,
         trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
         if e.trade else [],
         trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
