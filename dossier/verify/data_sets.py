@@ -107,6 +107,8 @@ def _files(bundle: Bundle, table: dict[str, Any], role: str,
         return [_finding(role, f"{rec.size} sample(s)", "no files",
                          f"the bundle records a {role} set of {rec.size} but its {folder}/ "
                          "folder is gone")]
+    if any(rel in bundle.absent for rel in table if rel.startswith(f"{folder}/")):
+        return []  # not copied for this command: the integrity check read each file already
     try:
         path = bundle.folder(folder)
         data = load_validation_set(path) if role == "holdout" else load_calibration_set(path)
