@@ -51,3 +51,4 @@ def test_each_row_is_read_from_its_results_file(tmp_path: Path,
     after = claims.table("timing")
     assert "shipped 10 of 10 (true speedup 1.05x)" in before
     assert "shipped 7 of 10 (true speedup 1.05x)" in after and after != before
+
