@@ -106,8 +106,8 @@ def split_cmd(
     r = split(source, out_dir, holdout=holdout, calibration=calibration, seed=seed)
     err.print(f"wrote {out_dir}: {len(r.validation)} validation, {len(r.holdout)} hold-out, "
               f"{len(r.calibration)} calibration (seed {seed})", markup=False, soft_wrap=True)
-    for group in r.kept_together:
-        err.print(f"kept together (they share inputs): {', '.join(group)}", markup=False,
+    for together in r.kept_together:
+        err.print(f"kept together (they share inputs): {', '.join(together)}", markup=False,
                   soft_wrap=True)
     if as_json:
         print_json({"out": str(r.out), "seed": r.seed, "validation": r.validation,

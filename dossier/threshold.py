@@ -43,7 +43,7 @@ def _constant_loss(reference: np.ndarray) -> float:
     norm = float(np.linalg.norm(r))
     if r.size == 0 or norm == 0.0:
         return 0.0
-    return max(0.0, 1.0 - abs(float(r.sum())) / (np.sqrt(r.size) * norm))
+    return max(0.0, 1.0 - abs(float(r.sum())) / (float(np.sqrt(r.size)) * norm))
 
 
 def zero_output_loss(metric: str, vset: ValidationSet, *, atol: float = 1e-5,

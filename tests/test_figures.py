@@ -218,7 +218,7 @@ def test_an_aa_reading_whose_interval_excludes_one_is_not_called_no_difference()
 
 def test_the_latency_axis_is_per_inference_and_keeps_its_title() -> None:
     pytest.importorskip("plotly")
-    from dossier.formats.report import beyond_axis, latency_axis
+    from dossier.formats.report import latency_axis
 
     axis = latency_axis([[0.2, 0.3, 0.25], [0.21, 0.35]])
     assert axis["title_text"].startswith("ms per inference") and axis["automargin"] is True
