@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cli, write_tiny_timing
+from conftest import cli, tiny_spec, write_tiny_timing
 
 from dossier.datasets import CalibrationSet, check_apart, check_sets, row_digests, split
 from dossier.errors import InputError, ValidationSetError
@@ -270,44 +270,25 @@ def test_a_cos_threshold_above_a_constant_outputs_loss_is_warned(
 
 
 # ---------------------------------------------------------------- what a new user trips on
-
-
-def _spec(folder: Path, model: str = "model.onnx", tune: str = "") -> Path:
-    spec = folder / "release.toml"
-    spec.write_text(f"""[release]
-name = "x"
-version = 1
-
-[model]
-path = "{model}"
-
-[validation]
-path = "validation"
-
-[tune]
-selection = "-intra_op_num_threads=[1|2]"
-metric = "linf"
-threshold = 1e-3
-{tune}
-""")
-    return spec
+THREADS = 'selection = "-intra_op_num_threads=[1|2]"\n'
 
 
 def test_an_unknown_tune_key_that_names_knobs_says_they_are_knobs(tmp_path: Path) -> None:
-    r = cli("tune", _spec(tmp_path, tune="threads = 2"), "--out", tmp_path / "run")
+    r = cli("tune", tiny_spec(tmp_path, tune=THREADS + "threads = 2\n"), "--out", tmp_path / "run")
     assert r.exit_code == 3, r.output
     line = r.stderr.strip()
     assert "threads is not a [tune] key" in line and "-intra_op_num_threads" in line, line
     assert "threshold" not in line and len(line.splitlines()) == 1, line
     # a misspelt [tune] key still gets its suggestion
-    r = cli("tune", _spec(tmp_path, tune="treshold = 2"), "--out", tmp_path / "run")
+    r = cli("tune", tiny_spec(tmp_path, tune=THREADS + "treshold = 2\n"), "--out",
+            tmp_path / "run")
     assert r.exit_code == 3 and "did you mean threshold" in r.stderr, r.output
 
 
 def test_a_model_path_naming_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
-    (tmp_path / "models").mkdir()
+    (tmp_path / "model.onnx").mkdir()
     (tmp_path / "validation").mkdir()
-    r = cli("tune", _spec(tmp_path, model="models"), "--out", tmp_path / "run")
+    r = cli("tune", tiny_spec(tmp_path), "--out", tmp_path / "run")
     assert r.exit_code == 3, r.output
     assert "is a folder" in r.stderr and "does not exist" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
