@@ -142,3 +142,22 @@ def test_explain_of_an_old_bundle_reads_as_before() -> None:
     with open_bundle(GOLDEN) as bundle:
         e = explain(bundle)
     assert e.warnings == [] and e.decision.result == "no significant gain"
+
+
+def test_a_release_records_and_prints_the_warning(rel: dict, tmp_path: Path,  # type: ignore[type-arg]
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundle writer asks which knobs of the shipped route change the numbers (stubbed
+    here to say quantization: the samples' releases ship float32) and, with no hold-out set in
+    the search, records the warning in the manifest, which release and bundle print."""
+    import dossier.bundle.writer as writer
+
+    run = tmp_path / "run"
+    shutil.copytree(rel["convnet"].run, run)
+    monkeypatch.setattr(writer, "numeric_changes", lambda *a: ["quantization=dynamic"])
+    r = cli("bundle", run, "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "warning: the shipped route changes the numbers (quantization=dynamic) and no " \
+        "hold-out set checked it" in " ".join(r.stderr.split())
+    m = json.loads(next((tmp_path / "out").glob("*.dossier")).joinpath("manifest.json")
+                   .read_text())
+    assert any("no hold-out set checked it" in w for w in m["warnings"])
