@@ -133,7 +133,7 @@ def release(
     from dossier.bundle import check_target, write_bundle
     from dossier.lock import new_or_locked_run_folder
     from dossier.run_folder import CACHE_NAME, release_folder
-    from dossier.spec import load_spec
+    from dossier.spec_knobs import load_release_spec as load_spec
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver
 

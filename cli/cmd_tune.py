@@ -182,7 +182,7 @@ def tune(
     Each trial runs in its own process with a timeout; every finished trial is appended to
     RUN/tuning-cache.jsonl at once, so a killed search resumes with --continue.
     """
-    from dossier.spec import load_spec
+    from dossier.spec_knobs import load_release_spec as load_spec
     from dossier.tuner import continue_tune, plan
     from dossier.tuner import tune as run_tune
     from dossier_cli.progress import ProgressObserver
@@ -228,6 +228,8 @@ def tune(
         with _resumable(folder), ProgressObserver(verbose=not quiet) as obs:
             result = run_tune(s, folder, observer=obs, spec_path=spec, build_jobs=build_jobs,
                               executor=executor, address=address, build_cache=build_cache)
+    from dossier.datasets import decision_result
+
     print_notes(result.notes)
     d = result.decision
     if as_json:
@@ -243,5 +245,5 @@ def tune(
     out.print(f"run: {result.run_dir}", markup=False)
     out.print(f"shipped route: {d.shipped_route or '(default route)'}", markup=False)
     out.print(f"speedup: {fmt_speedup(d.speedup, d.speedup_ci_low, d.speedup_ci_high)}"
-              if d.gain else "speedup: no significant gain", markup=False)
+              if d.gain else f"speedup: {decision_result(d)}", markup=False)
     out.print(d.reason, markup=False)

@@ -96,7 +96,8 @@ def split_cmd(
     """Split one validation set into disjoint validation, hold-out and calibration sets.
 
     Pairs are drawn at random with --seed; DIR/split.json records the source's digest, the
-    seed and where each pair went. Name them in the release spec as [validation],
+    seed and where each pair went (each set's provenance.json too). Pairs that share inputs go
+    to one set together. Name them in the release spec as [validation],
     [holdout] and [calibration]: the search gates routes on the validation set, static
     quantization calibrates on the calibration set, and the route about to ship is checked on
     the hold-out set, which the search never saw."""
@@ -105,6 +106,10 @@ def split_cmd(
     r = split(source, out_dir, holdout=holdout, calibration=calibration, seed=seed)
     err.print(f"wrote {out_dir}: {len(r.validation)} validation, {len(r.holdout)} hold-out, "
               f"{len(r.calibration)} calibration (seed {seed})", markup=False, soft_wrap=True)
+    for together in r.kept_together:
+        err.print(f"kept together (they share inputs): {', '.join(together)}", markup=False,
+                  soft_wrap=True)
     if as_json:
         print_json({"out": str(r.out), "seed": r.seed, "validation": r.validation,
-                    "holdout": r.holdout, "calibration": r.calibration})
+                    "holdout": r.holdout, "calibration": r.calibration,
+                    "kept_together": r.kept_together})

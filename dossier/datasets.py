@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dossier.cache import DataSetIdentity
+from dossier.cache import DataSetIdentity, DecisionRecord
 from dossier.errors import InputError, OutputError, ValidationSetError
 from dossier.files import write_new_folder
 from dossier.hashing import digest_bytes, digest_json
+from dossier.knobs import KnobDatabase
+from dossier.routes import Route
 from dossier.tensors import read_tensors, write_tensors
 from dossier.validation import ValidationSet, load_validation_set
 
@@ -91,41 +94,159 @@ def load_calibration_set(path: Path) -> CalibrationSet:
         if not f.is_file():
             raise ValidationSetError(f"calibration sample {name} has no inputs.arrow ({f})")
         inputs = read_tensors(f)
-        for key, arr in inputs.items():
-            if np.issubdtype(arr.dtype, np.inexact) and not np.all(np.isfinite(arr)):
-                raise ValidationSetError(f"calibration sample {name}: input {key!r} holds NaN "
-                                         "or Inf", hint="calibration inputs must be finite")
+        check_finite("calibration sample", [(name, inputs)])
         samples.append((name, inputs))
     return CalibrationSet(path, tuple(samples))
 
 
+def _canonical(arr: np.ndarray, dtype: str | None) -> np.ndarray:
+    """``arr`` as the model reads it: cast to the model's input ``dtype`` (when known and the
+    cast is possible), floating point widened to float64 with the sign of zero dropped, integers
+    and booleans widened to int64. Equal values give equal bytes, whatever dtype they came in."""
+    a = np.asarray(arr)
+    if dtype is not None and dtype != str(a.dtype):
+        try:
+            a = a.astype(np.dtype(dtype))
+        except (TypeError, ValueError):
+            pass
+    if np.issubdtype(a.dtype, np.floating):
+        return a.astype(np.float64) + 0.0  # -0.0 + 0.0 == +0.0
+    if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
+        return a.astype(np.int64)
+    return a
+
+
+def batch_rows(inputs: Mapping[str, np.ndarray]) -> int | None:
+    """How many rows a sample has along its batch dimension (axis 0): the length every input
+    shares there; None when an input is a scalar or the inputs disagree (the sample is then
+    one row)."""
+    lengths = {int(a.shape[0]) if a.ndim else -1 for a in inputs.values()}
+    return lengths.pop() if len(lengths) == 1 and -1 not in lengths and inputs else None
+
+
+def row_digests(inputs: Mapping[str, np.ndarray],
+                dtypes: Mapping[str, str] | None = None) -> list[str]:
+    """One digest per row of a sample along its batch dimension (:func:`batch_rows`; the whole
+    sample when it has none), over every input's canonical values (:func:`_canonical`: the
+    dtype the model takes, no sign of zero) and shape: rows equal in value have equal digests,
+    however they were batched, ordered or typed. Linear in the sample's size."""
+    names = sorted(inputs)
+    canon = {n: np.ascontiguousarray(_canonical(inputs[n], (dtypes or {}).get(n)))
+             for n in names}
+    rows = batch_rows(inputs)
+    if rows is None:
+        return [digest_json([[n, list(canon[n].shape), digest_bytes(canon[n].tobytes())]
+                             for n in names])]
+    return [digest_json([[n, list(canon[n].shape[1:]), digest_bytes(canon[n][i].tobytes())]
+                         for n in names]) for i in range(rows)]
+
+
 def check_apart(validation: ValidationSet, calibration: CalibrationSet | None,
-                holdout: ValidationSet | None) -> None:
-    """Raise ValidationSetError when a sample's inputs are in two of the sets, naming the first
-    few by digest: calibrating on validation or hold-out data, or holding out a validation
-    pair, would let the data that judges a route shape it."""
-    seen: dict[str, str] = {}
-    for pair in validation.pairs:
-        seen.setdefault(inputs_digest(pair.inputs), f"validation pair {pair.name}")
-    sets: list[tuple[str, Sequence[tuple[str, Mapping[str, np.ndarray]]]]] = []
+                holdout: ValidationSet | None, dtypes: Mapping[str, str] | None = None) -> None:
+    """Raise ValidationSetError when inputs are in two of the sets, naming the first few
+    samples (and rows) and the digest: calibrating on validation or hold-out data, or holding
+    out a validation pair, would let the data that judges a route shape it.
+
+    Samples are compared row by row along the batch dimension and by value
+    (:func:`row_digests`, with ``dtypes`` the model's input dtypes by name): a calibration batch
+    that concatenates validation inputs, a hold-out pair batched with a validation input, a
+    reordered or sliced batch, a ``-0.0`` copy or a copy at another dtype that the model's
+    dtype makes equal all overlap. One pass over the data, one dictionary look-up per row."""
+    seen: dict[str, tuple[str, str, int, int]] = {}
+    clashes: list[str] = []
+    sets: list[tuple[str, str, Sequence[tuple[str, Mapping[str, np.ndarray]]]]] = [
+        ("validation", "validation pair", [(p.name, p.inputs) for p in validation.pairs])]
     if holdout is not None:
-        sets.append(("hold-out pair", [(p.name, p.inputs) for p in holdout.pairs]))
+        sets.append(("hold-out", "hold-out pair", [(p.name, p.inputs) for p in holdout.pairs]))
     if calibration is not None:
-        sets.append(("calibration sample", calibration.samples))
-    for what, samples in sets:
-        clashes = []
+        sets.append(("calibration", "calibration sample", calibration.samples))
+    for role, what, samples in sets:
         for name, inputs in samples:
-            d = inputs_digest(inputs)
-            if d in seen:
-                clashes.append(f"{what} {name} = {seen[d]} (inputs {d[:12]})")
-            else:
-                seen[d] = f"{what} {name}"
-        if clashes:
-            more = f" and {len(clashes) - 3} more" if len(clashes) > 3 else ""
-            raise ValidationSetError(
-                f"the data sets overlap: {'; '.join(clashes[:3])}{more}",
-                hint="calibration, validation and hold-out samples must be distinct; "
-                     "`dossier validation split` makes disjoint sets from one set")
+            digests = row_digests(inputs, dtypes)
+            here = f"{what} {name}"
+            hits = []
+            for i, d in enumerate(digests):
+                first = seen.setdefault(d, (role, here, i, len(digests)))
+                if first[0] != role:
+                    hits.append((i, first, d))
+            if not hits:
+                continue
+            whole = [h for h in hits if h[1][1] == hits[0][1][1] and h[1][2] == h[0]]
+            if len(whole) == len(digests) == hits[0][1][3]:  # the same sample, row for row
+                clashes.append(f"{here} = {hits[0][1][1]} (inputs {hits[0][2][:12]})")
+                continue
+            for i, (_, there, row, rows), d in hits:
+                clashes.append(f"{here}{f' row {i}' if len(digests) > 1 else ''} = "
+                               f"{there}{f' row {row}' if rows > 1 else ''} (inputs {d[:12]})")
+    if clashes:
+        more = f" and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+        raise ValidationSetError(
+            f"the data sets overlap: {'; '.join(clashes[:3])}{more}",
+            hint="calibration, validation and hold-out samples must be distinct, row by row "
+                 "along the batch dimension and by value; `dossier validation split` makes "
+                 "disjoint sets from one set")
+
+
+def check_finite(role: str, samples: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> None:
+    """ValidationSetError naming the set, the sample and the input when a floating-point
+    input of ``samples`` holds NaN or Inf: a loss computed on it means nothing, and a search
+    would run for nothing (checked before the first build)."""
+    for name, inputs in samples:
+        for key in sorted(inputs):
+            arr = inputs[key]
+            if np.issubdtype(arr.dtype, np.inexact) and not np.all(np.isfinite(arr)):
+                raise ValidationSetError(f"{role} {name}: input {key!r} holds NaN or Inf",
+                                         hint="every input of the validation, hold-out and "
+                                              "calibration sets must be finite")
+
+
+def check_sets(validation: ValidationSet, calibration: CalibrationSet | None,
+               holdout: ValidationSet | None, dtypes: Mapping[str, str] | None = None) -> None:
+    """Every input finite (:func:`check_finite`), then the sets apart (:func:`check_apart`):
+    what a search checks before its first build."""
+    check_finite("validation pair", [(p.name, p.inputs) for p in validation.pairs])
+    if holdout is not None:
+        check_finite("hold-out pair", [(p.name, p.inputs) for p in holdout.pairs])
+    if calibration is not None:
+        check_finite("calibration sample", calibration.samples)
+    check_apart(validation, calibration, holdout, dtypes)
+
+
+HOLDOUT_REJECTED = "the faster route failed the hold-out set; the baseline ships"
+"""The result of a search whose confirmed-faster route(s) failed the hold-out set."""
+
+
+def decision_result(d: DecisionRecord) -> str:
+    """The decision's result in words: the speedup, :data:`HOLDOUT_REJECTED` when the faster
+    route failed the hold-out set (it was faster: "no significant gain" would say otherwise),
+    else "no significant gain"."""
+    if not d.gain and d.holdout_rejected:
+        return HOLDOUT_REJECTED
+    return d.result_text()
+
+
+def numeric_changes(route: str, baseline: str, db: KnobDatabase) -> list[str]:
+    """``knob=value`` of ``route`` that differ from ``baseline`` and change the numbers
+    (quantization, reduced precision, another execution provider: the knob database says
+    which); empty for a route that computes what the baseline does, or routes that cannot be
+    read against ``db``."""
+    from dossier.errors import DossierError
+
+    try:
+        mine = Route.parse(route).effective(db)
+        base = Route.parse(baseline).effective(db)
+    except DossierError:
+        return []
+    numeric = {k.name for k in db.knobs if k.changes_numerics}
+    return [f"{k}={v}" for k, v in sorted(mine.items()) if k in numeric and base.get(k) != v]
+
+
+def no_holdout_warning(changes: Sequence[str]) -> str:
+    """The warning a release gets when its shipped route changes the numbers (``changes``,
+    :func:`numeric_changes`) and no hold-out set checked it."""
+    return (f"the shipped route changes the numbers ({', '.join(changes)}) and no hold-out set "
+            "checked it: its accuracy was judged only on the validation set that selected it; "
+            "name a [holdout] set in the spec (`dossier validation split` makes one)")
 
 
 @dataclass(frozen=True)
@@ -137,26 +258,96 @@ class SplitResult:
     holdout: list[str]
     calibration: list[str]
     seed: int
+    kept_together: list[list[str]]
+    """Source pairs that share inputs, each group sent to one set."""
+
+
+def _check_share(share: float, what: str) -> None:
+    """InputError unless ``share`` is a finite share below 1 or a whole count, not negative."""
+    if not math.isfinite(share):
+        raise InputError(f"--{what} {share}: give a share below 1 or a whole number of pairs")
+    if share < 0:
+        raise InputError(f"--{what} must not be negative (got {share:g})")
+    if share >= 1 and share != int(share):
+        raise InputError(f"--{what} {share:g}: give a share below 1 or a whole number of pairs")
 
 
 def _count(share: float, total: int, what: str) -> int:
-    if share < 0:
-        raise InputError(f"--{what} must not be negative (got {share:g})")
+    _check_share(share, what)
     n = int(round(share * total)) if share < 1 else int(share)
-    if share >= 1 and share != int(share):
-        raise InputError(f"--{what} {share:g}: give a share below 1 or a whole number of pairs")
+    if share > 0 and n == 0:
+        raise InputError(f"--{what} {share:g} of {total} pair(s) rounds to no pair at all",
+                         hint=f"give a larger share, a count (--{what} 1), or 0 for none")
     return n
+
+
+def _groups(vset: ValidationSet) -> list[list[int]]:
+    """The pairs of ``vset`` in groups that share inputs (a row equal in value,
+    :func:`row_digests`), in order of first appearance: copies of one input go to one set
+    together, or the same data would be in two."""
+    parent = list(range(len(vset.pairs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, pair in enumerate(vset.pairs):
+        for d in row_digests(pair.inputs):
+            j = owner.setdefault(d, i)
+            a, b = root(i), root(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(vset.pairs)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
+def _draw(groups: list[list[int]], seed: int, n_hold: int, n_cal: int
+          ) -> tuple[list[int], list[int], list[int]]:
+    """Hold-out, calibration and validation pair indices: the groups in a random order (seeded),
+    the first ones held out until ``n_hold`` pairs are, the next ones calibrate until ``n_cal``
+    do, the rest validate. Without duplicates (every group one pair) this is a plain seeded
+    permutation of the pairs."""
+    hold: list[int] = []
+    cal: list[int] = []
+    val: list[int] = []
+    for g in np.random.default_rng(seed).permutation(len(groups)):
+        group = groups[int(g)]
+        if len(hold) < n_hold:
+            hold += group
+        elif len(cal) < n_cal:
+            cal += group
+        else:
+            val += group
+    return sorted(hold), sorted(cal), sorted(val)
+
+
+_REFERENCE_KEYS = ("method", "reference", "versions", "model")
+"""What of a source set's provenance still describes a part of it: how its references were
+made. Its file lists and per-pair records describe the source's files, not the part's."""
 
 
 def split(source: Path, out: Path, *, holdout: float, calibration: float,
           seed: int) -> SplitResult:
     """Split the validation set ``source`` into ``out/validation``, ``out/holdout`` (pairs) and
     ``out/calibration`` (inputs only): ``holdout`` and ``calibration`` are shares (below 1) or
-    counts of pairs, drawn at random with ``seed``; the rest validates. ``out/split.json``
-    records the source's digest, the seed and where each pair went. Written whole or not at
-    all (staged beside ``out``); OutputError when ``out`` exists, InputError when a set would
-    be empty."""
+    counts of pairs, drawn at random with ``seed``; the rest validates. Pairs that share inputs
+    (equal in value, row by row) go to one set together. ``out/split.json`` records the source's
+    digest, the seed and where each pair went; each set's ``provenance.json`` keeps how the
+    references were made and adds the split (seed, source digest, which source pairs), so the
+    bundle that carries the validation set says where it came from. Written whole or not at
+    all (staged beside ``out``); OutputError when ``out`` exists, InputError for a share that
+    is not a finite share or count, rounds to no pair, or leaves none to validate, or a
+    negative seed."""
     out = Path(out)
+    if seed < 0:
+        raise InputError(f"--seed {seed}: a seed is a whole number from 0 up")
+    _check_share(holdout, "holdout")
+    _check_share(calibration, "calibration")
     if out.exists():
         raise OutputError(f"{out} exists already", hint="choose a new folder for the split")
     vset = load_validation_set(Path(source))
@@ -167,23 +358,37 @@ def split(source: Path, out: Path, *, holdout: float, calibration: float,
         raise InputError(f"{source} has {total} pair(s): {n_hold} for the hold-out set and "
                          f"{n_cal} for the calibration set leave none to validate",
                          hint="give smaller shares, or a larger set")
-    order = np.random.default_rng(seed).permutation(total)
-    hold = sorted(int(i) for i in order[:n_hold])
-    cal = sorted(int(i) for i in order[n_hold:n_hold + n_cal])
-    val = sorted(int(i) for i in order[n_hold + n_cal:])
+    groups = _groups(vset)
+    hold, cal, val = _draw(groups, seed, n_hold, n_cal)
+    if not val:
+        raise InputError(f"{source}: its pairs share inputs in {len(groups)} group(s) that go "
+                         "to one set each, and none is left to validate",
+                         hint="give smaller shares, or a larger set")
     names = [p.name for p in vset.pairs]
+    together = [[names[i] for i in g] for g in groups if len(g) > 1]
+    source_record = {"path": str(Path(source).resolve()), "digest": vset.digest(),
+                     "pairs": total}
     record = {
         "tool": "dossier validation split",
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": {"path": str(Path(source).resolve()), "digest": vset.digest(),
-                   "pairs": total},
+        "source": source_record,
         "seed": seed,
         "validation": [names[i] for i in val],
         "holdout": [names[i] for i in hold],
         "calibration": [names[i] for i in cal],
+        "kept_together": together,
     }
+
+    def provenance(role: str, picked: list[int]) -> dict[str, object]:
+        kept = {k: vset.provenance[k] for k in _REFERENCE_KEYS if k in vset.provenance}
+        return {**kept, "tool": "dossier validation split", "created_at": record["created_at"],
+                "split": {"role": role, "seed": seed, "source": source_record,
+                          "from": [names[i] for i in picked]}}
+
     def fill(stage: Path) -> None:
         for role, picked in (("validation", val), ("holdout", hold)):
+            if not picked:
+                continue
             (stage / role).mkdir()
             for k, i in enumerate(picked):
                 folder = stage / role / f"pair-{k:03d}"
@@ -191,9 +396,8 @@ def split(source: Path, out: Path, *, holdout: float, calibration: float,
                 pair = vset.pairs[i]
                 write_tensors(folder / "inputs.arrow", pair.inputs)
                 write_tensors(folder / "references.arrow", pair.references)
-            if vset.provenance:
-                (stage / role / "provenance.json").write_text(
-                    json.dumps(vset.provenance, indent=2) + "\n", encoding="utf-8")
+            (stage / role / "provenance.json").write_text(
+                json.dumps(provenance(role, picked), indent=2) + "\n", encoding="utf-8")
         if cal:
             (stage / "calibration").mkdir()
         for k, i in enumerate(cal):
@@ -204,4 +408,4 @@ def split(source: Path, out: Path, *, holdout: float, calibration: float,
 
     write_new_folder(out, fill, "split")
     return SplitResult(out, record["validation"], record["holdout"],  # type: ignore[arg-type]
-                       record["calibration"], seed)  # type: ignore[arg-type]
+                       record["calibration"], seed, together)  # type: ignore[arg-type]

@@ -222,6 +222,10 @@ class ReleaseSpec(_Section):
                     and "/" not in self.model.path.split(":")[0]:
                 return Path(self.model.path)
             path = self.resolve(self.model.path).resolve()
+            if path.is_dir():
+                raise SpecError(f"[model] path {self.model.path[:200]!r} is a folder ({path}), "
+                                "not a model file",
+                                hint="name the model file in it, e.g. path = \"model.onnx\"")
             try:
                 os.stat(path)  # a name too long to be looked up, say: said here, not later
             except (FileNotFoundError, NotADirectoryError):
@@ -263,9 +267,25 @@ def load_spec(path: Path, overrides: dict[str, Any] | None = None) -> ReleaseSpe
             raise SpecError(f"--{loc[1]} {overrides[loc[1]]}: {err['msg']}",  # type: ignore[index]
                             hint=f"the command line overrides tune.{loc[1]} of {path}") from exc
         if err["type"] == "extra_forbidden":
-            raise _unknown_key(path, err["loc"], err["input"]) from exc
+            unknown = _unknown_key(path, err["loc"], err["input"])
+            if tuple(err["loc"][:1]) == ("tune",) and len(err["loc"]) == 2:
+                backend = tune.get("backend")
+                raise UnknownTuneKeyError(
+                    str(unknown), key=str(err["loc"][1]), path=path,
+                    backend=backend if isinstance(backend, str)
+                    else str(TuneSection.model_fields["backend"].default)) from exc
+            raise unknown from exc
         raise SpecError(f"{path}: {_where(err['loc'])}: {err['msg']}") from exc
     return spec
+
+
+class UnknownTuneKeyError(SpecError):
+    """A key ``[tune]`` does not have: it may name knobs of the backend, which
+    :func:`dossier.spec_knobs.load_release_spec` says (this module knows no backend)."""
+
+    def __init__(self, message: str, *, key: str, path: Path, backend: str) -> None:
+        super().__init__(message, hint="")
+        self.key, self.path, self.backend = key, path, backend
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

@@ -30,7 +30,7 @@ from dossier.cache import (
     lost_session,
 )
 from dossier.cache_check import check_cache
-from dossier.datasets import CalibrationSet, check_apart, identity, load_calibration_set
+from dossier.datasets import CalibrationSet, check_sets, identity, load_calibration_set
 from dossier.decision import candidates, decide
 from dossier.diskfull import disk_full_error, is_disk_full
 from dossier.errors import (
@@ -153,18 +153,20 @@ def prepare(spec: ReleaseSpec) -> Prepared:
     backend = get_backend(spec.tune.backend)
     backend.require()
     backend.configure(spec.builder, spec.shapes)
+    model = spec.model_path()
+    backend.check_model(model)  # a model of another kind is said at once, before the knobs
     strategy = get_strategy(spec.tune.strategy, spec)
     db = backend.knob_database()
     _check_offered(spec.tune.selection, db, backend)
     selection = Selection.parse(spec.tune.selection, db)
-    model = spec.model_path()
     signature = backend.signature(model)
     vset = load_validation_set(spec.resolve(spec.validation.path))
     for pair in vset.pairs:
         signature.check_pair(pair.name, pair.inputs, pair.references)
     for i, entry in enumerate(spec.shapes, start=1):
         signature.check_shape_entry(f"[[shapes]] entry {i}", entry.inputs)
-    check_threshold(spec.tune.metric, spec.tune.threshold, vset)
+    check_threshold(spec.tune.metric, spec.tune.threshold, vset, atol=spec.tune.atol,
+                    rtol=spec.tune.rtol)
     calibration, holdout = _data_sets(spec, signature, vset)
     needs = [r for r in _selection_corners(selection, db) if backend.needs_calibration(r, db)]
     if needs and calibration is None:
@@ -198,7 +200,8 @@ def _check_offered(text: str, db: KnobDatabase, backend: Backend) -> None:
 def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
                ) -> tuple[CalibrationSet | None, ValidationSet | None]:
     """The calibration and hold-out sets a spec names, read and checked against the model and
-    against each other and the validation set (:func:`dossier.datasets.check_apart`)."""
+    against each other and the validation set, every input finite
+    (:func:`dossier.datasets.check_sets`)."""
     calibration = holdout = None
     if spec.calibration is not None:
         calibration = load_calibration_set(spec.resolve(spec.calibration.path))
@@ -208,7 +211,7 @@ def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
         holdout = load_validation_set(spec.resolve(spec.holdout.path))
         for pair in holdout.pairs:
             signature.check_pair(f"hold-out {pair.name}", pair.inputs, pair.references)
-    check_apart(vset, calibration, holdout)
+    check_sets(vset, calibration, holdout, {t.name: t.dtype for t in signature.inputs})
     return calibration, holdout
 
 

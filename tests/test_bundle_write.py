@@ -50,8 +50,8 @@ def test_release_writes_a_bundle_that_inspect_explains(rel: dict[str, h.Released
     assert (o["metric"], o["threshold"]) == ("linf", 1e-4)
     assert o["baseline"]["route"] == "-graph_optimization_level=all"
     b = o["baseline"]
-    assert 0 < b["ci_low_ms"] <= b["median_ms"] <= b["ci_high_ms"]
-    assert b["n"] == h.SMALL_TIMING["samples"]
+    assert 0 < b["sample_ci_low_ms"] <= b["sample_median_ms"] <= b["sample_ci_high_ms"]
+    assert b["samples"] == h.SMALL_TIMING["samples"]
     assert o["winner"]["route"] == decision.shipped_route
     assert o["gain"] is decision.gain
     if o["gain"]:

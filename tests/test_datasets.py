@@ -15,8 +15,8 @@ from conftest import TINY_TIMING, cli, write_tiny_timing
 from dossier.datasets import (
     SPLIT_RECORD,
     check_apart,
-    inputs_digest,
     load_calibration_set,
+    row_digests,
     split,
 )
 from dossier.errors import InputError, OutputError, ValidationSetError
@@ -72,7 +72,7 @@ def test_overlapping_sets_are_refused_naming_the_samples(samples_dir: Path) -> N
     with pytest.raises(ValidationSetError, match="calibration sample sample-999 = validation "
                        "pair pair-001") as exc:
         check_apart(val, leaky, hold)
-    assert inputs_digest(val.pairs[1].inputs)[:12] in str(exc.value)
+    assert row_digests(val.pairs[1].inputs)[0][:12] in str(exc.value)
     held_twice = type(hold)(hold.path, (*hold.pairs, val.pairs[0]))
     with pytest.raises(ValidationSetError, match="hold-out pair pair-000 = validation pair"):
         check_apart(val, None, held_twice)

@@ -387,13 +387,13 @@ def test_the_zero_output_warning_takes_the_largest_reference(
 def test_report_latency_axis_fits_the_samples_and_routes_wrap_between_knobs(
         convnet_bundle: Path, tmp_path: Path) -> None:
     pytest.importorskip("plotly", reason="the report extra (plotly) is not installed")
-    from dossier.formats.report import latency_axis
+    from dossier.formats.report import beyond_axis, latency_axis
 
     fast = [0.17 + 0.001 * (i % 7) for i in range(100)]
     slow = [0.54 + 0.002 * (i % 5) for i in range(99)] + [50.0]  # one straggler
     axis = latency_axis([fast, slow])
     assert axis["type"] == "log" and 10 ** axis["range"][1] < 2 and 10 ** axis["range"][0] > 0.1
-    assert "1 sample(s) beyond the axis" in axis["title_text"]
+    assert beyond_axis([fast, slow]) == "1 sample(s) beyond the axis: zoom out."
     axis = latency_axis([fast, [x * 1.5 for x in fast]])
     assert axis["type"] == "linear" and 0.1 < axis["range"][0] and axis["range"][1] < 0.3
     page = tmp_path / "r.html"

@@ -36,6 +36,7 @@ from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
+from dossier.knobs import KnobDatabase
 from dossier.measure.conditions import Summary as ConditionsSummary
 from dossier.measure.latency import RouteLatency, of_record, of_route, per_inference
 from dossier.measure.timing import PROCESS_TEST, TimingSettings
@@ -611,6 +612,10 @@ class Explanation(_Model):
     """The accuracy-speed trade: per route its worst loss per output and its speed, the
     frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
     :func:`dossier.audit.trade.informative`)."""
+    warnings: list[str] = []
+    """What the release is warned about: its manifest's warnings and, for a shipped route that
+    changes the numbers with no hold-out set to check it, that (bundles written before it
+    was recorded get it too)."""
     search_budget: SearchBudget | None = None
     """How a budgeted search (strategy budget or random) spent its budget; None for others."""
 
@@ -636,8 +641,12 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     rows = routes.select(["index", *knob_cols]).to_pylist()
     knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
              for r in rows}
+    from dossier.bundle.overview import precision_warnings
+
+    recorded = list(bundle.manifest.warnings)
+    warnings = [*recorded, *(w for w in precision_warnings(bundle) if w not in recorded)]
     return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
-                          holdouts=cache.holdouts,
+                          holdouts=cache.holdouts, warnings=warnings,
                           fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
                           inferences_per_day=inferences_per_day, horizon_days=horizon_days,
                           hosts=hosts, run_dir=run_dir if run_dir is not None
@@ -680,13 +689,16 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                    fingerprint: Fingerprint | None = None, manifest: Manifest | None = None,
                    inferences_per_day: float | None = None, horizon_days: float | None = None,
                    hosts: int | None = None, run_dir: Path | None = None,
-                   holdouts: Sequence[HoldoutRecord] = ()) -> Explanation:
+                   holdouts: Sequence[HoldoutRecord] = (),
+                   warnings: Sequence[str] | None = None,
+                   db: KnobDatabase | None = None) -> Explanation:
     """The explanation of a finished search (a tuning cache's records).
 
     ``knobs`` gives each trial's effective knob values (routes.parquet's ``knob:`` columns);
     without it they are read from the route texts. ``manifest`` adds the bundle's identity and
     lineage; ``fingerprint`` the tuning host; ``run_dir`` (the run folder) the trials' worker
-    logs.
+    logs. ``warnings``: the release's (None: worked out here, with the knob database ``db``
+    saying which routes change the numbers).
     """
     settings = header.timing
     trials = list(trials)
@@ -784,7 +796,20 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
                                 if k in contention),
         trade=_trade(header, trials, decision, holdouts),
         search_budget=search_budget(header, trials, run_dir),
+        warnings=list(warnings) if warnings is not None
+        else _precision_warnings(header, decision, db),
     )
+
+
+def _precision_warnings(header: CacheHeader, decision: DecisionRecord,
+                        db: KnobDatabase | None) -> list[str]:
+    """The warning of a shipped route that changes the numbers with no hold-out set."""
+    from dossier.datasets import no_holdout_warning, numeric_changes
+
+    if db is None or header.holdout is not None:
+        return []
+    changes = numeric_changes(decision.shipped_route, decision.baseline_route, db)
+    return [no_holdout_warning(changes)] if changes else []
 
 
 def _trade(header: CacheHeader, trials: Sequence[TrialRecord], decision: DecisionRecord,
@@ -913,7 +938,9 @@ def _cmp(t: TrialRecord) -> Comparison:
 
 
 def _result(d: DecisionRecord) -> str:
-    return d.result_text()
+    from dossier.datasets import decision_result
+
+    return decision_result(d)
 
 
 def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],

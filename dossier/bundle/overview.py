@@ -45,22 +45,26 @@ class ModelFacts(_Model):
 
 
 class BaselineFacts(_Model):
-    """The baseline route and its screening trial's latency (per pass; see ``latency``)."""
+    """The baseline route and its screening trial's timed samples. A sample is
+    ``inferences_per_sample`` inferences, not one: the per-inference figures are
+    ``Overview.baseline_latency``."""
 
     route: str
     """The baseline route ("" is the backend's default route)."""
     trial_index: int
     """Its trial (0 when the bundle has no baseline engine)."""
-    median_ms: float | None
+    inferences_per_sample: int
+    """Inferences in one timed sample (one per input shape, or a pass over every validation
+    pair in bundles from before ``[timing] inputs``)."""
+    sample_median_ms: float | None
     """Its screening trial's median time of one timed sample (``inferences_per_sample``
-    inferences, not one: ``Overview.baseline_latency`` is per inference); None when not timed
-    (a trtexec import)."""
-    ci_low_ms: float | None
-    """Lower end of the median's interval."""
-    ci_high_ms: float | None
-    """Upper end."""
-    n: int | None
-    """Samples."""
+    inferences); None when not timed (a trtexec import)."""
+    sample_ci_low_ms: float | None
+    """Lower end of that median's interval (one sample)."""
+    sample_ci_high_ms: float | None
+    """Upper end (one sample)."""
+    samples: int | None
+    """Timed samples."""
 
 
 class WinnerFacts(_Model):
@@ -109,6 +113,36 @@ class OutputWorst(_Model):
     """The largest loss (None: the output held NaN or Inf)."""
     pair: str
     """The pair it came from."""
+
+
+class DataSetFacts(_Model):
+    """One data set of the release, by identity."""
+
+    role: str
+    """``validation``, ``holdout`` or ``calibration``."""
+    size: int
+    """Pairs (validation, hold-out) or samples (calibration)."""
+    digest: str | None
+    """Its xxh3-128 over its tensors (None: not recorded)."""
+    in_bundle: str | None
+    """The bundle folder that carries it (None: the bundle does not)."""
+
+
+class HoldoutFacts(_Model):
+    """The shipped route's check on the hold-out set."""
+
+    route: str
+    """The route checked (the shipped one)."""
+    passed: bool
+    """Every loss of every hold-out pair below the threshold, no NaN or Inf."""
+    worst_loss: float | None
+    """Its largest loss on the hold-out set (None: none finite, or not validated)."""
+    pairs: int
+    """Hold-out pairs."""
+    reason: str | None
+    """Why it failed."""
+    rejected: list[str]
+    """Routes confirmed faster that failed the hold-out set, and so did not ship."""
 
 
 class Overview(_Model):
@@ -206,6 +240,11 @@ class Overview(_Model):
     record it."""
     conditions_of: str | None = None
     """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
+    data_sets: list[DataSetFacts] = []
+    """The validation, hold-out and calibration sets, each with its size and digest (empty
+    when the search record cannot be read)."""
+    holdout_check: HoldoutFacts | None = None
+    """The shipped route's check on the hold-out set (None: the search had none)."""
     target: str | None = None
     """The conditions the spec declares the engine will serve under (``[target]``, in words;
     None in bundles from before the declaration)."""
@@ -305,6 +344,54 @@ def shipped_losses(bundle: Bundle) -> list[OutputWorst] | None:
             for o, (p, v) in worst_by_output(shipped.losses).items()]
 
 
+def data_sets(bundle: Bundle) -> tuple[list[DataSetFacts], HoldoutFacts | None]:
+    """The release's data sets and the shipped route's hold-out check, from the search record
+    (empty, None when it cannot be read)."""
+    from dossier.errors import DossierError
+
+    try:
+        cache = bundle.tuning_cache()
+    except DossierError:
+        return [], None
+    h, table = cache.header, bundle.manifest.table()
+    sets = [DataSetFacts(role="validation", size=h.validation_pairs, digest=h.validation_digest,
+                         in_bundle="validation" if any(r.startswith("validation/")
+                                                       for r in table) else None)]
+    for ident in (h.holdout, h.calibration):
+        if ident is not None:
+            sets.append(DataSetFacts(role=ident.role, size=ident.size, digest=ident.digest,
+                                     in_bundle=ident.role if any(
+                                         r.startswith(f"{ident.role}/") for r in table)
+                                     else None))
+    d = cache.decision
+    check = None
+    if d is not None and d.holdout is not None:
+        c = d.holdout
+        check = HoldoutFacts(route=c.route, passed=c.passed, worst_loss=c.worst_loss,
+                             pairs=c.pairs, reason=c.reason, rejected=list(d.holdout_rejected))
+    return sets, check
+
+
+def precision_warnings(bundle: Bundle) -> list[str]:
+    """The warning of a bundle whose shipped route changes the numbers and that no hold-out
+    set checked (:func:`dossier.datasets.no_holdout_warning`), worked out from its knob
+    database and search record: bundles written before the writer recorded it get it too.
+    Empty when it does not apply or the records cannot be read."""
+    from dossier.datasets import no_holdout_warning, numeric_changes
+    from dossier.errors import DossierError
+    from dossier.knobs import KnobDatabase
+    from dossier.run_folder import KNOBS_NAME
+
+    try:
+        header = bundle.tuning_cache().header
+        db = KnobDatabase.model_validate_json(bundle.file(KNOBS_NAME).read_bytes())
+    except (DossierError, OSError, ValueError):
+        return []
+    s = bundle.manifest.summary
+    changes = numeric_changes(s.shipped_route, s.baseline_route, db)
+    return [no_holdout_warning(changes)] if changes and header.holdout is None else []
+
+
 def overview_of(bundle: Bundle) -> Overview:
     """The overview of an opened bundle."""
     from dossier.errors import DossierError
@@ -318,6 +405,7 @@ def overview_of(bundle: Bundle) -> Overview:
     pairs = s.per_sample
     cond, cond_of = decision_conditions(trials)
     target, target_note = _target_facts(bundle, trials)
+    sets, check = data_sets(bundle)
     bt = s.baseline_timing
     base, shipped = m.engines.baseline, m.engines.shipped
     imported = shipped.flags.get("tuning_host_unknown", False)
@@ -334,10 +422,11 @@ def overview_of(bundle: Bundle) -> Overview:
         engine_version=shipped.facts.get("tensorrt_version"),
         baseline=BaselineFacts(route=s.baseline_route,
                                trial_index=base.trial_index if base is not None else 0,
-                               median_ms=bt.median_ms if bt else None,
-                               ci_low_ms=bt.ci_low_ms if bt else None,
-                               ci_high_ms=bt.ci_high_ms if bt else None,
-                               n=bt.n if bt else None),
+                               inferences_per_sample=pairs,
+                               sample_median_ms=bt.median_ms if bt else None,
+                               sample_ci_low_ms=bt.ci_low_ms if bt else None,
+                               sample_ci_high_ms=bt.ci_high_ms if bt else None,
+                               samples=bt.n if bt else None),
         winner=WinnerFacts(route=s.shipped_route, trial_index=s.shipped_index,
                            engine=shipped.path,
                            is_baseline=base is not None and shipped.trial_index == base.trial_index),
@@ -352,9 +441,10 @@ def overview_of(bundle: Bundle) -> Overview:
         load=shipped.load, trials=dict(s.trial_counts), confirm_trials=s.confirm_trials,
         search_wall_s=None if imported else s.search_wall_s,
         build_s_total=None if imported else s.build_s_total,
-        warnings=list(m.warnings),
+        warnings=[*m.warnings, *(w for w in precision_warnings(bundle) if w not in m.warnings)],
         notes=[*bundle.notes, *altered_notes(bundle), *bundle.load_hints()],
         tuning_host=dict(m.tuning_host),
         shipped_latency=of_route(trials, s.shipped_route, s.baseline_route, pairs),
         baseline_latency=of_route(trials, s.baseline_route, s.baseline_route, pairs),
-        conditions=cond, conditions_of=cond_of, target=target, target_note=target_note)
+        conditions=cond, conditions_of=cond_of, target=target, target_note=target_note,
+        data_sets=sets, holdout_check=check)

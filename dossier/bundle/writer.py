@@ -42,7 +42,12 @@ from dossier.bundle.manifest import (
 from dossier.bundle.model import external_locations
 from dossier.cache import CacheHeader, DecisionRecord, TuningCache
 from dossier.cache_check import check_cache
-from dossier.datasets import load_calibration_set
+from dossier.datasets import (
+    decision_result,
+    load_calibration_set,
+    no_holdout_warning,
+    numeric_changes,
+)
 from dossier.errors import (
     InputError,
     ModelError,
@@ -288,7 +293,7 @@ class _Plan:
 
     def _summary(self) -> Summary:
         h, d = self.cache.header, self.decision
-        result = d.result_text()
+        result = decision_result(d)
         return Summary(
             strategy=h.strategy, selection=h.selection, metric=h.metric, threshold=h.threshold,
             atol=h.atol, rtol=h.rtol, validation_pairs=h.validation_pairs,
@@ -307,7 +312,12 @@ class _Plan:
 
     def _warnings(self) -> list[str]:
         pairs = {p.name: {k: list(v.shape) for k, v in p.inputs.items()} for p in self.vset.pairs}
-        return coverage_warnings(pairs, self.cache.header.shapes)
+        out = coverage_warnings(pairs, self.cache.header.shapes)
+        d = self.decision
+        changes = numeric_changes(d.shipped_route, d.baseline_route, self.db)
+        if changes and self.cache.header.holdout is None:
+            out.append(no_holdout_warning(changes))
+        return out
 
 
 DATASETS_JSON = "datasets.json"

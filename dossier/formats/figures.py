@@ -81,12 +81,13 @@ def overview_rows(o: Overview) -> Rows:
         ("accuracy", f"{o.metric} < {o.threshold:g} on every output of {o.validation_pairs} "
          "pair(s)" + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.metric == "l0" else "")),
         ("baseline", route(b.route)
-         + (f"  {o.baseline_latency.text()}{loaded(o.target_note)}"
+         + (f"  median {o.baseline_latency.text()}{loaded(o.target_note)}"
             if o.baseline_latency is not None else "")),
         ("shipped", route(w.route) + ("  (the baseline)" if w.is_baseline else "")
-         + (f"  {o.shipped_latency.text()}{loaded(o.target_note)}"
+         + (f"  median {o.shipped_latency.text()}{loaded(o.target_note)}"
             if o.shipped_latency is not None and not w.is_baseline else "")),
     ]
+    rows += data_set_rows(o)
     sp = o.speedup
     if sp is not None:
         p = f", p={sp.p_value:.2g}" if sp.p_value is not None else ""
@@ -121,6 +122,31 @@ def overview_rows(o: Overview) -> Rows:
                  or "unknown"))
     rows += conditions_rows(o.conditions, o.conditions_of, o.target, o.target_note)
     rows += [("warning", x) for x in o.warnings]
+    return rows
+
+
+def data_set_rows(o: Overview) -> Rows:
+    """The release's data sets, each with its size and digest, and the shipped route's check
+    on the hold-out set with its loss."""
+    rows: Rows = []
+    for i, d in enumerate(o.data_sets):
+        unit = "sample(s)" if d.role == "calibration" else "pair(s)"
+        name = "hold-out" if d.role == "holdout" else d.role
+        rows.append(("data sets" if i == 0 else "",
+                     f"{name} {d.size} {unit}, xxh3-128 {d.digest or 'not recorded'}"
+                     + (f" (in {d.in_bundle}/)" if d.in_bundle else " (not in the bundle)")))
+    c = o.holdout_check
+    if c is not None:
+        loss = (f"worst {o.metric} loss {loss_text(c.worst_loss)}"
+                + (" < " if c.passed else " >= ") + f"{o.threshold:g}"
+                if c.worst_loss is not None else "no finite loss")
+        rows.append(("hold-out", f"{'passed' if c.passed else 'FAILED'}: {route(c.route)}, "
+                                 f"{loss} on {c.pairs} pair(s)"
+                                 + (f" ({c.reason})" if c.reason and not c.passed else "")))
+        if c.rejected:
+            rows.append(("", "failed it, and so did not ship: " + ", ".join(c.rejected)))
+    elif o.data_sets and not any(d.role == "holdout" for d in o.data_sets):
+        rows.append(("hold-out", "none: no hold-out set checked the shipped route"))
     return rows
 
 
@@ -187,6 +213,19 @@ def latency_rows(e: Explanation) -> Rows:
         rows.append(("baseline", f"{route(e.decision.baseline_route)}  "
                                  f"{e.baseline_latency.text()}{loaded(e.target_note)}"))
     return rows
+
+
+def effect_verdict(k: OneKnobEffect) -> str:
+    """What a one-knob effect's reading says: ``rejected (accuracy)`` for a route the accuracy
+    filter rejected (timed all the same, it could never ship, whatever its speed), else the
+    verdict (a screening trial's only ever *screened* faster or slower)."""
+    from dossier.audit.explain import shown_verdict
+    from dossier.trial import Outcome
+
+    if k.outcome is Outcome.REJECTED:
+        return "rejected (accuracy)"
+    return (k.verdict if k.source == "confirmation"
+            else shown_verdict(k.verdict, "search")) or "-"
 
 
 def knob_effect_source(k: OneKnobEffect) -> str:

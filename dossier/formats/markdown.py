@@ -81,8 +81,6 @@ class MarkdownFormat(Format):
 
 
 def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
-    from dossier.audit.explain import shown_verdict
-
     d, s, lin = e.decision, e.search, e.lineage
     lines = heading(f"{lin.release} version {lin.version}: why this route", 2)
     if not d.statistically_checked:
@@ -92,10 +90,14 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
     elif d.gain:
         lines.append(f"**ships** {md(fig.route(d.shipped_route))} (trial {d.shipped_index}): "
                      f"{md(d.result)}")
+    elif d.result != "no significant gain":  # the faster route failed the hold-out set
+        lines.append(f"**{md(d.result)}** ({md(fig.route(d.shipped_route))})")
     else:
         lines.append(f"**no significant gain**: the baseline {md(fig.route(d.shipped_route))} "
                      "ships")
     lines += ["", f"why: {md(d.reason)}", ""]
+    lines += [f"warning: {md(w)}" + "  " for w in e.warnings]
+    lines += [""] if e.warnings else []
     lines += [f"{label}: {md(value)}" + "  " for label, value in
               [*fig.latency_rows(e), *fig.conditions_rows(e.conditions, e.conditions_of, e.target,
                                                        e.target_note)]]
@@ -166,9 +168,7 @@ def _explanation(e: Explanation, given: Sequence[str]) -> list[str]:
                    [(k.knob + (" [contention]" if k.contention_sensitive else ""),
                      k.baseline_value, k.value,
                      fig.ci(k.speedup, k.speedup_ci_low, k.speedup_ci_high), f"{k.p_value:.3g}",
-                     (k.verdict if k.source == "confirmation"
-                      else shown_verdict(k.verdict, "search")) or "-",
-                     fig.knob_effect_source(k),
+                     fig.effect_verdict(k), fig.knob_effect_source(k),
                      f"{k.trial_index} ({k.outcome.value})") for k in e.knob_effects])
     m = e.knob_model
     lines += heading("Knob effects, model over all admissible trials")

@@ -106,11 +106,12 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
 
     figures = [
         ("Latency distribution per route", "plot-latency", _latency_figure(go, e, samples),
-         "Raw samples of every timed trial, per inference (a sample is "
+         "Raw samples of every timed trial (blue: baseline, green: ok, orange: rejected, "
+         "grey: confirmation), per inference (a sample is "
          f"{e.search.inferences_per_sample} inference(s), divided by them); the dashed line "
          "is the baseline's median per inference (the confirmation's where it ran), and the "
          "blue dash on each trial the median of the baseline timed alongside it, which that "
-         "trial's speedup is measured against."),
+         "trial's speedup is measured against. " + _beyond(e, samples)),
         ("Speedup against accuracy loss", "plot-accuracy",
          _trade_figure(go, e) if e.trade else _accuracy_figure(go, e),
          f"Worst {e.search.metric} loss of each validated route against its speedup (bars: "
@@ -153,7 +154,8 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
         shown_verdict=shown_verdict, latency_rows=figures_text.latency_rows(e),
         conditions_rows=figures_text.conditions_rows(e.conditions, e.conditions_of, e.target,
                                                        e.target_note),
-        knob_source=figures_text.knob_effect_source, raced_note=figures_text.raced_note,
+        knob_source=figures_text.knob_effect_source,
+        effect_verdict=figures_text.effect_verdict, raced_note=figures_text.raced_note,
         trade_lines=[*figures_text.trade_head(e.trade), *(figures_text.point_line(e.trade, p) for p in e.trade.points)]
         if e.trade else [],
         trade_caption=f"{e.trade.metric} loss, worst pair, against the threshold "
@@ -197,6 +199,13 @@ def _colour(t: TrialFact) -> str:
     return COLOURS.get(t.outcome.value, "#777777")
 
 
+def _beyond(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str:
+    """What of the latency plot's samples its axis leaves out, for its caption."""
+    n = max(e.search.inferences_per_sample, 1)
+    series = [[x / n for x in samples[t.index]] for t in e.trials if samples.get(t.index)]
+    return beyond_axis(series) if series else ""
+
+
 def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[float]]) -> Any:
     timed = [t for t in e.trials if samples.get(t.index)]
     if not timed:
@@ -209,11 +218,13 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
                              boxpoints="outliers", hovertext=_hover(t), showlegend=False,
                              hoverinfo="y+text"))
     bl = e.baseline_latency
-    if bl is not None:
-        fig.add_hline(y=bl.median_ms, line_dash="dash", line_color=COLOURS["baseline"],
-                      annotation_text=f"baseline {bl.median_ms:.4g} ms per inference "
-                                      f"({bl.source}, record {bl.trial_index})",
-                      annotation_position="top left")
+    if bl is not None:  # named in the legend: an annotation on the plot overlapped the boxes
+        fig.add_hline(y=bl.median_ms, line_dash="dash", line_color=COLOURS["baseline"])
+        fig.add_trace(go.Scatter(
+            x=[None], y=[None], mode="lines", showlegend=True, hoverinfo="skip",
+            line=dict(dash="dash", color=COLOURS["baseline"]),
+            name=f"baseline {bl.median_ms:.4g} ms per inference ({bl.source}, record "
+                 f"{bl.trial_index})"))
     paired = [t for t in timed if t.baseline_median_ms is not None]
     if paired:  # each trial is judged against the baseline timed alongside it, not the line
         fig.add_trace(go.Scatter(
@@ -226,8 +237,8 @@ def _latency_figure(go: Any, e: Explanation, samples: Mapping[int, Sequence[floa
                        for t in paired],
             hoverinfo="text", showlegend=True))
     fig.update_yaxes(**latency_axis([per[t.index] for t in timed]))
-    fig.update_xaxes(title_text="trial (blue: baseline, green: ok, orange: rejected, grey: "
-                     "confirmation)")
+    fig.update_xaxes(title_text="trial")  # the colours are said in the caption: a longer
+    # title was clipped in a narrow window
     return fig
 
 
@@ -236,25 +247,38 @@ LOG_AXIS_SPREAD = 4.0
 trial's 1st) get a log axis; closer ones a linear axis fitted to them."""
 
 
-def latency_axis(series: Sequence[Sequence[float]]) -> dict[str, Any]:
-    """The latency plot's y axis, fitted to the samples (1st to 99th percentile of every trial,
-    so a few stragglers do not squash the boxes, as a zero-based axis did: boxes of 0.2-0.5 ms
-    flat on an axis to 50 ms); log when the trials differ by more than LOG_AXIS_SPREAD."""
+def _latency_bounds(series: Sequence[Sequence[float]]) -> tuple[bool, float, float]:
+    """Whether the latency axis is logarithmic, and its bottom and top (see
+    :func:`latency_axis`)."""
     lo = min(float(np.percentile(x, 1)) for x in series)
     hi = max(float(np.percentile(x, 99)) for x in series)
     log = lo > 0 and hi / lo > LOG_AXIS_SPREAD
     if log:
-        bottom, top = lo / 1.15, hi * 1.15
-    else:
-        pad = max(0.08 * (hi - lo), 0.02 * hi, 1e-6)
-        bottom, top = max(0.0, lo - pad), hi + pad
-    outside = sum(1 for x in series for v in x if v < bottom or v > top)
-    note = f"; {outside} sample(s) beyond the axis: zoom out" if outside else ""
+        return True, lo / 1.15, hi * 1.15
+    pad = max(0.08 * (hi - lo), 0.02 * hi, 1e-6)
+    return False, max(0.0, lo - pad), hi + pad
+
+
+def latency_axis(series: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The latency plot's y axis, fitted to the samples (1st to 99th percentile of every trial,
+    so a few stragglers do not squash the boxes, as a zero-based axis did: boxes of 0.2-0.5 ms
+    flat on an axis to 50 ms); log when the trials differ by more than LOG_AXIS_SPREAD. Its
+    title is short enough to be drawn whole at the figure's height (a longer one was clipped):
+    what lies beyond the axis is said in the caption (:func:`beyond_axis`)."""
+    log, bottom, top = _latency_bounds(series)
     if log:
         return dict(type="log", range=[float(np.log10(bottom)), float(np.log10(top))],
-                    title_text=f"ms per inference (log axis{note})", automargin=True)
-    return dict(type="linear", range=[bottom, top], title_text=f"ms per inference{note}",
+                    title_text="ms per inference (log)", automargin=True)
+    return dict(type="linear", range=[bottom, top], title_text="ms per inference",
                 automargin=True)
+
+
+def beyond_axis(series: Sequence[Sequence[float]]) -> str:
+    """``N sample(s) beyond the axis: zoom out`` for samples outside :func:`latency_axis`'s
+    range ("" when none)."""
+    _, bottom, top = _latency_bounds(series)
+    outside = sum(1 for x in series for v in x if v < bottom or v > top)
+    return f"{outside} sample(s) beyond the axis: zoom out." if outside else ""
 
 
 def _err(t: TrialFact) -> tuple[float, float]:

@@ -113,8 +113,6 @@ def overview_lines(o: Overview) -> list[str]:
 
 
 def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
-    from dossier.audit.explain import shown_verdict
-
     p = page.print
     d, s, lin = e.decision, e.search, e.lineage
     p(f"[bold]{escape(lin.release)} version {lin.version}[/]: why this route")
@@ -125,9 +123,13 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     elif d.gain:
         p(f"[bold green]ships[/] {_r(d.shipped_route)} (trial {d.shipped_index}): "
           f"{escape(d.result)}")
+    elif d.result != "no significant gain":  # the faster route failed the hold-out set
+        p(f"[bold yellow]{escape(d.result)}[/] ({_r(d.shipped_route)})")
     else:
         p(f"[bold yellow]no significant gain[/]: the baseline {_r(d.shipped_route)} ships")
     p(f"  why: {escape(d.reason)}")
+    for w in e.warnings:
+        p(f"  [yellow]warning:[/] {escape(w)}")
     for label, value in fig.latency_rows(e):
         p(f"  {label}: {escape(value)}")
     for label, value in fig.conditions_rows(e.conditions, e.conditions_of, e.target,
@@ -194,7 +196,7 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
           else "  none: no trial differs from the baseline in exactly one knob")
     width = max((len(k.knob) for k in e.knob_effects), default=0)
     for k in e.knob_effects:
-        shown = k.verdict if k.source == "confirmation" else shown_verdict(k.verdict, "search")
+        shown = fig.effect_verdict(k)
         p(f"  {escape(k.knob.ljust(width))}  {escape(k.baseline_value)} -> {escape(k.value)}: "
           f"{fig.ci(k.speedup, k.speedup_ci_low, k.speedup_ci_high)} p={k.p_value:.3g}  "
           f"{shown} (trial {k.trial_index}, {k.outcome.value}; {fig.knob_effect_source(k)})"

@@ -492,7 +492,10 @@ class _Run:
         policy = backend.default_policy() if backend is not None else default_policy(m.backend)
         if o.policy is not None:
             policy = load_policy(o.policy, policy)
-        findings = [*(backend.requirement_findings(here) if backend is not None else []),
+        from dossier.verify.data_sets import dataset_findings
+
+        findings = [*dataset_findings(bundle),
+                    *(backend.requirement_findings(here) if backend is not None else []),
                     *diff(tuning_host, here, policy, m.engines.shipped.flags)]
         reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
                    else f"{len(group)} fields ({_names(group)}): {f.reason}"

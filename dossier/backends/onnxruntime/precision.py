@@ -206,13 +206,23 @@ def quantize(model: Path, values: Mapping[str, str], calibration: CalibrationSet
     return facts
 
 
+PREPROCESS_FAILED = "preprocessfailed"
+"""The scratch kind of a failed ``quant_pre_process``: its reason, kept for the other builds."""
+
+
 def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
     """``model`` after ``quant_pre_process`` (shape inference, graph cleanup): the file kept in
     ``shared`` by an earlier build of this search (:mod:`.scratch`; linked into ``tmp``), else
     made in ``tmp`` and kept there for the next builds. The pre-processing is a function of
     the model and the ONNX Runtime version alone, and it takes seconds (a sympy shape
     inference and an optimizing session; 8.6 s for a BERT-base encoder), once per quantized
-    route without this."""
+    route without this.
+
+    Its failure is kept too: the next quantizing builds of the search fail at once with the
+    same reason (:func:`preprocess_failure`), which names the step and what to do. The search
+    does not fall back to quantizing the model as it is: that engine is the
+    ``-quant_preprocess=off`` route's, and a route names every choice that made its engine;
+    the reason says to add that route to the selection."""
     import onnxruntime
 
     key = digest_bytes(f"quant_pre_process {onnxruntime.__version__} "
@@ -221,12 +231,41 @@ def preprocessed(model: Path, tmp: Path, shared: Path | None) -> Path:
     with scratch.one_at_a_time(shared, "preprocessed", key):
         if scratch.take(shared, "preprocessed", key, ".onnx", made):
             return made
+        said = tmp / "preprocess-failed.txt"
+        if scratch.take(shared, PREPROCESS_FAILED, key, ".txt", said, link=False):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                reason = said.read_bytes()[:2000].decode("utf-8").splitlines()[0]
+                raise BuildError(f"{reason} (the pre-processing failed in an earlier build of "
+                                 "this search, not run again)")
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        with _step("quant_pre_process"):
+        try:
             quant_pre_process(str(model), str(made))
+        except (BuildError, MemoryError):
+            raise
+        except Exception as exc:  # whatever ONNX Runtime's shape inference raises
+            reason = preprocess_failure(exc)
+            said.write_text(reason + "\n", encoding="utf-8")
+            scratch.keep(said, shared, PREPROCESS_FAILED, key, ".txt")
+            raise BuildError(reason) from exc
         scratch.keep(made, shared, "preprocessed", key, ".onnx")
         return made
+
+
+def preprocess_failure(exc: BaseException) -> str:
+    """One line for a failed ``quant_pre_process``: the step, where it failed (ONNX Runtime's
+    symbolic shape inference raises a bare AssertionError, whose message is empty) and what to
+    do."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = (f" in {frames[-1].name} ({Path(frames[-1].filename).name} line "
+             f"{frames[-1].lineno})" if frames else "")
+    message = str(exc).strip().splitlines()
+    said = f"{type(exc).__name__}{where}" + (f": {message[0]}" if message else "")
+    return (f"quant_pre_process (ONNX Runtime's shape inference and graph cleanup before "
+            f"quantizing) failed: {said}; the model may quantize without it: add "
+            "-quant_preprocess=off to the selection (-quant_preprocess=[on|off] tries both)")
 
 
 def calibration_key(model: Path, values: Mapping[str, str], calibration: CalibrationSet) -> str:

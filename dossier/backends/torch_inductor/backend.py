@@ -150,6 +150,12 @@ class TorchInductorBackend(Backend):
         """A ``module:factory`` reference, or an exported program file (*.pt2, *.ep)."""
         if is_model_reference(model):
             return
+        if model.suffix.lower() == ".onnx":
+            raise ModelError(f"model {model.name} is ONNX: the torch-inductor backend takes an "
+                             "exported program (*.pt2, *.ep, written by torch.export.save) or a "
+                             "module:factory reference",
+                             hint="tune an ONNX model with backend = \"onnxruntime\", or give "
+                                  "the torch model")
         if model.suffix not in EXPORTED_SUFFIXES:
             raise ModelError(f"model {model} is neither an exported program (*.pt2, *.ep) nor a "
                              "module:factory reference")
