@@ -353,7 +353,7 @@ def test_gpu_clocks_and_other_gpu_processes_from_nvml(monkeypatch: pytest.Monkey
         nvmlDeviceGetClockInfo=lambda h, which: {1: 1980, 2: 3201}[which],
         nvmlDeviceGetComputeRunningProcesses=lambda h: [Proc(os.getpid()), Proc(2 ** 22 + 7)])
     monkeypatch.setitem(sys.modules, "pynvml", nv)
-    (gpu,) = conditions._gpus()
+    (gpu,) = conditions.gpu_states()
     assert (gpu.sm_clock_mhz, gpu.mem_clock_mhz, gpu.other_processes) == (1980, 3201, 1)
     c = Conditions(wall_s=1.0, cores=16, load_1m=0.1, other_cpu_s=0.0, steal_s=None,
                    cpu_mhz=None, gpus=[gpu])

@@ -108,7 +108,8 @@ def test_inspect_json_is_the_overview_model_with_the_old_keys_and_its_schema() -
     # the old keys first, in their order; what came since is optional
     assert list(data)[:len(OLD_KEYS)] == OLD_KEYS
     assert list(data)[len(OLD_KEYS):] == ["shipped_latency", "baseline_latency", "conditions",
-                                          "conditions_of", "data_sets", "holdout_check"]
+                                          "conditions_of", "data_sets", "holdout_check", "target",
+                                          "target_note"]
     assert Overview.model_validate(data) == _overview()
     schema = packaged_schema("bundle-overview.schema.json")
     jsonschema.validate(data, schema)
