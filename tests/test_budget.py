@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dossier_test_backends.landscape.space import Landscape
 
-from dossier.backends.landscape.space import Landscape
 from dossier.cache import TuningCache
 from dossier.errors import InputError
 from dossier.routes import Route

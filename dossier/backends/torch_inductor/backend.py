@@ -91,6 +91,7 @@ class TorchInductorBackend(Backend):
     runtime_modules = ("torch",)
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
     fingerprint_compiler = True  # AOTInductor compiles and links with the host's C++ compiler
+    thread_knobs = frozenset({KNOB_PREFIX + "cpp.threads"})
 
     def available(self) -> bool:
         return importlib.util.find_spec("torch") is not None

@@ -1,0 +1,178 @@
+"""The fourth round of hostile inputs (docs/reliability.md): no test backend reachable from a
+bundle or an installed dossier, every route read back checked against this host's knob
+database and thread bound, ``verify --recheck`` bounded in time, the budget search's journal,
+the hold-out records and a bundle's tuning cache read like untrusted data, and the leftovers
+of the third round (inputs that are no arrays, empty sources, over-long set paths, a nested
+``.npy`` header). Every case failed before its fix; the docstrings say how."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import test_bundle_helpers as h
+import tomllib
+from _hostile import _pair
+from conftest import REPO, dossier_command
+
+import dossier
+from dossier.errors import ExitCode, InputError, InvalidHostError
+
+
+# ------------------------------------------------------------------ 1. test backends
+def test_the_package_declares_no_test_backend() -> None:
+    """Before: pyproject.toml registered ``faulty`` and ``landscape`` under dossier.backends,
+    and their code was part of the dossier package."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = project["project"]["entry-points"]["dossier.backends"]
+    assert set(declared) == {"onnxruntime", "torch-inductor", "tensorrt"}
+    assert not (REPO / "dossier" / "backends" / "faulty").exists()
+    assert not (REPO / "dossier" / "backends" / "landscape").exists()
+
+
+def test_outside_the_test_suite_no_test_backend_is_served(tmp_path: Path) -> None:
+    """Before: ``dossier knobs --backend faulty`` listed the fault knobs from any installed
+    dossier. A process without tests/plugins on its path gets one line and no traceback
+    (exit 5 where an old install still lists the name, exit 3 where nothing does)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run(dossier_command("knobs", "--backend", "faulty"), env=env,
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode in (ExitCode.INPUT, ExitCode.BACKEND_UNAVAILABLE), run.stderr
+    assert "Traceback" not in run.stderr and "fault" not in run.stdout
+    assert [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+
+
+def _resealed(bundle: Path, backend: str | None = None, route: str | None = None) -> Path:
+    def edit(m: dict) -> None:  # type: ignore[type-arg]
+        if backend is not None:
+            m["backend"] = backend
+        if route is not None:
+            m["engines"]["shipped"]["route"] = route
+    h.reseal(bundle, edit)
+    return bundle
+
+
+@pytest.mark.parametrize("name", ["faulty", "no-such-backend"])
+def test_a_bundle_naming_a_backend_not_shipped_is_invalid(bundle: Path, host: Path,
+                                                          tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          name: str) -> None:
+    """Before: a resealed bundle with ``backend = "faulty"`` and a route ``-fault=kill_worker``
+    verified VALID, and ``dossier.load`` SIGKILLed its caller's parent after writing a marker
+    into the current folder; an unknown backend was exit 3 (no policy)."""
+    _resealed(bundle, name, "-fault=kill_worker -graph_optimization_level=all")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOSSIER_FAULT_DIR", str(tmp_path))
+    res = h.cli("verify", bundle, "--host-fingerprint", host)
+    assert res.exit_code == ExitCode.INVALID, h.said(res)
+    assert "not a shipped backend" in res.stdout
+    with pytest.raises(InvalidHostError, match="not a shipped backend"):
+        dossier.load(bundle, host=host)
+    res = h.cli("verify", bundle, "--host-fingerprint", host, "--recheck", "--json")
+    assert res.exit_code == ExitCode.INVALID
+    steps = {s["name"]: s for s in json.loads(res.stdout)["steps"]}
+    assert steps["recheck"]["outcome"] == "skipped"
+    assert not list(tmp_path.glob("killed-*"))  # nothing of the engine was loaded
+
+
+# ---------------------------------------------------------- 2. numbers read back, bounded
+@pytest.mark.parametrize("route, why", [
+    ("-graph_optimization_level=all -intra_op_num_threads=100000", "thread count here is at most"),
+    ("-graph_optimization_level=all -inter_op_num_threads=2000", "thread count here is at most"),
+    ("-graph_optimization_level=all -intra_op_num_threads=many", "not a thread count"),
+    ("-graph_optimization_level=all -nosuch=1", "unknown knob -nosuch"),
+    ("-graph_optimization_level=turbo", "not allowed for -graph_optimization_level"),
+])
+def test_a_route_read_back_is_checked_before_anything_loads(bundle: Path, host: Path,
+                                                            route: str, why: str) -> None:
+    """Before: a route asking for 100000 threads verified VALID and hung ``run``, ``load``
+    and ``verify --recheck`` until killed (2000 threads: 38-161 s per load)."""
+    _resealed(bundle, route=route)
+    res = h.cli("verify", bundle, "--host-fingerprint", host, "--recheck", "--json")
+    assert res.exit_code == ExitCode.INVALID, h.said(res)
+    report = json.loads(res.stdout)
+    assert any(why in r for r in report["reasons"]), report["reasons"]
+    assert {s["name"]: s["outcome"] for s in report["steps"]}["recheck"] == "skipped"
+    with pytest.raises(InvalidHostError, match="route is refused here"):
+        dossier.load(bundle, host=host)
+
+
+def test_the_thread_bound_is_a_multiple_of_this_hosts_cores() -> None:
+    from dossier.backends import get_backend
+    from dossier.backends.interface import THREADS_PER_CORE, max_threads
+    from dossier.errors import SelectionError
+
+    limit = max_threads()
+    assert limit == THREADS_PER_CORE * len(os.sched_getaffinity(0))
+    ort = get_backend("onnxruntime")
+    assert ort.check_recorded_route(f"-intra_op_num_threads={limit}").as_dict() == {
+        "intra_op_num_threads": str(limit)}
+    with pytest.raises(SelectionError, match="at most"):
+        ort.check_recorded_route(f"-intra_op_num_threads={limit + 1}")
+
+
+def test_recheck_has_a_time_limit_of_its_own(bundle: Path, host: Path) -> None:
+    """Before: a re-check had the bundle's own trial timeout (a week, in a crafted header) and
+    no option to bound it."""
+    res = h.cli("verify", bundle, "--host-fingerprint", host, "--recheck",
+                "--recheck-max-s", "0.01")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "--recheck did not finish" in h.said(res) and "--recheck-max-s" in h.said(res)
+    assert h.cli("verify", bundle, "--recheck-max-s", "5").exit_code == ExitCode.USAGE
+    assert h.cli("verify", bundle, "--recheck", "--recheck-max-s", "nan",
+                 "--host-fingerprint", host).exit_code == ExitCode.INPUT
+
+
+# ------------------------------------------------------------------ 6 + #56.10: inputs
+def test_float64_object_and_complex_inputs_are_input_errors(bundle: Path, host: Path,
+                                                            tmp_path: Path) -> None:
+    """Before: float64 inputs were EngineFailedError from ``dossier.load``'s engine and exit 11
+    (the INVALID-host code) from ``dossier run -i``; a list was cast to float64 the same way."""
+    engine = dossier.load(bundle, host=host)
+    x = _pair(bundle).inputs["x"]
+    wrongs = ((x.astype(np.float64), "float64"), (x.astype(np.complex64), "complex64"),
+              (x.tolist(), "float64"))
+    for wrong, dtype in wrongs:
+        for feed, named in (({"x": wrong}, {}), (None, {"x": wrong})):
+            with pytest.raises(InputError, match=f"input 'x' is {dtype}; the engine takes "
+                                                 r"float32 \(cast it\)"):
+                engine(feed, **named)
+    with pytest.raises(InputError, match="input 'x' is object; the engine takes float32"):
+        engine(x=x.astype(object))
+    np.savez(tmp_path / "f64.npz", x=x.astype(np.float64))
+    res = h.cli("run", bundle, "--host-fingerprint", host, "-i", tmp_path / "f64.npz")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "input 'x' is float64; the engine takes float32 (cast it)" in h.said(res)
+
+
+class _Raises:
+    def __array__(self, *a: object, **k: object) -> np.ndarray:
+        raise RuntimeError("no array here")
+
+
+def test_feeds_that_are_no_mapping_or_no_array_are_one_line(bundle: Path, host: Path) -> None:
+    """Before: ``engine([x])`` and ``engine((x,))`` raised AttributeError; an input whose
+    ``__array__`` raises raised that exception."""
+    engine = dossier.load(bundle, host=host)
+    x = _pair(bundle).inputs["x"]
+    for feed in ([x], (x,)):
+        with pytest.raises(InputError, match="named inputs, a dict of name to array, not a"):
+            engine(feed)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="input 'x' cannot be read as an array: "
+                                         "RuntimeError: no array here"):
+        engine(x=_Raises())
+
+
+def test_an_empty_source_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``dossier.load("")`` raised ValueError ("PosixPath('.') has an empty name") and
+    ``dossier run ""`` ended the same way (exit 70)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="no bundle given"):
+        dossier.load("")
+    res = h.cli("run", "")
+    assert res.exit_code == ExitCode.INPUT and "no bundle given" in h.said(res)
