@@ -470,8 +470,8 @@ def _builder_recorded(path: Path) -> bool:
     import json
 
     try:
-        with open(path, "rb") as f:
-            head = json.loads(f.readline())
+        with open(path, "rb") as f:  # at most dossier.cache.CACHE_MAX_LINE (not imported:
+            head = json.loads(f.readline((16 << 20) + 1))  # it brings the spec's models)
         return bool(head.get("spec", head).get("builder"))
     except (OSError, ValueError, RecursionError, AttributeError):
         return True

@@ -176,3 +176,51 @@ def test_an_empty_source_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
         dossier.load("")
     res = h.cli("run", "")
     assert res.exit_code == ExitCode.INPUT and "no bundle given" in h.said(res)
+
+
+# ------------------------------------------------------- 5. a bundle's tuning cache, streamed
+@pytest.mark.parametrize("tail", [b"\0" * 4096, b'{"kind": "session"'],
+                         ids=["nul-tail", "torn-line"])
+def test_a_bundle_refuses_anything_after_its_last_record(bundle: Path, tail: bytes) -> None:
+    """Before: a tail of NUL bytes (1-3 GiB in the attack) after a bundle's last record was
+    accepted silently, as a torn write of a search in progress."""
+    from dossier.bundle import open_bundle
+    from dossier.errors import CacheMismatchError
+
+    with open(bundle / "tuning-cache.jsonl", "ab") as f:
+        f.write(tail)
+    h.reseal(bundle)
+    with open_bundle(bundle) as b, pytest.raises(CacheMismatchError,
+                                                 match="bytes after its last record"):
+        b.tuning_cache()
+    res = h.cli("explain", bundle)
+    assert res.exit_code == ExitCode.TUNE or res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "after its last record" in h.said(res)
+
+
+def test_the_tuning_cache_is_read_within_its_limits(bundle: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the whole file was read at once (a 77 MB cache took 1.6 GB of memory), with no
+    bound on a line, the lines or the size; a FIFO in its place blocked."""
+    from dossier import cache
+    from dossier.errors import CacheMismatchError
+
+    path = tmp_path / "tuning-cache.jsonl"
+    original = (bundle / "tuning-cache.jsonl").read_bytes()
+    lines = original.splitlines(keepends=True)
+    path.write_bytes(original)
+    assert len(cache.TuningCache.open(path, whole=True).records) == len(lines) - 1
+    monkeypatch.setattr(cache, "CACHE_MAX_LINE", max(map(len, lines)) - 2)
+    with pytest.raises(CacheMismatchError, match="is longer than"):
+        cache.TuningCache.open(path)
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "CACHE_MAX_LINES", len(lines) - 1)
+    with pytest.raises(CacheMismatchError, match=f"more than {len(lines) - 1} lines"):
+        cache.TuningCache.open(path)
+    monkeypatch.setattr(cache, "CACHE_MAX_BYTES", len(original) - 1)
+    with pytest.raises(CacheMismatchError, match="more than the"):
+        cache.TuningCache.open(path)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(CacheMismatchError, match="not a regular file"):
+        cache.TuningCache.open(fifo)
