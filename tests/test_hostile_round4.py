@@ -224,3 +224,78 @@ def test_the_tuning_cache_is_read_within_its_limits(bundle: Path, tmp_path: Path
     os.mkfifo(fifo)
     with pytest.raises(CacheMismatchError, match="not a regular file"):
         cache.TuningCache.open(fifo)
+
+
+# ------------------------------------------------------------ 3. the budget search's journal
+def _budget(tmp_path: Path):  # type: ignore[no-untyped-def]
+    import test_budget as tb
+
+    from dossier.strategies.budget import BudgetStrategy
+    from dossier.strategies.spend import Limits
+
+    space = tb.replay.landscape_space(6, 0.01, 0)
+
+    def walk() -> list[str]:
+        s = BudgetStrategy(Limits(max_builds=8), seed=1)
+        s.open(tmp_path)
+        return tb._walk(space, s, {})  # type: ignore[no-any-return]
+    return space, walk
+
+
+@pytest.mark.parametrize("make, why", [
+    (lambda p, out: p.symlink_to(out), "symbolic link"),
+    (lambda p, out: os.mkfifo(p), "not a regular file"),
+    (lambda p, out: p.mkdir(), "not a regular file"),
+    (lambda p, out: p.write_bytes(b'{"op_code": 99, "worker_id": "w"}\n'),
+     "line 1 is not a journal operation"),
+    (lambda p, out: p.write_bytes(b'{"op_code": 0, "worker_id": "w", "study_name": "search", '
+                                  b'"directions": [2]}\n' + b"[" * 100_000 + b"\n"),
+     "line 2 is not JSON"),
+    (lambda p, out: p.write_bytes(b'{"op_code": 0, "worker_id": "w", "study_name": 7}\n'),
+     "Optuna cannot replay it"),
+], ids=["symlink", "fifo", "folder", "unknown-op", "deep-nesting", "wrong-types"])
+def test_a_journal_that_is_no_journal_is_refused_and_the_run_resumes(
+        tmp_path: Path, make, why: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: a symbolic link got the file it names truncated and written, a FIFO hung
+    ``--continue``, a folder, an unknown operation, deep nesting or wrong types were
+    tracebacks (exit 70), and the run folder was refused from then on."""
+    from dossier.errors import TuneError
+    from dossier.strategies.budget import STUDY_NAME
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the journal's\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    _, walk = _budget(run)
+    make(run / STUDY_NAME, outside)
+    with pytest.raises(TuneError, match=why) as err:
+        walk()
+    assert err.value.exit_code == ExitCode.TUNE and "set aside as" in str(err.value)
+    assert outside.read_text() == "not the journal's\n"
+    assert len(walk()) == 7  # resumed: a new study, from the trials recorded
+    assert outside.read_text() == "not the journal's\n"
+
+
+@pytest.mark.parametrize("how", ["told", "enqueued"])
+def test_a_journal_proposing_a_route_outside_the_selection_is_refused(tmp_path: Path,
+                                                                      how: str) -> None:
+    """Before: one crafted line made ``--continue`` build and time a route outside the
+    selection (a 100000-thread value hung it for 300 s), then crash with exit 70."""
+    import optuna
+
+    from dossier.errors import TuneError
+    from dossier.strategies.budget import STUDY_NAME, BudgetStrategy
+
+    space, walk = _budget(tmp_path)
+    knob = space.selection.varied[0].knob
+    study = BudgetStrategy.open_study(tmp_path / STUDY_NAME)
+    if how == "told":
+        study.add_trial(optuna.trial.create_trial(
+            params={knob: "100000"}, value=1.0,
+            distributions={knob: optuna.distributions.CategoricalDistribution(["100000"])}))
+    else:
+        study.enqueue_trial({knob: "100000"})
+    with pytest.raises(TuneError, match=f"trial 0: -{knob}=100000 is not a value of the "
+                                        "selection"):
+        walk()
+    assert len(walk()) == 7
