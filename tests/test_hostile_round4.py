@@ -299,3 +299,73 @@ def test_a_journal_proposing_a_route_outside_the_selection_is_refused(tmp_path: 
                                         "selection"):
         walk()
     assert len(walk()) == 7
+
+
+# ----------------------------------------------------------- 4. hold-out records on resume
+@pytest.fixture(scope="module")
+def held_run(samples_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A search with a hold-out set (the faulty backend's known gain on the tblock sample),
+    run once: its run folder."""
+    from test_datasets import _known_gain_spec
+
+    from dossier.tuner import tune
+
+    root = tmp_path_factory.mktemp("held")
+    res = tune(_known_gain_spec(samples_dir, root), root / "run")
+    assert res.cache.holdouts and res.decision is not None
+    return root / "run"
+
+
+def _flipped(held_run: Path, tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def]
+    """A copy of ``held_run`` killed after its hold-out records (no decision), the last
+    hold-out record edited by ``edit(record_dict)``; its tuning cache."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(held_run, run, symlinks=True)
+    lines = (run / "tuning-cache.jsonl").read_text().splitlines()
+    records = [json.loads(ln) for ln in lines]
+    at = max(i for i, r in enumerate(records) if r.get("kind") == "holdout")
+    edit(records[at])
+    kept = [json.dumps(r) if i == at else ln for i, (ln, r) in enumerate(zip(lines, records))
+            if r.get("kind") != "decision"]
+    (run / "tuning-cache.jsonl").write_text("\n".join(kept) + "\n")
+    return run / "tuning-cache.jsonl"
+
+
+def _over(r: dict) -> None:  # type: ignore[type-arg]
+    pair = sorted(r["losses"])[0]
+    out = sorted(r["losses"][pair])[0]
+    r["losses"][pair][out] = 0.0012  # the threshold is 0.001: flipped while it fails
+    r["worst_loss"], r["passed"], r["reason"] = 0.0012, True, None
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_over, "is marked passed with a cos loss of 0.0012, not below the threshold 0.001"),
+    (lambda r: r.update(passed=False, reason="crafted"), "is marked failed with every cos loss"),
+    (lambda r: r.update(worst_loss=1e-9), "the largest of its losses is"),
+    (lambda r: r.update(pairs=2), "counts 2 pairs; the header's hold-out set has 3"),
+    (lambda r: r.update(losses=None, worst_loss=None), "is marked passed with no losses"),
+], ids=["passed-over-threshold", "failed-below", "worst", "pairs", "no-losses"])
+def test_a_hold_out_record_that_contradicts_itself_is_refused_on_resume(
+        held_run: Path, tmp_path: Path, edit, why: str) -> None:  # type: ignore[no-untyped-def]
+    """Before: a record flipped to ``passed`` with its own loss (0.0012) above the threshold
+    (0.001) was taken on ``--continue``: the failing route shipped, ``explain`` said passed."""
+    from dossier.errors import TuneError
+    from dossier.tuner import continue_tune
+
+    cache = _flipped(held_run, tmp_path, edit)
+    with pytest.raises(TuneError, match=why) as err:
+        continue_tune(cache)
+    assert err.value.exit_code == ExitCode.TUNE and " line " in str(err.value)
+
+
+def test_a_consistent_hold_out_record_still_resumes(held_run: Path, tmp_path: Path) -> None:
+    """Guard: killed after its hold-out records, an untouched run resumes and takes them."""
+    from dossier.tuner import continue_tune
+
+    cache = _flipped(held_run, tmp_path, lambda r: None)
+    res = continue_tune(cache)
+    assert res.decision is not None and res.decision.holdout is not None
+    recorded = (held_run / "tuning-cache.jsonl").read_text().count('"kind":"holdout"')
+    assert recorded and len(res.cache.holdouts) == recorded  # none re-run
