@@ -367,5 +367,6 @@ def test_a_consistent_hold_out_record_still_resumes(held_run: Path, tmp_path: Pa
     cache = _flipped(held_run, tmp_path, lambda r: None)
     res = continue_tune(cache)
     assert res.decision is not None and res.decision.holdout is not None
-    recorded = (held_run / "tuning-cache.jsonl").read_text().count('"kind":"holdout"')
+    recorded = sum(json.loads(ln).get("kind") == "holdout"
+                   for ln in (held_run / "tuning-cache.jsonl").read_text().splitlines())
     assert recorded and len(res.cache.holdouts) == recorded  # none re-run
