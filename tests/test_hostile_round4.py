@@ -370,3 +370,42 @@ def test_a_consistent_hold_out_record_still_resumes(held_run: Path, tmp_path: Pa
     recorded = sum(json.loads(ln).get("kind") == "holdout"
                    for ln in (held_run / "tuning-cache.jsonl").read_text().splitlines())
     assert recorded and len(res.cache.holdouts) == recorded  # none re-run
+
+
+# ------------------------------------------------------------------ 6. the leftovers
+@pytest.mark.parametrize("section", ["validation", "calibration", "holdout"])
+def test_a_data_set_path_longer_than_name_max_is_one_line(convnet_folder: Path,
+                                                          section: str) -> None:
+    """Before: ``[validation]``, ``[calibration]`` or ``[holdout]`` naming a path of 300
+    characters ended in OSError (File name too long), exit 70."""
+    from conftest import tiny_spec
+
+    long = "v" * 300
+    extra = "" if section == "validation" else f'\n[{section}]\npath = "{long}"\n'
+    spec = tiny_spec(convnet_folder, extra=extra)
+    if section == "validation":
+        spec.write_text(spec.read_text().replace('path = "validation"', f'path = "{long}"'))
+    res = h.cli("tune", spec, "--out", convnet_folder / "run", "--dry-run")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    named = {"validation": "validation set", "calibration": "calibration set",
+             "holdout": "hold-out set"}[section]
+    assert f"error: {named} " in res.stderr and "File name too long" in h.said(res)
+    assert not (convnet_folder / "run").exists()
+
+
+def _npy(header: bytes) -> bytes:
+    header += b" " * ((64 - (10 + len(header) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def test_validation_create_of_an_unbalanced_npy_header_is_one_line(tmp_path: Path) -> None:
+    """Before: a ``.npy`` header of unclosed brackets made ``validation create`` exit 70 with
+    numpy's tokenize.TokenError."""
+    bad = tmp_path / "x.npy"
+    bad.write_bytes(_npy(b"{'descr': '<f4', 'fortran_order': False, 'shape': " + b"(" * 200
+                         + b", }"))
+    np.save(tmp_path / "ref.npy", np.zeros((1, 10), np.float32))
+    res = h.cli("validation", "create", tmp_path / "set", "-i", bad, "-r", tmp_path / "ref.npy")
+    assert res.exit_code == ExitCode.INPUT, h.said(res)
+    assert "x.npy: not a readable NumPy file (its header does not parse" in h.said(res)
+    assert not (tmp_path / "set").exists()
