@@ -116,6 +116,19 @@ def test_the_thread_bound_is_a_multiple_of_this_hosts_cores() -> None:
         ort.check_recorded_route(f"-intra_op_num_threads={limit + 1}")
 
 
+def test_the_thread_bound_is_the_judged_hosts(bundle: Path, host: Path) -> None:
+    """With ``--host-fingerprint``, the bound is 8 per logical CPU of the host judged."""
+    _resealed(bundle, route="-graph_optimization_level=all -intra_op_num_threads=16")
+    found = {}
+    for cores in (1, 4):
+        fp = json.loads(host.read_text())
+        fp["cpu"]["cores"] = cores
+        host.write_text(json.dumps(fp))
+        res = h.cli("verify", bundle, "--host-fingerprint", host, "--json")
+        found[cores] = any("thread count" in r for r in json.loads(res.stdout)["reasons"])
+    assert found == {1: True, 4: False}
+
+
 def test_recheck_has_a_time_limit_of_its_own(bundle: Path, host: Path) -> None:
     """Before: a re-check had the bundle's own trial timeout (a week, in a crafted header) and
     no option to bound it."""

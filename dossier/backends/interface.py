@@ -310,15 +310,16 @@ THREADS_PER_CORE = 8
 knob (:attr:`Backend.thread_knobs`)."""
 
 
-def max_threads() -> int:
-    """The most threads a route read back may ask for here: :data:`THREADS_PER_CORE` per core
-    this process may run on."""
+def max_threads(cores: int | None = None) -> int:
+    """The most threads a route read back may ask for: :data:`THREADS_PER_CORE` per core of a
+    host of ``cores`` logical CPUs (None: the cores this process may run on)."""
     import os
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cores = os.cpu_count() or 1
     return THREADS_PER_CORE * max(cores, 1)
 
 
@@ -411,21 +412,22 @@ class Backend(abc.ABC):
         (a trial process: probing ONNX Runtime's optimizers costs more than its build)."""
         self.__dict__["_knob_database"] = db
 
-    def check_recorded_route(self, text: str) -> Route:
+    def check_recorded_route(self, text: str, cores: int | None = None) -> Route:
         """A route read back from a bundle or a record (``text``), checked before any engine
         of it is loaded: every knob one of this host's knob database, every value one it
         allows; a thread count (:attr:`thread_knobs`) a whole number from -1 to
-        :data:`THREADS_PER_CORE` per core of this host, whatever the database lists (what an
+        :data:`THREADS_PER_CORE` per core of the host (``cores`` logical CPUs, None: the
+        cores this process may run on), whatever the database lists (what an
         engine asking for 100000 threads would otherwise take: minutes, or a hang; the list
         offered for a sweep follows the tuning host's cores). SelectionError naming the knob
         otherwise; BackendUnavailableError when the library is not installed."""
-        return self._checked_route(text, self.knob_database())
+        return self._checked_route(text, self.knob_database(), cores)
 
-    def _checked_route(self, text: str, db: KnobDatabase) -> Route:
+    def _checked_route(self, text: str, db: KnobDatabase, cores: int | None) -> Route:
         """:meth:`check_recorded_route` against ``db`` (a backend that can tell its knobs
         without importing its library passes its own)."""
         route = Route.parse(text)
-        limit = max_threads()
+        limit = max_threads(cores)
         for name, value in route.values:
             knob = db.get(name)
             if name in self.thread_knobs:
@@ -435,7 +437,7 @@ class Backend(abc.ABC):
                     raise SelectionError(f"-{name}={value} is not a thread count") from None
                 if not -1 <= count <= limit:
                     raise SelectionError(f"-{name}={value}: a thread count here is at most "
-                                         f"{limit}, {THREADS_PER_CORE} per core of this host")
+                                         f"{limit}, {THREADS_PER_CORE} per core of the host")
             elif knob.values is not None and value not in knob.values:
                 raise SelectionError(f"value {value!r} is not allowed for -{name}",
                                      hint=f"allowed here: {knob.allowed_text()}")

@@ -491,7 +491,7 @@ class _Run:
         else:
             here = self._host_here(tuning_host)
         backend = self._backend(m.backend)
-        refused = served_findings(m, backend)  # before anything of the bundle is loaded
+        refused = served_findings(m, backend, here.cpu.cores)  # before anything is loaded
         if refused and refused[0].field == "backend":
             backend = None
         policy = backend.default_policy() if backend is not None else _common_policy()
@@ -596,12 +596,13 @@ class _Run:
                                              error=exc.diagnostics()))
 
 
-def served_findings(m: Manifest, backend: Backend | None) -> list[Finding]:
+def served_findings(m: Manifest, backend: Backend | None,
+                    cores: int | None = None) -> list[Finding]:
     """What refuses to serve a bundle here before anything of it is loaded, as INVALID
     findings: a backend that is not a shipped one (``backend``, the instance resolved for
     the name, None when it is unknown here; or a test-only one), or a route of the shipped or
     the baseline engine that this host's knob database does not take (an unknown knob or
-    value, a thread count beyond the host's bound:
+    value, a thread count beyond the bound of the judged host, of ``cores`` logical CPUs:
     :meth:`~dossier.backends.Backend.check_recorded_route`). Empty when it may be served; a
     backend whose library is not installed here is left to its requirement findings."""
     from dossier.backends import not_served
@@ -615,7 +616,7 @@ def served_findings(m: Manifest, backend: Backend | None) -> list[Finding]:
         if entry is None:
             continue
         try:
-            backend.check_recorded_route(entry.route)
+            backend.check_recorded_route(entry.route, cores)
         except BackendUnavailableError:
             return []
         except SelectionError as exc:
