@@ -423,8 +423,7 @@ def _load(bundle: Bundle, report: VerifyReport, backend: Backend | None) -> Engi
         backend = get_backend(m.backend)
     refused = not_served(m.backend, backend)  # the verdict said so already: never loaded
     if refused is not None:
-        raise with_report(InvalidHostError(f"{m.name}: not a shipped backend: {refused}"),
-                          report)
+        raise with_report(InvalidHostError(f"{m.name}: {refused}"), report)
     try:
         route = backend.check_recorded_route(shipped.route)  # checked by the verdict too
         if shipped.load is None:  # a bundle older than format 1.1, or imported from trtexec

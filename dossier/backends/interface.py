@@ -436,8 +436,9 @@ class Backend(abc.ABC):
                 except ValueError:
                     raise SelectionError(f"-{name}={value} is not a thread count") from None
                 if not -1 <= count <= limit:
-                    raise SelectionError(f"-{name}={value}: a thread count here is at most "
-                                         f"{limit}, {THREADS_PER_CORE} per core of the host")
+                    raise SelectionError(f"-{name}={value}: a thread count may be at most "
+                                         f"{limit}, {THREADS_PER_CORE} per logical CPU of the "
+                                         "host")
             elif knob.values is not None and value not in knob.values:
                 raise SelectionError(f"value {value!r} is not allowed for -{name}",
                                      hint=f"allowed here: {knob.allowed_text()}")

@@ -76,10 +76,10 @@ def not_served(name: str, backend: Backend | None) -> str | None:
     for dossier's test suite alone, break processes on purpose) is never served, wherever it
     is registered."""
     if backend is None:
-        return (f"{name!r} is not a backend of this installation (known: "
-                f"{', '.join(backend_names()) or 'none'})")
+        return (f"{name!r} is not a shipped backend: this installation does not know it "
+                f"(known: {', '.join(backend_names()) or 'none'})")
     if backend.for_tests:
-        return f"{name!r} is a test-only backend, never served from a bundle"
+        return f"{name!r} is not a shipped backend: a test-only one, never served from a bundle"
     return None
 
 

@@ -512,7 +512,7 @@ class _Run:
         checked = held = None
         self.current = StepName.RECHECK
         if refused and (o.recheck or o.rebench):
-            why = f"not run: {refused[0].reason}"
+            why = f"not run: {refused[0].field} refused ({refused[0].reason})"
             for name in (StepName.RECHECK, StepName.REBENCH):
                 self._skip(name, why)
             return self._report(findings=findings, verdict=Verdict.INVALID, reasons=reasons,
@@ -609,8 +609,8 @@ def served_findings(m: Manifest, backend: Backend | None,
 
     why = not_served(m.backend, backend)
     if why is not None or backend is None:
-        return [Finding(field="backend", bundle_value=m.backend, host_value=None,
-                        verdict=Verdict.INVALID, reason=f"not a shipped backend: {why}")]
+        return [Finding(field="backend", bundle_value=m.backend, host_value="not served",
+                        verdict=Verdict.INVALID, reason=str(why))]
     found = []
     for role, entry in (("shipped", m.engines.shipped), ("baseline", m.engines.baseline)):
         if entry is None:
@@ -621,8 +621,8 @@ def served_findings(m: Manifest, backend: Backend | None,
             return []
         except SelectionError as exc:
             found.append(Finding(field=f"engines.{role}.route", bundle_value=entry.route,
-                                 host_value=None, verdict=Verdict.INVALID,
-                                 reason=f"the route is refused here: {exc.diagnostics()}"))
+                                 host_value="refused", verdict=Verdict.INVALID,
+                                 reason=exc.diagnostics()))
     return found
 
 
