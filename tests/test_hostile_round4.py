@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,35 @@ def test_the_thread_bound_is_a_multiple_of_this_hosts_cores() -> None:
         "intra_op_num_threads": str(limit)}
     with pytest.raises(SelectionError, match="may be at most"):
         ort.check_recorded_route(f"-intra_op_num_threads={limit + 1}")
+
+
+def test_routes_of_every_backend_are_checked_and_the_check_imports_no_runtime() -> None:
+    """ONNX Runtime's and AOTInductor's routes are checked against the knobs they know
+    without their library, so that ``verify`` still imports no runtime (``torch``: seconds)."""
+    code = (
+        "import sys\n"
+        "from dossier.backends import get_backend\n"
+        "from dossier.errors import SelectionError\n"
+        "for name, good, bad in (\n"
+        "    ('torch-inductor', '-device=cpu -inductor:cpp.threads=2', "
+        "'-inductor:cpp.threads=100000'),\n"
+        "    ('torch-inductor', '-dtype=float32', '-dtype=float128'),\n"
+        "    ('onnxruntime', '-optimizer:ConvBNFusion=off', '-optimizer:ConvBNFusion=maybe')):\n"
+        "    b = get_backend(name)\n"
+        "    assert not b.route_check_imports\n"
+        "    b.check_recorded_route(good)\n"
+        "    try:\n"
+        "        b.check_recorded_route(bad)\n"
+        "    except SelectionError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise AssertionError(bad)\n"
+        "loaded = [m for m in ('torch', 'onnxruntime') if m in sys.modules]\n"
+        "assert not loaded, loaded\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
 
 
 def test_the_thread_bound_is_the_judged_hosts(bundle: Path, host: Path) -> None:

@@ -370,6 +370,10 @@ class Backend(abc.ABC):
     for_tests: ClassVar[bool] = False
     """A backend for tests only (fault injection): left out of the names offered to users,
     and a bundle that names it is never served (INVALID)."""
+    route_check_imports: ClassVar[bool] = True
+    """:meth:`check_recorded_route` imports the compiler (it reads the knob database): a
+    ``verify`` that loads nothing then leaves it out. False where a backend checks a route
+    against knobs it knows without its library."""
     thread_knobs: ClassVar[frozenset[str]] = frozenset()
     """Knobs whose value is a thread count: a route read back is refused when one asks for
     more than :data:`THREADS_PER_CORE` threads per core of this host

@@ -491,7 +491,9 @@ class _Run:
         else:
             here = self._host_here(tuning_host)
         backend = self._backend(m.backend)
-        refused = served_findings(m, backend, here.cpu.cores)  # before anything is loaded
+        loads = o.recheck or o.rebench or o.extract  # an engine of it is loaded after this
+        refused = served_findings(m, backend, here.cpu.cores, routes=loads or (
+            backend is not None and not backend.route_check_imports))
         if refused and refused[0].field == "backend":
             backend = None
         policy = backend.default_policy() if backend is not None else _common_policy()
@@ -596,24 +598,26 @@ class _Run:
                                              error=exc.diagnostics()))
 
 
-def served_findings(m: Manifest, backend: Backend | None,
-                    cores: int | None = None) -> list[Finding]:
+def served_findings(m: Manifest, backend: Backend | None, cores: int | None = None, *,
+                    routes: bool = True) -> list[Finding]:
     """What refuses to serve a bundle here before anything of it is loaded, as INVALID
     findings: a backend that is not a shipped one (``backend``, the instance resolved for
     the name, None when it is unknown here; or a test-only one), or a route of the shipped or
     the baseline engine that this host's knob database does not take (an unknown knob or
     value, a thread count beyond the bound of the judged host, of ``cores`` logical CPUs:
-    :meth:`~dossier.backends.Backend.check_recorded_route`). Empty when it may be served; a
-    backend whose library is not installed here is left to its requirement findings."""
+    :meth:`~dossier.backends.Backend.check_recorded_route`; the routes only with ``routes``:
+    a verification that loads nothing leaves them to the load when checking them imports the
+    compiler). Empty when it may be served; a backend whose library is not installed here is
+    left to its requirement findings."""
     from dossier.backends import not_served
 
     why = not_served(m.backend, backend)
     if why is not None or backend is None:
         return [Finding(field="backend", bundle_value=m.backend, host_value="not served",
                         verdict=Verdict.INVALID, reason=str(why))]
-    found = []
+    found: list[Finding] = []
     for role, entry in (("shipped", m.engines.shipped), ("baseline", m.engines.baseline)):
-        if entry is None:
+        if entry is None or not routes:
             continue
         try:
             backend.check_recorded_route(entry.route, cores)

@@ -292,6 +292,7 @@ class OnnxRuntimeBackend(Backend):
     on two cores two quantizations run at once while nothing is timed (a BERT release: 191 s
     with one build at a time, 168 s with two)."""
     thread_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads"})
+    route_check_imports = False
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
                                   "execution_mode", "intra_op_allow_spinning",
                                   "inter_op_allow_spinning"})
