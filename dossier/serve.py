@@ -150,10 +150,13 @@ class Engine:
         """Run once: ``engine({"x": x})`` or ``engine(x=x)``. Numpy arrays in, numpy arrays
         out; torch tensors in (every input), torch tensors out where the engine runs on torch.
         Arrays of the other byte order (``>f4`` on a little-endian host) are converted to this
-        host's first. InputError (exit 3) for a missing or an unknown input, one that is not an
-        array, or a call the runtime refuses on inputs whose rank or fixed dimensions differ
-        from every validation pair's; EngineFailedError (exit 11) when the engine fails
-        otherwise. Both carry the runtime's whole message."""
+        host's first. InputError (exit 3) for a feed that is no mapping, a missing or an
+        unknown input, one that is not an array (or whose ``__array__`` raises), a call the
+        runtime refuses on an input of a dtype the engine does not take (``input 'x' is
+        float64; the engine takes float32 (cast it)``), or on inputs whose rank or fixed
+        dimensions differ from every validation pair's; EngineFailedError (exit 11) when the
+        engine fails otherwise. Both carry the runtime's whole message, but for a dtype, which
+        is said in dossier's words."""
         fast = self._fast
         if fast is not None and not named and type(feed) is dict:
             # the common call, a dict of native-order arrays, checked as below in fewer steps:
