@@ -77,7 +77,7 @@ def recheck(bundle: Bundle, *, threshold: float | None = None,
             max_s: float = RECHECK_MAX_S) -> Recheck:
     """Run the validation set (or the hold-out set) through the shipped engine here, in a
     child process given at most ``max_s`` seconds (the bundle's own trial timeout when
-    shorter); InputError (exit 3) when it runs out of them."""
+    shorter); InputError (exit 3) when it runs out of ``max_s``."""
     from dossier.jobs.child import run_child
     from dossier.jobs.worker import JudgedResult
 
@@ -104,7 +104,7 @@ def recheck(bundle: Bundle, *, threshold: float | None = None,
                                      "validation": str(bundle.folder(data_set))})
         result = run_child(req, Path(tmp), "recheck",
                            _loader_env(bundle, bundle.file(shipped.path)))
-    if getattr(result, "outcome", None) == "timeout":
+    if getattr(result, "outcome", None) == "timeout" and max_s < header.timing.trial_timeout_s:
         raise InputError(f"--recheck did not finish on the {data_set} set within "
                          f"{timing.trial_timeout_s:g} s", hint="give it more time with "
                          "--recheck-max-s")
