@@ -208,7 +208,7 @@ def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
         for name, inputs in calibration.samples:
             signature.check_inputs(f"calibration sample {name}", inputs)
     if spec.holdout is not None:
-        holdout = load_validation_set(spec.resolve(spec.holdout.path))
+        holdout = load_validation_set(spec.resolve(spec.holdout.path), "hold-out set")
         for pair in holdout.pairs:
             signature.check_pair(f"hold-out {pair.name}", pair.inputs, pair.references)
     check_sets(vset, calibration, holdout, {t.name: t.dtype for t in signature.inputs})

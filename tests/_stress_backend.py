@@ -7,7 +7,7 @@
   than a ``brisk`` or ``fast`` route on any host, so a search has candidates, runs its
   confirmation round and ships a gain.
 - ``hazard``: breaks the trial's process for real *after* the engine was built, where
-  ``dossier.backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
+  ``dossier_test_backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
   ``oom_load`` (allocates until the address-space limit stops it), ``raise_load`` (the engine
   does not load), ``segv_run``, ``oom_run``, ``hang_run``, ``raise_run`` (the first inference
   crashes, exhausts memory, hangs or fails), ``segv_time``, ``oom_time`` (the 10th inference,

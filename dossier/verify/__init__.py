@@ -13,6 +13,7 @@ from __future__ import annotations
 from dossier.verify.host import (
     REBENCH_LIMITS,
     REBENCH_MAX_S,
+    RECHECK_MAX_S,
     judge_speedup,
     rebench,
     rebench_timing,
@@ -29,7 +30,7 @@ from dossier.verify.pipeline import (
 )
 from dossier.verify.report import Rebench, Recheck, Step, StepName, StepOutcome, VerifyReport
 
-__all__ = ["REBENCH_LIMITS", "REBENCH_MAX_S", "StepOutcome", "Rebench", "Recheck", "Step",
+__all__ = ["REBENCH_LIMITS", "REBENCH_MAX_S", "RECHECK_MAX_S", "StepOutcome", "Rebench", "Recheck", "Step",
            "StepName", "StepObserver", "VerifyOptions", "VerifyReport", "judge_speedup",
            "rebench", "rebench_timing", "recheck",
            "refused_report", "verified", "verify", "verify_bundle", "with_report"]

@@ -68,10 +68,16 @@ def has_holdout(bundle: Bundle) -> bool:
     return any(f.path.startswith("holdout/") for f in bundle.manifest.files)
 
 
+RECHECK_MAX_S = 600.0
+"""Default bound on each ``verify --recheck`` process (``--recheck-max-s``)."""
+
+
 def recheck(bundle: Bundle, *, threshold: float | None = None,
-            data_set: Literal["validation", "holdout"] = "validation") -> Recheck:
+            data_set: Literal["validation", "holdout"] = "validation",
+            max_s: float = RECHECK_MAX_S) -> Recheck:
     """Run the validation set (or the hold-out set) through the shipped engine here, in a
-    child process."""
+    child process given at most ``max_s`` seconds (the bundle's own trial timeout when
+    shorter); InputError (exit 3) when it runs out of ``max_s``."""
     from dossier.jobs.child import run_child
     from dossier.jobs.worker import JudgedResult
 
@@ -90,12 +96,18 @@ def recheck(bundle: Bundle, *, threshold: float | None = None,
         recorded = next((t.worst_loss for t in cache.trials
                          if t.index == shipped.trial_index), None)
     with tempfile.TemporaryDirectory(prefix="dossier-verify-") as tmp:
-        req = _request(bundle, Path(tmp), header.timing, mode="validate",
+        timing = header.timing.model_copy(update={
+            "trial_timeout_s": min(header.timing.trial_timeout_s, max_s)})
+        req = _request(bundle, Path(tmp), timing, mode="validate",
                        engine=str(bundle.file(shipped.path)), route=shipped.route)
         req = req.model_copy(update={"threshold": limit,
                                      "validation": str(bundle.folder(data_set))})
         result = run_child(req, Path(tmp), "recheck",
                            _loader_env(bundle, bundle.file(shipped.path)))
+    if getattr(result, "outcome", None) == "timeout" and max_s < header.timing.trial_timeout_s:
+        raise InputError(f"--recheck did not finish on the {data_set} set within "
+                         f"{timing.trial_timeout_s:g} s", hint="give it more time with "
+                         "--recheck-max-s")
     if not isinstance(result, JudgedResult):
         failure = getattr(result, "reason", None) or "the engine did not run"
         return Recheck(passed=False, metric=s.metric, threshold=limit, failure=failure,

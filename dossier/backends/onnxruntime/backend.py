@@ -65,6 +65,23 @@ class OnnxRuntimeBackend(Backend):
                          "units (AMX, AVX-512 BF16)"))
         return db.model_copy(update={"knobs": (*db.knobs, *extra)})
 
+    def check_recorded_route(self, text: str, cores: int | None = None) -> Route:
+        """Checked against the knobs known without importing onnxruntime (a verify that loads
+        nothing imports no runtime): the static ones, the quantization and execution-provider
+        knobs, and graph optimizers by name (``optimizer:NAME``, on or off: build-time knobs,
+        baked into the engine, never applied by a load)."""
+        static = knobs.knob_database_static(self.name)
+        named = {name for name, _ in Route.parse(text).values if name.startswith(
+            OPTIMIZER_PREFIX) and name[len(OPTIMIZER_PREFIX):].isidentifier()}
+        optimizers = [Knob(name=n, values=knobs.ON_OFF, default="on") for n in sorted(named)]
+        extra = [Knob(name=precision.EP_KNOB, values=(precision.CPU, precision.OPENVINO),
+                      default=precision.CPU),
+                 Knob(name=precision.OV_PRECISION_KNOB, values=(precision.F32, precision.BF16),
+                      default=precision.F32)]
+        db = static.model_copy(update={"knobs": (*static.knobs, *precision.knobs(), *extra,
+                                                 *optimizers)})
+        return self._checked_route(text, db, cores)
+
     def knobs_not_offered(self) -> dict[str, str]:
         why = precision.openvino()[1]
         if why:
@@ -274,6 +291,8 @@ class OnnxRuntimeBackend(Backend):
     about one core busy for seconds (BERT-base: 8-19 s): one build job per core by default, so
     on two cores two quantizations run at once while nothing is timed (a BERT release: 191 s
     with one build at a time, 168 s with two)."""
+    thread_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads"})
+    route_check_imports = False
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
                                   "execution_mode", "intra_op_allow_spinning",
                                   "inter_op_allow_spinning"})

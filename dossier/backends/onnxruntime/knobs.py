@@ -115,6 +115,13 @@ def registered_transformers() -> tuple[str, ...]:
     return tuple(sorted(set(re.findall(r"GraphTransformer (\w+) modified", log[0]))))
 
 
+def knob_database_static(backend: str) -> KnobDatabase:
+    """The knobs every ORT build has (:data:`STATIC`; imports nothing)."""
+    return KnobDatabase(backend=backend, tuner_version="static", knobs=tuple(
+        Knob(name=n, values=v, default=d, phase=p, help=h, changes_numerics=c)
+        for n, v, d, p, _key, h, c in STATIC))
+
+
 def knob_database(backend: str) -> KnobDatabase:
     """Every knob of this ORT build (imports onnxruntime)."""
     import onnxruntime as ort
