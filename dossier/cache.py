@@ -596,10 +596,3 @@ def read_header(path: Path) -> CacheHeader:
     if not line.endswith(b"\n"):  # a torn first line, as TuningCache.open reads it
         raise CacheMismatchError(f"{path} is not a dossier tuning cache (no header line)")
     return _read_header(path, line)
-
-
-def read_header_json(path: Path) -> dict[str, Any]:
-    """The header line of a cache as plain JSON (for tools that only peek)."""
-    with open(path, encoding="utf-8") as f:
-        data: dict[str, Any] = json.loads(f.readline(CACHE_MAX_LINE + 1))
-    return data

@@ -60,8 +60,8 @@ from dossier.errors import (
     InvalidHostError,
     SuboptimalHostError,
 )
+from dossier.host.policy import Verdict
 from dossier.verify import VerifyOptions, VerifyReport, verified, with_report
-from dossier.verify.policy import Verdict
 
 if TYPE_CHECKING:
     import numpy as np

@@ -36,7 +36,7 @@ from dossier.routes import Route
 if TYPE_CHECKING:
     from dossier.datasets import CalibrationSet
     from dossier.fingerprint import Fingerprint
-    from dossier.verify.policy import Finding, Policy, Rule
+    from dossier.host.policy import Finding, Policy, Rule
 
 
 class BuildError(Exception):
@@ -514,7 +514,7 @@ class Backend(abc.ABC):
     def default_policy(self) -> Policy:
         """The built-in verify policy of this backend's engines: the rules every backend
         shares around the backend's own (:meth:`policy_rules`)."""
-        from dossier.verify.policy import Policy, common_rules, tail_rules
+        from dossier.host.policy import Policy, common_rules, tail_rules
 
         return Policy(rules=(*common_rules(), *self.policy_rules(), *tail_rules()))
 
@@ -574,7 +574,7 @@ class Backend(abc.ABC):
         return {}
 
     def policy_rules(self) -> tuple[Rule, ...]:
-        """The verify rules for this backend's engines (see :mod:`dossier.verify.policy`)."""
+        """The verify rules for this backend's engines (see :mod:`dossier.host.policy`)."""
         raise InputError(f"no verify policy for backend {self.name!r}")
 
     def requirement_findings(self, host: Fingerprint) -> list[Finding]:

@@ -15,7 +15,7 @@ from dossier.errors import BackendUnavailableError, InputError, SelectionError
 
 if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
-    from dossier.verify.policy import Finding, Policy
+    from dossier.host.policy import Finding, Policy
 
 ENTRY_POINT_GROUP = "dossier.backends"
 """The entry-point group a backend is registered in: ``name = "package.module:BackendClass"``."""

@@ -32,7 +32,6 @@ from dossier.audit.explain import (
     AACheck,
     Explanation,
     TrialFact,
-    explain,
     shown_verdict,
     test_name,
 )
@@ -44,20 +43,11 @@ from dossier.measure.figure import speedup_text
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from dossier.bundle import Bundle
 
 COLOURS = {"baseline": "#1f5fbf", "ok": "#2e9e4f", "rejected": "#e08a00",
            "build_failed": "#c62828", "crashed": "#c62828", "timeout": "#8e24aa",
            "runtime_error": "#c62828", "confirm": "#6d6d6d", "best": "#111111"}
 """Colour of each outcome (and of the baseline) in plots and table."""
-
-
-def report_html(bundle: Bundle, *, inferences_per_day: float | None = None,
-                horizon_days: float | None = None, hosts: int | None = None) -> str:
-    """The report page of an opened bundle (raw samples from its timings.parquet)."""
-    facts = explain(bundle, inferences_per_day=inferences_per_day, horizon_days=horizon_days,
-                    hosts=hosts)
-    return render_report(facts, samples_from_timings(bundle.timings()))
 
 
 def samples_from_timings(table: pa.Table) -> dict[int, list[float]]:

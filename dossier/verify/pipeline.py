@@ -55,9 +55,7 @@ from dossier.errors import (
 )
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
-from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
-from dossier.trust.sigfile import signature_path
-from dossier.verify.policy import (
+from dossier.host.policy import (
     Finding,
     Policy,
     Verdict,
@@ -66,6 +64,8 @@ from dossier.verify.policy import (
     load_policy,
     worst,
 )
+from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
+from dossier.trust.sigfile import signature_path
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -635,7 +635,7 @@ def served_findings(m: Manifest, backend: Backend | None, cores: int | None = No
 
 def _common_policy() -> Policy:
     """The rules every backend shares, for a bundle whose backend is not served here."""
-    from dossier.verify.policy import common_rules, tail_rules
+    from dossier.host.policy import common_rules, tail_rules
 
     return Policy(rules=(*common_rules(), *tail_rules()))
 

@@ -32,9 +32,9 @@ from dossier.backends.onnxruntime import knobs, precision, scratch
 from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
+from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
-from dossier.verify.policy import Rule
 
 
 class OnnxRuntimeBackend(Backend):

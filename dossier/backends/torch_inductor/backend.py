@@ -75,7 +75,7 @@ from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
 if TYPE_CHECKING:
-    from dossier.verify.policy import Rule
+    from dossier.host.policy import Rule
 
 
 # ------------------------------------------------------------------------------ backend
