@@ -374,6 +374,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
         read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
+        check_records=False,
         prepare_backend=handed)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _apply_verdict(report, on_suboptimal)

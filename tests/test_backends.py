@@ -286,7 +286,8 @@ def test_the_faulty_backends_clock_reads_the_known_speed_however_long_a_run_take
     sequence. ``pace=held`` and ``off`` keep the real clock."""
     import time
 
-    from dossier.backends.faulty.backend import CLOCK_NOISE, _FaultyRunner, clock, paced_ms
+    from dossier_test_backends.faulty.backend import CLOCK_NOISE, _FaultyRunner, clock, paced_ms
+
     from dossier.backends.interface import Runner
 
     class Slow(Runner):

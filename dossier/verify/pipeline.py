@@ -151,6 +151,10 @@ class VerifyOptions:
     read_validation: bool = True
     """With ``extract``: the caller reads the validation set's files after the checks
     (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
+    check_records: bool = True
+    """Cross-check the bundle's data-set records against its search record and the files
+    present (:mod:`dossier.verify.data_sets`). ``dossier.load`` leaves it out: every file it
+    serves from is hashed, and a loader reads no search record (nor imports its readers)."""
     prepare_backend: Callable[[Backend], object] | None = None
     """Called once, in the calling thread, with the bundle's backend (the instance of the
     backend the manifest names, e.g. ``torch-inductor``: the one whose policy and
@@ -499,9 +503,13 @@ class _Run:
         policy = backend.default_policy() if backend is not None else _common_policy()
         if o.policy is not None:
             policy = load_policy(o.policy, policy)
-        from dossier.verify.data_sets import dataset_findings
+        if o.check_records:
+            from dossier.verify.data_sets import dataset_findings
 
-        findings = [*refused, *dataset_findings(bundle),
+            records = dataset_findings(bundle)
+        else:
+            records = []
+        findings = [*refused, *records,
                     *(backend.requirement_findings(here) if backend is not None else []),
                     *diff(tuning_host, here, policy, m.engines.shipped.flags)]
         reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
