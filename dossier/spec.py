@@ -24,6 +24,7 @@ from dossier.errors import SpecError
 from dossier.files import read_small
 from dossier.measure.timing import TimingSettings
 from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
+from dossier.scenario import ScenarioSection
 from dossier.validation import Metric
 
 StrategyName = Literal["fast", "mixed", "full", "random", "budget"]
@@ -178,6 +179,9 @@ class ReleaseSpec(_Section):
     compatibility, version-compatible, timing iterations...)."""
     deployment: DeploymentSection = DeploymentSection()
     """Expected use."""
+    scenario: ScenarioSection = ScenarioSection()
+    """The load profile the release serves (:mod:`dossier.scenario`): single-stream (the
+    default), server or offline."""
     base_dir: str = Field("", exclude=True)
     """Folder the spec's relative paths are resolved against."""
 
