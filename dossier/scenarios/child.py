@@ -112,9 +112,9 @@ def _sessions(req: ScenarioRequest) -> tuple[list[Answer], int]:
         from dossier import serve
 
         with serve.opened(req.path, **req.verify) as (engine, bundle):
-            engines = [engine] + [serve._load(bundle, engine.report, None)
-                                  for _ in range(req.sessions - 1)]
             feeds = [p.inputs for p in load_validation_set(bundle.folder("validation")).pairs]
+        # each further session is one more dossier.load, as a serving process makes them
+        engines = [engine] + [serve.load(req.path, **req.verify) for _ in range(req.sessions - 1)]
         calls: list[Callable[[dict[str, Any]], object]] = list(engines)
     else:
         from dossier.backends import get_backend
