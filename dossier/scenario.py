@@ -34,6 +34,10 @@ from dossier.errors import SpecError
 ScenarioKind = Literal["single-stream", "server", "offline"]
 """The scenarios dossier runs (MLPerf LoadGen's SingleStream, Server and Offline)."""
 
+SESSIONS_KNOB = "serving_sessions"
+"""The serving knob of a backend that offers one: how many sessions (engine instances) serve
+queries in parallel, one worker thread each. A load-time knob: the engine file is the same; a
+server and offline scenario load that many; single-stream timing loads one."""
 QPS_MAX = 1e7
 """The largest rate a spec may ask for (queries per second)."""
 LATENCY_MS_MAX = 3_600_000.0

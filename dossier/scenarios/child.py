@@ -75,8 +75,9 @@ class ScenarioRequest(BaseModel):
     """The validation set whose inputs are the queries (bundle: empty, the bundle's own)."""
     sleep_ms: float = Field(0.0, ge=0, le=10_000, allow_inf_nan=False)
     """synthetic: the time one call takes."""
-    sessions: int = Field(1, ge=1, le=256)
-    """Sessions serving in parallel (worker threads, one engine each)."""
+    sessions: int = Field(1, ge=0, le=256)
+    """Sessions serving in parallel (worker threads, one engine each); bundle: 0 for as many
+    as its shipped route's ``serving_sessions`` says."""
     verify: dict[str, Any] = Field(default_factory=dict)
     """bundle: keyword arguments of :func:`dossier.serve.opened` (trusted keys, policy...)."""
     settings: RunSettings
@@ -105,16 +106,18 @@ def _synthetic(ms: float) -> Answer:
 def _sessions(req: ScenarioRequest) -> tuple[list[Answer], int]:
     """One answering call per session, and how many samples they answer."""
     if req.source == "synthetic":
-        return [_synthetic(req.sleep_ms) for _ in range(req.sessions)], 16
+        return [_synthetic(req.sleep_ms) for _ in range(max(1, req.sessions))], 16
     from dossier.validation import load_validation_set
 
     if req.source == "bundle":
         from dossier import serve
+        from dossier.scenarios.pool import sessions_of
 
         with serve.opened(req.path, **req.verify) as (engine, bundle):
             feeds = [p.inputs for p in load_validation_set(bundle.folder("validation")).pairs]
+            count = req.sessions or sessions_of(bundle.manifest.engines.shipped.route)
         # each further session is one more dossier.load, as a serving process makes them
-        engines = [engine] + [serve.load(req.path, **req.verify) for _ in range(req.sessions - 1)]
+        engines = [engine] + [serve.load(req.path, **req.verify) for _ in range(count - 1)]
         calls: list[Callable[[dict[str, Any]], object]] = list(engines)
     else:
         from dossier.backends import get_backend
@@ -122,7 +125,7 @@ def _sessions(req: ScenarioRequest) -> tuple[list[Answer], int]:
 
         backend = get_backend(req.backend)
         route = Route.parse(req.route)
-        runners = [backend.load(Path(req.path), route) for _ in range(req.sessions)]
+        runners = [backend.load(Path(req.path), route) for _ in range(max(1, req.sessions))]
         calls = [r.run for r in runners]
         feeds = [p.inputs for p in load_validation_set(Path(req.validation)).pairs]
 
