@@ -1,0 +1,188 @@
+"""The decision under a server or offline scenario, with the single-stream decision's discipline:
+
+- **the unit is the repetition**: in each repetition every configuration's metric (the highest
+  rate meeting the bound, or the offline throughput) is measured once, each LoadGen run in a
+  process of its own, in an order rotated from one repetition to the next; a candidate's
+  observation is the log ratio of its metric over the baseline's *in the same repetition*;
+- **the A/A**: the baseline is measured twice in every repetition (two loads of one
+  configuration); a candidate's log ratio is taken against the A/A copy, so that what two
+  loads of one configuration differ by is part of the noise the candidate must clear, and the
+  A/A's own ratio is tested two-sided against 1 (a difference there says the procedure cannot
+  tell configurations apart on this host);
+- **the minimum effect and Holm's step-down**: a candidate ships only when the mean of its log
+  ratios exceeds ``log(1 + min_effect)``, one-sided Student's t over repetitions
+  (:func:`dossier.measure.timing.process_stats`), at ``alpha / (m - i)`` for the i-th smallest
+  p-value of m candidates, stopping at the first that fails; of those that pass, the highest
+  mean ships; none: the baseline ships.
+
+Configurations are :class:`~dossier.scenarios.child.ScenarioRequest` values (an engine, a route,
+sessions); the metric of one is :func:`~dossier.scenarios.search.serve_configuration`, which
+this module takes as a parameter so that the rule is tested without a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dossier.measure.timing import process_stats
+from dossier.scenario import ScenarioSection
+from dossier.scenarios.child import ScenarioRequest
+from dossier.scenarios.search import ScenarioResult, serve_configuration
+
+AA = "baseline (A/A)"
+"""The name of the baseline's second measurement in each repetition."""
+
+Measure = Callable[[str, ScenarioRequest, Path, float | None], ScenarioResult]
+"""How one configuration's metric is measured: (name, request, work folder, rate to start
+from) -> result."""
+
+
+class Reading(BaseModel):
+    """A configuration's metric in each repetition."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """The configuration's name."""
+    route: str = ""
+    """Its route (sessions and threads included)."""
+    metric_qps: list[float]
+    """The metric per repetition (server: highest rate meeting the bound; 0: none met)."""
+    results: list[ScenarioResult] = Field(default_factory=list, repr=False)
+    """The search of each repetition, its LoadGen runs included."""
+
+
+class Verdict(BaseModel):
+    """A candidate against the baseline (or the A/A against the baseline)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """The candidate."""
+    ratio: float | None
+    """Geometric mean of its metric over the A/A copy's, per repetition (None: not enough
+    repetitions where both met a rate)."""
+    low: float | None
+    """Lower end of the ratio's interval."""
+    high: float | None
+    """Upper end."""
+    p_value: float | None
+    """One-sided (candidate) or two-sided (the A/A) p-value."""
+    level: float | None = None
+    """The level it was judged at (Holm's step-down); None for the A/A."""
+    confirmed: bool = False
+    """Faster than the minimum effect at its level."""
+    reason: str = ""
+    """Why it was not judged, when it was not."""
+
+
+class ScenarioDecision(BaseModel):
+    """What the scenario decided."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: ScenarioSection
+    """The scenario."""
+    baseline: str
+    """The configuration every candidate is compared with."""
+    shipped: str
+    """The configuration that ships."""
+    repetitions: int
+    """Repetitions measured."""
+    readings: list[Reading]
+    """Every configuration's metric per repetition (the A/A copy included)."""
+    verdicts: list[Verdict]
+    """Each candidate, then the A/A."""
+    min_effect: float
+    """The minimum effect a candidate must clear."""
+    alpha: float
+    """The family's false-positive rate (split by Holm's step-down)."""
+
+    def reading(self, name: str) -> Reading:
+        """The reading of configuration ``name``."""
+        return next(r for r in self.readings if r.name == name)
+
+
+def _logs(mine: Sequence[float], theirs: Sequence[float]) -> list[float]:
+    return [math.log(a / b) for a, b in zip(mine, theirs) if a > 0 and b > 0]
+
+
+def _verdict(name: str, logs: list[float], confidence: float, bound: float | None,
+             repetitions: int) -> Verdict:
+    if len(logs) < 2:
+        return Verdict(name=name, ratio=None, low=None, high=None, p_value=None,
+                       reason=f"a rate met in {len(logs)} of {repetitions} repetitions by both "
+                              "(two are needed)")
+    st = process_stats(logs, confidence, bound=bound)
+    return Verdict(name=name, ratio=math.exp(st.mean), low=math.exp(st.low),
+                   high=math.exp(st.high), p_value=st.p_value)
+
+
+def judge(scenario: ScenarioSection, baseline: str, readings: Mapping[str, Sequence[float]],
+          *, min_effect: float, alpha: float, confidence: float) -> tuple[str, list[Verdict]]:
+    """The configuration that ships and the verdicts, from the metrics per repetition
+    (``readings`` holds the baseline, its A/A copy under :data:`AA`, and the candidates)."""
+    reps = len(readings[baseline])
+    against = readings.get(AA, readings[baseline])
+    bound = math.log1p(min_effect)
+    candidates = [n for n in readings if n not in (baseline, AA)]
+    verdicts = {n: _verdict(n, _logs(readings[n], against), confidence, bound, reps)
+                for n in candidates}
+    order = sorted((v.p_value, n) for n, v in verdicts.items() if v.p_value is not None)
+    m = len(order)
+    stopped = False
+    for i, (p, n) in enumerate(order):
+        level = alpha / (m - i)
+        ok = not stopped and p < level
+        stopped = stopped or not ok
+        verdicts[n] = verdicts[n].model_copy(update={"level": level, "confirmed": ok})
+    out = [verdicts[n] for n in candidates]
+    if AA in readings:
+        out.append(_verdict(AA, _logs(readings[AA], readings[baseline]), confidence, None, reps))
+    confirmed = [v for v in out if v.confirmed]
+    shipped = max(confirmed, key=lambda v: v.ratio or 0.0).name if confirmed else baseline
+    return shipped, out
+
+
+def decide(scenario: ScenarioSection, baseline: tuple[str, ScenarioRequest],
+           candidates: Sequence[tuple[str, ScenarioRequest]], work: Path, *,
+           min_effect: float, alpha: float, confidence: float, aa: bool = True,
+           measure: Measure | None = None,
+           progress: Callable[[str], None] | None = None) -> ScenarioDecision:
+    """Measure the baseline (twice with ``aa``) and every candidate in ``scenario.processes``
+    repetitions, order rotated, and decide (:func:`judge`). Each search starts from the rate
+    the configuration met in its previous repetition."""
+    configs = [(baseline[0], baseline[1])] + ([(AA, baseline[1])] if aa else []) \
+        + list(candidates)
+    run = measure or _measure(scenario)
+    readings: dict[str, list[float]] = {n: [] for n, _ in configs}
+    results: dict[str, list[ScenarioResult]] = {n: [] for n, _ in configs}
+    for rep in range(scenario.processes):
+        shift = rep % len(configs)
+        for index, (name, req) in enumerate(configs[shift:] + configs[:shift]):
+            known = [r for r in (readings[name] or readings[baseline[0]]) if r > 0]
+            start = known[-1] if known else None  # the last rate this one (or the baseline) met
+            if progress is not None:
+                progress(f"repetition {rep + 1}/{scenario.processes}: {name}")
+            res = run(name, req, work / f"rep-{rep:02d}" / f"{(index + shift) % len(configs):02d}",
+                      start)
+            readings[name].append(res.metric_qps)
+            results[name].append(res)
+    shipped, verdicts = judge(scenario, baseline[0], readings, min_effect=min_effect,
+                              alpha=alpha, confidence=confidence)
+    return ScenarioDecision(
+        scenario=scenario, baseline=baseline[0], shipped=shipped,
+        repetitions=scenario.processes,
+        readings=[Reading(name=n, route=req.route, metric_qps=readings[n], results=results[n])
+                  for n, req in configs],
+        verdicts=verdicts, min_effect=min_effect, alpha=alpha)
+
+
+def _measure(scenario: ScenarioSection) -> Measure:
+    def run(name: str, req: ScenarioRequest, work: Path, start: float | None) -> ScenarioResult:
+        return serve_configuration(req, scenario, work, start_qps=start)
+    return run
