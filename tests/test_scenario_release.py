@@ -85,5 +85,77 @@ def test_the_bundle_carries_the_scenario_and_loadgens_logs(released: tuple[Path,
             r.route for r in decision.readings if r.name == decision.shipped)
     res = h.cli("verify", str(bundle), "--host-fingerprint", str(bundle / "fingerprint.json"))
     assert res.exit_code == 0, res.stderr
-    (bundle / logs[0]).write_text("tampered\n")
-    assert h.cli("verify", str(bundle)).exit_code == 6
+
+def test_an_altered_loadgen_log_fails_integrity(released: tuple[Path, Path], tmp_path: Path
+                                                ) -> None:
+    copy = h.copy_bundle(released[1], tmp_path / "copy")
+    (copy / "scenario/logs/config-00/rep-00/mlperf_log_detail.txt").write_text("tampered\n")
+    res = h.cli("verify", str(copy))
+    assert res.exit_code == 6 and "mlperf_log_detail.txt: altered" in res.stderr
+
+
+def test_run_scenario_replays_the_recorded_rate(released: tuple[Path, Path]) -> None:
+    _, bundle = released
+    res = h.cli("run", str(bundle), "--scenario")
+    assert res.exit_code in (0, 11), res.stderr  # 11: the bound not met here (a busy host)
+    (said,) = [x for x in res.stderr.splitlines() if "scenario server" in x]
+    assert said.startswith("OK: " if res.exit_code == 0 else "FAIL: ")
+    assert "p50 <= 2000 ms: at " in said and "(the rate recorded)" in said
+    assert "LoadGen's own result: " in said
+
+
+def test_run_scenario_on_a_single_stream_bundle_says_so(bundle: Path, host: Path) -> None:
+    res = h.cli("run", str(bundle), "--scenario", "--host-fingerprint", str(host))
+    assert res.exit_code == 3
+    assert "was released for single-stream: it records no server or offline scenario" \
+        in res.stderr and "Traceback" not in res.stderr
+
+
+def test_rebench_replays_the_search_and_judges_it(released: tuple[Path, Path]) -> None:
+    from dossier.scenarios.replay import rebench_scenario
+
+    _, bundle = released
+    with open_bundle(bundle) as b:
+        replayed = rebench_scenario(b)
+        recorded = read_decision(b.file(DECISION))
+    assert replayed is not None and 1 <= len(replayed.here.probes) <= 2
+    assert replayed.recorded_qps == recorded.reading(recorded.shipped).metric_qps
+    assert replayed.regression == (replayed.predict_low is not None
+                                   and replayed.here.metric_qps < replayed.predict_low)
+    assert "highest rate met here" in replayed.text
+
+
+def test_rebench_clamps_a_recorded_scenario(released: tuple[Path, Path],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from dossier.scenarios import replay as replay_module
+
+    _, bundle = released
+    seen = {}
+    monkeypatch.setattr(replay_module, "replay",
+                        lambda source, decision, **kw: seen.setdefault("s", decision.scenario))
+    with open_bundle(bundle) as b:
+        real = read_decision(b.file(DECISION))
+        greedy = real.model_copy(update={"scenario": real.scenario.model_copy(update={
+            "duration_s": 3600.0, "run_timeout_s": 86400.0, "search_steps": 40})})
+        monkeypatch.setattr(replay_module, "recorded", lambda _: greedy)
+        replay_module.rebench_scenario(b)
+    s = seen["s"]
+    assert (s.duration_s, s.run_timeout_s, s.search_steps) == (30.0, 120.0, 8)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (b"{", "not a scenario decision"),
+    (b'{"scenario": {"kind": "server"}}', "not a scenario decision"),
+    (b"[]", "not a scenario decision"),
+])
+def test_a_crafted_scenario_decision_is_refused(tmp_path: Path, text: bytes, said: str) -> None:
+    from dossier.errors import BundleError
+
+    path = tmp_path / "decision.json"
+    path.write_bytes(text)
+    with pytest.raises(BundleError, match=said) as info:
+        read_decision(path)
+    assert "\n" not in str(info.value) and info.value.exit_code == 6
+    path.write_bytes(b" " * ((16 << 20) + 1))
+    with pytest.raises(BundleError):
+        read_decision(path)

@@ -1,0 +1,154 @@
+"""The scenario replayed on a bundle: ``dossier run --scenario`` (a smoke test after a rollout:
+one LoadGen run at the rate the release recorded) and ``verify --rebench`` (the bounded search
+again, the highest rate met here judged against what the release recorded).
+
+The engine is served the production way: a child process loads the bundle with
+:func:`dossier.serve.opened` (verified again there), once per session its shipped route names.
+The recorded figures come from the bundle's ``scenario/decision.json``, validated when read
+(:func:`dossier.scenarios.evidence.read_decision`).
+
+Judging the replayed metric (``verify --rebench``): the recorded repetitions of the shipped
+configuration give a prediction interval for one new repetition (Student's t over their logs,
+:func:`dossier.measure.timing.process_stats`); a rate met here below its lower end is a
+regression. With one recorded repetition, a rate more than :data:`MOVED` below it is.
+LoadGen's own VALID/INVALID is reported as LoadGen's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dossier.scenarios.child import ScenarioRequest
+from dossier.scenarios.decide import ScenarioDecision
+from dossier.scenarios.driver import RunSettings
+from dossier.scenarios.search import ScenarioResult, serve_configuration
+
+MOVED = 0.10
+"""With a single recorded repetition: a rate met here more than this share below it is a
+regression."""
+
+
+class Replay(BaseModel):
+    """The scenario replayed here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: str
+    """The scenario, in one line."""
+    recorded_qps: list[float]
+    """The shipped configuration's metric in each recorded repetition."""
+    here: ScenarioResult
+    """What LoadGen measured here."""
+    predict_low: float | None
+    """The lowest rate a new repetition is expected to meet (None: nothing recorded)."""
+    regression: bool
+    """The rate met here is below what the release recorded (see the module's rule)."""
+    text: str
+    """One line for people."""
+
+
+def _shipped(decision: ScenarioDecision) -> list[float]:
+    return list(decision.reading(decision.shipped).metric_qps)
+
+
+def predict_low(recorded: list[float], confidence: float = 0.95) -> float | None:
+    """The lower end of the prediction interval for one new repetition's metric."""
+    met = [q for q in recorded if q > 0]
+    if not met:
+        return None
+    if len(met) < 2:
+        return met[0] * (1 - MOVED)
+    from dossier.measure.timing import process_stats
+
+    st = process_stats([math.log(q) for q in met], confidence)
+    return math.exp(st.predict_low)
+
+
+def replay(source: str, decision: ScenarioDecision, *, search: bool,
+           verify: dict[str, Any] | None = None, work: Path | None = None) -> Replay:
+    """Replay ``decision``'s scenario on the bundle at ``source``: one LoadGen run at the
+    recorded rate (``search`` false), or the bounded search from it."""
+    scenario = decision.scenario
+    recorded = _shipped(decision)
+    met = [q for q in recorded if q > 0]
+    rate = statistics.median(met) if met else (scenario.target_qps or 100.0)
+    req = ScenarioRequest(source="bundle", path=str(source), sessions=0,
+                          verify=dict(verify or {}),
+                          settings=RunSettings(kind="server", qps=1, duration_s=1,
+                                               max_duration_s=1))
+    run_scenario = scenario if search else scenario.model_copy(update={"search_steps": 1})
+    with tempfile.TemporaryDirectory(prefix="dossier-scenario-") as tmp:
+        here = serve_configuration(req, run_scenario, work or Path(tmp), start_qps=rate)
+    low = predict_low(recorded)
+    probe = here.probes[0]
+    lg = f"LoadGen's own result: {probe.run.loadgen_result}" if probe.run else probe.reason
+    if scenario.kind == "offline":
+        regression = low is not None and here.metric_qps < low
+        text = (f"offline: {here.metric_qps:.4g} samples/s here (recorded "
+                f"{', '.join(f'{q:.4g}' for q in recorded)}); {lg}")
+    elif not search:
+        p = probe.run.latency_ms(f"{scenario.percentile:.2f}") if probe.run else None
+        regression = not probe.met
+        text = (f"{scenario.describe()}: at {rate:.4g} QPS (the rate recorded) "
+                + (f"p{scenario.percentile:g} {p:.3g} ms, " if p is not None else "")
+                + ("met" if probe.met else "NOT met") + f" here; {lg}")
+    else:
+        regression = low is not None and here.metric_qps < low
+        text = (f"{scenario.describe()}: highest rate met here {here.metric_qps:.4g} QPS "
+                f"(recorded {', '.join(f'{q:.4g}' for q in recorded)}"
+                + (f"; a new repetition expected at {low:.4g} or above" if low else "")
+                + f"): {'regression' if regression else 'holds'}")
+    return Replay(scenario=scenario.describe(), recorded_qps=recorded, here=here,
+                  predict_low=low, regression=regression, text=text)
+
+
+def recorded(bundle: Any) -> ScenarioDecision | None:
+    """A bundle's scenario decision (None when it has none), validated."""
+    from dossier.scenarios.evidence import DECISION, read_decision
+
+    if DECISION not in bundle.manifest.table():
+        return None
+    return read_decision(bundle.file(DECISION))
+
+
+def smoke(source: str | Path, **verify: Any) -> Replay:
+    """``dossier run --scenario``: the bundle at ``source`` verified (``verify``: the keyword
+    arguments of :func:`dossier.serve.opened`), and one LoadGen run of its recorded scenario
+    at its recorded rate. InputError (exit 3) for a bundle released without one."""
+    from dossier import serve
+    from dossier.errors import InputError
+
+    options: dict[str, Any] = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v]
+                   if isinstance(v, (list, tuple)) else v)
+               for k, v in verify.items() if v is not None}
+    with serve.opened(source, read_validation=False, **options) as (_, bundle):
+        decision = recorded(bundle)
+    if decision is None:
+        raise InputError(f"{source} was released for single-stream: it records no server or "
+                         "offline scenario to replay", hint="leave out --scenario")
+    return replay(str(source), decision, search=False, verify=options)
+
+
+REBENCH_LIMITS = {"duration_s": 30.0, "run_timeout_s": 120.0, "search_steps": 8, "processes": 1}
+"""What ``verify --rebench`` takes at most of a recorded scenario's settings (an unsigned
+bundle's decision is anyone's)."""
+
+
+def rebench_scenario(bundle: Any) -> Replay | None:
+    """``verify --rebench`` of a bundle released under a server or offline scenario: the
+    bounded search again here, judged against the recorded repetitions (None for a
+    single-stream bundle). Its settings are clamped to :data:`REBENCH_LIMITS`."""
+    decision = recorded(bundle)
+    if decision is None:
+        return None
+    s = decision.scenario
+    clamped = s.model_copy(update={k: min(getattr(s, k), type(getattr(s, k))(v))
+                                   for k, v in REBENCH_LIMITS.items()})
+    return replay(str(bundle.path), decision.model_copy(update={"scenario": clamped}),
+                  search=True, verify={"on_suboptimal": "ignore"})
