@@ -99,7 +99,7 @@ def run(
         if not c.passed:
             raise typer.Exit(int(ExitCode.INVALID))
     if scenario:  # dossier.scenarios.replay: LoadGen at the recorded rate
-        from dossier.scenarios.replay import smoke
+        from dossier.scenarios.smoke import smoke
 
         replayed = smoke(path, require_signature=require_signature, trusted_key=trusted_keys,
                          signature=signature, policy=policy, host=host, insecure=insecure,

@@ -9,9 +9,8 @@ import pytest
 
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
-from dossier.scenarios.decide import AA, decide, judge
-from dossier.scenarios.driver import RunSettings
-from dossier.scenarios.search import Probe, ScenarioResult
+from dossier.scenarios.decide import decide, judge
+from dossier.scenarios.models import AA, Probe, RunSettings, ScenarioResult
 
 SERVER = ScenarioSection(kind="server", latency_ms=5, processes=5)
 RULE = {"min_effect": 0.05, "alpha": 0.05, "confidence": 0.95}

@@ -159,3 +159,28 @@ def test_a_crafted_scenario_decision_is_refused(tmp_path: Path, text: bytes, sai
     path.write_bytes(b" " * ((16 << 20) + 1))
     with pytest.raises(BundleError):
         read_decision(path)
+
+
+def test_explain_draws_the_curve_with_the_bound_and_the_shipped_point(
+        released: tuple[Path, Path]) -> None:
+    _, bundle = released
+    res = h.cli("explain", str(bundle))
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert "Under the scenario (server: p50 <= 2000 ms)" in out
+    assert "p50 latency (ms, log scale) against QPS completed; bound 2000 ms at p50 (-)" in out
+    assert "(single-stream choice)" in out and "(ships)" in out
+    assert ("the single-stream choice ships" in out) or ("the single-stream choice lost" in out)
+    data = json.loads(h.cli("explain", str(bundle), "--json").stdout)
+    assert data["scenario"]["bound_ms"] == 2000 and data["scenario"]["points"]
+    assert {p["config"] for p in data["scenario"]["points"]} <= set(data["scenario"]["metric_qps"])
+
+
+def test_the_html_report_has_the_curve(released: tuple[Path, Path], tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="the HTML report needs the [report] extra")
+    _, bundle = released
+    out = tmp_path / "report.html"
+    res = h.cli("explain", str(bundle), "--html", str(out))
+    assert res.exit_code == 0, res.stderr
+    page = out.read_text()
+    assert 'id="plot-scenario"' in page and "Latency against throughput" in page

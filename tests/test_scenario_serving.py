@@ -15,7 +15,7 @@ from dossier.knobs import KnobPhase
 from dossier.routes import Route
 from dossier.scenario import SESSIONS_KNOB, ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
-from dossier.scenarios.driver import RunSettings
+from dossier.scenarios.models import RunSettings
 from dossier.scenarios.pool import load_sessions, sessions_of
 from dossier.scenarios.search import serve_configuration
 

@@ -15,9 +15,9 @@ import pytest
 from dossier.errors import ExitCode, SpecError
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ChildError, RunFailed, ScenarioRequest, measure
-from dossier.scenarios.driver import RunSettings
 from dossier.scenarios.logs import LINES_MAX, LoadGenRun, LogError, parse_detail, read_run
-from dossier.scenarios.search import PROBES, Probe, highest_rate, read_probes, serve_configuration
+from dossier.scenarios.models import Probe, RunSettings
+from dossier.scenarios.search import PROBES, highest_rate, read_probes, serve_configuration
 
 needs_loadgen = pytest.mark.skipif(importlib.util.find_spec("mlperf_loadgen") is None,
                                    reason="mlcommons-loadgen is not installed (the [scenario] "

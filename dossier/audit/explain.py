@@ -42,6 +42,7 @@ from dossier.measure.timing import PROCESS_TEST, TimingSettings
 from dossier.measure.verdict import judge
 from dossier.routes import Route
 from dossier.run_folder import RUNS
+from dossier.scenarios.curve import ScenarioFacts, facts
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
 
@@ -608,6 +609,9 @@ class Explanation(_Model):
     :func:`dossier.audit.trade.informative`)."""
     search_budget: SearchBudget | None = None
     """How a budgeted search (strategy budget or random) spent its budget; None for others."""
+    scenario: ScenarioFacts | None = None
+    """The server or offline scenario's decision: the latency-throughput curve of the
+    configurations measured, the bound, the shipped point (None: released for single-stream)."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -631,12 +635,16 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
     rows = routes.select(["index", *knob_cols]).to_pylist()
     knobs = {r["index"]: {c[len(KNOB_PREFIX):]: r[c] for c in knob_cols if r[c] is not None}
              for r in rows}
-    return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
-                          holdouts=cache.holdouts,
-                          fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
-                          inferences_per_day=inferences_per_day, horizon_days=horizon_days,
-                          hosts=hosts, run_dir=run_dir if run_dir is not None
-                          else run_folder(bundle))
+    e = explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                       holdouts=cache.holdouts,
+                       fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
+                       inferences_per_day=inferences_per_day, horizon_days=horizon_days,
+                       hosts=hosts, run_dir=run_dir if run_dir is not None
+                       else run_folder(bundle))
+    from dossier.scenarios.evidence import recorded  # a server or offline release's curve
+
+    scenario = recorded(bundle)
+    return e if scenario is None else e.model_copy(update={"scenario": facts(scenario)})
 
 
 def run_folder(bundle: Bundle) -> Path | None:

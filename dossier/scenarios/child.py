@@ -1,4 +1,5 @@
-"""A LoadGen run in a process of its own: ``python -m dossier.scenarios.child REQUEST.json``.
+"""A LoadGen run in a process of its own (``python -m dossier.scenarios.worker REQUEST.json``),
+started and bounded from here.
 
 The parent (:func:`measure`) writes a :class:`ScenarioRequest`, starts the child in its own
 process group and waits at most the request's time limit: a run that stalls (an engine that
@@ -14,18 +15,16 @@ production way, N times for N sessions:
 
 It times single inferences first (the median of a few back to back, session 0: the scenario's
 floor, see :func:`dossier.scenario.check_bound`), then runs LoadGen
-(:func:`dossier.scenarios.driver.run`) and writes ``child.json`` beside LoadGen's logs.
+(:func:`dossier.scenarios.driver.run`) and writes ``child.json`` beside LoadGen's logs. The
+process's side is :mod:`dossier.scenarios.worker`; this module imports no engine runtime.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dossier.errors import DossierError, ExitCode
 from dossier.files import read_small
-from dossier.scenarios.driver import Answer, RunSettings
 from dossier.scenarios.logs import LoadGenRun, read_run
+from dossier.scenarios.models import RunSettings
 
 RESULT = "child.json"
 """What the child writes beside LoadGen's logs: its single-inference time, or its error."""
@@ -97,75 +96,6 @@ class ChildResult(BaseModel):
     """The failure's exit code (that of the DossierError)."""
 
 
-def _synthetic(ms: float) -> Answer:
-    def answer(_: int) -> None:
-        time.sleep(ms / 1000.0)
-    return answer
-
-
-def _sessions(req: ScenarioRequest) -> tuple[list[Answer], int]:
-    """One answering call per session, and how many samples they answer."""
-    if req.source == "synthetic":
-        return [_synthetic(req.sleep_ms) for _ in range(max(1, req.sessions))], 16
-    from dossier.validation import load_validation_set
-
-    if req.source == "bundle":
-        from dossier import serve
-        from dossier.scenarios.pool import sessions_of
-
-        with serve.opened(req.path, **req.verify) as (engine, bundle):
-            feeds = [p.inputs for p in load_validation_set(bundle.folder("validation")).pairs]
-            count = req.sessions or sessions_of(bundle.manifest.engines.shipped.route)
-        # each further session is one more dossier.load, as a serving process makes them
-        engines = [engine] + [serve.load(req.path, **req.verify) for _ in range(count - 1)]
-        calls: list[Callable[[dict[str, Any]], object]] = list(engines)
-    else:
-        from dossier.backends import get_backend
-        from dossier.routes import Route
-
-        backend = get_backend(req.backend)
-        route = Route.parse(req.route)
-        runners = [backend.load(Path(req.path), route) for _ in range(max(1, req.sessions))]
-        calls = [r.run for r in runners]
-        feeds = [p.inputs for p in load_validation_set(Path(req.validation)).pairs]
-
-    def bind(call: Callable[[dict[str, Any]], object]) -> Answer:
-        return lambda i: call(feeds[i % len(feeds)])
-    return [bind(c) for c in calls], len(feeds)
-
-
-def _single_ms(answer: Answer, samples: int) -> float:
-    times = []
-    for i in range(SINGLE_CALLS):
-        start = time.perf_counter_ns()
-        answer(i % samples)
-        times.append((time.perf_counter_ns() - start) / 1e6)
-    return statistics.median(times)
-
-
-def main(argv: list[str]) -> int:
-    """The child's work; its result in ``child.json`` beside the request."""
-    from dossier.scenarios import driver
-
-    folder = Path(argv[0]).parent
-    try:
-        req = ScenarioRequest.model_validate_json(read_small(argv[0], 1 << 20))
-        answers, samples = _sessions(req)
-        for answer in answers:
-            for i in range(WARMUP_CALLS):
-                answer(i % samples)
-        single = _single_ms(answers[0], samples)
-        driver.run(answers, samples, req.settings, folder / "loadgen")
-        out = ChildResult(single_ms=single)
-    except DossierError as exc:
-        out = ChildResult(error=str(exc)[:2000], exit_code=int(exc.exit_code))
-    except Exception as exc:  # an engine's own error while warming up or timing
-        out = ChildResult(error=f"{type(exc).__name__}: {str(exc).strip()[:1900]}",
-                          exit_code=int(ExitCode.INVALID))
-    (folder / RESULT).write_text(out.model_dump_json())
-    return 0 if out.error is None else 1
-
-
 def measure(req: ScenarioRequest, work: Path, *, timeout_s: float) -> tuple[LoadGenRun, float]:
     """Run ``req`` in a child process in ``work`` (an empty folder); LoadGen's run and the
     single-inference time (ms). RunFailed when it overruns ``timeout_s`` (the child and its
@@ -176,7 +106,7 @@ def measure(req: ScenarioRequest, work: Path, *, timeout_s: float) -> tuple[Load
     (work / RESULT).unlink(missing_ok=True)  # a killed earlier attempt's, never read as this one's
     request.write_text(req.model_dump_json())
     with open(work / "child.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dossier.scenarios.child", str(request)],
+        proc = subprocess.Popen([sys.executable, "-m", "dossier.scenarios.worker", str(request)],
                                 stdout=log, stderr=log, start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
@@ -199,7 +129,3 @@ def measure(req: ScenarioRequest, work: Path, *, timeout_s: float) -> tuple[Load
             else ExitCode.INVALID
         raise error
     return read_run(work / "loadgen"), float(out.single_ms or 0.0)
-
-
-if __name__ == "__main__":  # pragma: no cover - run as a process by measure()
-    sys.exit(main(sys.argv[1:]))

@@ -26,85 +26,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from dossier.measure.timing import process_stats
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
-from dossier.scenarios.search import ScenarioResult, serve_configuration
-
-AA = "baseline (A/A)"
-"""The name of the baseline's second measurement in each repetition."""
+from dossier.scenarios.models import AA, Reading, ScenarioDecision, ScenarioResult, Verdict
+from dossier.scenarios.search import serve_configuration
 
 Measure = Callable[[str, ScenarioRequest, Path, float | None], ScenarioResult]
 """How one configuration's metric is measured: (name, request, work folder, rate to start
 from) -> result."""
-
-
-class Reading(BaseModel):
-    """A configuration's metric in each repetition."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    """The configuration's name."""
-    route: str = ""
-    """Its route (sessions and threads included)."""
-    metric_qps: list[float]
-    """The metric per repetition (server: highest rate meeting the bound; 0: none met)."""
-    results: list[ScenarioResult] = Field(default_factory=list, repr=False)
-    """The search of each repetition, its LoadGen runs included."""
-
-
-class Verdict(BaseModel):
-    """A candidate against the baseline (or the A/A against the baseline)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    """The candidate."""
-    ratio: float | None
-    """Geometric mean of its metric over the A/A copy's, per repetition (None: not enough
-    repetitions where both met a rate)."""
-    low: float | None
-    """Lower end of the ratio's interval."""
-    high: float | None
-    """Upper end."""
-    p_value: float | None
-    """One-sided (candidate) or two-sided (the A/A) p-value."""
-    level: float | None = None
-    """The level it was judged at (Holm's step-down); None for the A/A."""
-    confirmed: bool = False
-    """Faster than the minimum effect at its level."""
-    reason: str = ""
-    """Why it was not judged, when it was not."""
-
-
-class ScenarioDecision(BaseModel):
-    """What the scenario decided."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scenario: ScenarioSection
-    """The scenario."""
-    baseline: str
-    """The configuration every candidate is compared with."""
-    shipped: str
-    """The configuration that ships."""
-    repetitions: int
-    """Repetitions measured."""
-    readings: list[Reading]
-    """Every configuration's metric per repetition (the A/A copy included)."""
-    verdicts: list[Verdict]
-    """Each candidate, then the A/A."""
-    min_effect: float
-    """The minimum effect a candidate must clear."""
-    alpha: float
-    """The family's false-positive rate (split by Holm's step-down)."""
-
-    def reading(self, name: str) -> Reading:
-        """The reading of configuration ``name``."""
-        return next(r for r in self.readings if r.name == name)
 
 
 def _logs(mine: Sequence[float], theirs: Sequence[float]) -> list[float]:
@@ -151,11 +81,12 @@ def judge(scenario: ScenarioSection, baseline: str, readings: Mapping[str, Seque
 def decide(scenario: ScenarioSection, baseline: tuple[str, ScenarioRequest],
            candidates: Sequence[tuple[str, ScenarioRequest]], work: Path, *,
            min_effect: float, alpha: float, confidence: float, aa: bool = True,
-           measure: Measure | None = None,
+           start_qps: float | None = None, measure: Measure | None = None,
            progress: Callable[[str], None] | None = None) -> ScenarioDecision:
     """Measure the baseline (twice with ``aa``) and every candidate in ``scenario.processes``
     repetitions, order rotated, and decide (:func:`judge`). Each search starts from the rate
-    the configuration met in its previous repetition."""
+    the configuration met in its previous repetition (the baseline's, or ``start_qps``, before
+    it met one)."""
     configs = [(baseline[0], baseline[1])] + ([(AA, baseline[1])] if aa else []) \
         + list(candidates)
     run = measure or _measure(scenario)
@@ -165,7 +96,7 @@ def decide(scenario: ScenarioSection, baseline: tuple[str, ScenarioRequest],
         shift = rep % len(configs)
         for index, (name, req) in enumerate(configs[shift:] + configs[:shift]):
             known = [r for r in (readings[name] or readings[baseline[0]]) if r > 0]
-            start = known[-1] if known else None  # the last rate this one (or the baseline) met
+            start = known[-1] if known else start_qps  # the last rate it (or the baseline) met
             if progress is not None:
                 progress(f"repetition {rep + 1}/{scenario.processes}: {name}")
             res = run(name, req, work / f"rep-{rep:02d}" / f"{(index + shift) % len(configs):02d}",

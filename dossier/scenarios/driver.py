@@ -16,39 +16,14 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from dossier.errors import BackendUnavailableError, EngineFailedError
 from dossier.scenarios.logs import KEPT, LoadGenRun, read_run
+from dossier.scenarios.models import RunSettings
 
 Answer = Callable[[int], object]
 """One session's call: answer the query for sample ``index`` (of the samples in memory)."""
-
-
-class RunSettings(BaseModel):
-    """What one LoadGen run is asked."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["server", "offline", "single-stream"]
-    """LoadGen's Server, Offline or SingleStream scenario."""
-    qps: float = Field(gt=0, le=1e9, allow_inf_nan=False)
-    """server: the target rate; offline: the expected rate (how many queries LoadGen
-    prepares); single-stream: unused but positive."""
-    bound_ns: int = Field(0, ge=0, le=10**15)
-    """server: the latency bound."""
-    percentile: float = Field(99.0, gt=0, lt=100, allow_inf_nan=False)
-    """server: the bound's percentile, in percent."""
-    duration_s: float = Field(gt=0, le=86400, allow_inf_nan=False)
-    """Minimum duration."""
-    min_queries: int = Field(1, ge=1, le=10**9)
-    """Minimum number of queries."""
-    max_duration_s: float = Field(gt=0, le=86400, allow_inf_nan=False)
-    """LoadGen stops issuing queries after this long."""
-    seed: int = Field(0, ge=0, le=2**63 - 1)
-    """LoadGen's schedule seed (the arrival times)."""
 
 
 def loadgen() -> Any:

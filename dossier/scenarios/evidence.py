@@ -16,7 +16,8 @@ from dossier.errors import BundleError
 from dossier.files import read_small
 
 if TYPE_CHECKING:
-    from dossier.scenarios.decide import ScenarioDecision
+    from dossier.bundle.reader import Bundle
+    from dossier.scenarios.models import ScenarioDecision
 
 FOLDER = "scenario"
 """The run folder's (and the bundle's) folder of the scenario's evidence."""
@@ -40,7 +41,7 @@ def read_decision(path: Path) -> ScenarioDecision:
     """A scenario decision file, validated (BundleError, exit 6, for one that is not)."""
     from pydantic import ValidationError
 
-    from dossier.scenarios.decide import ScenarioDecision
+    from dossier.scenarios.models import ScenarioDecision
 
     try:
         data = read_small(path, DECISION_MAX_BYTES, follow=False)
@@ -51,3 +52,10 @@ def read_decision(path: Path) -> ScenarioDecision:
         err = exc.errors()[0]
         raise BundleError(f"{path}: not a scenario decision: "
                           f"{'.'.join(map(str, err['loc']))[:120]}: {err['msg']}") from None
+
+
+def recorded(bundle: Bundle) -> ScenarioDecision | None:
+    """An opened bundle's scenario decision (None: released for single-stream), validated."""
+    if DECISION not in bundle.manifest.table():
+        return None
+    return read_decision(bundle.file(DECISION))

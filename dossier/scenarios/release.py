@@ -31,10 +31,10 @@ from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
-from dossier.scenarios.decide import ScenarioDecision, decide
-from dossier.scenarios.driver import RunSettings
+from dossier.scenarios.decide import decide
 from dossier.scenarios.evidence import FOLDER
 from dossier.scenarios.logs import KEPT
+from dossier.scenarios.models import RunSettings, ScenarioDecision
 from dossier.scenarios.pool import sessions_of
 from dossier.trial import TrialRecord
 

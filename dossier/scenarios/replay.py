@@ -1,5 +1,6 @@
 """The scenario replayed on a bundle: ``dossier run --scenario`` (a smoke test after a rollout:
-one LoadGen run at the rate the release recorded) and ``verify --rebench`` (the bounded search
+one LoadGen run at the rate the release recorded; :mod:`dossier.scenarios.smoke`) and
+``verify --rebench`` (the bounded search
 again, the highest rate met here judged against what the release recorded).
 
 The engine is served the production way: a child process loads the bundle with
@@ -25,9 +26,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from dossier.scenarios.child import ScenarioRequest
-from dossier.scenarios.decide import ScenarioDecision
-from dossier.scenarios.driver import RunSettings
-from dossier.scenarios.search import ScenarioResult, serve_configuration
+from dossier.scenarios.evidence import recorded
+from dossier.scenarios.models import RunSettings, ScenarioDecision, ScenarioResult
+from dossier.scenarios.search import serve_configuration
 
 MOVED = 0.10
 """With a single recorded repetition: a rate met here more than this share below it is a
@@ -106,33 +107,6 @@ def replay(source: str, decision: ScenarioDecision, *, search: bool,
                 + f"): {'regression' if regression else 'holds'}")
     return Replay(scenario=scenario.describe(), recorded_qps=recorded, here=here,
                   predict_low=low, regression=regression, text=text)
-
-
-def recorded(bundle: Any) -> ScenarioDecision | None:
-    """A bundle's scenario decision (None when it has none), validated."""
-    from dossier.scenarios.evidence import DECISION, read_decision
-
-    if DECISION not in bundle.manifest.table():
-        return None
-    return read_decision(bundle.file(DECISION))
-
-
-def smoke(source: str | Path, **verify: Any) -> Replay:
-    """``dossier run --scenario``: the bundle at ``source`` verified (``verify``: the keyword
-    arguments of :func:`dossier.serve.opened`), and one LoadGen run of its recorded scenario
-    at its recorded rate. InputError (exit 3) for a bundle released without one."""
-    from dossier import serve
-    from dossier.errors import InputError
-
-    options: dict[str, Any] = {k: (str(v) if isinstance(v, Path) else [str(x) for x in v]
-                   if isinstance(v, (list, tuple)) else v)
-               for k, v in verify.items() if v is not None}
-    with serve.opened(source, read_validation=False, **options) as (_, bundle):
-        decision = recorded(bundle)
-    if decision is None:
-        raise InputError(f"{source} was released for single-stream: it records no server or "
-                         "offline scenario to replay", hint="leave out --scenario")
-    return replay(str(source), decision, search=False, verify=options)
 
 
 REBENCH_LIMITS = {"duration_s": 30.0, "run_timeout_s": 120.0, "search_steps": 8, "processes": 1}

@@ -21,15 +21,13 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from dossier.files import read_small
 from dossier.scenario import ScenarioSection, check_bound
 from dossier.scenarios.child import RunFailed, ScenarioRequest, measure
-from dossier.scenarios.driver import RunSettings
-from dossier.scenarios.logs import LoadGenRun
+from dossier.scenarios.models import Probe, RunSettings, ScenarioResult
 
 RESOLUTION = 1.05
 """The search stops when the lowest rate missed is within 5% of the highest met."""
@@ -37,48 +35,6 @@ PROBES = "probes.jsonl"
 """The record of a configuration's finished LoadGen runs."""
 PROBES_MAX_BYTES = 8 << 20
 """Largest probe record read back."""
-
-
-class Probe(BaseModel):
-    """One LoadGen run of a search: the rate asked, what LoadGen reported, dossier's reading."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    qps: float = Field(gt=0, le=1e9, allow_inf_nan=False)
-    """The rate asked for (server) or expected (offline)."""
-    met: bool
-    """dossier's reading: the bound held at this rate (server), or the run gave a result
-    (offline)."""
-    outcome: Literal["ok", "failed"] = "ok"
-    """failed: the run gave no result (overran its time limit, its process died)."""
-    reason: str = Field("", max_length=500)
-    """Why it failed."""
-    run: LoadGenRun | None = None
-    """LoadGen's own report of the run (None when it failed)."""
-    single_ms: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
-    """The single-inference time the run's process measured before LoadGen started."""
-
-
-class ScenarioResult(BaseModel):
-    """A configuration under a scenario: the metric and the probes it came from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["server", "offline"]
-    """The scenario."""
-    metric_qps: float = Field(ge=0, le=1e12, allow_inf_nan=False)
-    """server: the highest rate met (0: none was); offline: samples completed per second."""
-    lowest_missed_qps: float | None = Field(None, ge=0, le=1e12, allow_inf_nan=False)
-    """server: the lowest rate missed (None: none was; the search ran out of steps first)."""
-    target_met: bool | None = None
-    """server with a target rate: whether the highest rate met reaches it."""
-    probes: list[Probe]
-    """Every LoadGen run, in order."""
-
-    def at_metric(self) -> Probe | None:
-        """The probe the metric comes from."""
-        met = [p for p in self.probes if p.met and p.run is not None]
-        return max(met, key=lambda p: p.qps) if met else None
 
 
 def highest_rate(probe: Callable[[float], Probe], start: float, steps: int,
