@@ -83,3 +83,11 @@ def test_a_bound_below_one_inference_is_refused() -> None:
                                         r"single-inference time here \(2\.5 ms\)"):
         check_bound(server, 2.5)
     check_bound(ScenarioSection(kind="offline"), 1e9)  # no bound to meet
+
+
+def test_the_server_sample_spec_reads_back() -> None:
+    spec = load_spec(h.REPO / "samples" / "tblock-server" / "release.toml")
+    s = spec.scenario
+    assert (s.kind, s.latency_ms, s.percentile) == ("server", 5.0, 99.0)
+    assert "-serving_sessions=[1|2]" in spec.tune.selection
+    assert spec.model_path().name == "model.onnx" and spec.model_path().parent.name == "tblock"
