@@ -5,8 +5,10 @@ session, ONNX Runtime's default threads) and for serving configurations of the s
 decided by :func:`dossier.scenarios.decide.decide` (repetitions as the unit, order rotated, the
 A/A copy of the baseline, the minimum effect, Holm)::
 
-    python bench/scenario.py samples/tblock/release-int8.toml --route "-quantization=dynamic" \\
+    python bench/scenario.py samples/tblock/release-int8.toml --route=-quantization=dynamic \\
         --bound-ms 5 --percentile 99 --out bench/results/scenario-tblock-int8.json
+    python bench/scenario.py samples/tblock/release-int8.toml --route=-quantization=dynamic \\
+        --bound-ms 5 --aa 10 --out bench/results/scenario-aa-tblock-int8.json
 
 The bound is an argument so that it is chosen, and written in the results file, before the
 first LoadGen run. Each LoadGen run lasts ``--duration-s`` (MLPerf's official runs: 600 s;
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="each LoadGen run's minimum query count (a p99 over fewer than 100 is "
                         "the maximum)")
     p.add_argument("--min-effect", type=float, default=0.05)
+    p.add_argument("--aa", type=int, default=0, metavar="N",
+                   help="instead: N decisions of the single-stream winner against an identical "
+                        "copy of itself (how often an A/A ships a difference)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--smoke", action="store_true", help="tiny settings (seconds)")
     args = p.parse_args(argv)
@@ -128,6 +133,24 @@ def main(argv: list[str] | None = None) -> int:
         single = statistics.median(times[10:])
         doc["single_ms_before"] = round(single, 4)
         started = time.monotonic()
+        if args.aa:  # A/A: the candidate is the baseline itself, N decisions
+            decisions = []
+            for n in range(args.aa):
+                one = decide(scenario, (base_name, request(winner, 1)),
+                             [("identical copy", request(winner, 1))],
+                             Path(tmp) / f"aa-{n:02d}", min_effect=args.min_effect, alpha=0.05,
+                             confidence=0.95, start_qps=start_rate(single, 1, os.cpu_count() or 1),
+                             progress=lambda line: print(line, file=sys.stderr, flush=True))
+                decisions.append({"shipped": one.shipped, "readings": {
+                    r.name: r.metric_qps for r in one.readings},
+                    "verdicts": [v.model_dump(mode="json") for v in one.verdicts]})
+                print(f"A/A {n + 1}/{args.aa}: {one.shipped}", file=sys.stderr, flush=True)
+            doc["measure_s"] = round(time.monotonic() - started, 1)
+            doc["aa"] = decisions
+            doc["aa_shipped_a_difference"] = sum(d["shipped"] != base_name for d in decisions)
+            doc["load_after"] = _load()
+            args.out.write_text(json.dumps(doc, indent=2) + "\n")
+            return 0
         out = decide(scenario, (base_name, request(winner, 1)), candidates, Path(tmp) / "runs",
                      min_effect=args.min_effect, alpha=0.05, confidence=0.95,
                      start_qps=start_rate(single, 1, os.cpu_count() or 1),

@@ -7,22 +7,11 @@ from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
+from test_spec import SPEC as BASE  # noqa: E402 - a minimal spec every section can extend
 
 from dossier.errors import ExitCode, SpecError
 from dossier.scenario import ScenarioSection, check_bound
 from dossier.spec import load_spec
-
-BASE = """[release]
-name = "x"
-[model]
-path = "m.onnx"
-[validation]
-path = "v"
-[tune]
-selection = "-a=[x|y]"
-metric = "l2"
-threshold = 0.1
-"""
 
 
 def _spec(tmp_path: Path, scenario: str) -> Path:
