@@ -50,6 +50,18 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _probe(q: Any, percentile: float) -> dict[str, Any]:
+    """One LoadGen run of a search, in a few numbers."""
+    run = q.run
+    return {"qps": round(q.qps, 2), "met": q.met, "outcome": q.outcome,
+            "completed_qps": run.completed_qps if run else None,
+            f"p{percentile:g}_ms": run.latency_ms(f"{percentile:.2f}") if run else None,
+            "late_share": round(run.overlatency_count / run.query_count, 4)
+            if run and run.overlatency_count is not None and run.query_count else None,
+            "queries": run.query_count if run else None,
+            "loadgen_result": run.loadgen_result if run else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("spec", type=Path)
@@ -168,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                    (r.at_metric().run.loadgen_result if r.at_metric() and r.at_metric().run
                     else None) for r in out.reading(name).results],
                "single_ms": [next((q.single_ms for q in r.probes if q.single_ms), None)
-                             for r in out.reading(name).results]}
+                             for r in out.reading(name).results],
+               "probes": [[_probe(q, args.percentile) for q in r.probes]
+                          for r in out.reading(name).results]}
         for name in (base_name, AA, *(n for n, _ in candidates))}
     print(json.dumps({"shipped": out.shipped, **{n: v["qps_per_repetition"]
                                                  for n, v in doc["side_by_side"].items()}},

@@ -184,3 +184,12 @@ def test_the_html_report_has_the_curve(released: tuple[Path, Path], tmp_path: Pa
     assert res.exit_code == 0, res.stderr
     page = out.read_text()
     assert 'id="plot-scenario"' in page and "Latency against throughput" in page
+
+
+def test_verify_rebench_replays_the_scenario(released: tuple[Path, Path]) -> None:
+    _, bundle = released
+    res = h.cli("verify", str(bundle), "--rebench", "--max-s", "120")
+    assert res.exit_code in (0, 10), res.stderr  # 10: a regression here (a busy host)
+    said = res.stdout + res.stderr
+    assert "scenario server: p50 <= 2000 ms: highest rate met here" in said
+    assert ("): holds" in said) != ("regression: scenario" in said)

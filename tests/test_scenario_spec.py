@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import test_bundle_helpers as h
-from test_spec import SPEC as BASE  # noqa: E402 - a minimal spec every section can extend
+from test_spec import SPEC as BASE
 
 from dossier.errors import ExitCode, SpecError
 from dossier.scenario import ScenarioSection, check_bound
