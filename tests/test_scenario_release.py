@@ -193,3 +193,43 @@ def test_verify_rebench_replays_the_scenario(released: tuple[Path, Path]) -> Non
     said = res.stdout + res.stderr
     assert "scenario server: p50 <= 2000 ms: highest rate met here" in said
     assert ("): holds" in said) != ("regression: scenario" in said)
+
+
+def test_a_finished_scenario_stage_is_not_measured_again(released: tuple[Path, Path],
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search resumed after its scenario stage finished (``decision.json`` written; killed
+    before or after the record was appended) appends the scenario's record once, and runs no
+    LoadGen."""
+    import shutil
+
+    from dossier.knobs import KnobDatabase
+    from dossier.scenarios import release
+    from dossier.scenarios.models import AA
+
+    def no_loadgen(*_: object, **__: object) -> None:
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(release, "decide", no_loadgen)
+    run_dir = tmp_path / "run"
+    shutil.copytree(released[0], run_dir)
+    recorded = read_decision(run_dir / DECISION)
+    other = next(r.name for r in recorded.readings if r.name not in (recorded.baseline, AA))
+    verdicts = [v.model_copy(update={"confirmed": True, "ratio": 1.5, "low": 1.2, "high": 1.8,
+                                     "p_value": 0.001, "level": 0.05})
+                if v.name == other else v for v in recorded.verdicts]
+    forged = recorded.model_copy(update={"shipped": other, "verdicts": verdicts})
+    (run_dir / DECISION).write_text(forged.model_dump_json())
+    cache = TuningCache.open(run_dir / "tuning-cache.jsonl")
+    first = next(r for r in cache.records if isinstance(r, DecisionRecord))
+    db = KnobDatabase.model_validate_json((run_dir / "knobs.json").read_bytes())
+    spec = cache.header.spec
+    kept = [r for r in cache.records if isinstance(r, DecisionRecord)]
+    for _ in range(2):
+        now = release.after_search(cache, cache.decision or first, run_dir, db, spec.scenario,
+                                   backend="onnxruntime", timing=spec.timing)
+        assert now.shipped_route == forged.reading(other).route
+        assert "served 1.5x [1.2, 1.8] the QPS of" in now.reason
+    after = [r for r in TuningCache.open(run_dir / "tuning-cache.jsonl").records
+             if isinstance(r, DecisionRecord)]
+    assert len(after) == len(kept) + (kept[-1].shipped_route != now.shipped_route)

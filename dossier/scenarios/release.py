@@ -32,7 +32,7 @@ from dossier.routes import Route
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
 from dossier.scenarios.decide import decide
-from dossier.scenarios.evidence import FOLDER
+from dossier.scenarios.evidence import FOLDER, read_decision
 from dossier.scenarios.logs import KEPT
 from dossier.scenarios.models import RunSettings, ScenarioDecision
 from dossier.scenarios.pool import sessions_of
@@ -74,6 +74,10 @@ def after_search(cache: TuningCache, decision: DecisionRecord, run_dir: Path, db
     another configuration). Nothing is done for single-stream."""
     if not scenario.loadgen:
         return decision
+    folder = run_dir / FOLDER
+    if (folder / "decision.json").is_file():  # finished before a kill: not measured again
+        out = read_decision(folder / "decision.json")
+        return _record(cache, decision, out, scenario, timing)
     trials = {t.index: t for t in cache.trials}
     shipped = trials[decision.shipped_index]
     variants = serving_variants(cache, shipped, db)
@@ -86,20 +90,31 @@ def after_search(cache: TuningCache, decision: DecisionRecord, run_dir: Path, db
                                settings=RunSettings(kind="server", qps=1, duration_s=1,
                                                     max_duration_s=1))
 
-    folder = run_dir / FOLDER
     out = decide(scenario, (_name(shipped), request(shipped)),
                  [(_name(t), request(t)) for t in variants], folder / "runs",
                  min_effect=timing.min_effect, alpha=timing.alpha,
                  confidence=timing.confidence,
                  aa=len(variants) > 0 and scenario.processes >= 2, progress=progress)
-    _keep(out, folder)
+    _keep(out, folder)  # before the record: a kill between them leaves it to be appended
+    return _record(cache, decision, out, scenario, timing)
+
+
+def _record(cache: TuningCache, decision: DecisionRecord, out: ScenarioDecision,
+            scenario: ScenarioSection, timing: TimingSettings) -> DecisionRecord:
+    """The decision that stands after ``out``: ``decision`` when the single-stream choice ships
+    or the cache names the scenario's choice already, else a new record appended."""
     if out.shipped == out.baseline:
         return decision
-    chosen = next(t for t in variants if _name(t) == out.shipped)
+    route = out.reading(out.shipped).route
+    if decision.shipped_route == route:  # appended before (a resumed search)
+        return decision
+    base = next(t for t in cache.trials if t.index == decision.shipped_index)
+    chosen = next(t for t in cache.trials if t.route == route and t.admissible
+                  and t.engine_digest == base.engine_digest)
     verdict = next(v for v in out.verdicts if v.name == out.shipped)
     reason = (f"{decision.reason}; under the {scenario.describe()} scenario, {chosen.route} "
               f"served {verdict.ratio:.3g}x [{verdict.low:.3g}, {verdict.high:.3g}] the QPS of "
-              f"{shipped.route or 'the default route'} (same engine; LoadGen, "
+              f"{base.route or 'the default route'} (same engine; LoadGen, "
               f"{out.repetitions} repetitions): it ships")
     record = decision.model_copy(update={
         "shipped_route": chosen.route, "shipped_index": chosen.index, "reason": reason,

@@ -124,5 +124,5 @@ def rebench_scenario(bundle: Any) -> Replay | None:
     s = decision.scenario
     clamped = s.model_copy(update={k: min(getattr(s, k), type(getattr(s, k))(v))
                                    for k, v in REBENCH_LIMITS.items()})
-    return replay(str(bundle.path), decision.model_copy(update={"scenario": clamped}),
+    return replay(str(bundle.source), decision.model_copy(update={"scenario": clamped}),
                   search=True, verify={"on_suboptimal": "ignore"})
