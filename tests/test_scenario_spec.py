@@ -77,6 +77,6 @@ def test_a_bound_below_one_inference_is_refused() -> None:
 def test_the_server_sample_spec_reads_back() -> None:
     spec = load_spec(h.REPO / "samples" / "tblock-server" / "release.toml")
     s = spec.scenario
-    assert (s.kind, s.latency_ms, s.percentile) == ("server", 5.0, 99.0)
+    assert (s.kind, s.latency_ms, s.percentile) == ("server", 20.0, 99.0)
     assert "-serving_sessions=[1|2]" in spec.tune.selection
     assert spec.model_path().name == "model.onnx" and spec.model_path().parent.name == "tblock"
