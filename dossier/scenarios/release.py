@@ -21,6 +21,7 @@ its metric, which the bundle carries like every other file (hashed, signed).
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,8 @@ from dossier.scenarios.logs import KEPT
 from dossier.scenarios.models import RunSettings, ScenarioDecision
 from dossier.scenarios.pool import sessions_of
 from dossier.trial import TrialRecord
+
+logger = logging.getLogger(__name__)
 
 CANDIDATES_MAX = 4
 """Serving configurations measured beside the single-stream choice, at most."""
@@ -94,7 +97,8 @@ def after_search(cache: TuningCache, decision: DecisionRecord, run_dir: Path, db
                  [(_name(t), request(t)) for t in variants], folder / "runs",
                  min_effect=timing.min_effect, alpha=timing.alpha,
                  confidence=timing.confidence,
-                 aa=len(variants) > 0 and scenario.processes >= 2, progress=progress)
+                 aa=len(variants) > 0 and scenario.processes >= 2,
+                 progress=progress or (lambda line: logger.info("scenario: %s", line)))
     _keep(out, folder)  # before the record: a kill between them leaves it to be appended
     return _record(cache, decision, out, scenario, timing)
 
