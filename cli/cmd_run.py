@@ -42,7 +42,7 @@ def run(
                                   "HTTP, allowed only for a loopback registry."),
     as_json: bool = typer.Option(False, "--json", help="The result as JSON on stdout."),
     scenario: bool = typer.Option(False, "--scenario", help="Then replay the release's server or "
-                                  "offline scenario: one LoadGen run at the rate it recorded, "
+                                  "offline scenario: one LoadGen run at the lowest rate it met, "
                                   "served from the sessions it shipped with (exit 11 when the "
                                   "bound is not met here; needs the [scenario] extra)."),
 ) -> None:
