@@ -9,6 +9,9 @@ A/A copy of the baseline, the minimum effect, Holm)::
         --bound-ms 5 --percentile 99 --out bench/results/scenario-tblock-int8.json
     python bench/scenario.py samples/tblock/release-int8.toml --route=-quantization=dynamic \\
         --bound-ms 5 --aa 10 --out bench/results/scenario-aa-tblock-int8.json
+    python bench/scenario.py bench/work/encoder --make-encoder      # needs torch
+    python bench/scenario.py bench/work/encoder/release.toml --route=-quantization=dynamic \\
+        --bound-ms 500 --out bench/results/scenario-encoder-int8.json
 
 The bound is an argument so that it is chosen, and written in the results file, before the
 first LoadGen run. Each LoadGen run lasts ``--duration-s`` (MLPerf's official runs: 600 s;
@@ -62,11 +65,67 @@ def _probe(q: Any, percentile: float) -> dict[str, Any]:
             "loadgen_result": run.loadgen_result if run else None}
 
 
+ENCODER_SPEC = """[release]
+name = "encoder-int8"
+description = "A BERT-base-sized encoder (12 layers, hidden 768, 12 heads, feed-forward 3072)"
+[model]
+path = "model.onnx"
+[validation]
+path = "validation"
+[tune]
+selection = "-quantization=[none|dynamic]"
+metric = "cos"
+threshold = 1e-2
+"""
+
+
+def make_encoder(folder: Path, pairs: int = 4, seq: int = 128) -> Path:
+    """A BERT-base-sized encoder without its embedding layer (torch's TransformerEncoder: 12
+    post-norm layers, hidden 768, 12 heads, feed-forward 3072, GELU; random init, seed 0) as
+    ``folder/model.onnx`` taking ``x[1, seq, 768]``, with a validation set whose references are
+    the torch model's in float64, and a release spec. Needs torch."""
+    import numpy as np
+    import torch
+
+    from dossier.tensors import write_tensors
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, activation="gelu",
+                                             batch_first=True)
+    net = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+    for param in net.parameters():  # the 12 layers are copies of one: each its own weights
+        if param.dim() > 1:
+            torch.nn.init.xavier_uniform_(param)
+        else:
+            torch.nn.init.normal_(param, std=0.02)
+    folder.mkdir(parents=True, exist_ok=True)
+    x = torch.randn(1, seq, 768)
+    torch.onnx.export(net, (x,), str(folder / "model.onnx"), input_names=["x"],
+                      output_names=["y"], opset_version=17, dynamo=False)
+    double = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
+    double.load_state_dict(net.state_dict())
+    double = double.double()
+    rng = np.random.default_rng(0)
+    for i in range(pairs):
+        feed = rng.standard_normal((1, seq, 768)).astype(np.float32)
+        with torch.no_grad():
+            ref = double(torch.from_numpy(feed).double()).float().numpy()
+        pair = folder / "validation" / f"pair-{i:03d}"
+        pair.mkdir(parents=True, exist_ok=True)
+        write_tensors(pair / "inputs.arrow", {"x": feed})
+        write_tensors(pair / "references.arrow", {"y": ref})
+    (folder / "release.toml").write_text(ENCODER_SPEC)
+    return folder / "release.toml"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("spec", type=Path)
+    p.add_argument("spec", type=Path, help="a release spec, or with --make-encoder the folder "
+                   "to write the encoder's model, validation set and spec into")
+    p.add_argument("--make-encoder", action="store_true",
+                   help="write a BERT-base-sized encoder to SPEC (a folder) and stop")
     p.add_argument("--route", default="", help="the single-stream winner's route")
-    p.add_argument("--bound-ms", type=float, required=True)
+    p.add_argument("--bound-ms", type=float)
     p.add_argument("--percentile", type=float, default=99.0)
     p.add_argument("--duration-s", type=float, default=3.0)
     p.add_argument("--repetitions", type=int, default=3)
@@ -75,12 +134,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="each LoadGen run's minimum query count (a p99 over fewer than 100 is "
                         "the maximum)")
     p.add_argument("--min-effect", type=float, default=0.05)
+    p.add_argument("--configs", default="", metavar="SxT,...",
+                   help="serving configurations to try (sessions x threads each), e.g. 2x1; "
+                        "default 2x1,1x1,2x2")
     p.add_argument("--aa", type=int, default=0, metavar="N",
                    help="instead: N decisions of the single-stream winner against an identical "
                         "copy of itself (how often an A/A ships a difference)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
     p.add_argument("--smoke", action="store_true", help="tiny settings (seconds)")
     args = p.parse_args(argv)
+    if args.make_encoder:
+        print(make_encoder(args.spec))
+        return 0
+    if args.bound_ms is None or args.out is None:
+        p.error("--bound-ms and --out are required (the bound before any run)")
 
     from dossier.backends import get_backend
     from dossier.fingerprint import matrix_units
@@ -129,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
 
         base_name = "single-stream winner (1 session, default threads)"
         candidates = []
-        for sessions, threads in CONFIGS:
+        configs = [tuple(int(n) for n in c.split("x")) for c in args.configs.split(",")] \
+            if args.configs else CONFIGS
+        for sessions, threads in configs:
             route = Route.of({**winner.as_dict(), SESSIONS_KNOB: str(sessions),
                               "intra_op_num_threads": str(threads)})
             candidates.append((f"{sessions} sessions x {threads} threads", request(route,
