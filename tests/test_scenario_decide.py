@@ -43,7 +43,7 @@ def test_noise_as_wide_as_the_aa_does_not_ship() -> None:
 def test_holm_judges_the_smallest_p_at_alpha_over_m_and_stops_at_the_first_failure() -> None:
     shipped, verdicts = judge(SERVER, "base", {
         "base": [100] * 5, AA: [100, 101, 99, 100, 100],
-        "strong": [200, 201, 199, 200, 202], "weak": [107, 112, 104, 109, 106],
+        "strong": [200, 216, 189, 207, 223], "weak": [107, 112, 104, 109, 106],
         "none": [100, 99, 101, 100, 100]}, **RULE)
     by = {v.name: v for v in verdicts}
     assert by["strong"].confirmed and by["strong"].level == pytest.approx(0.05 / 3)
@@ -72,7 +72,7 @@ def test_decide_rotates_the_order_and_starts_each_search_where_it_met_last(tmp_p
                 ) -> ScenarioResult:
         calls.append((name, start, work.name))
         k = len(calls)
-        value = qps[name] * (1 + 0.01 * (k % 3))
+        value = qps[name] * (1 + 0.04 * (k % 3))  # spread beyond the search's resolution
         return ScenarioResult(kind="server", metric_qps=value,
                               probes=[Probe(qps=value, met=True)])
 
@@ -85,3 +85,15 @@ def test_decide_rotates_the_order_and_starts_each_search_where_it_met_last(tmp_p
     assert calls[2][1] == out.reading("base").metric_qps[0]  # none of its own yet
     assert calls[4][1] == out.reading("c").metric_qps[0]
     assert out.shipped == "c" and out.reading("c").route == "-a=2" and out.repetitions == 3
+
+
+def test_equal_ratios_from_the_rate_grid_are_not_read_as_certain() -> None:
+    # the search's rates lie on a grid: an identical copy met 451 where the A/A copy met 282,
+    # in each of three repetitions (an A/A on the busy host, 2026-12-06): 1.6x every time
+    readings = {"base": [451, 226, 451], AA: [282, 282, 247], "copy": [451, 451, 395]}
+    shipped, (copy, _) = judge(SERVER, "base", readings, **RULE)
+    assert copy.ratio == pytest.approx(1.6, rel=1e-3)
+    assert copy.p_value == 0.125 and not copy.confirmed and shipped == "base"  # 0.5 ** 3
+    five = {"base": [100] * 5, AA: [100] * 5, "copy": [160] * 5}
+    assert judge(SERVER, "base", five, **RULE)[1][0].p_value == 0.5 ** 5  # can still ship
+    assert judge(SERVER, "base", five, **RULE)[0] == "copy"
