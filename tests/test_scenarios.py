@@ -188,3 +188,25 @@ def test_a_bound_below_one_inference_stops_with_exit_3(tmp_path: Path) -> None:
     scenario = ScenarioSection(kind="server", latency_ms=0.001, duration_s=0.3, min_queries=5)
     with pytest.raises(SpecError, match="below the engine's single-inference time"):
         serve_configuration(_synthetic(5), scenario, tmp_path, start_qps=5)
+
+
+def test_a_short_runs_completion_rate_is_read_with_its_noise() -> None:
+    # 17 queries at 1 QPS, none late, completions at 0.85 of the schedule: noise at that count
+    short = parse_detail(_detail(result_query_count=17, result_overlatency_query_count=0,
+                                 result_scheduled_samples_per_sec=1.0,
+                                 result_completed_samples_per_sec=0.85))
+    assert short.meets(5_000_000, 99.0)
+    long = parse_detail(_detail(result_query_count=5000, result_overlatency_query_count=0,
+                                result_scheduled_samples_per_sec=1.0,
+                                result_completed_samples_per_sec=0.85))
+    assert not long.meets(5_000_000, 99.0)  # a backlog over 5000 queries is one
+
+
+def test_loadgen_may_run_long_enough_for_the_minimum_queries_at_a_low_rate() -> None:
+    from dossier.scenarios.search import _max_duration
+
+    s = ScenarioSection(kind="server", latency_ms=5, duration_s=3, min_queries=60,
+                        run_timeout_s=120)
+    assert _max_duration(s, 1000.0) == 9.0  # the duration's margin
+    assert _max_duration(s, 1.0) == 90.0  # 1.5 x the 60 s 60 queries take
+    assert _max_duration(s, 0.1) == 96.0  # within 0.8 of the run's time limit

@@ -106,8 +106,7 @@ def serve_configuration(source: ScenarioRequest, scenario: ScenarioSection, work
         return RunSettings(kind=scenario.kind, qps=qps, bound_ns=scenario.bound_ns,
                            percentile=scenario.percentile, duration_s=scenario.duration_s,
                            min_queries=scenario.min_queries,
-                           max_duration_s=max(scenario.duration_s * 3,
-                                              scenario.duration_s + 5), seed=seed)
+                           max_duration_s=_max_duration(scenario, qps), seed=seed)
 
     def probe(qps: float) -> Probe:
         req = source.model_copy(update={"settings": settings(qps)})
@@ -136,6 +135,15 @@ def serve_configuration(source: ScenarioRequest, scenario: ScenarioSection, work
     return ScenarioResult(kind="server", metric_qps=met, lowest_missed_qps=missed, probes=probes,
                           target_met=None if scenario.target_qps is None
                           else met >= scenario.target_qps)
+
+
+def _max_duration(scenario: ScenarioSection, qps: float) -> float:
+    """How long LoadGen may issue queries: long enough for the minimum duration and, at a low
+    rate, for the minimum query count (1.5 times the time it takes), within most of the run's
+    time limit."""
+    wanted = max(scenario.duration_s * 3, scenario.duration_s + 5,
+                 1.5 * scenario.min_queries / qps)
+    return max(scenario.duration_s, min(wanted, 0.8 * scenario.run_timeout_s))
 
 
 def start_rate(single_ms: float, sessions: int, cores: int) -> float:
