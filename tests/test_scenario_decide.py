@@ -42,13 +42,15 @@ def test_noise_as_wide_as_the_aa_does_not_ship() -> None:
 
 def test_holm_judges_the_smallest_p_at_alpha_over_m_and_stops_at_the_first_failure() -> None:
     shipped, verdicts = judge(SERVER, "base", {
-        "base": [100] * 5, AA: [100, 101, 99, 100, 100],
-        "strong": [200, 216, 189, 207, 223], "weak": [107, 112, 104, 109, 106],
-        "none": [100, 99, 101, 100, 100]}, **RULE)
+        "base": [100] * 7, AA: [100, 101, 99, 100, 100, 102, 98],
+        "strong": [200, 216, 189, 207, 223, 199, 210], "weak": [107, 112, 104, 109, 106, 99, 107],
+        "none": [100, 99, 101, 100, 100, 100, 101]}, **RULE)
     by = {v.name: v for v in verdicts}
     assert by["strong"].confirmed and by["strong"].level == pytest.approx(0.05 / 3)
+    assert by["strong"].p_value == 0.5 ** 7  # the sign test: every repetition above 1.05x
     assert shipped == "strong"
-    assert by["none"].level == pytest.approx(0.05) and not by["none"].confirmed
+    assert not by["none"].confirmed and not by["weak"].confirmed  # one below 1.05x: p = 1
+    assert sorted([by["none"].level, by["weak"].level]) == pytest.approx([0.025, 0.05])
 
 
 def test_repetitions_where_nothing_met_are_not_read_as_ratios() -> None:
@@ -76,20 +78,21 @@ def test_decide_rotates_the_order_and_starts_each_search_where_it_met_last(tmp_p
         return ScenarioResult(kind="server", metric_qps=value,
                               probes=[Probe(qps=value, met=True)])
 
-    out = decide(SERVER.model_copy(update={"processes": 3}), ("base", _req("-a=1")),
+    out = decide(SERVER.model_copy(update={"processes": 6}), ("base", _req("-a=1")),
                  [("c", _req("-a=2"))], tmp_path, measure=measure, **RULE)
     names = [c[0] for c in calls]
-    assert names == ["base", AA, "c", AA, "c", "base", "c", "base", AA]
+    assert names == ["base", AA, "c", AA, "c", "base", "c", "base", AA] * 2
     assert {c[2] for c in calls if c[0] == "c"} == {"02"}  # one folder per configuration
     assert calls[0][1] is None and calls[1][1] == out.reading("base").metric_qps[0]
     assert calls[2][1] == out.reading("base").metric_qps[0]  # none of its own yet
     assert calls[4][1] == out.reading("c").metric_qps[0]
-    assert out.shipped == "c" and out.reading("c").route == "-a=2" and out.repetitions == 3
+    assert out.shipped == "c" and out.reading("c").route == "-a=2" and out.repetitions == 6
 
 
 def test_equal_ratios_from_the_rate_grid_are_not_read_as_certain() -> None:
     # the search's rates lie on a grid: an identical copy met 451 where the A/A copy met 282,
-    # in each of three repetitions (an A/A on the busy host, 2026-12-06): 1.6x every time
+    # in each of three repetitions (an A/A on the busy host, 2026-12-06): 1.6x every time,
+    # which Student's t alone read as p = 1e-9
     readings = {"base": [451, 226, 451], AA: [282, 282, 247], "copy": [451, 451, 395]}
     shipped, (copy, _) = judge(SERVER, "base", readings, **RULE)
     assert copy.ratio == pytest.approx(1.6, rel=1e-3)
@@ -97,3 +100,10 @@ def test_equal_ratios_from_the_rate_grid_are_not_read_as_certain() -> None:
     five = {"base": [100] * 5, AA: [100] * 5, "copy": [160] * 5}
     assert judge(SERVER, "base", five, **RULE)[1][0].p_value == 0.5 ** 5  # can still ship
     assert judge(SERVER, "base", five, **RULE)[0] == "copy"
+
+
+def test_one_repetition_below_the_minimum_effect_stops_a_candidate() -> None:
+    # heavy-tailed: four large gains and one loss; the t-test alone would ship it
+    readings = {"base": [100] * 5, AA: [100] * 5, "c": [300, 320, 310, 290, 99]}
+    shipped, (c, _) = judge(SERVER, "base", readings, **RULE)
+    assert shipped == "base" and c.p_value == 1.0 and c.ratio > 2

@@ -41,7 +41,7 @@ from dossier.trial import TrialRecord
 
 logger = logging.getLogger(__name__)
 
-CANDIDATES_MAX = 4
+CANDIDATES_MAX = 2
 """Serving configurations measured beside the single-stream choice, at most."""
 
 
