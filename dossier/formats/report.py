@@ -39,6 +39,7 @@ from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
 from dossier.formats import figures as figures_text
 from dossier.measure.figure import speedup_text
+from dossier.scenarios.curve import figure as scenario_figure
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -124,6 +125,9 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
          "admissible trials (screening readings). [contention]: a knob whose effect depends "
          "on what else runs on the host."),
     ]
+    if e.scenario is not None:  # dossier.scenarios.curve: Model Analyzer's chart
+        figures.append((f"Latency against throughput ({e.scenario.scenario})", "plot-scenario",
+                        scenario_figure(go, e.scenario), e.scenario.why))
     plots = []
     for title, div_id, fig, caption in figures:
         body = None

@@ -376,6 +376,13 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
                       f", recorded {speedup_text(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
     reason = ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
               else f"{verdict}; {latency}; no regression")
+    from dossier.scenarios.replay import rebench_scenario  # a server/offline release: LoadGen
+
+    replayed = rebench_scenario(bundle)
+    if replayed is not None:
+        reason = (f"regression: scenario {replayed.text}; {reason.removeprefix('regression: ')}"
+                  if replayed.regression else f"{reason}; scenario {replayed.text}")
+        reasons = reasons or ([replayed.text] if replayed.regression else [])
     return Rebench(shipped=ship_here, baseline=base_here, comparison=comp,
                    recorded_shipped=recorded, predicted_low=p_lo, predicted_high=p_hi,
                    inside=inside, regression=bool(reasons), reason=reason, latency=lat_here,

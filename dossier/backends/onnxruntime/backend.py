@@ -35,6 +35,7 @@ from dossier.errors import SelectionError
 from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
+from dossier.scenario import SESSIONS_KNOB
 
 
 class OnnxRuntimeBackend(Backend):
@@ -156,8 +157,8 @@ class OnnxRuntimeBackend(Backend):
                 if value == "off" and phase is not KnobPhase.LOAD:
                     disabled.append(name[len(OPTIMIZER_PREFIX):])
                 continue
-            if name not in SPEC:  # a knob a subclass adds and handles itself
-                continue
+            if name not in SPEC or name == SESSIONS_KNOB:  # a subclass's own; sessions: how
+                continue  # many sessions serve (dossier.scenarios), not a session option
             _, _, _, knob_phase, key, _, _ = SPEC[name]
             if phase is not None and knob_phase is not phase:
                 continue
@@ -307,7 +308,11 @@ class OnnxRuntimeBackend(Backend):
             if spec is None or spec[3] is not KnobPhase.LOAD or value == db.get(name).default:
                 continue
             key = spec[4]
-            if name == "execution_mode":
+            if name == SESSIONS_KNOB:  # not a session option: how many sessions serve
+                options[key] = value
+                lines.append(f"# serve with {int(value)} sessions in parallel, one per worker "
+                             "thread, each made as below (the server loop is yours)")
+            elif name == "execution_mode":
                 mode = "ORT_PARALLEL" if value == "parallel" else "ORT_SEQUENTIAL"
                 options[key] = mode
                 lines.append(f"so.execution_mode = ort.ExecutionMode.{mode}")
@@ -333,7 +338,10 @@ class OnnxRuntimeBackend(Backend):
             call=call,
             options=options,
             note="ONNX Runtime's defaults apart from these options; one session per process, as "
-                 "timed (session.force_spinning_stop is not set)",
+                 "timed (session.force_spinning_stop is not set)" if SESSIONS_KNOB not in options
+            else f"ONNX Runtime's defaults apart from these options; {options[SESSIONS_KNOB]} "
+                 "sessions in parallel, as the scenario measured them "
+                 "(session.force_spinning_stop is not set)",
             snippet="\n".join(lines))
 
     @staticmethod
