@@ -40,6 +40,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "plugins"))  # the test-only faulty backend
+import dossier_test_backends  # noqa: E402
+
+dossier_test_backends.enable()  # registered here and in the trials' processes, never installed
 
 from dossier.errors import DossierError  # noqa: E402
 from dossier.jobs import measuring  # noqa: E402

@@ -98,6 +98,35 @@ def _bias(d: dict[str, Any]) -> str:
             f"{one('kept, no pause')} without it")
 
 
+def _headline(d: dict[str, Any]) -> str:
+    ok = [r for r in d["releases"] if r.get("exit") == 0 and r.get("gain")]
+    heads = [r["speedup"] for r in ok]
+    alone = [r["alone"]["ratio"] for r in ok]
+    w = d["within"]
+    return (f"headline within +-25% of the engines timed alone in {w['hits']} of {w['n']}: "
+            f"headline {min(heads):.2f}-{max(heads):.2f}x, alone {min(alone):.2f}-"
+            f"{max(alone):.2f}x")
+
+
+def _contention(d: dict[str, Any]) -> str:
+    c = d["contention_only_shipped"]
+    held = sum(1 for r in d["releases"] if r.get("conditional_held"))
+    return (f"a contention-only route shipped {c['hits']} of {c['n']}; one was held back as "
+            f"conditional in {held}")
+
+
+def _power(d: dict[str, Any]) -> str:
+    g, a = d["x1.25"]["shipped"], d["aa"]["shipped"]
+    return (f"known 1.25x gain shipped {g['hits']} of {g['n']} (median "
+            f"{d['x1.25']['shipped_speedup']['median']:.3f}x), A/A {a['hits']} of {a['n']}")
+
+
+def _rebench(d: dict[str, Any]) -> str:
+    h, o = d["honest_valid"], d["overstated_flagged"]
+    return (f"honest bundles VALID {h['hits']} of {h['n']}; overstated {d['overstated'][0]['factor']:g}x "
+            f"not VALID {o['hits']} of {o['n']}")
+
+
 AMX = "Intel Xeon with AMX, 2 cores (not recorded in the file)"
 CLAIMS = (
     Claim("results", "BERT-base dynamic int8 against float32 (ONNX Runtime CPU)",
@@ -125,6 +154,13 @@ CLAIMS = (
     Claim("timing", "the prediction interval on the GPU", "h200-calibration.json",
           _h200_prediction, host="NVIDIA H200 (tags g1-g7, bench/results/h200-raw/)",
           command="bench/h200/run.sh (see docs/calibration.md)"),
+    Claim("timing", "the tblock int8 sample's headline under a 2-process background load",
+          "conditions-headline.json", _headline),
+    Claim("timing", "no contention-only route under the default target (tblock float32, "
+          "2-process load)", "conditions-contention.json", _contention),
+    Claim("timing", "decision power under a 2-process load", "conditions-power.json", _power),
+    Claim("timing", "verify --rebench under a 2-process load: honest and overstated records",
+          "conditions-rebench.json", _rebench),
     Claim("timing", "order bias of kept ONNX Runtime sessions (tblock A/A)",
           "timing-bias-kept.json", _bias,
           command="python bench/bias_check.py --sample tblock --repeats 4 --rounds 10 --only "
@@ -134,11 +170,14 @@ CLAIMS = (
 
 
 def _host(d: dict[str, Any], claim: Claim) -> str:
-    cpu = d.get("host_cpu")
+    cpu = d.get("host_cpu") or (d["host"].get("cpu") if isinstance(d.get("host"), dict)
+                                else None)
     if isinstance(cpu, dict) and cpu.get("model"):
         units = [f for f in cpu.get("matrix_flags", []) if f.startswith("amx")]
+        cores = d.get("cores") or (d["host"].get("cores") if isinstance(d.get("host"), dict)
+                                   else None)
         return f"{cpu['model']}" + (" with AMX" if units else "") + (
-            f", {d['cores']} cores" if d.get("cores") else "")
+            f", {cores} cores" if cores else "")
     if claim.host:
         return claim.host
     machine = d.get("machine") or d.get("host")

@@ -290,8 +290,8 @@ def _verify(bundle: Path) -> dict[str, Any]:
 
 def rebench(args: argparse.Namespace, doc: dict[str, Any], save: Callable[[], None]) -> None:
     spec = ROOT / "samples/tblock/release-int8.toml"
-    bundles = []
-    for i in range(args.bundles):
+    bundles = sorted(Path(b) for b in args.reuse)
+    for i in range(0 if bundles else args.bundles):
         out = args.work / f"rebench-{i}"
         shutil.rmtree(out, ignore_errors=True)
         with load(args.load):
@@ -329,6 +329,8 @@ def main() -> None:
     ap.add_argument("--alone", type=int, default=6, help="headline: processes per engine")
     ap.add_argument("--runs", type=int, default=300, help="headline: timed runs per process")
     ap.add_argument("--bundles", type=int, default=4, help="rebench: honest bundles released")
+    ap.add_argument("--reuse", nargs="*", default=[], metavar="BUNDLE",
+                    help="rebench: these bundles (released under the load before) instead")
     ap.add_argument("--honest", type=int, default=20)
     ap.add_argument("--overstated", type=int, default=5)
     ap.add_argument("--factor", type=float, default=2.5)

@@ -3,7 +3,7 @@ optimum each reaches at N builds (Kernel Tuner's methodology: strategies cost no
 
 Two sources of routes:
 
-* ``--landscape KNOBS``: the synthetic landscape of :mod:`dossier.backends.landscape.space`
+* ``--landscape KNOBS``: the synthetic landscape of :mod:`dossier_test_backends.landscape.space`
   (interactions, routes that fail to build or break accuracy, a known optimum); each measured
   speedup is the true one times ``exp(N(0, noise))``, drawn once per route and seed.
 * ``--cache RUN/tuning-cache.jsonl``: a recorded ``full`` search (every route measured once, the
@@ -40,9 +40,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "plugins"))  # the test-only landscape, never installed
+
+from dossier_test_backends.landscape.space import (  # noqa: E402
+    Landscape,
+    knob_database,
+    selection_text,
+)
 
 from bench.provenance import provenance  # noqa: E402
-from dossier.backends.landscape.space import Landscape, knob_database, selection_text  # noqa: E402
 from dossier.knobs import KnobDatabase  # noqa: E402
 from dossier.routes import Route, Selection  # noqa: E402
 from dossier.strategies import BudgetStrategy, FastStrategy, MixedStrategy, RandomStrategy  # noqa: E402

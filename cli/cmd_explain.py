@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from dossier.formats import Document, FormatName
+from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME
 from dossier_cli.app import app, handled
 from dossier_cli.render import choose_format, emit, err, escape, format_option, out, output_option
 
@@ -19,7 +20,7 @@ def _heading(text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- explain
-EXPLAIN_READS = ("tuning-cache.jsonl", "routes.parquet", "fingerprint.json")
+EXPLAIN_READS = (CACHE_NAME, "routes.parquet", FINGERPRINT_NAME)
 """The records explain reads beside the manifest (checked against the file table)."""
 
 

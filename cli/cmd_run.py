@@ -41,15 +41,22 @@ def run(
     insecure: bool = typer.Option(False, "--insecure", help="For a registry reference: plain "
                                   "HTTP, allowed only for a loopback registry."),
     as_json: bool = typer.Option(False, "--json", help="The result as JSON on stdout."),
+    scenario: bool = typer.Option(False, "--scenario", help="Then replay the release's server or "
+                                  "offline scenario: one LoadGen run at the lowest rate it met, "
+                                  "served from the sessions it shipped with (exit 11 when the "
+                                  "bound is not met here; needs the [scenario] extra)."),
 ) -> None:
     """Verify a bundle, load its engine as it was timed (dossier.load), run it once.
 
-    Exit codes: 0 ran (and --check passed), 3 unusable inputs (unreadable .npz, names that are
-    not the engine's, --check with inputs of no validation pair), 5 the backend's library is
-    not installed, 6 integrity failure or unreadable bundle, 7 -o exists, 10 SUBOPTIMAL with
-    --refuse-suboptimal, 11 INVALID here, the engine did not load or run, or --check found a
-    loss at or above the threshold, 13 signature missing, untrusted or not matching, 20-22
-    registry errors, 74 no room to extract an archive.
+    Exit codes: 0 ran (and --check passed, and --scenario met its bound), 3 unusable inputs
+    (unreadable .npz, names that are not the engine's, --check with inputs of no validation
+    pair, --scenario on a bundle released for single-stream), 4 --scenario's LoadGen run did
+    not finish in its time limit, 5 the backend's library (or LoadGen, for --scenario) is not
+    installed, 6 integrity failure or unreadable bundle, 7 -o exists, 10 SUBOPTIMAL with
+    --refuse-suboptimal, 11 INVALID here, the engine did not load or run, --check found a
+    loss at or above the threshold, or --scenario's bound was not met at the recorded rate,
+    13 signature missing, untrusted or not matching, 20-22 registry errors, 74 no room to
+    extract an archive.
     """
     from dossier.errors import OutputError
     from dossier.serve import SuboptimalWarning, run_bundle, write_outputs
@@ -90,4 +97,13 @@ def run(
                  + (f"{worst:.3g}" if worst is not None else "NaN/Inf")
                  + f" (threshold {c.threshold:.3g})" + (f": {c.failure}" if c.failure else ""))
         if not c.passed:
+            raise typer.Exit(int(ExitCode.INVALID))
+    if scenario:  # dossier.scenarios.replay: LoadGen at the recorded rate
+        from dossier.scenarios.smoke import smoke
+
+        replayed = smoke(path, require_signature=require_signature, trusted_key=trusted_keys,
+                         signature=signature, policy=policy, host=host, insecure=insecure,
+                         on_suboptimal="ignore")
+        line(("FAIL: " if replayed.regression else "OK: ") + "scenario " + replayed.text)
+        if replayed.regression:
             raise typer.Exit(int(ExitCode.INVALID))

@@ -39,6 +39,10 @@ def verify(
     max_s: float = typer.Option(None, "--max-s", metavar="S", help="With --rebench: about the "
                                 "most seconds its measuring processes take together (default "
                                 "900); the bundle's own timing settings are clamped too."),
+    recheck_max_s: float = typer.Option(None, "--recheck-max-s", metavar="S", help="With "
+                                        "--recheck: the most seconds each re-check process "
+                                        "takes (default 600; the validation set, then the "
+                                        "hold-out set); past it, exit 3."),
     threshold: float = typer.Option(None, metavar="T", help="With --recheck: a threshold "
                                      "at or below the bundle's (stricter), above 0."),
     policy: Path = typer.Option(None, "--policy", metavar="FILE", help="TOML policy file whose [[rule]]s override "
@@ -77,10 +81,11 @@ def verify(
     3. optionally --recheck accuracy and --rebench latency here.
 
     Exit codes: 0 VALID, 10 SUBOPTIMAL, 11 INVALID (or engines that cannot be timed here), 2
-    usage (--threshold without --recheck, --max-s without --rebench, --require-signature
-    without --trusted-key), 3 bad input (a --threshold not above 0 or looser than the
-    bundle's, an unusable --policy or --host-fingerprint file, --recheck of a bundle without a
-    validation set, a --rebench that did not finish within --max-s), 6 integrity failure or
+    usage (--threshold or --recheck-max-s without --recheck, --max-s without --rebench,
+    --require-signature without --trusted-key), 3 bad input (a --threshold not above 0 or
+    looser than the bundle's, an unusable --policy or --host-fingerprint file, --recheck of a
+    bundle without a validation set, a --rebench that did not finish within --max-s or a
+    --recheck within --recheck-max-s), 6 integrity failure or
     unreadable bundle (a validation set that cannot be read), 13 signature
     missing, untrusted, not verifying or not matching, 74 no room in TMPDIR for the files an
     archive's checks need.
@@ -94,6 +99,7 @@ def verify(
                            styled=not integrity_only)  # integrity only: no text report
     threshold = _threshold_option(threshold, recheck)
     rebench_max_s = _max_s_option(max_s, rebench)
+    recheck_s = _max_s_option(recheck_max_s, recheck, "--recheck-max-s", "--recheck")
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
@@ -102,7 +108,8 @@ def verify(
                             threshold=threshold, policy=policy, host=host,
                             trusted_keys=tuple(trusted_keys),
                             require_signature=require_signature, signature=signature,
-                            insecure=insecure, rebench_max_s=rebench_max_s)
+                            insecure=insecure, rebench_max_s=rebench_max_s,
+                            recheck_max_s=recheck_s)
     printed: list[Step] = []
     where = f"the host of {host}" if host else "this host"
 
@@ -156,17 +163,19 @@ def _threshold_option(threshold: float | None, recheck: bool) -> float | None:
     return threshold
 
 
-def _max_s_option(max_s: float | None, rebench: bool) -> float:
-    """--max-s as given: only with --rebench (exit 2), a number of seconds above 0 (exit 3)."""
-    from dossier.verify import REBENCH_MAX_S
+def _max_s_option(max_s: float | None, given: bool, option: str = "--max-s",
+                  bounds: str = "--rebench") -> float:
+    """--max-s (or --recheck-max-s) as given: only with the step it bounds (exit 2), a number
+    of seconds above 0 (exit 3)."""
+    from dossier.verify import REBENCH_MAX_S, RECHECK_MAX_S
 
     if max_s is None:
-        return REBENCH_MAX_S
-    if not rebench:
-        line("error: --max-s bounds --rebench: give --rebench too, or leave --max-s out")
+        return REBENCH_MAX_S if option == "--max-s" else RECHECK_MAX_S
+    if not given:
+        line(f"error: {option} bounds {bounds}: give {bounds} too, or leave {option} out")
         raise typer.Exit(int(ExitCode.USAGE))
     if not math.isfinite(max_s) or max_s <= 0:
-        raise InputError(f"--max-s {max_s}: must be a number of seconds above 0")
+        raise InputError(f"{option} {max_s}: must be a number of seconds above 0")
     return max_s
 
 

@@ -19,6 +19,7 @@ from dossier.build_cache import BuildIdentity, host_identity
 from dossier.fingerprint import Fingerprint, collect
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.routes import Route
+from dossier.run_folder import trial_name
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 
@@ -58,7 +59,7 @@ class BuildPlan:
     def engine_name(self, index: int) -> str:
         """The engine file name of trial ``index`` (some compilers write the name into the
         engine, so a build job for that trial uses it too)."""
-        return f"trial-{index:04d}{self.backend.engine_suffix}"
+        return f"{trial_name(index)}{self.backend.engine_suffix}"
 
     def reuse(self, route: Route, trials: Iterable[TrialRecord], run_dir: Path
               ) -> TrialRecord | None:

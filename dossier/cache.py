@@ -420,6 +420,14 @@ _RECORD = TypeAdapter(Record)
 
 
 
+CACHE_MAX_BYTES = 1 << 30
+"""The largest tuning cache read (1 GiB; a search of 100,000 trials writes about 200 MB)."""
+CACHE_MAX_LINE = 16 << 20
+"""The longest line of a tuning cache (16 MiB: a trial record with the losses of every pair)."""
+CACHE_MAX_LINES = 1_000_000
+"""The most lines a tuning cache holds (its header included)."""
+
+
 class TuningCache:
     """Read and append to a tuning cache file."""
 
@@ -476,32 +484,63 @@ class TuningCache:
         return cls(path, header, [])
 
     @classmethod
-    def open(cls, path: Path, *, repair: bool = False) -> TuningCache:
-        """Read a cache. A torn last line is ignored (and cut off when ``repair``)."""
+    def open(cls, path: Path, *, repair: bool = False, whole: bool = False) -> TuningCache:
+        """Read a cache, streamed within :data:`CACHE_MAX_BYTES`, :data:`CACHE_MAX_LINE` and
+        :data:`CACHE_MAX_LINES`; opened without blocking (a FIFO is refused, never waited
+        on). A torn last line is ignored (and cut off when ``repair``); with ``whole`` (a
+        bundle's cache: a finished record) any byte after the last record is refused, a NUL
+        tail included."""
+        import stat
+
         path = Path(path)
         try:
-            raw = path.read_bytes()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
             raise InputError(f"cannot read tuning cache {path}: {exc.strerror}") from exc
-        lines = raw.split(b"\n")
-        complete = lines[:-1]  # text after the last newline is a torn write
-        torn = lines[-1]
-        if not complete:
-            raise CacheMismatchError(f"{path} is not a dossier tuning cache (no header line)")
-        header = _read_header(path, complete[0])
-        records = []
-        numbers = []
-        for number, line in enumerate(complete[1:], start=2):
-            if not line.strip():
-                continue
-            try:
-                records.append(_RECORD.validate_json(line))
-                numbers.append(number)
-            except ValidationError as exc:
-                raise CacheMismatchError(f"{path} line {number} is corrupt ({_first(exc)})") from exc
+        with open(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise CacheMismatchError(f"{path} is not a regular file")
+            if info.st_size > CACHE_MAX_BYTES:
+                raise CacheMismatchError(f"{path} holds {info.st_size} bytes, more than the "
+                                         f"{CACHE_MAX_BYTES >> 20} MiB a tuning cache may")
+            first = f.readline(CACHE_MAX_LINE + 1)
+            if not first.endswith(b"\n"):
+                raise CacheMismatchError(
+                    f"{path} is not a dossier tuning cache (no header line)"
+                    if len(first) <= CACHE_MAX_LINE else
+                    f"{path} line 1 is longer than {CACHE_MAX_LINE >> 20} MiB")
+            header = _read_header(path, first)
+            records: list[AnyRecord] = []
+            numbers = []
+            torn = b""
+            for number, line in enumerate(iter(lambda: f.readline(CACHE_MAX_LINE + 1), b""),
+                                          start=2):
+                if len(line) > CACHE_MAX_LINE:
+                    raise CacheMismatchError(f"{path} line {number} is longer than "
+                                             f"{CACHE_MAX_LINE >> 20} MiB")
+                if not line.endswith(b"\n"):  # text after the last newline: a torn write
+                    torn = line
+                    break
+                if number > CACHE_MAX_LINES:
+                    raise CacheMismatchError(f"{path} holds more than {CACHE_MAX_LINES} lines")
+                if not line.strip():
+                    continue
+                try:
+                    records.append(_RECORD.validate_json(line))
+                    numbers.append(number)
+                except ValidationError as exc:
+                    raise CacheMismatchError(f"{path} line {number} is corrupt ({_first(exc)})") \
+                        from exc
+            end = f.tell()
+        if torn and whole:
+            raise CacheMismatchError(f"{path} holds {len(torn)} bytes after its last record "
+                                     f"(line {len(numbers) + 2} has no end)",
+                                     hint="a bundle's tuning cache is a finished record: "
+                                     "dossier verify --integrity-only BUNDLE says what changed")
         if torn and repair:
             with open(path, "r+b") as f:
-                f.truncate(len(raw) - len(torn))
+                f.truncate(end - len(torn))
         return cls(path, header, records, numbers)
 
     def append(self, record: AnyRecord) -> None:
@@ -551,16 +590,9 @@ def read_header(path: Path) -> CacheHeader:
     """The header line of a cache, validated, without reading the records after it."""
     try:
         with open(path, "rb") as f:
-            line = f.readline()
+            line = f.readline(CACHE_MAX_LINE + 1)
     except OSError as exc:
         raise InputError(f"cannot read tuning cache {path}: {exc.strerror}") from exc
     if not line.endswith(b"\n"):  # a torn first line, as TuningCache.open reads it
         raise CacheMismatchError(f"{path} is not a dossier tuning cache (no header line)")
     return _read_header(path, line)
-
-
-def read_header_json(path: Path) -> dict[str, Any]:
-    """The header line of a cache as plain JSON (for tools that only peek)."""
-    with open(path, encoding="utf-8") as f:
-        data: dict[str, Any] = json.loads(f.readline())
-    return data

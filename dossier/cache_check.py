@@ -20,17 +20,25 @@ with :class:`~dossier.errors.CacheMismatchError` naming the line, a cache where:
   engine;
 - a decision line comes before the trials it decides, or names a shipped trial or baseline
   that does not match the trials (a stale or forged decision is never reused).
+
+A hold-out record (or the decision's copy of one) that does not follow from its own numbers
+and the header's rule (marked passed with a loss at or above the threshold, NaN, or no
+losses; marked failed with every loss below it; a worst loss that is not the largest of its
+losses; a pair count that is not its losses' or the header's hold-out set's) is refused with
+:class:`~dossier.errors.TuneError` (exit 4) naming the line: the search did not produce a
+hold-out result that can be trusted, and it is re-run in a new search.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from dossier.cache import DecisionRecord, HoldoutRecord, TuningCache
-from dossier.errors import CacheMismatchError, SelectionError
+from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, TuningCache
+from dossier.errors import CacheMismatchError, SelectionError, TuneError
 from dossier.hashing import digest_file
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route, Selection
@@ -72,6 +80,8 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
                 raise refuse(line, f"a second decision (the first is on line {decision_line})")
             decision_line = line
             _check_decision(record, trials, h.baseline_route, functools.partial(refuse, line))
+            if record.holdout is not None:
+                _check_holdout(record.holdout, h, line, where)
             failed = holdouts.get(record.shipped_route)
             if record.gain and failed is not None and not failed.passed:
                 raise refuse(line, f"the decision ships {record.shipped_route!r}, which failed "
@@ -89,6 +99,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
                              "route before it")
             if h.holdout is None:
                 raise refuse(line, "a hold-out check, and the header names no hold-out set")
+            _check_holdout(record, h, line, where)
             holdouts[record.route] = record
             continue
         if not isinstance(record, TrialRecord):
@@ -133,6 +144,43 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
             if why:
                 raise refuse(line, why)
         trials.append(t)
+
+
+def _check_holdout(r: HoldoutRecord, h: CacheHeader, line: int, where: Path) -> None:
+    """TuneError (exit 4) naming ``line`` when the hold-out record ``r`` does not follow from
+    its own numbers and the header's rule (every loss of every pair below the threshold)."""
+    why = _holdout_problem(r, h)
+    if why is not None:
+        raise TuneError(f"{where} line {line}: the hold-out check of {r.route!r} {why}",
+                        hint="the record does not follow from its own losses and the spec's "
+                             "rule; run the search again into a new --out, which re-runs the "
+                             "hold-out check")
+
+
+def _holdout_problem(r: HoldoutRecord, h: CacheHeader) -> str | None:
+    if h.holdout is not None and r.pairs != h.holdout.size:
+        return f"counts {r.pairs} pairs; the header's hold-out set has {h.holdout.size}"
+    values = [v for per in (r.losses or {}).values() for v in per.values()]
+    finite = [v for v in values if v is not None]
+    if any(not math.isfinite(v) for v in finite) or (
+            r.worst_loss is not None and not math.isfinite(r.worst_loss)):
+        return "holds a loss that is not a finite number"
+    if r.losses is not None:
+        if len(r.losses) != r.pairs:
+            return f"has the losses of {len(r.losses)} pairs and counts {r.pairs}"
+        worst = max(finite) if finite else None
+        if r.worst_loss != worst:
+            return (f"gives a worst loss of {r.worst_loss!r}; the largest of its losses is "
+                    f"{worst!r}")
+    below = bool(values) and all(v is not None and v < h.threshold for v in values)
+    if r.passed and not below:
+        return ("is marked passed with no losses" if not values else
+                f"is marked passed with a {h.metric} loss of {r.worst_loss!r}, not below the "
+                f"threshold {h.threshold:g}" if all(v is not None for v in values) else
+                "is marked passed with a NaN or Inf output")
+    if not r.passed and below:
+        return f"is marked failed with every {h.metric} loss below the threshold {h.threshold:g}"
+    return None
 
 
 def _selection(text: str, db: KnobDatabase, where: Path) -> Selection:

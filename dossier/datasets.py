@@ -37,7 +37,7 @@ from dossier.hashing import digest_bytes, digest_json
 from dossier.knobs import KnobDatabase
 from dossier.routes import Route
 from dossier.tensors import read_tensors, write_tensors
-from dossier.validation import ValidationSet, load_validation_set
+from dossier.validation import ValidationSet, load_validation_set, set_folder
 
 _SAMPLE = re.compile(r"^(sample|pair)-\d+$")
 SPLIT_RECORD = "split.json"
@@ -81,7 +81,7 @@ def load_calibration_set(path: Path) -> CalibrationSet:
     """Read a calibration set folder; ValidationSetError (exit 3) when it is missing, empty, or
     holds NaN or Inf (ranges computed over them would be meaningless)."""
     path = Path(path)
-    if not path.is_dir():
+    if not set_folder(path, "calibration set"):
         raise ValidationSetError(f"calibration set {path} is not a folder")
     names = sorted(p.name for p in path.iterdir() if p.is_dir() and _SAMPLE.match(p.name))
     if not names:

@@ -18,8 +18,8 @@ Hierarchy::
     ├── BundleError                unreadable, unknown-format, corrupt or tampered bundle (exit 6)
     │   ├── BundleFormatError      not a bundle, or a format version this reader does not know
     │   ├── IntegrityError         a file is missing, extra or altered
+    │   │   └── DigestMismatchError  a blob pulled from a registry does not match its digest
     │   └── UnsafeArchiveError     a .dossier.tar member that would write outside its target
-    │       └── DigestMismatchError  a blob pulled from a registry does not match its digest
     ├── OutputError                output exists or cannot be written (exit 7)
     ├── SignatureError             unsigned, wrongly signed or altered bundle (exit 13)
     ├── VerdictError               dossier.load refuses an engine for this host's verdict
@@ -32,7 +32,7 @@ Hierarchy::
     ├── DiskFullError              a file system ran out of space or quota (exit 74)
     └── BusyError                  another dossier process holds the run folder or bundle (exit 75)
 
-    InternalError                  a bug in dossier itself (exit 70); deliberately outside the tree
+Anything else that escapes is a bug in dossier itself: the CLI exits 70 (``ExitCode.INTERNAL``).
 """
 
 from __future__ import annotations
@@ -250,9 +250,3 @@ class BusyError(DossierError):
 
     exit_code = ExitCode.BUSY
     hint = "wait for it to finish, or use another folder"
-
-
-class InternalError(Exception):
-    """A bug in dossier itself. Not a DossierError: it never means the user did something wrong."""
-
-    exit_code = ExitCode.INTERNAL

@@ -4,7 +4,7 @@
 host. It never imports torch, tensorrt or onnxruntime: package versions come from
 :mod:`importlib.metadata`. A fact that cannot be read is ``None``; collecting never raises.
 :func:`flatten` turns a fingerprint into ``field path -> string`` pairs that
-:mod:`dossier.verify.policy` compares.
+:mod:`dossier.host.policy` compares.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from tokenize import TokenError
 from typing import IO
 
 import numpy as np
@@ -225,8 +226,11 @@ def check_npy_header(f: IO[bytes], available: int, where: str) -> None:
             shape, _, dtype = np.lib.format.read_array_header_1_0(f)
         else:
             shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-    except (ValueError, EOFError, OSError) as exc:
-        raise ValidationSetError(f"{where}: not a readable NumPy file ({exc})") from exc
+    except (ValueError, EOFError, OSError, SyntaxError, RecursionError, TokenError) as exc:
+        # a header numpy cannot parse (unbalanced or deep brackets: tokenize's own error)
+        why = (f"its header does not parse: {exc.args[0]}" if isinstance(exc, TokenError)
+               else (str(exc).splitlines() or [type(exc).__name__])[0])
+        raise ValidationSetError(f"{where}: not a readable NumPy file ({why})") from exc
     if dtype.hasobject or dtype.kind not in "biuf":
         raise ValidationSetError(f"{where}: not a readable NumPy file (dtype {dtype} is not a "
                                  "numeric tensor)")

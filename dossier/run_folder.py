@@ -20,6 +20,12 @@ RUNS = ".runs"
 """Under a release's output folder: the run folders of its searches."""
 
 
+def trial_name(index: int) -> str:
+    """The name trial ``index``'s files are named by (its engine, request, result and log):
+    ``trial-0007``."""
+    return f"trial-{index:04d}"
+
+
 def cache_file(source: Path) -> Path:
     """The tuning cache of ``source``: a run folder's, or ``source`` itself."""
     source = Path(source)

@@ -60,8 +60,8 @@ from dossier.errors import (
     InvalidHostError,
     SuboptimalHostError,
 )
+from dossier.host.policy import Verdict
 from dossier.verify import VerifyOptions, VerifyReport, verified, with_report
-from dossier.verify.policy import Verdict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -110,6 +110,10 @@ class Engine:
         """Held for every call and for :meth:`close`."""
         self._fast = runner.fast_run()
         """The runner's native call for a feed checked here (None: none, or closed)."""
+        try:
+            self._dtypes = runner.input_dtypes()  # what a refused call is judged against
+        except Exception:  # noqa: BLE001 - a runner that cannot say: judged without
+            self._dtypes = None
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -146,10 +150,13 @@ class Engine:
         """Run once: ``engine({"x": x})`` or ``engine(x=x)``. Numpy arrays in, numpy arrays
         out; torch tensors in (every input), torch tensors out where the engine runs on torch.
         Arrays of the other byte order (``>f4`` on a little-endian host) are converted to this
-        host's first. InputError (exit 3) for a missing or an unknown input, one that is not an
-        array, or a call the runtime refuses on inputs whose rank or fixed dimensions differ
-        from every validation pair's; EngineFailedError (exit 11) when the engine fails
-        otherwise. Both carry the runtime's whole message."""
+        host's first. InputError (exit 3) for a feed that is no mapping, a missing or an
+        unknown input, one that is not an array (or whose ``__array__`` raises), a call the
+        runtime refuses on an input of a dtype the engine does not take (``input 'x' is
+        float64; the engine takes float32 (cast it)``), or on inputs whose rank or fixed
+        dimensions differ from every validation pair's; EngineFailedError (exit 11) when the
+        engine fails otherwise. Both carry the runtime's whole message, but for a dtype, which
+        is said in dossier's words."""
         fast = self._fast
         if fast is not None and not named and type(feed) is dict:
             # the common call, a dict of native-order arrays, checked as below in fewer steps:
@@ -165,6 +172,11 @@ class Engine:
                         except Exception as exc:  # the runtime's, said in dossier's words
                             self._check_names(feed)
                             raise self._failed(exc, feed) from exc
+        if feed is not None and not isinstance(feed, Mapping):
+            raise InputError(f"the engine takes named inputs, a dict of name to array, not "
+                             f"a {type(feed).__name__}",
+                             hint=f"call it as engine({{{self._inputs[0]!r}: array}})"
+                             if self._inputs else None)
         given = ({**feed, **named} if feed else named) if named else (feed or {})
         self._check_names(given)
         if self._tensors and all(map(_is_tensor, given.values())):
@@ -203,6 +215,10 @@ class Engine:
         runtime's whole message."""
         native = exc.__cause__ if isinstance(exc, self._native) and exc.__cause__ else exc
         message = str(native).strip() or type(native).__name__
+        wrong = _wrong_dtype(given, self._dtypes)
+        if wrong is not None:
+            return InputError(wrong, hint="cast the inputs to the dtype the engine takes, e.g. "
+                              "array.astype(numpy.float32)")
         shapes = {n: tuple(getattr(v, "shape", ())) for n, v in given.items()}
         misfit = _misfit(shapes, self._shapes)
         if misfit is not None:
@@ -234,6 +250,22 @@ def _is_tensor(value: Any) -> bool:
                                                                            None))
 
 
+def _wrong_dtype(given: Mapping[str, Any], want: Mapping[str, str] | None) -> str | None:
+    """Which input of a refused call has a dtype the engine does not take, in words (None:
+    each has the one it takes, or it cannot be told). Without the runner's dtypes: an input of
+    float64, complex, object or another dtype no engine takes as given."""
+    for name, value in given.items():
+        dtype = getattr(value, "dtype", None)
+        if dtype is None or not hasattr(dtype, "kind"):
+            continue
+        expected = want.get(name) if want else None
+        if expected is not None and str(dtype) != expected:
+            return f"input {name!r} is {dtype}; the engine takes {expected} (cast it)"
+        if expected is None and (dtype.kind in "cOSUVMm" or str(dtype) == "float64"):
+            return f"input {name!r} is {dtype}, which the engine refused (cast it)"
+    return None
+
+
 def _host_array(name: str, value: Any) -> np.ndarray:
     """``value`` as a numpy array in this host's byte order; InputError when it is none."""
     import numpy as np
@@ -249,8 +281,13 @@ def _host_array(name: str, value: Any) -> np.ndarray:
         if array.dtype.hasobject:
             raise InputError(f"input {name!r} is not an array of numbers ({array.dtype})")
         return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+    except InputError:
+        raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"input {name!r} is not an array: {exc}") from exc
+    except Exception as exc:  # an object whose __array__ (or tensor copy) raises its own
+        raise InputError(f"input {name!r} cannot be read as an array: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 def _misfit(given: Mapping[str, tuple[int, ...]],
@@ -322,6 +359,9 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
     """:func:`load`, with the verified bundle kept open for the ``with`` block (to read its
     validation set, as ``dossier run --check`` does; ``read_validation=False`` when the block
     does not). The engine outlives the block."""
+    if not os.fspath(source):
+        raise InputError("no bundle given (the source is empty)",
+                         hint="name a bundle folder, a .dossier.tar or a registry reference")
     if on_suboptimal not in ("warn", "refuse", "ignore"):
         raise InputError(f"on_suboptimal must be 'warn', 'refuse' or 'ignore', "
                          f"not {on_suboptimal!r}")
@@ -334,6 +374,7 @@ def opened(source: str | os.PathLike[str], *, require_signature: bool = False,
         insecure=insecure,
         registry_cache=Path(registry_cache) if registry_cache is not None else None,
         read_validation=read_validation, extract=True,  # the engine loaded is the copy whose bytes were checked
+        check_records=False,
         prepare_backend=handed)  # while the fingerprint is collected and files checked
     with verified(source, options) as (bundle, report):
         _apply_verdict(report, on_suboptimal)
@@ -377,19 +418,22 @@ def _apply_verdict(report: VerifyReport, on_suboptimal: OnSuboptimal) -> None:
 def _load(bundle: Bundle, report: VerifyReport, backend: Backend | None) -> Engine:
     """The shipped engine of a verified bundle, by ``backend`` (the instance the verification
     handed over), as its manifest entry records it."""
-    from dossier.backends import get_backend
+    from dossier.backends import get_backend, not_served
     from dossier.backends.interface import EngineRuntimeError
-    from dossier.routes import Route
 
     m = bundle.manifest
     shipped = m.engines.shipped
     if backend is None:  # not handed over: it failed to import ahead of the checks
         backend = get_backend(m.backend)
+    refused = not_served(m.backend, backend)  # the verdict said so already: never loaded
+    if refused is not None:
+        raise with_report(InvalidHostError(f"{m.name}: {refused}"), report)
     try:
+        route = backend.check_recorded_route(shipped.route)  # checked by the verdict too
         if shipped.load is None:  # a bundle older than format 1.1, or imported from trtexec
             _configure_from_header(bundle, backend)
-        runner = backend.load_shipped(bundle.file(shipped.path), Route.parse(shipped.route),
-                                      shipped.load, shipped.facts)
+        runner = backend.load_shipped(bundle.file(shipped.path), route, shipped.load,
+                                      shipped.facts)
         names = runner.io_names()
     except DossierError as exc:
         raise with_report(exc, report) from None
@@ -429,8 +473,8 @@ def _builder_recorded(path: Path) -> bool:
     import json
 
     try:
-        with open(path, "rb") as f:
-            head = json.loads(f.readline())
+        with open(path, "rb") as f:  # at most dossier.cache.CACHE_MAX_LINE (not imported:
+            head = json.loads(f.readline((16 << 20) + 1))  # it brings the spec's models)
         return bool(head.get("spec", head).get("builder"))
     except (OSError, ValueError, RecursionError, AttributeError):
         return True

@@ -25,6 +25,7 @@ from dossier.files import read_small
 from dossier.measure.target import TargetConditions
 from dossier.measure.timing import TimingSettings
 from dossier.names import RELEASE_NAME, RELEASE_NAME_MAX, RELEASE_VERSION_MAX
+from dossier.scenario import ScenarioSection
 from dossier.validation import Metric
 
 StrategyName = Literal["fast", "mixed", "full", "random", "budget"]
@@ -182,6 +183,9 @@ class ReleaseSpec(_Section):
     target: TargetConditions = TargetConditions()
     """The conditions the engine will serve under (cores, co-tenants, GPU share): what the
     figures are measured as close to as the host allows (:mod:`dossier.measure.target`)."""
+    scenario: ScenarioSection = ScenarioSection()
+    """The load profile the release serves (:mod:`dossier.scenario`): single-stream (the
+    default), server or offline."""
     base_dir: str = Field("", exclude=True)
     """Folder the spec's relative paths are resolved against."""
 

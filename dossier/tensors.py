@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from dossier.errors import ValidationSetError
 
@@ -18,6 +17,8 @@ from dossier.errors import ValidationSetError
 def write_tensors(path: Path, tensors: Mapping[str, np.ndarray],
                   metadata: Mapping[str, str] | None = None) -> None:
     """Write ``tensors`` to ``path`` as one Arrow IPC file."""
+    import pyarrow as pa  # imported here: verifying and loading a bundle need no Arrow
+
     if not tensors:
         raise ValidationSetError(f"{path}: no tensors to write")
     arrays, fields = [], []
@@ -37,6 +38,8 @@ def write_tensors(path: Path, tensors: Mapping[str, np.ndarray],
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
     """Read the named tensors of an Arrow IPC file written by :func:`write_tensors`."""
+    import pyarrow as pa  # imported here: verifying and loading a bundle need no Arrow
+
     try:
         with pa.memory_map(str(path), "r") as source:
             table = pa.ipc.open_file(source).read_all()

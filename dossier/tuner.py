@@ -152,6 +152,9 @@ def prepare(spec: ReleaseSpec) -> Prepared:
                              "has it")
     backend = get_backend(spec.tune.backend)
     backend.require()
+    if spec.scenario.loadgen:  # LoadGen runs the scenario: missing, refused before the search
+        from dossier.scenarios.driver import loadgen
+        loadgen()
     backend.configure(spec.builder, spec.shapes)
     model = spec.model_path()
     backend.check_model(model)  # a model of another kind is said at once, before the knobs
@@ -208,7 +211,7 @@ def _data_sets(spec: ReleaseSpec, signature: ModelSignature, vset: ValidationSet
         for name, inputs in calibration.samples:
             signature.check_inputs(f"calibration sample {name}", inputs)
     if spec.holdout is not None:
-        holdout = load_validation_set(spec.resolve(spec.holdout.path))
+        holdout = load_validation_set(spec.resolve(spec.holdout.path), "hold-out set")
         for pair in holdout.pairs:
             signature.check_pair(f"hold-out {pair.name}", pair.inputs, pair.references)
     check_sets(vset, calibration, holdout, {t.name: t.dtype for t in signature.inputs})
@@ -722,6 +725,10 @@ def _tune(spec: ReleaseSpec, out: Path, *, observer: TuneObserver | None = None,
             _close(tuner.scheduler)  # the given executor, or the tuner's own
     cache.append(SessionRecord(started_at=started, wall_s=time.perf_counter() - t0,
                                trials_run=tuner.ran, interrupted=False))
+    if p.spec.scenario.loadgen:  # the serving configurations compete under the scenario
+        from dossier.scenarios.release import after_search
+        decision = after_search(cache, decision, out, p.db, p.spec.scenario,
+                                backend=p.backend.name, timing=p.spec.timing)
     clear_work(tuner.work, [f"trial-{t.index:04d}" for t in cache.trials if not t.admissible])
     notes = list(ex.notes) if ex is not None else []
     notes += where.notes + p.strategy.notes()

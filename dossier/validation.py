@@ -18,7 +18,9 @@ keeps only the last pair's).
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,15 +84,30 @@ class ValidationSet:
         return tuple(tuple(g) for g in groups.values())
 
 
-def load_validation_set(path: Path) -> ValidationSet:
-    """Load and sanity-check a validation set folder.
+def set_folder(path: Path, what: str) -> bool:
+    """Whether the data set folder ``path`` is a folder; ValidationSetError (exit 3, one line)
+    when it cannot even be looked up: a name longer than NAME_MAX, a symbolic link loop."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        shown = str(path) if len(str(path)) <= 200 else str(path)[:200] + "..."
+        raise ValidationSetError(f"{what} {shown}: {exc.strerror or exc}",
+                                 hint="name a folder whose path the system can look up") \
+            from None
+
+
+def load_validation_set(path: Path, what: str = "validation set") -> ValidationSet:
+    """Load and sanity-check a validation set folder (``what``: how a refusal of its folder
+    names it, e.g. ``hold-out set``).
 
     Raises ValidationSetError when the folder is missing, has no pairs, a pair lacks a file,
     or a reference holds NaN or Inf.
     """
     path = Path(path)
-    if not path.is_dir():
-        raise ValidationSetError(f"validation set {path} is not a folder")
+    if not set_folder(path, what):
+        raise ValidationSetError(f"{what} {path} is not a folder")
     names = sorted(p.name for p in path.iterdir() if p.is_dir() and _PAIR.match(p.name))
     if not names:
         raise ValidationSetError(f"validation set {path} has no pair-NNN folders")

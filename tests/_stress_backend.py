@@ -2,12 +2,12 @@
 
 - ``pace``: ``slow`` (the default) sleeps 10 ms in every inference, ``brisk`` 1 ms, ``fast``
   not at all; a timed inference reads 10, 1 or 0.5 ms on the ``faulty`` backend's simulated
-  clock (:class:`dossier.backends.faulty.backend.Clock`), whatever the host's load made of the
+  clock (:class:`dossier_test_backends.faulty.backend.Clock`), whatever the host's load made of the
   sleep and the model. The baseline (each varied knob at its default) is therefore far slower
   than a ``brisk`` or ``fast`` route on any host, so a search has candidates, runs its
   confirmation round and ships a gain.
 - ``hazard``: breaks the trial's process for real *after* the engine was built, where
-  ``dossier.backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
+  ``dossier_test_backends.faulty`` breaks it during the build: ``segv_load``, ``abort_load``,
   ``oom_load`` (allocates until the address-space limit stops it), ``raise_load`` (the engine
   does not load), ``segv_run``, ``oom_run``, ``hang_run``, ``raise_run`` (the first inference
   crashes, exhausts memory, hangs or fails), ``segv_time``, ``oom_time`` (the 10th inference,
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+from dossier_test_backends.faulty.backend import Clock
 
-from dossier.backends.faulty.backend import Clock
 from dossier.backends.interface import EngineRuntimeError, Runner
 from dossier.backends.onnxruntime import OnnxRuntimeBackend
 from dossier.knobs import Knob, KnobDatabase, KnobPhase

@@ -22,11 +22,19 @@ from typing import IO, Any
 
 import pytest
 
-from dossier.measure.timing import TimingSettings
-from dossier.spec import ReleaseSpec, load_spec
-
 ROOT = Path(__file__).resolve().parents[1]
 REPO = ROOT
+PLUGINS = ROOT / "tests" / "plugins"
+"""The test-only backends ``faulty`` and ``landscape`` and the record that registers them
+(``dossier_test_backends``): put first on this process's path and on PYTHONPATH below, so
+that the suite and every process it starts find them; nothing outside the suite does."""
+sys.path.insert(0, str(PLUGINS))
+import dossier_test_backends  # noqa: E402
+
+dossier_test_backends.enable()
+
+from dossier.measure.timing import TimingSettings  # noqa: E402
+from dossier.spec import ReleaseSpec, load_spec  # noqa: E402
 
 TINY_TIMING = TimingSettings(samples=12, rounds=6, block_warmup=1, warmup_window=2,
                              warmup_min_runs=1, warmup_max_s=0.2, confirm_top=1,

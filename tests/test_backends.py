@@ -265,7 +265,8 @@ def test_runner_checks_inputs_maps_native_errors_and_closes_once() -> None:
 def test_a_runner_that_takes_tensors_runs_them_itself() -> None:
     """``run_tensors`` is offered (``dossier.load`` passes device tensors through) only where
     the runner has its own ``run_tensors_impl``; the base one refuses."""
-    from dossier.backends.faulty.backend import _FaultyRunner
+    from dossier_test_backends.faulty.backend import _FaultyRunner
+
     from dossier.backends.interface import Runner
     from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
     from dossier.backends.tensorrt.runner import TensorRTRunner
@@ -285,7 +286,8 @@ def test_the_faulty_backends_clock_reads_the_known_speed_however_long_a_run_take
     sequence. ``pace=held`` and ``off`` keep the real clock."""
     import time
 
-    from dossier.backends.faulty.backend import CLOCK_NOISE, _FaultyRunner, clock, paced_ms
+    from dossier_test_backends.faulty.backend import CLOCK_NOISE, _FaultyRunner, clock, paced_ms
+
     from dossier.backends.interface import Runner
 
     class Slow(Runner):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -192,6 +193,10 @@ def test_a_crafted_cache_is_refused_naming_the_line(rel: dict[str, h.Released], 
 
 
 def test_crafted_cache_cases_counted() -> None:
+    """docs/reliability.md says how many crafted caches are refused: the cases here."""
+    page = (h.REPO / "docs" / "reliability.md").read_text(encoding="utf-8")
+    said = re.findall(r"(\d+) crafted caches", page)
+    assert said == [str(len(CASES))], (said, len(CASES))
     figures("crafted tuning caches refused by tune --continue and bundle", cases=len(CASES),
             commands=2, refused=2 * len(CASES))
 

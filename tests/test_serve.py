@@ -127,7 +127,7 @@ def test_named_inputs_tensors_and_threads(bundle: Path, tmp_path: Path) -> None:
     x = _pairs(bundle)[0].inputs["x"]
     want = engine({"x": x})["logits"]
     np.testing.assert_array_equal(engine(x=x)["logits"], want)
-    with pytest.raises(dossier.errors.EngineFailedError, match="double"):  # never cast
+    with pytest.raises(InputError, match="is float64; the engine takes float32"):  # never cast
         engine({"x": x.tolist()})
     torch = pytest.importorskip("torch")
     np.testing.assert_array_equal(engine(x=torch.from_numpy(x))["logits"], want)

@@ -274,3 +274,39 @@ def test_a_release_busier_than_declared_ends_with_that_line_and_strict_exits_12(
     o = cli("inspect", tmp_path / "b" / "tiny-1.dossier")
     text = " ".join(o.stdout.split())
     assert "declared: all cores, dedicated" in text and "not comparable" in text
+
+
+def test_a_rebench_reading_too_noisy_to_tell_is_read_again_over_more_processes(
+        sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A known 1.25x gain (the faulty backend's clock) released, then re-timed: the first
+    reading is made to hold 1.0 in its interval (as a noisy host's can); the re-timing reads
+    again over twice the processes and judges that reading."""
+    from conftest import TINY_TIMING
+
+    from dossier.bundle import open_bundle, write_bundle
+    from dossier.tuner import tune
+    from dossier.verify import host as verify_host
+
+    _, spec = sample("convnet", backend="faulty", strategy="full",
+                     selection="-pace=clock -gain=[none|x1.25] -intra_op_num_threads=1")
+    res = tune(spec.model_copy(update={"timing": TINY_TIMING}), tmp_path / "run")
+    assert res.decision.gain, res.decision.reason
+    written = write_bundle(tmp_path / "run", tmp_path / "out")
+    real = confirmation.confirm
+    asked: list[int] = []
+
+    def noisy_first(*a, fixed: int | None = None, **kw):  # type: ignore[no-untyped-def]
+        asked.append(fixed or 0)
+        result = real(*a, fixed=fixed, **kw)
+        if len(asked) == 1:
+            c = result.candidates[0].comparison
+            result.candidates[0].comparison = c.model_copy(update={"speedup_ci_low": 0.9})
+        return result
+
+    monkeypatch.setattr(confirmation, "confirm", noisy_first)
+    with open_bundle(written.path) as b:
+        rb = verify_host.rebench(b)
+    assert asked == [3, 6]
+    assert rb.comparison is not None and rb.comparison.processes == 6
+    assert rb.reason.startswith("the first reading,") and "read again over 6" in rb.reason
+    assert not rb.regression, rb.reason

@@ -19,12 +19,12 @@ from pydantic import BaseModel, ConfigDict
 from dossier.backends import default_policy
 from dossier.bundle.overview import decision_conditions
 from dossier.errors import DossierError, InputError
+from dossier.host.policy import Policy, Verdict, diff, diff_fields, worst
 from dossier.knobs import KnobDatabase
 from dossier.measure.conditions import Summary as ConditionsSummary
 from dossier.measure.latency import RouteLatency, of_route
 from dossier.routes import Route
 from dossier.trial import TrialRecord
-from dossier.verify.policy import Policy, Verdict, diff, diff_fields, worst
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle

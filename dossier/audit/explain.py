@@ -43,6 +43,7 @@ from dossier.measure.timing import PROCESS_TEST, TimingSettings
 from dossier.measure.verdict import judge
 from dossier.routes import Route
 from dossier.run_folder import RUNS
+from dossier.scenarios.curve import ScenarioFacts, facts
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
 
@@ -618,6 +619,9 @@ class Explanation(_Model):
     was recorded get it too)."""
     search_budget: SearchBudget | None = None
     """How a budgeted search (strategy budget or random) spent its budget; None for others."""
+    scenario: ScenarioFacts | None = None
+    """The server or offline scenario's decision: the latency-throughput curve of the
+    configurations measured, the bound, the shipped point (None: released for single-stream)."""
 
 
 # ----------------------------------------------------------------------------------- compute
@@ -643,14 +647,19 @@ def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
              for r in rows}
     from dossier.bundle.overview import precision_warnings
 
-    recorded = list(bundle.manifest.warnings)
-    warnings = [*recorded, *(w for w in precision_warnings(bundle) if w not in recorded)]
-    return explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
-                          holdouts=cache.holdouts, warnings=warnings,
-                          fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
-                          inferences_per_day=inferences_per_day, horizon_days=horizon_days,
-                          hosts=hosts, run_dir=run_dir if run_dir is not None
-                          else run_folder(bundle))
+    recorded_warnings = list(bundle.manifest.warnings)
+    warnings = [*recorded_warnings,
+                *(w for w in precision_warnings(bundle) if w not in recorded_warnings)]
+    e = explain_search(cache.header, cache.trials, cache.sessions, decision, knobs=knobs,
+                       holdouts=cache.holdouts, warnings=warnings,
+                       fingerprint=bundle.fingerprint(), manifest=bundle.manifest,
+                       inferences_per_day=inferences_per_day, horizon_days=horizon_days,
+                       hosts=hosts, run_dir=run_dir if run_dir is not None
+                       else run_folder(bundle))
+    from dossier.scenarios.evidence import recorded  # a server or offline release's curve
+
+    scenario = recorded(bundle)
+    return e if scenario is None else e.model_copy(update={"scenario": facts(scenario)})
 
 
 def run_folder(bundle: Bundle) -> Path | None:

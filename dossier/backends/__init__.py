@@ -1,8 +1,9 @@
 """Backends, by name: one package per backend (``dossier/backends/<name>/``: knobs, build,
 runner, fingerprint facts, verify policy rules), found through the ``dossier.backends`` entry
-points of the installed distributions (dossier's own in pyproject.toml; a plug-in package or a
-test declares its own). Nothing is imported until a backend is asked for, and a backend imports
-its compiler lazily, so ``import dossier`` imports neither torch nor onnxruntime.
+points of the installed distributions (dossier's own in pyproject.toml; a plug-in package
+declares its own; the test-only backends are registered by tests/plugins for the test suite
+alone). Nothing is imported until a backend is asked for, and a backend imports its compiler
+lazily, so ``import dossier`` imports neither torch nor onnxruntime.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dossier.backends.registry import (
     backend_names,
     default_policy,
     get_backend,
+    not_served,
     register_backend,
     requirement_findings,
     unregister_backend,
@@ -29,5 +31,5 @@ from dossier.backends.registry import (
 
 __all__ = ["ENTRY_POINT_GROUP", "Backend", "BuildError", "BuildInfo", "EngineRuntimeError",
            "LoadConfig", "ModelSignature", "Runner", "TensorSpec", "backend_names",
-           "default_policy", "get_backend", "register_backend", "requirement_findings",
-           "unregister_backend"]
+           "default_policy", "get_backend", "not_served", "register_backend",
+           "requirement_findings", "unregister_backend"]

@@ -25,6 +25,7 @@ from dossier.errors import (
     DossierError,
     InputError,
     ModelError,
+    SelectionError,
     SpecError,
     ValidationSetError,
 )
@@ -35,7 +36,7 @@ from dossier.routes import Route
 if TYPE_CHECKING:
     from dossier.datasets import CalibrationSet
     from dossier.fingerprint import Fingerprint
-    from dossier.verify.policy import Finding, Policy, Rule
+    from dossier.host.policy import Finding, Policy, Rule
 
 
 class BuildError(Exception):
@@ -277,6 +278,11 @@ class Runner(abc.ABC):
         """The engine's input and output names, in its order, when the runner knows them."""
         return None
 
+    def input_dtypes(self) -> dict[str, str] | None:
+        """The numpy dtype name each input takes (``float32``), when the runner knows them:
+        what a refused call is judged against."""
+        return None
+
     def native_message(self, exc: Exception) -> str:
         """One line for a native error; the default: the first line of its message."""
         return first_line(exc)
@@ -297,6 +303,24 @@ class Runner(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+THREADS_PER_CORE = 8
+"""The most threads per core of this host a route read back may ask for in any thread-count
+knob (:attr:`Backend.thread_knobs`)."""
+
+
+def max_threads(cores: int | None = None) -> int:
+    """The most threads a route read back may ask for: :data:`THREADS_PER_CORE` per core of a
+    host of ``cores`` logical CPUs (None: the cores this process may run on)."""
+    import os
+
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cores = os.cpu_count() or 1
+    return THREADS_PER_CORE * max(cores, 1)
 
 
 class Backend(abc.ABC):
@@ -344,7 +368,16 @@ class Backend(abc.ABC):
     """The host's C++ compiler belongs in the tuning host's fingerprint (the compiler
     recompiles or links with it)."""
     for_tests: ClassVar[bool] = False
-    """A backend for tests only (fault injection): left out of the names offered to users."""
+    """A backend for tests only (fault injection): left out of the names offered to users,
+    and a bundle that names it is never served (INVALID)."""
+    route_check_imports: ClassVar[bool] = True
+    """:meth:`check_recorded_route` imports the compiler (it reads the knob database): a
+    ``verify`` that loads nothing then leaves it out. False where a backend checks a route
+    against knobs it knows without its library."""
+    thread_knobs: ClassVar[frozenset[str]] = frozenset()
+    """Knobs whose value is a thread count: a route read back is refused when one asks for
+    more than :data:`THREADS_PER_CORE` threads per core of this host
+    (:meth:`check_recorded_route`)."""
     native_errors: ClassVar[NativeErrors] = (Exception,)
     """Exception types the compiler raises for a failure it reports (a failed build, an engine
     that does not load); others propagate as bugs."""
@@ -382,6 +415,38 @@ class Backend(abc.ABC):
         """Use ``db``, read by the search on this backend once, instead of reading it again
         (a trial process: probing ONNX Runtime's optimizers costs more than its build)."""
         self.__dict__["_knob_database"] = db
+
+    def check_recorded_route(self, text: str, cores: int | None = None) -> Route:
+        """A route read back from a bundle or a record (``text``), checked before any engine
+        of it is loaded: every knob one of this host's knob database, every value one it
+        allows; a thread count (:attr:`thread_knobs`) a whole number from -1 to
+        :data:`THREADS_PER_CORE` per core of the host (``cores`` logical CPUs, None: the
+        cores this process may run on), whatever the database lists (what an
+        engine asking for 100000 threads would otherwise take: minutes, or a hang; the list
+        offered for a sweep follows the tuning host's cores). SelectionError naming the knob
+        otherwise; BackendUnavailableError when the library is not installed."""
+        return self._checked_route(text, self.knob_database(), cores)
+
+    def _checked_route(self, text: str, db: KnobDatabase, cores: int | None) -> Route:
+        """:meth:`check_recorded_route` against ``db`` (a backend that can tell its knobs
+        without importing its library passes its own)."""
+        route = Route.parse(text)
+        limit = max_threads(cores)
+        for name, value in route.values:
+            knob = db.get(name)
+            if name in self.thread_knobs:
+                try:
+                    count = int(value)
+                except ValueError:
+                    raise SelectionError(f"-{name}={value} is not a thread count") from None
+                if not -1 <= count <= limit:
+                    raise SelectionError(f"-{name}={value}: a thread count may be at most "
+                                         f"{limit}, {THREADS_PER_CORE} per logical CPU of the "
+                                         "host")
+            elif knob.values is not None and value not in knob.values:
+                raise SelectionError(f"value {value!r} is not allowed for -{name}",
+                                     hint=f"allowed here: {knob.allowed_text()}")
+        return route
 
     def signature(self, model: Path) -> ModelSignature:
         """The model's inputs and outputs; ModelError when the model cannot be read."""
@@ -449,7 +514,7 @@ class Backend(abc.ABC):
     def default_policy(self) -> Policy:
         """The built-in verify policy of this backend's engines: the rules every backend
         shares around the backend's own (:meth:`policy_rules`)."""
-        from dossier.verify.policy import Policy, common_rules, tail_rules
+        from dossier.host.policy import Policy, common_rules, tail_rules
 
         return Policy(rules=(*common_rules(), *self.policy_rules(), *tail_rules()))
 
@@ -509,7 +574,7 @@ class Backend(abc.ABC):
         return {}
 
     def policy_rules(self) -> tuple[Rule, ...]:
-        """The verify rules for this backend's engines (see :mod:`dossier.verify.policy`)."""
+        """The verify rules for this backend's engines (see :mod:`dossier.host.policy`)."""
         raise InputError(f"no verify policy for backend {self.name!r}")
 
     def requirement_findings(self, host: Fingerprint) -> list[Finding]:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from dossier.backends.interface import (
     Backend,
 )
-from dossier.errors import InputError, SelectionError
+from dossier.errors import BackendUnavailableError, InputError, SelectionError
 
 if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
-    from dossier.verify.policy import Finding, Policy
+    from dossier.host.policy import Finding, Policy
 
 ENTRY_POINT_GROUP = "dossier.backends"
 """The entry-point group a backend is registered in: ``name = "package.module:BackendClass"``."""
@@ -59,14 +59,41 @@ def backend_names(*, include_tests: bool = False) -> list[str]:
     names = sorted(_known())
     if include_tests:
         return names
-    return [n for n in names if not get_backend(n).for_tests]
+    return [n for n in names if _shipped(n)]
+
+
+def _shipped(name: str) -> bool:
+    try:
+        return not get_backend(name).for_tests
+    except BackendUnavailableError:  # registered, but its package is not there
+        return False
+
+
+def not_served(name: str, backend: Backend | None) -> str | None:
+    """Why a bundle naming the backend ``name`` is never served here (None: it may be);
+    ``backend`` is the instance :func:`get_backend` made for it, None when the name is not
+    known here. A test-only backend (``for_tests``: ``faulty`` and ``landscape``, registered
+    for dossier's test suite alone, break processes on purpose) is never served, wherever it
+    is registered."""
+    if backend is None:
+        return (f"{name!r} is not a shipped backend: this installation does not know it "
+                f"(known: {', '.join(backend_names()) or 'none'})")
+    if backend.for_tests:
+        return f"{name!r} is not a shipped backend: a test-only one, never served from a bundle"
+    return None
 
 
 def _load(name: str, target: Factory | str) -> Backend:
     factory: object = target
     if isinstance(target, str):
         module, _, attr = target.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:  # a stale or broken registration
+            raise BackendUnavailableError(
+                f"backend {name!r} is registered as {target!r}, which does not import here "
+                f"({type(exc).__name__}: {exc})", hint="reinstall the package that "
+                "registers it (pip install -e . in a source tree)") from exc
     backend = factory() if callable(factory) else None
     if not isinstance(backend, Backend):
         raise TypeError(f"backend {name!r} ({target!r}) is not a dossier Backend")

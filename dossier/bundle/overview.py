@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from dossier.load_config import LoadConfig
 from dossier.measure.conditions import Summary as ConditionsSummary
 from dossier.measure.latency import RouteLatency
+from dossier.run_folder import CACHE_NAME
 from dossier.trial import Reading, TrialRecord
 
 if TYPE_CHECKING:
@@ -292,7 +293,7 @@ def decision_conditions(trials: list[TrialRecord]) -> tuple[ConditionsSummary | 
     return got, "search" if got is not None else None
 
 
-RECORDS = ("tuning-cache.jsonl",)
+RECORDS = (CACHE_NAME,)
 """The files ``inspect`` reads beside the manifest (its per-output losses, latency and
 conditions come from the search record)."""
 

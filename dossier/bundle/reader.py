@@ -179,10 +179,11 @@ class Bundle:
         return self._json(FINGERPRINT_NAME, Fingerprint)  # type: ignore[no-any-return]
 
     def tuning_cache(self) -> TuningCache:
-        """The search record, read-only."""
+        """The search record, read-only: streamed within the cache's limits, nothing after
+        its last record (:meth:`~dossier.cache.TuningCache.open` with ``whole``)."""
         from dossier.cache import TuningCache
 
-        return TuningCache.open(self.file(CACHE_NAME))
+        return TuningCache.open(self.file(CACHE_NAME), whole=True)
 
     def table(self, rel: str) -> pa.Table:
         """A Parquet table of the bundle."""

@@ -59,6 +59,7 @@ from dossier.load_config import LoadConfig
 from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Selection
 from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, cache_file
+from dossier.scenarios.evidence import bundle_files as scenario_files
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
@@ -186,6 +187,7 @@ class _Plan:
             for name in (KNOBS_NAME, FINGERPRINT_NAME, CACHE_NAME)]
         files += self._validation()
         files += self._data_sets()
+        files += [Copy(src, rel) for src, rel in scenario_files(self.run_dir)]  # its LoadGen logs
         knobs = [i.knob for i in Selection.parse(h.selection, self.db).items]
         trials = self.cache.trials
         files += [Table(tables.ROUTES, tables.routes_table(trials, knobs, self.db,

@@ -49,6 +49,7 @@ from dossier.jobs.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerReq
 from dossier.measure import confirmation
 from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
+from dossier.run_folder import trial_name
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class LocalScheduler:
                 and not isinstance(build.result, BuiltResult):
             result = build.result  # the build failed: that is the trial's outcome
             if build.child is not None:  # and its log the trial's
-                keep_log(build.child.log, self.requests.work / f"trial-{index:04d}.log")
+                keep_log(build.child.log, self.requests.work / f"{trial_name(index)}.log")
         else:
             if build is not None:
                 assert isinstance(build.result, BuiltResult)
@@ -150,7 +151,7 @@ class LocalScheduler:
         runs apart and is not known to be done (the next route is unknown, or its build still
         runs): that process then starts as the wait for that build begins, and this trial
         need not wait for its imports."""
-        name = f"trial-{index:04d}"
+        name = trial_name(index)
         child = self._take(env)
         ahead = self._wanted.get(index + 1)
         if self.backend.prestarts(req.timing.trial_prestart) and (self.builds is None or (

@@ -388,10 +388,6 @@ class RayScheduler:
         assert self._fp is not None
         return self._fp
 
-    def worker_pids(self) -> list[int]:
-        """The process ids of the measure workers (for tests that kill one)."""
-        return [w.hello["pid"] for w in self._workers]
-
     @property
     def requests(self) -> JobRequests:
         """The search's request factory (set by :meth:`attach`)."""

@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from dossier.audit.explain import Explanation, HeadToHead, Latency, OneKnobEffect, TrialFact
     from dossier.audit.trade import Trade, TradePoint
     from dossier.bundle.overview import Overview
+    from dossier.host.policy import Finding
     from dossier.measure.conditions import Summary as ConditionsSummary
     from dossier.trial import Reading
     from dossier.verify import Rebench, Recheck, VerifyReport
-    from dossier.verify.policy import Finding
 
 Rows = list[tuple[str, str]]
 """(label, value) pairs; a label "" continues the row above."""
@@ -369,7 +369,7 @@ def finding_groups(r: VerifyReport, show_all: bool) -> list[tuple[list[Finding],
     """The environment's rows: every finding with ``show_all``; otherwise one row for many
     fields with the same verdict and reason ("cannot be compared"), and each changed field
     that stays VALID."""
-    from dossier.verify.policy import collapse
+    from dossier.host.policy import collapse
 
     if show_all:
         return [([f], f) for f in r.findings]

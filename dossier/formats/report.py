@@ -32,7 +32,6 @@ from dossier.audit.explain import (
     AACheck,
     Explanation,
     TrialFact,
-    explain,
     shown_verdict,
     test_name,
 )
@@ -40,24 +39,16 @@ from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
 from dossier.formats import figures as figures_text
 from dossier.measure.figure import speedup_text
+from dossier.scenarios.curve import figure as scenario_figure
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from dossier.bundle import Bundle
 
 COLOURS = {"baseline": "#1f5fbf", "ok": "#2e9e4f", "rejected": "#e08a00",
            "build_failed": "#c62828", "crashed": "#c62828", "timeout": "#8e24aa",
            "runtime_error": "#c62828", "confirm": "#6d6d6d", "best": "#111111"}
 """Colour of each outcome (and of the baseline) in plots and table."""
-
-
-def report_html(bundle: Bundle, *, inferences_per_day: float | None = None,
-                horizon_days: float | None = None, hosts: int | None = None) -> str:
-    """The report page of an opened bundle (raw samples from its timings.parquet)."""
-    facts = explain(bundle, inferences_per_day=inferences_per_day, horizon_days=horizon_days,
-                    hosts=hosts)
-    return render_report(facts, samples_from_timings(bundle.timings()))
 
 
 def samples_from_timings(table: pa.Table) -> dict[int, list[float]]:
@@ -134,6 +125,9 @@ def render_report(e: Explanation, samples: Mapping[int, Sequence[float]]) -> str
          "admissible trials (screening readings). [contention]: a knob whose effect depends "
          "on what else runs on the host."),
     ]
+    if e.scenario is not None:  # dossier.scenarios.curve: Model Analyzer's chart
+        figures.append((f"Latency against throughput ({e.scenario.scenario})", "plot-scenario",
+                        scenario_figure(go, e.scenario), e.scenario.why))
     plots = []
     for title, div_id, fig, caption in figures:
         body = None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dossier.formats import figures as fig
 from dossier.formats.base import Document, Format
 from dossier.formats.escaping import printable
+from dossier.scenarios.curve import chart
 
 if TYPE_CHECKING:
     from dossier.audit.explain import Explanation
@@ -171,6 +172,10 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
         p(f"  {escape(fig.baseline_line(base))}")
     _accuracy(page, e)
     _trade(page, e)
+    if e.scenario is not None:  # dossier.scenarios.curve
+        page.heading(f"Under the scenario ({e.scenario.scenario})")
+        for text in [*chart(e.scenario), f"  {e.scenario.why}"]:
+            page.print(escape(text))
     if e.rejected:
         page.heading(f"Rejected trials ({len(e.rejected)})")
         for t in e.rejected:

@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
+from dossier.measure.reading import Comparison
+from dossier.measure.record import Outcome, TrialRecord
 from dossier.measure.target import estimator_for
 from dossier.measure.timing import (
     ROBUST,
@@ -66,7 +68,6 @@ from dossier.measure.timing import (
     round_ratios,
     summarize,
 )
-from dossier.trial import Comparison, Outcome, TrialRecord
 
 if TYPE_CHECKING:
     pass

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dossier.trial import TrialRecord
+from dossier.measure.record import TrialRecord
 
 Source = Literal["confirmation", "screening"]
 

@@ -37,7 +37,7 @@ from dossier.measure.conditions import BUSY_SHARE, Conditions, gpu_states
 from dossier.measure.timing import ROBUST, Estimator
 
 if TYPE_CHECKING:
-    from dossier.trial import TrialRecord
+    from dossier.measure.record import TrialRecord
 
 RAISED_NICE = -10
 """The nice value a measuring process of a dedicated target asks for: well above ordinary

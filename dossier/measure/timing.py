@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dossier.trial import AHEAD, Comparison, TimingSummary
+from dossier.measure.reading import AHEAD, Comparison, TimingSummary
 
 Timed = Callable[[int], float]
 """A function that runs the engine on input set ``i`` and returns the latency in ms."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from dossier.measure.reading import Comparison
 from dossier.measure.timing import PROCESS_TEST
-from dossier.trial import Comparison
 
 Label = Literal["faster", "slower", "no significant effect"]
 

@@ -136,9 +136,13 @@ class BudgetStrategy(Strategy):
         start = [r.as_dict() for r in self.start(selection, db)]
         ascending = self.ascends(selection, db)
         space = math.prod(len(i.values) for i in selection.varied)
-        study = self._study()
+        study = self._study(dists)
 
         def route_of(params: Mapping[str, Any]) -> Route:
+            why = _outside(params, dists)
+            if why is not None:  # the sampler's own proposals never are: a crafted journal
+                raise TuneError(f"the search's study journal proposed a route outside the "
+                                f"selection ({why})", hint=_SET_ASIDE_HINT)
             return Route.of({**base, **{k: str(v) for k, v in params.items()}})
 
         def tell(trial: optuna.trial.FrozenTrial | optuna.trial.Trial, route: Route) -> None:
@@ -210,19 +214,34 @@ class BudgetStrategy(Strategy):
             return helpful(selection, db, results, self.limits.min_effect)
         return None
 
-    def _study(self) -> optuna.Study:
+    def _study(self, dists: Mapping[str, Any]) -> optuna.Study:
+        """The study: in memory, or read from the run folder's journal like the tuning cache
+        (:func:`_journal_problem`: not followed if a link, a regular file only, bounded, every
+        line a journal operation; then every trial's parameters, told or enqueued, within the
+        selection ``dists``). A journal that fails is set aside (renamed, never followed or
+        written) and TuneError (exit 4) names the line: the next ``tune --continue`` starts a
+        new study, which replays the trials of the tuning cache, the record of truth."""
         if self.storage_path is None:
             import optuna
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)  # the library never prints
             return optuna.create_study(direction="maximize")
-        _repair(self.storage_path)
-        try:
-            return self.open_study(self.storage_path)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # what a bad line raises
-            raise TuneError(f"cannot read the search's study journal {self.storage_path}: {exc}",
-                            hint="remove it to let --continue start the proposals afresh from "
-                                 "the trials recorded") from exc
+        path = self.storage_path
+        problem = _journal_problem(path)
+        study = None
+        if problem is None:
+            _repair(path)
+            try:
+                study = self.open_study(path)
+            except Exception as exc:  # noqa: BLE001 - Optuna's parser: whatever a bad line raises
+                problem = f"Optuna cannot replay it ({type(exc).__name__}: {exc})"
+        if study is not None:
+            problem = _trials_outside(study, dists)
+        if problem is None and study is not None:
+            return study
+        aside = _set_aside(path)
+        raise TuneError(f"the search's study journal {path} is refused: {problem}; set aside "
+                        f"as {aside.name}", hint=_SET_ASIDE_HINT)
 
     @staticmethod
     def open_study(path: Path) -> optuna.Study:
@@ -318,6 +337,101 @@ def _sampler(seed: int, n: int) -> optuna.samplers.BaseSampler:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(seed=(seed * 1_000_003 + n) % 2**32, multivariate=True,
                                           group=True, n_startup_trials=0)
+
+
+JOURNAL_MAX_BYTES = 256 << 20
+"""The largest study journal read (a search of 10,000 proposals writes about 20 MB)."""
+JOURNAL_MAX_LINE = 1 << 20
+"""The longest line of a study journal."""
+_SET_ASIDE_HINT = ("run tune --continue again: the study is rebuilt from the trials of the "
+                   "tuning cache")
+
+
+def _journal_problem(path: Path) -> str | None:
+    """What is wrong with the journal at ``path`` as a file (None: nothing, or there is none
+    yet): a link, not a regular file, larger than :data:`JOURNAL_MAX_BYTES`, a line longer
+    than :data:`JOURNAL_MAX_LINE`, or a line that is not a JSON object holding a known
+    operation (its number named). Never follows a link, never blocks on a FIFO."""
+    import json
+    import os
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link (never followed)"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "it is not a regular file"
+        if st.st_size > JOURNAL_MAX_BYTES:
+            return f"it holds {st.st_size} bytes, more than {JOURNAL_MAX_BYTES >> 20} MiB"
+        for number, line in enumerate(iter(lambda: f.readline(JOURNAL_MAX_LINE + 1), b""),
+                                      start=1):
+            if len(line) > JOURNAL_MAX_LINE:
+                return f"line {number} is longer than {JOURNAL_MAX_LINE >> 20} MiB"
+            if not line.endswith(b"\n"):
+                break  # a torn last line: cut off by _repair
+            try:
+                op = json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                return f"line {number} is not JSON ({type(exc).__name__})"
+            code = op.get("op_code") if isinstance(op, dict) else None
+            if type(code) is not int or not 0 <= code <= _MAX_OP_CODE:
+                return f"line {number} is not a journal operation"
+            if not isinstance(op.get("worker_id"), str):
+                return f"line {number} has no worker id"
+    return None
+
+
+_MAX_OP_CODE = 10
+"""The last operation code of Optuna's journal (``JournalOperation.DISCARD_TRIALS``)."""
+
+
+def _outside(params: Mapping[str, Any], dists: Mapping[str, Any]) -> str | None:
+    """How ``params`` leave the selection's varied knobs and values (None: they do not)."""
+    if not isinstance(params, Mapping):
+        return "parameters that are not a mapping"
+    for name, value in params.items():
+        if name not in dists:
+            return f"-{name} is not a varied knob"
+        if str(value) not in dists[name].choices:
+            return f"-{name}={value} is not a value of the selection"
+    return None
+
+
+def _trials_outside(study: optuna.Study, dists: Mapping[str, Any]) -> str | None:
+    """The first trial of ``study`` whose parameters, told or enqueued, leave the selection."""
+    for t in study.get_trials(deepcopy=False):
+        why = _outside(t.params, dists) or _outside(t.system_attrs.get("fixed_params", {}),
+                                                    dists)
+        if why is not None:
+            return f"trial {t.number}: {why}"
+    return None
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename the journal (whatever it is: the entry itself, never what a link names) to a
+    free ``NAME.refused-N`` beside it; that name."""
+    import os
+
+    for n in range(1, 10_000):
+        aside = path.with_name(f"{path.name}.refused-{n}")
+        if not os.path.lexists(aside):
+            os.rename(path, aside)
+            return aside
+    raise TuneError(f"cannot set the study journal {path} aside: too many refused ones",
+                    hint=f"remove {path.name}.refused-* from the run folder")
 
 
 def _repair(path: Path) -> None:

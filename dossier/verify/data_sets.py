@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dossier.cache import DataSetIdentity, HoldoutRecord
 from dossier.errors import DossierError
 from dossier.files import read_small
-from dossier.verify.policy import Finding, Verdict
+from dossier.host.policy import Finding, Verdict
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle

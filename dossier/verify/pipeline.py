@@ -45,6 +45,7 @@ from dossier.bundle import Bundle
 from dossier.bundle.integrity import BundleScan, scan_bundle
 from dossier.bundle.manifest import Manifest
 from dossier.errors import (
+    BackendUnavailableError,
     BundleError,
     DossierError,
     InputError,
@@ -54,16 +55,17 @@ from dossier.errors import (
 )
 from dossier.fingerprint import Fingerprint, collect, imported_now, load_fingerprint
 from dossier.hashing import BLAKE3
-from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
-from dossier.trust.sigfile import signature_path
-from dossier.verify.policy import (
+from dossier.host.policy import (
     Finding,
+    Policy,
     Verdict,
     collapse,
     diff,
     load_policy,
     worst,
 )
+from dossier.run_folder import FINGERPRINT_NAME, KNOBS_NAME
+from dossier.trust.sigfile import signature_path
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
     from dossier.registry.artifact import Pulled
     from dossier.trust.signing import SignatureCheck
 
-from dossier.verify.host import REBENCH_MAX_S, has_holdout, rebench, recheck
+from dossier.verify.host import REBENCH_MAX_S, RECHECK_MAX_S, has_holdout, rebench, recheck
 from dossier.verify.report import Step, StepName, StepOutcome, VerifyReport
 
 logger = logging.getLogger(__name__)
@@ -137,6 +139,9 @@ class VerifyOptions:
     """With ``rebench``: timing settings instead of the bundle's."""
     rebench_max_s: float = REBENCH_MAX_S
     """With ``rebench``: about the most seconds its measuring processes take together."""
+    recheck_max_s: float = RECHECK_MAX_S
+    """With ``recheck``: the most seconds each re-check's process may take (the validation
+    set, then the hold-out set)."""
     extract: bool = False
     """Extract an archive whole, every file checked as it is written (what a loader needs:
     the engine it loads is the one that was checked). Otherwise an archive is read in place
@@ -146,6 +151,10 @@ class VerifyOptions:
     read_validation: bool = True
     """With ``extract``: the caller reads the validation set's files after the checks
     (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
+    check_records: bool = True
+    """Cross-check the bundle's data-set records against its search record and the files
+    present (:mod:`dossier.verify.data_sets`). ``dossier.load`` leaves it out: every file it
+    serves from is hashed, and a loader reads no search record (nor imports its readers)."""
     prepare_backend: Callable[[Backend], object] | None = None
     """Called once, in the calling thread, with the bundle's backend (the instance of the
     backend the manifest names, e.g. ``torch-inductor``: the one whose policy and
@@ -372,8 +381,8 @@ class _Run:
         except Exception as exc:  # a plug-in that fails to import: raised at the environment
             logger.debug("backend %r not resolved ahead of the checks: %s", name, exc)
             return  # step, after the checks, as without a hook
-        if backend is not None:
-            hook(backend)
+        if backend is not None and not backend.for_tests:  # never served: said at the
+            hook(backend)  # environment step
 
     def _collect_host(self, bundle: Bundle) -> ThreadPoolExecutor | None:
         """Start collecting this host's fingerprint in a background thread, when the
@@ -475,8 +484,6 @@ class _Run:
         return None  # no signature and no key to check one with: dossier.trust.signing not imported
 
     def _environment(self, bundle: Bundle) -> VerifyReport:
-        from dossier.backends import default_policy
-
         o = self.opts
         self.current = StepName.ENVIRONMENT
         m = bundle.manifest
@@ -488,13 +495,21 @@ class _Run:
         else:
             here = self._host_here(tuning_host)
         backend = self._backend(m.backend)
-        # a backend not known here: default_policy refuses it in its own words
-        policy = backend.default_policy() if backend is not None else default_policy(m.backend)
+        loads = o.recheck or o.rebench or o.extract  # an engine of it is loaded after this
+        refused = served_findings(m, backend, here.cpu.cores, routes=loads or (
+            backend is not None and not backend.route_check_imports))
+        if refused and refused[0].field == "backend":
+            backend = None
+        policy = backend.default_policy() if backend is not None else _common_policy()
         if o.policy is not None:
             policy = load_policy(o.policy, policy)
-        from dossier.verify.data_sets import dataset_findings
+        if o.check_records:
+            from dossier.verify.data_sets import dataset_findings
 
-        findings = [*dataset_findings(bundle),
+            records = dataset_findings(bundle)
+        else:
+            records = []
+        findings = [*refused, *records,
                     *(backend.requirement_findings(here) if backend is not None else []),
                     *diff(tuning_host, here, policy, m.engines.shipped.flags)]
         reasons = [f"{f.field}: {f.bundle_value} -> {f.host_value}: {f.reason}" if len(group) == 1
@@ -509,10 +524,17 @@ class _Run:
         verdicts = [f.verdict for f in findings]
         checked = held = None
         self.current = StepName.RECHECK
+        if refused and (o.recheck or o.rebench):
+            why = f"not run: {refused[0].field} refused ({refused[0].reason})"
+            for name in (StepName.RECHECK, StepName.REBENCH):
+                self._skip(name, why)
+            return self._report(findings=findings, verdict=Verdict.INVALID, reasons=reasons,
+                                exit_code=int(Verdict.INVALID.exit_code))
         if o.recheck:
-            checked = recheck(bundle, threshold=o.threshold)
+            checked = recheck(bundle, threshold=o.threshold, max_s=o.recheck_max_s)
             if has_holdout(bundle):
-                held = recheck(bundle, threshold=o.threshold, data_set="holdout")
+                held = recheck(bundle, threshold=o.threshold, data_set="holdout",
+                               max_s=o.recheck_max_s)
             runs = [c for c in (checked, held) if c is not None]
             passed = all(c.passed for c in runs)
             verdicts.append(Verdict.VALID if passed else Verdict.INVALID)
@@ -585,6 +607,45 @@ class _Run:
         self.steps.sort(key=lambda s: order.index(s.name))
         return with_report(exc, self._report(exit_code=int(exc.exit_code),
                                              error=exc.diagnostics()))
+
+
+def served_findings(m: Manifest, backend: Backend | None, cores: int | None = None, *,
+                    routes: bool = True) -> list[Finding]:
+    """What refuses to serve a bundle here before anything of it is loaded, as INVALID
+    findings: a backend that is not a shipped one (``backend``, the instance resolved for
+    the name, None when it is unknown here; or a test-only one), or a route of the shipped or
+    the baseline engine that this host's knob database does not take (an unknown knob or
+    value, a thread count beyond the bound of the judged host, of ``cores`` logical CPUs:
+    :meth:`~dossier.backends.Backend.check_recorded_route`; the routes only with ``routes``:
+    a verification that loads nothing leaves them to the load when checking them imports the
+    compiler). Empty when it may be served; a backend whose library is not installed here is
+    left to its requirement findings."""
+    from dossier.backends import not_served
+
+    why = not_served(m.backend, backend)
+    if why is not None or backend is None:
+        return [Finding(field="backend", bundle_value=m.backend, host_value="not served",
+                        verdict=Verdict.INVALID, reason=str(why))]
+    found: list[Finding] = []
+    for role, entry in (("shipped", m.engines.shipped), ("baseline", m.engines.baseline)):
+        if entry is None or not routes:
+            continue
+        try:
+            backend.check_recorded_route(entry.route, cores)
+        except BackendUnavailableError:
+            return []
+        except SelectionError as exc:
+            found.append(Finding(field=f"engines.{role}.route", bundle_value=entry.route,
+                                 host_value="refused", verdict=Verdict.INVALID,
+                                 reason=exc.diagnostics()))
+    return found
+
+
+def _common_policy() -> Policy:
+    """The rules every backend shares, for a bundle whose backend is not served here."""
+    from dossier.host.policy import common_rules, tail_rules
+
+    return Policy(rules=(*common_rules(), *tail_rules()))
 
 
 _PINNED = (FINGERPRINT_NAME,)

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dossier.measure.conditions import Summary as ConditionsSummary
-from dossier.measure.latency import RouteLatency
-from dossier.trial import Comparison, TimingSummary
-from dossier.verify.policy import (
+from dossier.host.policy import (
     Finding,
     Verdict,
 )
+from dossier.measure.conditions import Summary as ConditionsSummary
+from dossier.measure.latency import RouteLatency
+from dossier.trial import Comparison, TimingSummary
 
 if TYPE_CHECKING:
 

@@ -32,9 +32,10 @@ from dossier.backends.onnxruntime import knobs, precision, scratch
 from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
 from dossier.errors import SelectionError
+from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
-from dossier.verify.policy import Rule
+from dossier.scenario import SESSIONS_KNOB
 
 
 class OnnxRuntimeBackend(Backend):
@@ -64,6 +65,23 @@ class OnnxRuntimeBackend(Backend):
                          "(-execution_provider=openvino): f32, or bf16 on the CPU's bfloat16 "
                          "units (AMX, AVX-512 BF16)"))
         return db.model_copy(update={"knobs": (*db.knobs, *extra)})
+
+    def check_recorded_route(self, text: str, cores: int | None = None) -> Route:
+        """Checked against the knobs known without importing onnxruntime (a verify that loads
+        nothing imports no runtime): the static ones, the quantization and execution-provider
+        knobs, and graph optimizers by name (``optimizer:NAME``, on or off: build-time knobs,
+        baked into the engine, never applied by a load)."""
+        static = knobs.knob_database_static(self.name)
+        named = {name for name, _ in Route.parse(text).values if name.startswith(
+            OPTIMIZER_PREFIX) and name[len(OPTIMIZER_PREFIX):].isidentifier()}
+        optimizers = [Knob(name=n, values=knobs.ON_OFF, default="on") for n in sorted(named)]
+        extra = [Knob(name=precision.EP_KNOB, values=(precision.CPU, precision.OPENVINO),
+                      default=precision.CPU),
+                 Knob(name=precision.OV_PRECISION_KNOB, values=(precision.F32, precision.BF16),
+                      default=precision.F32)]
+        db = static.model_copy(update={"knobs": (*static.knobs, *precision.knobs(), *extra,
+                                                 *optimizers)})
+        return self._checked_route(text, db, cores)
 
     def knobs_not_offered(self) -> dict[str, str]:
         why = precision.openvino()[1]
@@ -139,8 +157,8 @@ class OnnxRuntimeBackend(Backend):
                 if value == "off" and phase is not KnobPhase.LOAD:
                     disabled.append(name[len(OPTIMIZER_PREFIX):])
                 continue
-            if name not in SPEC:  # a knob a subclass adds and handles itself
-                continue
+            if name not in SPEC or name == SESSIONS_KNOB:  # a subclass's own; sessions: how
+                continue  # many sessions serve (dossier.scenarios), not a session option
             _, _, _, knob_phase, key, _, _ = SPEC[name]
             if phase is not None and knob_phase is not phase:
                 continue
@@ -274,6 +292,8 @@ class OnnxRuntimeBackend(Backend):
     about one core busy for seconds (BERT-base: 8-19 s): one build job per core by default, so
     on two cores two quantizations run at once while nothing is timed (a BERT release: 191 s
     with one build at a time, 168 s with two)."""
+    thread_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads"})
+    route_check_imports = False
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",
                                   "execution_mode", "intra_op_allow_spinning",
                                   "inter_op_allow_spinning"})
@@ -288,7 +308,11 @@ class OnnxRuntimeBackend(Backend):
             if spec is None or spec[3] is not KnobPhase.LOAD or value == db.get(name).default:
                 continue
             key = spec[4]
-            if name == "execution_mode":
+            if name == SESSIONS_KNOB:  # not a session option: how many sessions serve
+                options[key] = value
+                lines.append(f"# serve with {int(value)} sessions in parallel, one per worker "
+                             "thread, each made as below (the server loop is yours)")
+            elif name == "execution_mode":
                 mode = "ORT_PARALLEL" if value == "parallel" else "ORT_SEQUENTIAL"
                 options[key] = mode
                 lines.append(f"so.execution_mode = ort.ExecutionMode.{mode}")
@@ -314,7 +338,10 @@ class OnnxRuntimeBackend(Backend):
             call=call,
             options=options,
             note="ONNX Runtime's defaults apart from these options; one session per process, as "
-                 "timed (session.force_spinning_stop is not set)",
+                 "timed (session.force_spinning_stop is not set)" if SESSIONS_KNOB not in options
+            else f"ONNX Runtime's defaults apart from these options; {options[SESSIONS_KNOB]} "
+                 "sessions in parallel, as the scenario measured them "
+                 "(session.force_spinning_stop is not set)",
             snippet="\n".join(lines))
 
     @staticmethod

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
+from dossier.scenario import SESSIONS_KNOB
 
 LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
           "extended": "ORT_ENABLE_EXTENDED", "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
@@ -57,6 +58,10 @@ STATIC: tuple[tuple[str, tuple[str, ...], str, KnobPhase, str, str, bool], ...] 
      "flush denormal floats to zero", True),
     ("deterministic_compute", ("off", "on"), "off", KnobPhase.LOAD, "use_deterministic_compute",
      "use deterministic kernels where ORT has them", False),
+    (SESSIONS_KNOB, ("1", "2", "4"), "1", KnobPhase.LOAD, SESSIONS_KNOB,
+     "sessions serving queries in parallel, one per worker thread, each with "
+     "intra_op_num_threads threads (server and offline scenarios; one session is timed "
+     "otherwise)", False),
 )
 SPEC = {s[0]: s for s in STATIC}
 OPTIMIZER_PREFIX = "optimizer:"
@@ -113,6 +118,13 @@ def registered_transformers() -> tuple[str, ...]:
     with _captured_stderr() as log:
         ort.InferenceSession(PROBE_MODEL, so, providers=["CPUExecutionProvider"])
     return tuple(sorted(set(re.findall(r"GraphTransformer (\w+) modified", log[0]))))
+
+
+def knob_database_static(backend: str) -> KnobDatabase:
+    """The knobs every ORT build has (:data:`STATIC`; imports nothing)."""
+    return KnobDatabase(backend=backend, tuner_version="static", knobs=tuple(
+        Knob(name=n, values=v, default=d, phase=p, help=h, changes_numerics=c)
+        for n, v, d, p, _key, h, c in STATIC))
 
 
 def knob_database(backend: str) -> KnobDatabase:

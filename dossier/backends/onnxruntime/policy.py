@@ -7,8 +7,8 @@ OpenVINO route, whose engine is the ONNX model, compiled where it is loaded),
 
 from __future__ import annotations
 
-from dossier.verify.policy import INVALID, SUB, VALID, Rule
-from dossier.verify.policy import rule as _r
+from dossier.host.policy import INVALID, SUB, VALID, Rule
+from dossier.host.policy import rule as _r
 
 _VERSION = ("The optimized model was written by another ONNX Runtime version, and its format "
                 "and kernels are tied to the version that produced it.")

@@ -21,6 +21,15 @@ class OnnxRuntimeRunner(Runner):
     def io_names(self) -> tuple[list[str], list[str]]:
         return list(self._inputs), list(self._outputs)
 
+    def input_dtypes(self) -> dict[str, str]:
+        # ONNX Runtime spells them tensor(float), tensor(double), tensor(int64), ...
+        named = {"float": "float32", "double": "float64"}
+        out = {}
+        for i in self._session.get_inputs():
+            t = str(i.type).removeprefix("tensor(").removesuffix(")")
+            out[i.name] = named.get(t, t)
+        return out
+
     def fast_run(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         run, outputs = self._session.run, self._outputs
         names = tuple(outputs)

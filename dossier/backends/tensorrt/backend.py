@@ -57,7 +57,7 @@ from dossier.routes import Route
 
 if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
-    from dossier.verify.policy import Finding, Rule
+    from dossier.host.policy import Finding, Rule
 
 MIN_VERSION = (11, 1)
 """First TensorRT release with build routes (``IBuilderConfig.build_route``)."""

@@ -6,7 +6,7 @@ Engine facts: ``version_compatible`` / ``hardware_compatible`` (the plan's compa
 from __future__ import annotations
 
 from dossier.fingerprint import Fingerprint
-from dossier.verify.policy import (
+from dossier.host.policy import (
     INVALID,
     PLATFORM_RULES,
     SUB,
@@ -16,7 +16,7 @@ from dossier.verify.policy import (
     Verdict,
     gpu_tuning_rules,
 )
-from dossier.verify.policy import rule as _r
+from dossier.host.policy import rule as _r
 
 
 def _trt_version(pattern: str) -> Rule:

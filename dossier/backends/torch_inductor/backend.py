@@ -75,7 +75,7 @@ from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.routes import Route
 
 if TYPE_CHECKING:
-    from dossier.verify.policy import Rule
+    from dossier.host.policy import Rule
 
 
 # ------------------------------------------------------------------------------ backend
@@ -91,9 +91,26 @@ class TorchInductorBackend(Backend):
     runtime_modules = ("torch",)
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
     fingerprint_compiler = True  # AOTInductor compiles and links with the host's C++ compiler
+    thread_knobs = frozenset({KNOB_PREFIX + "cpp.threads"})
+    route_check_imports = False
 
     def available(self) -> bool:
         return importlib.util.find_spec("torch") is not None
+
+    def check_recorded_route(self, text: str, cores: int | None = None) -> Route:
+        """Checked against the knobs known without importing torch (a verify that loads
+        nothing imports no runtime): ``device``, ``dtype``, ``float32_matmul_precision`` and
+        ``cuda_graph`` with every value they can take; the curated inductor keys
+        (:data:`INDUCTOR_KEYS`: build-time, baked into the package) by name;
+        ``inductor:cpp.threads`` a thread count."""
+        knobs = [Knob(name="device", values=device_values(True), default="cpu"),
+                 Knob(name="dtype", values=DTYPES, default="float32"),
+                 Knob(name="float32_matmul_precision", values=PRECISIONS, default="highest"),
+                 Knob(name="cuda_graph", values=("off", "on"), default="off"),
+                 *(Knob(name=KNOB_PREFIX + key, values=None, default="default")
+                   for key, _, _ in INDUCTOR_KEYS)]
+        db = KnobDatabase(backend=self.name, tuner_version="static", knobs=tuple(knobs))
+        return self._checked_route(text, db, cores)
 
     def knob_database_impl(self) -> KnobDatabase:
         import torch

@@ -5,8 +5,8 @@ Engine fact: ``cpu_package`` (the .pt2 package was compiled for the CPU).
 
 from __future__ import annotations
 
-from dossier.verify.policy import INVALID, PLATFORM_RULES, SUB, VALID, Rule, gpu_tuning_rules
-from dossier.verify.policy import rule as _r
+from dossier.host.policy import INVALID, PLATFORM_RULES, SUB, VALID, Rule, gpu_tuning_rules
+from dossier.host.policy import rule as _r
 
 _NO_GPU = "A CPU package does not use the GPU, so GPU differences do not matter."
 _OWN: list[Rule] = [

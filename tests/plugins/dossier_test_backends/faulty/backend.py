@@ -1,8 +1,8 @@
 """A test-only backend: ONNX Runtime plus a ``fault`` knob that really breaks the trial's process.
 
-Registered through the ``dossier.backends`` entry points and marked ``for_tests`` (left out of
-the backend names offered to users). The faults are
-real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
+Registered for the test suite only (``tests/plugins``: see :mod:`dossier_test_backends`) and
+marked ``for_tests`` (left out of the backend names offered to users, never served from a
+bundle). The faults are real: ``abort`` calls os.abort() (SIGABRT), ``segv`` sends SIGSEGV to the process, ``hang``
 sleeps forever, ``oom`` allocates until the memory limit stops it, ``raise`` fails the build,
 ``nan`` makes every output NaN, ``slow`` sleeps 2 ms per run, ``drift`` is a route that is
 faster (with ``pace=held`` or ``clock``, 1.5 times shorter) and right on the inputs a

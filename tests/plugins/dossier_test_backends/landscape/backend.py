@@ -1,8 +1,9 @@
 """A test-only backend: ONNX Runtime plus the knobs of a synthetic landscape
-(:mod:`dossier.backends.landscape.space`, 30 knobs from seed 0), whose true speedups, failures
+(:mod:`dossier_test_backends.landscape.space`, 30 knobs from seed 0), whose true speedups, failures
 and optimum are known.
 
-Registered through the ``dossier.backends`` entry points and marked ``for_tests``. A route's
+Registered for the test suite only (``tests/plugins``: see :mod:`dossier_test_backends`) and
+marked ``for_tests``. A route's
 engine is the baseline's ONNX Runtime engine; every run busy-waits until ``PACE_MS`` x the
 landscape's relative run time of the route has passed since it began (as the ``faulty``
 backend's ``pace=held``), so a real search over it times real processes against a known truth.
@@ -20,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from dossier.backends.interface import BuildError, BuildInfo, Runner
-from dossier.backends.landscape.space import Landscape, knob_database
 from dossier.backends.onnxruntime import OnnxRuntimeBackend
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.routes import Route
+from dossier_test_backends.landscape.space import Landscape, knob_database
 
 PACE_MS = 2.0
 """What one run of the baseline takes (the model's own time included)."""

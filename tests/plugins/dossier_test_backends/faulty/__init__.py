@@ -1,5 +1,5 @@
 """The fault-injecting test backend (ONNX Runtime plus a ``fault`` knob): :mod:`.backend`."""
 
-from dossier.backends.faulty.backend import FAULTS, FaultyBackend
+from dossier_test_backends.faulty.backend import FAULTS, FaultyBackend
 
 __all__ = ["FAULTS", "FaultyBackend"]
