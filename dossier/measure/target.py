@@ -221,7 +221,7 @@ def not_comparable(target: TargetConditions, *, busier_count: int | None, measur
         parts.append(f"{busier_count} of {measurements} measurement(s) of the "
                      f"{of or 'search'} ran busier than declared")
     if estimator == ROBUST:
-        parts.append("the speedup is taken of each block's 10th percentile (added delay "
+        parts.append("the readings are taken of each block's 10th percentile (added delay "
                      "cannot inflate it); median, p90, p99 and throughput are as measured, "
                      "under that load")
     if conditional_shipped:
