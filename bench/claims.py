@@ -202,7 +202,7 @@ def table(doc: str) -> str:
         command = d.get("command") or c.command or "not recorded"
         command = command.replace("/work/main/", "")
         rows.append(f"| {_cell(c.claim)} | {_cell(c.figure(d))} | {_cell(_host(d, c))} | "
-                    f"`{_cell(command)}` | [`{c.file}`](../bench/results/{c.file}) |")
+                    f"`{_cell(command)}` | `bench/results/{c.file}` |")
     return "\n".join(rows)
 
 
