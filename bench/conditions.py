@@ -175,22 +175,33 @@ def _alone(bundle: Path, processes: int, runs: int) -> dict[str, Any]:
             "conditions": {"load_1m": seen.load_1m, "other_cores": seen.other_cores}}
 
 
-def headline(args: argparse.Namespace, doc: dict[str, Any], save: Callable[[], None]) -> None:
-    spec = ROOT / "samples/tblock/release-int8.toml"
+def _under_load(args: argparse.Namespace, doc: dict[str, Any], save: Callable[[], None],
+                spec: Path, name: str,
+                judge: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """``args.releases`` releases of ``spec`` under the load, each judged by ``judge`` (load
+    off) and saved as it ends; the ones that ended well."""
     rows = doc.setdefault("releases", [])
     for i in range(args.releases):
-        out = args.work / f"headline-{i}"
+        out = args.work / f"{name}-{i}"
         shutil.rmtree(out, ignore_errors=True)
         with load(args.load):
             rec = _release(spec, out)
         if rec["exit"] == 0:
-            rec["alone"] = _alone(Path(rec["bundle"]), args.alone, args.runs)
-            if rec["gain"] and rec["speedup"]:
-                rec["headline_over_alone"] = round(rec["speedup"] / rec["alone"]["ratio"], 4)
-            rec["within_25pct"] = abs(rec.get("headline_over_alone", 1.0) - 1) <= 0.25
+            judge(rec)
         rows.append(rec)
         save()
-    ok = [r for r in rows if r["exit"] == 0]
+    return [r for r in rows if r["exit"] == 0]
+
+
+def headline(args: argparse.Namespace, doc: dict[str, Any], save: Callable[[], None]) -> None:
+    def judge(rec: dict[str, Any]) -> None:
+        rec["alone"] = _alone(Path(rec["bundle"]), args.alone, args.runs)
+        if rec["gain"] and rec["speedup"]:
+            rec["headline_over_alone"] = round(rec["speedup"] / rec["alone"]["ratio"], 4)
+        rec["within_25pct"] = abs(rec.get("headline_over_alone", 1.0) - 1) <= 0.25
+
+    ok = _under_load(args, doc, save, ROOT / "samples/tblock/release-int8.toml", "headline",
+                     judge)
     doc["rule"] = "headline within +-25% of the engines' ratio timed alone, load off"
     doc["within"] = _share(sum(r["within_25pct"] for r in ok), len(ok))
 
@@ -201,20 +212,14 @@ def contention(args: argparse.Namespace, doc: dict[str, Any],
     from dossier.routes import Route
 
     knobs = get_backend("onnxruntime").contention_knobs
-    spec = ROOT / "samples/tblock/release.toml"
-    rows = doc.setdefault("releases", [])
-    for i in range(args.releases):
-        out = args.work / f"contention-{i}"
-        shutil.rmtree(out, ignore_errors=True)
-        with load(args.load):
-            rec = _release(spec, out)
-        if rec["exit"] == 0:
-            rec["contention_only"] = conditional(
-                dict(Route.parse(rec["shipped"]).as_dict()),
-                dict(Route.parse(rec["baseline"]).as_dict()), knobs)
-        rows.append(rec)
-        save()
-    ok = [r for r in rows if r["exit"] == 0]
+
+    def judge(rec: dict[str, Any]) -> None:
+        rec["contention_only"] = conditional(
+            dict(Route.parse(rec["shipped"]).as_dict()),
+            dict(Route.parse(rec["baseline"]).as_dict()), knobs)
+
+    ok = _under_load(args, doc, save, ROOT / "samples/tblock/release.toml", "contention",
+                     judge)
     doc["rule"] = ("a route differing from the baseline only in threads, spinning or execution "
                    "mode ships 0 times (the default target: dedicated, quiet)")
     doc["contention_only_shipped"] = _share(sum(r["contention_only"] for r in ok), len(ok))
