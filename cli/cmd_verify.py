@@ -104,7 +104,12 @@ def verify(
         line("error: --require-signature needs at least one --trusted-key (the signer's public "
              "key)")
         raise typer.Exit(int(ExitCode.USAGE))
-    options = VerifyOptions(integrity_only=integrity_only, recheck=recheck, rebench=rebench,
+    scenario = None
+    if rebench:  # a server/offline release's scenario is replayed too
+        from dossier.scenarios.replay import rebench_scenario as scenario
+
+    options = VerifyOptions(rebench_scenario=scenario,
+                            integrity_only=integrity_only, recheck=recheck, rebench=rebench,
                             threshold=threshold, policy=policy, host=host,
                             trusted_keys=tuple(trusted_keys),
                             require_signature=require_signature, signature=signature,

@@ -36,3 +36,18 @@ def release_folder(out_dir: Path, name: str, version: int) -> Path:
     """Where ``dossier release`` (and ``retune``) keeps the run folder of release ``name``
     version ``version``: ``OUT/.runs/NAME-VERSION``."""
     return Path(out_dir) / RUNS / f"{name}-{version}"
+
+
+SCENARIO = "scenario"
+"""The run folder's (and the bundle's) folder of a scenario's evidence
+(:mod:`dossier.scenarios.evidence`)."""
+
+
+def scenario_files(run_dir: Path) -> list[tuple[Path, str]]:
+    """The scenario's files of a run folder, as (path, bundle path); none without a scenario
+    decision. Regular files only (a link is not followed into the bundle)."""
+    folder = Path(run_dir) / SCENARIO
+    if not (folder / "decision.json").is_file():
+        return []
+    return [(p, p.relative_to(run_dir).as_posix()) for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink()]

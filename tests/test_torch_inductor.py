@@ -179,7 +179,7 @@ def test_signature_errors(backend: ti.TorchInductorBackend, tmp_path: Path,
         backend.signature(Path("no_such_module_here:factory"))
     with pytest.raises(ModelError, match="no callable"):
         backend.signature(Path("samples.torch_models:no_such_factory"))
-    with pytest.raises(ModelError, match="neither"):
+    with pytest.raises(ModelError, match="is ONNX: the torch-inductor backend takes"):
         backend.signature(tmp_path / "model.onnx")
     with pytest.raises(ModelError, match="AOTInductor package"):
         backend.signature(mlp_engine[0])

@@ -23,6 +23,7 @@ import dossier.verify.pipeline
 from dossier.backends import Backend
 from dossier.errors import ExitCode, InputError, IntegrityError
 from dossier.fingerprint import Fingerprint, load_fingerprint
+from dossier.host.policy import Verdict
 from dossier.verify import StepOutcome, VerifyOptions, VerifyReport, refused_report, verify
 
 WAIT_S = 20.0
@@ -256,18 +257,20 @@ def test_no_collection_without_an_environment_step(bundle: Path,
 def test_a_backend_not_known_here_is_not_handed_and_is_refused_as_before(
         bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bundle names a backend this host does not register: ``prepare_backend`` is not
-    called, and the environment step refuses it in the default policy's words."""
+    called, and the environment step finds the bundle INVALID in one line (a bundle naming a
+    backend that is not a shipped one is never served)."""
     from dossier.backends import registry
 
     known = registry._known()
     monkeypatch.setattr(registry, "_known",
                         lambda: {k: v for k, v in known.items() if k != "onnxruntime"})
     calls: list[Backend] = []
-    with pytest.raises(InputError, match="no verify policy for backend 'onnxruntime'") as exc:
-        verify(bundle, VerifyOptions(prepare_backend=calls.append, host=_tuning_host(bundle)))
+    report = verify(bundle, VerifyOptions(prepare_backend=calls.append,
+                                          host=_tuning_host(bundle)))
     assert calls == []
-    report = refused_report(exc.value)
-    assert report is not None
+    assert report.verdict is Verdict.INVALID
+    assert report.reasons[0].startswith("backend: onnxruntime -> not served: 'onnxruntime' is "
+                                        "not a shipped backend")
     assert {s.name.value: s.outcome for s in report.steps}["environment"] is StepOutcome.FAILED
 
 

@@ -58,8 +58,13 @@ from dossier.knobs import KnobDatabase
 from dossier.load_config import LoadConfig
 from dossier.lock import bundle_lock, run_folder_lock
 from dossier.routes import Selection
-from dossier.run_folder import CACHE_NAME, FINGERPRINT_NAME, KNOBS_NAME, cache_file
-from dossier.scenarios.evidence import bundle_files as scenario_files
+from dossier.run_folder import (
+    CACHE_NAME,
+    FINGERPRINT_NAME,
+    KNOBS_NAME,
+    cache_file,
+    scenario_files,
+)
 from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.validation import ValidationSet, load_validation_set

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from dossier.formats import figures as fig
 from dossier.formats.base import Document, Format
 from dossier.formats.escaping import printable
-from dossier.scenarios.curve import chart
 
 if TYPE_CHECKING:
     from dossier.audit.explain import Explanation
@@ -174,6 +173,8 @@ def _explanation(page: _Page, e: Explanation, given: Sequence[str]) -> None:
     _trade(page, e)
     if e.scenario is not None:  # dossier.scenarios.curve
         page.heading(f"Under the scenario ({e.scenario.scenario})")
+        from dossier.scenarios.curve import chart  # pydantic: not for the root help
+
         for text in [*chart(e.scenario), f"  {e.scenario.why}"]:
             page.print(escape(text))
     if e.rejected:

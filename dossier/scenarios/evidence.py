@@ -14,27 +14,16 @@ from typing import TYPE_CHECKING
 
 from dossier.errors import BundleError
 from dossier.files import read_small
+from dossier.run_folder import SCENARIO as FOLDER
 
 if TYPE_CHECKING:
     from dossier.bundle.reader import Bundle
     from dossier.scenarios.models import ScenarioDecision
 
-FOLDER = "scenario"
-"""The run folder's (and the bundle's) folder of the scenario's evidence."""
 DECISION = f"{FOLDER}/decision.json"
 """The scenario's decision, by its bundle path."""
 DECISION_MAX_BYTES = 16 << 20
 """Largest decision read back."""
-
-
-def bundle_files(run_dir: Path) -> list[tuple[Path, str]]:
-    """The scenario's files of a run folder, as (path, bundle path); none without a scenario
-    decision. Regular files only (a link is not followed into the bundle)."""
-    folder = Path(run_dir) / FOLDER
-    if not (folder / "decision.json").is_file():
-        return []
-    return [(p, p.relative_to(run_dir).as_posix()) for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.is_symlink()]
 
 
 def read_decision(path: Path) -> ScenarioDecision:

@@ -30,10 +30,11 @@ from dossier.cache import DecisionRecord, TuningCache
 from dossier.knobs import KnobDatabase, KnobPhase
 from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
+from dossier.run_folder import SCENARIO as FOLDER
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
 from dossier.scenarios.decide import decide
-from dossier.scenarios.evidence import FOLDER, read_decision
+from dossier.scenarios.evidence import read_decision
 from dossier.scenarios.logs import KEPT
 from dossier.scenarios.models import RunSettings, ScenarioDecision
 from dossier.scenarios.pool import sessions_of

@@ -9,6 +9,7 @@ import importlib
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -243,7 +244,8 @@ def moved_engine(shipped_here: RouteLatency | None, shipped_then: RouteLatency |
 
 
 def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
-            max_s: float = REBENCH_MAX_S) -> Rebench:
+            max_s: float = REBENCH_MAX_S,
+            scenario: Callable[[Bundle], Any] | None = None) -> Rebench:
     """Re-measure the shipped and the baseline engines here with the confirmation's procedure
     (:mod:`dossier.measure.confirmation`, ``confirm_processes`` measuring processes, production load
     options) and judge the shipped route by whether its speedup falls inside the prediction
@@ -395,9 +397,10 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
                       f", recorded {speedup_text(s.speedup, s.speedup_ci_low, s.speedup_ci_high)}"))
     reason = again + ("regression: " + "; ".join(reasons) + f"; {latency}" if reasons
                       else f"{verdict}; {latency}; no regression")
-    from dossier.scenarios.replay import rebench_scenario  # a server/offline release: LoadGen
-
-    replayed = rebench_scenario(bundle)
+    # a server/offline release: its scenario replayed by LoadGen, handed in by the caller
+    # (dossier.scenarios.replay.rebench_scenario: the scenarios load engines through
+    # dossier.load, which verifies them, so verify does not import them)
+    replayed = scenario(bundle) if scenario is not None else None
     if replayed is not None:
         reason = (f"regression: scenario {replayed.text}; {reason.removeprefix('regression: ')}"
                   if replayed.regression else f"{reason}; scenario {replayed.text}")

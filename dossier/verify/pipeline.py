@@ -151,6 +151,10 @@ class VerifyOptions:
     read_validation: bool = True
     """With ``extract``: the caller reads the validation set's files after the checks
     (``dossier run``); without, a folder's private copy leaves them out (hashed in place)."""
+    rebench_scenario: Callable[[Any], Any] | None = None
+    """With ``rebench``: how a bundle released under a server or offline scenario has its
+    scenario replayed (``dossier.scenarios.replay.rebench_scenario``, which the CLI passes;
+    None: the speedup is re-measured, the scenario is not)."""
     check_records: bool = True
     """Cross-check the bundle's data-set records against its search record and the files
     present (:mod:`dossier.verify.data_sets`). ``dossier.load`` leaves it out: every file it
@@ -554,7 +558,8 @@ class _Run:
         timed = None
         self.current = StepName.REBENCH
         if o.rebench:
-            timed = rebench(bundle, o.timing, max_s=o.rebench_max_s)
+            timed = rebench(bundle, o.timing, max_s=o.rebench_max_s,
+                            scenario=o.rebench_scenario)
             verdicts.append(Verdict.SUBOPTIMAL if timed.regression else Verdict.VALID)
             if timed.regression:
                 reasons.append(timed.reason)
