@@ -310,3 +310,32 @@ def test_a_rebench_reading_too_noisy_to_tell_is_read_again_over_more_processes(
     assert rb.comparison is not None and rb.comparison.processes == 6
     assert rb.reason.startswith("the first reading,") and "read again over 6" in rb.reason
     assert not rb.regression, rb.reason
+
+
+def test_a_rebench_refuses_a_crafted_target_before_starting_any_load(
+        convnet_bundle: Path, tmp_path: Path) -> None:
+    """An unsigned bundle's header is anyone's: a [target] asking for more busy co-tenants
+    than this host has cores is refused (exit 3) before a process is started."""
+    import json
+    import shutil
+
+    import test_bundle_helpers as h
+
+    bundle = tmp_path / convnet_bundle.name
+    shutil.copytree(convnet_bundle, bundle)
+
+    def edit(rec: dict) -> dict:  # type: ignore[type-arg]
+        if rec.get("kind") == "header":
+            rec["spec"]["target"] = {"co_tenants": 1024}
+        return rec
+
+    h.rewrite_cache(bundle / "tuning-cache.jsonl", edit)
+    h.reseal(bundle)
+    assert json.loads((bundle / "tuning-cache.jsonl").read_text().splitlines()[0])
+    before = set(os.listdir("/proc"))
+    r = cli("verify", bundle, "--rebench")
+    assert r.exit_code == 3, r.stderr
+    assert "co_tenants = 1024" in " ".join(r.stderr.split())
+    spinning = [p for p in set(os.listdir("/proc")) - before if p.isdigit()]
+    assert not any("while" in open(f"/proc/{p}/cmdline").read() for p in spinning
+                   if os.path.exists(f"/proc/{p}/cmdline"))

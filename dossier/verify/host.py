@@ -289,6 +289,13 @@ def rebench(bundle: Bundle, timing: TimingSettings | None = None, *,
                  and t.route == shipped.route and t.comparison is not None]
     rec = confirmed[-1] if confirmed else None
     target = cache.header.spec.target
+    from dossier.measure.target import problems_here
+
+    unfit = problems_here(target)  # an unsigned bundle's header is anyone's: no load beyond it
+    if unfit:
+        raise InputError(f"--rebench cannot re-measure {bundle.source} as its [target] declares "
+                         f"here: {'; '.join(unfit)}",
+                         hint="re-measure on a host that has what the target declares")
     again = ""
     try:
         from dossier.jobs import measuring
