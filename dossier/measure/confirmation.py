@@ -233,9 +233,9 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             if getattr(measure, "on_this_host", False) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
         if watch is not None:
-            c = watch.stop()
-            seen.append(c if run.waited_share is None
-                        else c.model_copy(update={"waited_share": run.waited_share}))
+            watched = watch.stop()
+            seen.append(watched if run.waited_share is None
+                        else watched.model_copy(update={"waited_share": run.waited_share}))
         n += 1
         for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
             phases[key] = phases.get(key, 0.0) + value
