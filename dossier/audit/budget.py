@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from dossier.cache import CacheHeader
+from dossier.measure.reading import reaches_effect
 from dossier.routes import Route, Selection
 from dossier.strategies.budget import ascends, ascent, start_size
 from dossier.strategies.spend import DEFAULT_PATIENCE, Limits, account, speedup
@@ -150,7 +151,7 @@ def _combination(main: Sequence[TrialRecord], base: dict[str, str],
         values = Route.parse(t.route).as_dict()
         changed = [(k, v) for k, v in values.items() if v != base.get(k)]
         s = speedup(t)
-        if len(changed) == 1 and s is not None and s >= 1 + min_effect:
+        if len(changed) == 1 and s is not None and reaches_effect(s, min_effect):
             k, v = changed[0]
             if s > best.get(k, (0.0, ""))[0]:
                 best[k] = (s, v)

@@ -39,8 +39,8 @@ from dossier.fingerprint import Fingerprint
 from dossier.knobs import KnobDatabase
 from dossier.measure.conditions import Summary as ConditionsSummary
 from dossier.measure.latency import RouteLatency, of_record, of_route, per_inference
-from dossier.measure.timing import PROCESS_TEST, TimingSettings
-from dossier.measure.verdict import judge
+from dossier.measure.reading import PROCESS_TEST, within_effect
+from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
 from dossier.run_folder import RUNS
 from dossier.scenarios.curve import ScenarioFacts, facts
@@ -143,7 +143,7 @@ class HeadToHead(_Model):
     interval_includes_one: bool
     """The speedup's interval includes 1.0 (no difference is plausible)."""
     verdict: str = ""
-    """What these figures show, in words (:func:`dossier.measure.verdict.judge`)."""
+    """What these figures show, in words (:meth:`dossier.measure.reading.Comparison.verdict`)."""
 
 
 class RunnerUp(_Model):
@@ -227,7 +227,7 @@ class OneKnobEffect(_Model):
     """Two-sided Mann-Whitney U p-value."""
     verdict: Literal["faster", "slower", "no significant effect"]
     """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
-    (:func:`dossier.measure.verdict.judge`)."""
+    (:meth:`dossier.measure.reading.Comparison.verdict`)."""
     source: Literal["confirmation", "screening"] = "screening"
     """Where the figures come from: the confirmation, where it measured this route (its
     reading replaces the screening one), else the screening trial only."""
@@ -723,9 +723,6 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
 
     cond, cond_of = decision_conditions(trials)
     target, target_note = target_facts(header.spec.target, decision, list(trials))
-    base_route = baseline.route if baseline else None
-    confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"
-                                              and t.route != base_route}), 1)
     counts: dict[str, int] = {}
     for t in main:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
@@ -794,7 +791,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         cost=cost,
         payback=pay,
         trials=[_with_confirmed(_trial_fact(t, values.get(t.index, {}), decision.shipped_index,
-                                            settings, confirm_alpha, pairs), t, trials)
+                                            settings, pairs), t, trials)
                 .model_copy(update={"log": worker_log(run_dir, t)}) for t in trials],
         imported_from=imported,
         shipped_latency=of_route(trials, decision.shipped_route, decision.baseline_route, pairs),
@@ -900,7 +897,6 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         return None
     c, tm = record.comparison, record.timing
     confirmed = record.role == "confirm"
-    alpha = _alpha(c, settings, max(len(confirms), 1) if confirmed else 1)
     origin = search.get(record.route)
     spread: tuple[float | None, float | None] = c.round_range() or (None, None)
     return HeadToHead(
@@ -915,16 +911,15 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
                               source="confirmation" if confirmed else "screening",
                               trial_index=record.index)),
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
-        confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
+        confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=c.judged_level,
         rounds=c.rounds,
         round_ratio_low=spread[0], round_ratio_high=spread[1],
         generation_speedups=c.generation_speedups, processes=c.processes,
         process_speedups=c.process_speedups, prediction_low=c.prediction_low,
         prediction_high=c.prediction_high, against=c.against or "baseline",
-        significant=c.p_value < alpha, min_effect=settings.min_effect,
-        reaches_min_effect=c.speedup >= 1 + settings.min_effect,
-        interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
-        verdict=judge(c, alpha=alpha, min_effect=settings.min_effect).text)
+        significant=c.clears_level, min_effect=settings.min_effect,
+        reaches_min_effect=c.reaches(settings.min_effect), interval_includes_one=c.includes_one,
+        verdict=c.verdict(settings.min_effect).text)
 
 
 def shown_verdict(label: str | None, role: str) -> str | None:
@@ -933,12 +928,6 @@ def shown_verdict(label: str | None, role: str) -> str | None:
     if label in ("faster", "slower") and role == "search":
         return f"screened {label}"
     return label
-
-
-def _alpha(c: Comparison, settings: TimingSettings, k: int = 1) -> float:
-    """The level a reading was judged at: the one it records; for older records, alpha / k
-    (k: the candidates of the confirmation, the A/A not among them)."""
-    return c.judged_at(settings.alpha / max(k, 1))
 
 
 def _cmp(t: TrialRecord) -> Comparison:
@@ -960,7 +949,7 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
             return ["only the baseline was measured"]
         return ["no other route was admissible"]
     record = next(t for t in trials if t.index == h2h.measured_in)
-    v = judge(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
+    v = _cmp(record).verdict(settings.min_effect)
     if v.label == "slower":
         return [f"it was slower than the baseline ({v.figures} < alpha={h2h.alpha:.2g})"]
     if v.label == "faster":  # faster, yet not shipped: say which part of the rule stopped it
@@ -986,14 +975,6 @@ def _stopped_by(record: TrialRecord, decision: DecisionRecord) -> str:
                 f"{'confirmation ' if record.role == 'confirm' else ''}A/A reading's upper end "
                 f"{aa.speedup_ci_high:.3f}")
     return "it was not confirmed"
-
-
-def test_name(test: str) -> str:
-    """A significance test's name in words."""
-    return {"mann-whitney-u": "two-sided Mann-Whitney U",
-            "wilcoxon-signed-rank-rounds": "two-sided Wilcoxon signed-rank over rounds",
-            PROCESS_TEST: "Student's t over measuring processes (a candidate: one-sided, "
-                          "against the minimum effect)"}.get(test, test)
 
 
 def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
@@ -1053,12 +1034,10 @@ def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[
         if len(diff) != 1:
             continue
         c = t.comparison
-        level = settings.alpha
         confirmed = _confirmation_of(trials, t.route)
         if confirmed is not None and confirmed.comparison is not None:  # it decides
             c = confirmed.comparison
-            level = _alpha(c, settings)
-        verdict = judge(c, alpha=level, min_effect=settings.min_effect).label
+        verdict = c.verdict(settings.min_effect).label
         out.append(OneKnobEffect(
             knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
             trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
@@ -1144,8 +1123,7 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
     ``vetoes``: the decision was taken by an older rule, under which a significant A/A stopped
     the release (today's confirmation tests each candidate against the A/A instead)."""
     c = baseline.comparison
-    level = c.judged_at(settings.alpha) if c is not None else settings.alpha
-    reading = baseline.reading(level, settings.min_effect)
+    reading = baseline.reading(settings.min_effect)
     if c is None or reading is None:
         return None
     if recorded is not None and recorded.trial_index == baseline.index \
@@ -1170,7 +1148,7 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
     m = settings.min_effect
     inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
     significant = reading.significant
-    below = 1 / (1 + m) < reading.speedup < 1 + m
+    below = within_effect(reading.speedup, m)
     low_p = reading.p_value < settings.alpha
     if significant and below:  # decided by a rule that stopped at any significant A/A
         verdict = ("significant: two loads of the same engine timed differently (p < alpha), "
@@ -1245,16 +1223,13 @@ def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> li
 
 
 def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
-                settings: TimingSettings, confirm_alpha: float, pairs: int = 1) -> TrialFact:
+                settings: TimingSettings, pairs: int = 1) -> TrialFact:
     tm, c = t.timing, t.comparison
-    alpha = (c.judged_at(confirm_alpha if t.role == "confirm" else settings.alpha)
-             if c is not None else confirm_alpha if t.role == "confirm" else settings.alpha)
     return TrialFact(
         index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
         reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),
         baseline_median_ms=c.baseline.median_ms if c else None,
-        verdict=None if c is None else
-        judge(c, alpha=alpha, min_effect=settings.min_effect).label, raced=t.raced,
+        verdict=None if c is None else c.verdict(settings.min_effect).label, raced=t.raced,
         median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
         ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,

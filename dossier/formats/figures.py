@@ -259,7 +259,7 @@ def cached_note(n: int) -> str:
 
 def head_to_head_rows(h: HeadToHead) -> Rows:
     """The winner (or best candidate) against the baseline, row by row."""
-    from dossier.audit.explain import test_name
+    from dossier.measure.reading import test_name
 
     src = (("confirmation: measuring processes of their own, each with the baseline and "
             "its A/A load" if h.processes else

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from dossier.errors import InputError, TuneError
 from dossier.knobs import KnobDatabase
+from dossier.measure.reading import reaches_effect
 from dossier.routes import Route, Selection, SelectionItem
 from dossier.strategies import local
 from dossier.strategies.fast import FastStrategy
@@ -269,7 +270,7 @@ def helpful(selection: Selection, db: KnobDatabase, results: Mapping[str, Judged
     for knob, route in one_offs(selection, db):
         r = results.get(route.text())
         s = speedup(r) if r is not None else None  # type: ignore[arg-type]
-        if s is not None and s >= 1 + min_effect and s > best.get(knob, (0.0, ""))[0]:
+        if s is not None and reaches_effect(s, min_effect) and s > best.get(knob, (0.0, ""))[0]:
             best[knob] = (s, route.as_dict()[knob])
     return Route.of({**selection.baseline(db).as_dict(), **{k: v for k, (_, v) in best.items()}})
 
@@ -309,7 +310,7 @@ def ascent(base: Route, varied: Sequence[SelectionItem], results: Mapping[str, S
             if route.text() not in results:
                 return route
         best = max(tried, key=measured, default=here)
-        if measured(best) >= measured(here) * (1 + min_effect):
+        if reaches_effect(measured(best), min_effect, over=measured(here)):
             here = best
     return None
 
