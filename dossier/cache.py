@@ -25,7 +25,7 @@ from dossier.errors import CacheMismatchError, InputError
 from dossier.measure.figure import speedup_text
 from dossier.measure.timing import TimingSettings
 from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
-from dossier.trial import Reading, TrialRecord
+from dossier.trial import Reading, Shipped, TrialRecord
 from dossier.version import __version__
 
 CACHE_FORMAT: Literal[2] = 2
@@ -328,23 +328,15 @@ class HoldoutRecord(_Model):
     """Hold-out pairs."""
 
 
-class DecisionRecord(_Model):
+class DecisionRecord(Shipped):
     """The outcome of the search: which route ships and why."""
+
+    # baseline_route, shipped_route, shipped_index, gain: declared by Shipped
 
     kind: Literal["decision"] = "decision"
     """Record type tag."""
     rule: str
     """The decision rule applied, in words."""
-    baseline_route: str
-    """The baseline route."""
-    shipped_route: str
-    """The route whose engine ships (the baseline when there is no significant gain)."""
-    shipped_index: int
-    """Trial index of the shipped engine."""
-    gain: bool
-    """True when a route other than the baseline ships: it beat the baseline significantly and
-    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
-    statistically checked"), the other tool's rule chose it and nothing was shown."""
     speedup: float | None
     """Shipped route's speedup over the baseline (confirmation measurement), None for baseline."""
     speedup_ci_low: float | None

@@ -35,6 +35,23 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Shipped(_Model):
+    """What a search's decision ships: the fields its record in the tuning cache
+    (:class:`dossier.cache.DecisionRecord`) and a bundle's summary
+    (:class:`dossier.bundle.manifest.Summary`) share, declared once."""
+
+    baseline_route: str
+    """The baseline route."""
+    shipped_route: str
+    """The route whose engine ships (the baseline when there is no significant gain)."""
+    shipped_index: int
+    """Trial index of the shipped engine."""
+    gain: bool
+    """True when a route other than the baseline ships: it beat the baseline significantly and
+    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
+    statistically checked"), the other tool's rule chose it and nothing was shown."""
+
+
 class TrialRecord(_Model):
     """One line of the tuning cache per finished trial."""
 
