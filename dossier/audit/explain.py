@@ -61,7 +61,7 @@ from dossier.measure.latency import RouteLatency, of_record, of_route, per_infer
 from dossier.measure.reading import PROCESS_TEST, within_effect
 from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
-from dossier.run_folder import RUNS
+from dossier.run_folder import RUNS, WORK, trial_name
 from dossier.scenarios.curve import facts
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
@@ -164,7 +164,7 @@ def worker_log(run_dir: Path | None, t: TrialRecord) -> str | None:
     their measuring processes' logs: none of their own)."""
     if run_dir is None or t.role == "confirm":
         return None
-    log = Path(run_dir) / ".work" / f"trial-{t.index:04d}.log"
+    log = Path(run_dir) / WORK / f"{trial_name(t.index)}.log"
     return str(log) if log.is_file() else None
 
 
@@ -505,7 +505,7 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
             and recorded.rounds == c.rounds:
         reading = recorded
     if not vetoes:
-        inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
+        inside = reading.includes_one
         where = ("in the same measuring processes: the confirmation tests each candidate "
                  "against this second load, so a difference between loads cancels"
                  if c.test == PROCESS_TEST else
@@ -521,7 +521,7 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
                        speedup_ci_high=reading.speedup_ci_high, p_value=reading.p_value,
                        includes_one=inside, verdict=verdict)
     m = settings.min_effect
-    inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
+    inside = reading.includes_one
     significant = reading.significant
     below = within_effect(reading.speedup, m)
     low_p = reading.p_value < settings.alpha

@@ -294,6 +294,11 @@ class Reading(_Model):
     """A difference the rule acts on: p below the level it was judged at, and the reading at
     least the minimum effect away from 1.0 (as a candidate must be to ship)."""
 
+    @property
+    def includes_one(self) -> bool:
+        """Its interval includes 1.0 (no difference)."""
+        return self.speedup_ci_low <= 1.0 <= self.speedup_ci_high
+
     def text(self) -> str:
         """``1.004x [0.990, 1.012] (p=0.6, 16 rounds)`` or ``(p=0.6, 5 processes)``."""
         n = (f", {self.processes} processes" if self.processes
