@@ -103,3 +103,11 @@ def test_only_the_reading_compares_against_the_minimum_effect() -> None:
     outside = {f: lines for f, lines in seen.items()
                if lines and f != READING and f not in NOT_YET}
     assert outside == {}
+
+
+def test_the_reading_names_the_tests_timing_records() -> None:
+    """The reading judges by the test a comparison names (the confirmation's is one-sided): the
+    names it knows are the ones the statistics write."""
+    from dossier.measure import reading, timing
+
+    assert (timing.TEST_NAME, timing.PROCESS_TEST) == (reading.ROUNDS_TEST, reading.PROCESS_TEST)
