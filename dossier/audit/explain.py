@@ -58,7 +58,7 @@ from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRec
 from dossier.fingerprint import Fingerprint
 from dossier.knobs import KnobDatabase
 from dossier.measure.latency import RouteLatency, of_record, of_route, per_inference
-from dossier.measure.reading import PROCESS_TEST, within_effect
+from dossier.measure.reading import PROCESS_TEST, test_name, within_effect
 from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
 from dossier.run_folder import RUNS, WORK, trial_name
@@ -96,6 +96,7 @@ __all__ = [
     "output_losses",
     "run_folder",
     "shown_verdict",
+    "test_name",
     "worker_log",
 ]
 """The models (:mod:`dossier.audit.explain_model`) are imported by this name too."""
