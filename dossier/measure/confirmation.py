@@ -89,6 +89,9 @@ class ProcessRun:
     phases_s: dict[str, float] = field(default_factory=dict)
     """Seconds per stage of the process, as it reported them (startup, setup, standby, load,
     warm, time...)."""
+    waited_share: float | None = None
+    """Of its threads' ready time while timing, the share they waited for a core (None: not
+    readable there)."""
 
 
 class MeasureProcess(Protocol):
@@ -230,7 +233,9 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             if getattr(measure, "on_this_host", False) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
         if watch is not None:
-            seen.append(watch.stop())
+            watched = watch.stop()
+            seen.append(watched if run.waited_share is None
+                        else watched.model_copy(update={"waited_share": run.waited_share}))
         n += 1
         for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
             phases[key] = phases.get(key, 0.0) + value
