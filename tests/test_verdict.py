@@ -70,11 +70,6 @@ def test_a_reading_without_its_level_is_refused() -> None:
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 READING = "dossier/measure/reading.py"
-NOT_YET = {"dossier/measure/timing.py", "dossier/measure/confirmation.py"}
-"""The measurement's own statistics, which compute a new reading's flags and bounds; they are
-to ask the reading too (listed here until they do, so that no other module joins them)."""
-
-
 def _effect_comparisons(path: __import__("pathlib").Path) -> list[int]:
     """Lines of ``path`` whose code (not prose) computes 1 + min_effect or log1p(min_effect)."""
     import ast
@@ -101,7 +96,7 @@ def test_only_the_reading_compares_against_the_minimum_effect() -> None:
     seen = {str(p.relative_to(ROOT)): _effect_comparisons(p) for p in files}
     assert seen[READING], "the reading itself compares (the scan finds what it looks for)"
     outside = {f: lines for f, lines in seen.items()
-               if lines and f != READING and f not in NOT_YET}
+               if lines and f != READING}
     assert outside == {}
 
 

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
-from dossier.measure.reading import Comparison
+from dossier.measure.reading import Comparison, log_effect
 from dossier.measure.record import Outcome, TrialRecord
 from dossier.measure.target import estimator_for
 from dossier.measure.timing import (
@@ -220,7 +220,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     aa = Track(route=baseline[1])
     tracks = [Track(route=r) for _, r in candidates]
     open_ = list(range(k))
-    bound = math.log1p(settings.min_effect)
+    bound = log_effect(settings.min_effect)
     n = 0
     stopped = ""
     phases: dict[str, float] = {}
@@ -325,7 +325,7 @@ def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[
     else:
         return
     floor = top.comparison.speedup_ci_low  # type: ignore[union-attr]
-    bound = math.log1p(settings.min_effect)
+    bound = log_effect(settings.min_effect)
     for j in list(open_):
         c = tracks[j].comparison
         high = paired_high(tracks[j], top, settings.confidence)

@@ -48,10 +48,16 @@ def test_name(test: str) -> str:
                           "against the minimum effect)"}.get(test, test)
 
 
+def effect_floor(min_effect: float, over: float = 1.0) -> float:
+    """The speedup the minimum effect asks above ``over`` (the baseline's 1.0x, or the best
+    speedup so far): ``over x (1 + min_effect)``."""
+    return over * (1 + min_effect)
+
+
 def reaches_effect(speedup: float, min_effect: float, over: float = 1.0) -> bool:
     """Whether ``speedup`` is at least the minimum effect above ``over`` (the baseline's 1.0x,
     or the best speedup so far): ``speedup >= over x (1 + min_effect)``."""
-    return speedup >= over * (1 + min_effect)
+    return speedup >= effect_floor(min_effect, over)
 
 
 def within_effect(speedup: float, min_effect: float) -> bool:
