@@ -7,6 +7,7 @@ search stopped: finished trials are never re-run, the best so far is never lost.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 import logging
@@ -46,7 +47,7 @@ from dossier.executors.local import LocalScheduler
 from dossier.files import replace_small
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_file
-from dossier.jobs.child import Child, clear_work
+from dossier.jobs.child import clear_work
 from dossier.jobs.cotenants import cotenants
 from dossier.jobs.placement import placed
 from dossier.jobs.requests import JobRequests
@@ -354,7 +355,7 @@ class Tuner:
         t = self.p.spec.timing
         # what this host does meanwhile (dossier.measure.conditions), where the trial runs here
         watch = conditions.start(t.quiet_host, t.quiet_share, t.quiet_wait_s) \
-            if isinstance(self.scheduler, LocalScheduler) else None
+            if self.scheduler.measures_here else None
         result, trial_s = self.scheduler.trial(route, index, job, start)
         return self._append(index, route, role, result, Path(job.req.engine or ""), trial_s,
                             started[0] if started else _now(), watch.stop() if watch else None)
@@ -582,29 +583,24 @@ class Tuner:
         return self._holdouts([route])[0]
 
     def _holdouts(self, routes: list[str]) -> list[HoldoutRecord]:
-        """Each route's check on the hold-out set, each in a child process of its own, the
-        processes running at once; recorded once, in the order of ``routes`` (a resumed search
-        takes the recorded ones)."""
+        """Each route's check on the hold-out set, each a check job of the scheduler (in a
+        process of its own, the processes running at once); recorded once, in the order of
+        ``routes`` (a resumed search takes the recorded ones)."""
         holdout = self.p.holdout
         assert holdout is not None
         done = {h.route: h for h in self.cache.holdouts if h.route in routes}
-        running: dict[str, tuple[TrialRecord, Child]] = {}
-        try:
-            for route in dict.fromkeys(r for r in routes if r not in done):
-                trial = next(t for t in self.cache.trials
-                             if t.route == route and t.role != "confirm" and t.engine)
-                engine = self.run_dir / str(trial.engine)
-                req = self.requests.request(mode="validate", engine=str(engine), route=route)
-                req = req.model_copy(update={"validation": str(holdout.path.resolve())})
-                self.observer.holdout(route)
-                running[route] = trial, Child(req, self.work, f"holdout-{trial.index:04d}",
-                                              self.p.backend.loader_env(engine))
-            for route, (trial, child) in running.items():
-                done[route] = self._holdout_record(route, trial, child.wait(), holdout)
-        finally:  # a check cut short (an interrupt) leaves no process behind
-            for route, (_, child) in running.items():
-                if route not in done and child.proc.poll() is None:
-                    child.kill()
+        todo = [(route, next(t for t in self.cache.trials
+                             if t.route == route and t.role != "confirm" and t.engine))
+                for route in dict.fromkeys(r for r in routes if r not in done)]
+        jobs = []
+        for route, trial in todo:
+            self.observer.holdout(route)
+            jobs.append(self.requests.check(route, trial.index, self.run_dir / str(trial.engine),
+                                            holdout.path.resolve()))
+        if jobs:
+            with contextlib.closing(self.scheduler.check(jobs)) as results:
+                for (route, trial), result in zip(todo, results, strict=True):
+                    done[route] = self._holdout_record(route, trial, result, holdout)
         return [done[r] for r in routes]
 
     def _holdout_record(self, route: str, trial: TrialRecord, result: WorkerResult,

@@ -28,7 +28,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 from dossier.backends import Backend
@@ -44,7 +44,7 @@ from dossier.jobs.builds import (
     with_build_phases,
 )
 from dossier.jobs.child import Child, keep_log, run_child, worker_env
-from dossier.jobs.requests import JobRequests, TrialJob
+from dossier.jobs.requests import CheckJob, JobRequests, TrialJob
 from dossier.jobs.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
 from dossier.measure import confirmation
 from dossier.measure.timing import TimingSettings
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 class LocalScheduler:
     """Build and measure jobs in child processes here (see the module's documentation)."""
+
+    measures_here = True
 
     def __init__(self, backend: Backend, build_jobs: int | None = None,
                  cache: BuildCache | None = None) -> None:
@@ -205,6 +207,19 @@ class LocalScheduler:
         return measuring.local_processes(
             self.backend.name, r.validation, timing, builder=r.spec.builder,
             shapes=r.spec.shapes, work=r.work / "confirm", env=env, knobs=r.db)
+
+    def check(self, jobs: Sequence[CheckJob]) -> Generator[WorkerResult, None, None]:
+        running: list[Child] = []
+        try:
+            for job in jobs:
+                env = self.backend.loader_env(Path(job.req.engine or ""))
+                running.append(Child(job.req, self.requests.work, job.name, env))
+            for child in running:
+                yield child.wait()
+        finally:  # a check cut short (an interrupt) leaves no process behind
+            for child in running:
+                if child.proc.poll() is None:
+                    child.kill()
 
     def drop_pending(self) -> None:
         self._drop_standby()  # no trial follows: the search has ended, or failed

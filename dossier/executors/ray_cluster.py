@@ -16,6 +16,8 @@
 - **One writer**: the driver appends each trial to the tuning cache in trial order. Measure jobs
   run ahead, on every free worker, once the baseline trial is recorded; a driver killed with
   jobs in flight loses only them (``--continue`` runs them again).
+- **Hold-out checks** run on the measure workers too: the hold-out set travels through the
+  object store once, as the model and validation set do, the engine as a measure job's does.
 - **Worker loss**: a measure worker that dies during a trial is replaced and the trial re-queued
   once; a trial whose worker dies again is recorded ``crashed``, never retried forever.
 - **Fingerprints**: every measure worker reports its GPU model, driver, CUDA runtime, compiler
@@ -34,7 +36,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
 
     from dossier.backends import Backend
     from dossier.build_plan import BuildKey
-    from dossier.jobs.requests import JobRequests, TrialJob
+    from dossier.jobs.requests import CheckJob, JobRequests, TrialJob
     from dossier.measure.confirmation import MeasureProcess
     from dossier.measure.timing import TimingSettings
 
@@ -88,9 +90,10 @@ def _ray() -> Any:
 
 
 # ------------------------------------------------------------------------------ on the workers
-def _materialize(inputs: dict[str, Any]) -> tuple[Path, Path]:
-    """The model and validation set on this node (written once per node, checked)."""
-    root = Path(tempfile.gettempdir()) / "dossier-ray" / inputs["key"]
+def _materialize(inputs: dict[str, Any]) -> Path:
+    """The folder of files packed by the driver (:meth:`RayScheduler._pack`) on this node
+    (written once per node, checked)."""
+    root: Path = Path(tempfile.gettempdir()) / "dossier-ray" / str(inputs["key"])
     if not (root / ".complete").is_file():
         root.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="inputs-", dir=root.parent))
@@ -101,7 +104,19 @@ def _materialize(inputs: dict[str, Any]) -> tuple[Path, Path]:
             os.rename(tmp, root)
         except OSError:  # another job on this node was first
             shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def _inputs(inputs: dict[str, Any]) -> tuple[Path, Path]:
+    """The model and validation set on this node."""
+    root = _materialize(inputs)
     return root / inputs["model"], root / inputs["validation"]
+
+
+def _folder_files(folder: Path, under: str) -> dict[str, tuple[str, bytes]]:
+    """The files of ``folder``, by their path under ``under``: (digest, bytes) each."""
+    return {f"{under}/{f.relative_to(folder)}": (digest_file(f)[0], f.read_bytes())
+            for f in sorted(folder.rglob("*")) if f.is_file()}
 
 
 def _write_checked(path: Path, data: bytes, digest: str) -> Path:
@@ -143,7 +158,7 @@ def mismatch(run: dict[str, str | None], worker: dict[str, str | None]) -> str |
 def build_task(req_json: str, inputs: dict[str, Any], threads: int) -> tuple[tuple[str, str | None],
                                                                            bytes | None]:
     """A build job on a CPU worker: the result and the engine's digest, and the engine."""
-    model, vset = _materialize(inputs)
+    model, vset = _inputs(inputs)
     req = WorkerRequest.model_validate_json(req_json)
     work = Path(tempfile.mkdtemp(prefix="dossier-build-"))
     try:
@@ -163,7 +178,7 @@ class MeasureWorker:
 
     def __init__(self, inputs: dict[str, Any], backend: str, include_compiler: bool) -> None:
         ray = _ray()
-        self.model, self.vset = _materialize(inputs)
+        self.model, self.vset = _inputs(inputs)
         self.backend = get_backend(backend)
         # named by pid: what a killed worker left is removed by the next one on the node
         remove_stale(Path(tempfile.gettempdir()), _MEASURE_STALE, dirs_only=True)
@@ -222,6 +237,22 @@ class MeasureWorker:
         shutil.rmtree(work, ignore_errors=True)
         return (result.model_dump_json(), data, digest_bytes(data) if data is not None else None,
                 time.perf_counter() - t0)
+
+    def check(self, req_json: str, name: str, data: dict[str, Any], engine: tuple[str, str],
+              engine_data: bytes | None) -> str:
+        """One check job (the hold-out check): the engine ``engine`` (name, digest; its bytes
+        ``engine_data``) judged on the data set packed in ``data``; the result."""
+        req = WorkerRequest.model_validate_json(req_json)
+        kept = self._keep(*engine, engine_data)
+        work = self.root / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        req = req.model_copy(update={"model": str(self.model), "engine": str(kept),
+                                     "validation": str(_materialize(data) / data["folder"])})
+        try:
+            return run_child(req, work, name, self._env(kept)).model_dump_json()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def measure_process(self, timing_json: str, routes: list[str], builder: dict[str, Any],
                         shapes: list[dict[str, Any]], files: list[tuple[str, str]], offset: int,
@@ -284,6 +315,8 @@ class _Job:
 class RayScheduler:
     """Build tasks and measure actors on a Ray cluster, for one search."""
 
+    measures_here = False
+
     def __init__(self, ray: Any, backend: Backend, model: Path, validation: Path,
                  started: bool) -> None:
         self.ray, self.backend, self.started = ray, backend, started
@@ -295,6 +328,8 @@ class RayScheduler:
         self._wanted: dict[tuple[str, int], Route] = {}
         self._workers: list[_Worker] = []
         self._blobs: dict[Path, tuple[str, Any]] = {}
+        self._sets: dict[Path, Any] = {}
+        """The data sets of check jobs, packed (:meth:`_pack`) once each."""
         self._inputs = self._pack_inputs()
         self._compiler = backend.fingerprint_compiler
         # the run's facts: the driver's where it knows them (its GPU, if any, is not used),
@@ -343,16 +378,17 @@ class RayScheduler:
 
     def _pack_inputs(self) -> ObjectRef[dict[str, Any]]:
         """The model and validation set, in Ray's object store once for every actor."""
-        files: dict[str, tuple[str, bytes]] = {}
         model = self.model
-        files[model.name] = (digest_file(model)[0], model.read_bytes())
-        vroot = self.validation
-        for f in sorted(vroot.rglob("*")):
-            if f.is_file():
-                files[f"validation/{f.relative_to(vroot)}"] = (digest_file(f)[0], f.read_bytes())
+        files = {model.name: (digest_file(model)[0], model.read_bytes()),
+                 **_folder_files(self.validation, "validation")}
+        return self._pack(files, model=model.name, validation="validation")
+
+    def _pack(self, files: dict[str, tuple[str, bytes]], **names: str
+              ) -> ObjectRef[dict[str, Any]]:
+        """``files`` (relative path -> digest, bytes) in Ray's object store, keyed by their
+        digests (:func:`_materialize` writes them once per node), with ``names``."""
         key = digest_bytes("\n".join(f"{k}={d}" for k, (d, _) in files.items()).encode())
-        ref: ObjectRef[dict[str, Any]] = self.ray.put(
-            {"key": key, "files": files, "model": model.name, "validation": "validation"})
+        ref: ObjectRef[dict[str, Any]] = self.ray.put({"key": key, "files": files, **names})
         return ref
 
     def _add_worker(self) -> None:
@@ -619,6 +655,32 @@ class RayScheduler:
             raise TuneError("the measure worker died twice during the confirmation")
 
         return run
+
+    def check(self, jobs: Sequence[CheckJob]) -> Generator[WorkerResult, None, None]:
+        self._settle()  # the measure workers run the checks
+        sent = []
+        for i, job in enumerate(jobs):
+            w = self._workers[i % len(self._workers)]
+            data = Path(job.req.validation)
+            if data not in self._sets:
+                self._sets[data] = self._pack(_folder_files(data, "data"), folder="data")
+            digest, engine = self._blob(Path(job.req.engine or ""))
+            sent.append((w, w.handle.check.remote(job.req.model_dump_json(), job.name,
+                                                  self._sets[data],
+                                                  (Path(job.req.engine or "").name, digest),
+                                                  engine)))
+        for w, ref in sent:
+            result: WorkerResult
+            try:
+                result = RESULT.validate_json(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError as exc:
+                if w in self._workers:
+                    self._lost(w, None, exc)
+                result = FailedResult(outcome="crashed", reason=f"the measure worker died "
+                                      f"({_first_line(exc)})")
+            except self.ray.exceptions.RayError as exc:
+                result = FailedResult(outcome="runtime_error", reason=_first_line(exc))
+            yield result
 
     def _settle(self) -> None:
         """Wait for the measure jobs still running (their results are not needed)."""
