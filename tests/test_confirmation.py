@@ -415,12 +415,12 @@ def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None
                                           "confirm_processes", "confirm_max_processes")})})
     from dossier.cache import TuningCache
     from dossier.run_folder import CACHE_NAME
-    from dossier.tuner import _header
+    from dossier.tuner.resume import header
 
     p = prepare(spec)
     run = tmp_path / "run"
     run.mkdir()
-    cache = TuningCache.create(run / CACHE_NAME, _header(p, None, [], None))
+    cache = TuningCache.create(run / CACHE_NAME, header(p, None, [], None))
     tuner = Tuner(p, run, cache)
     try:
         tuner.run_trial(p.baseline, "baseline")
