@@ -347,7 +347,7 @@ def test_without_prestart_each_process_starts_at_its_turn(engines: dict[str, Pat
                              fixed=2)
     assert r.processes == 2 and "standby" not in r.phases_s and "wait" not in r.phases_s
     assert r.phases_s["startup"] > 0 and r.phases_s["load"] > 0
-    assert get_backend("torch-inductor").prestart_measuring  # loads of seconds: on
+    assert get_backend("torch-inductor").traits.prestart_measuring  # loads of seconds: on
 
 
 def test_a_confirmation_cut_short_stops_the_process_on_standby(engines: dict[str, Path],

@@ -5,7 +5,7 @@ cache, each trial is one child process that builds and measures. Otherwise build
 measurement, in parallel (:mod:`dossier.jobs.builds`), and each trial's measure job takes its
 build's engine; every running build is paused while a trial is measured.
 
-With ``timing.trial_prestart`` (None: the backend's ``prestart_measuring``), each trial's
+With ``timing.trial_prestart`` (None: the backend's ``traits.prestart_measuring``), each trial's
 process starts the next one's on standby as it begins (:class:`dossier.jobs.child.Child`): that one
 runs its interpreter start and its runtime's imports while this one builds, loads its engines
 and validates, this one starts timing only once those imports are done, and that one loads
@@ -87,14 +87,14 @@ class LocalScheduler:
         self._requests = requests
         requests.work.mkdir(parents=True, exist_ok=True)
         forkserver.start(self.backend.name, worker_env(), requests.work / "forkserver.log")
-        if self.jobs > 1 or self.backend.separate_build or self.cache is not None:
+        if self.jobs > 1 or self.backend.traits.separate_build or self.cache is not None:
             self.builds = Builds(self.jobs, requests.work, requests.plan, self._start_build,
                                  self.cache)
 
     def _start_build(self, build: Build, name: str) -> Child:
         r = self.requests
         env = {}
-        if self.builds is not None and self.builds.jobs > 1 and self.backend.build_cores > 1:
+        if self.builds is not None and self.builds.jobs > 1 and self.backend.traits.build_cores > 1:
             # builds that use several cores each: share the cores between them
             env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
         return Child(r.build(build.route, build.engine), r.work, name, env)

@@ -340,7 +340,7 @@ class RayScheduler:
         gpus = resources.get("GPU", 0)
         # one CPU stays with the measure worker on a cluster without GPUs
         spare = int(resources.get("CPU", 1)) - (0 if gpus >= 1 else 1)
-        self._build_cpus = max(1, min(backend.build_cores, spare))
+        self._build_cpus = max(1, min(backend.traits.build_cores, spare))
         self._options: dict[str, Any] = ({"num_gpus": 1, "num_cpus": 0} if gpus >= 1
                                          else {"num_cpus": 1})
         self._fp: Fingerprint | None = None
@@ -437,7 +437,7 @@ class RayScheduler:
     def _build(self, route: Route, index: int) -> _Build | None:
         """``route``'s build job, started unless one with its build key was (None where
         builds time kernels on the device: the measure job builds on its GPU)."""
-        if self.backend.build_cores <= 0:
+        if self.backend.traits.build_cores <= 0:
             return None
         plan = self.requests.plan
         key = plan.key(route)
