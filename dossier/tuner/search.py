@@ -106,7 +106,6 @@ class Tuner:
         self.observer.trial_finished(record)
         return record
 
-
     def confirm(self, chosen: list[TrialRecord]) -> str:
         """Re-measure the chosen candidates (:func:`dossier.tuner.confirm.confirm`); returns
         why the confirmation stopped."""
