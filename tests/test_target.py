@@ -174,8 +174,8 @@ def test_placement_pins_and_raises_the_priority_then_restores_both() -> None:
     cores, nice = os.sched_getaffinity(0), os.getpriority(os.PRIO_PROCESS, 0)
     with placed(TargetConditions(cores=1)) as where:
         assert os.sched_getaffinity(0) == {sorted(cores)[0]} == set(where.cores)
-        if where.notes:  # not permitted here: said, and the priority is as it was
-            assert "could not be raised" in where.notes[0]
+        if where.notes:  # not permitted here, or started lowered: said, and kept as it was
+            assert ("could not be raised" if nice <= 0 else "lower priority") in where.notes[0]
             assert os.getpriority(os.PRIO_PROCESS, 0) == nice
         else:
             assert os.getpriority(os.PRIO_PROCESS, 0) == where.nice < nice
@@ -183,6 +183,16 @@ def test_placement_pins_and_raises_the_priority_then_restores_both() -> None:
     assert os.getpriority(os.PRIO_PROCESS, 0) == nice
     with placed(TargetConditions(co_tenants=1)) as where:  # shared: the priority is kept
         assert os.getpriority(os.PRIO_PROCESS, 0) == nice and not where.notes
+
+
+def test_placement_keeps_a_lowered_priority_its_starter_asked_for() -> None:
+    code = ("import os; from dossier.jobs.placement import placed; "
+            "from dossier.measure.target import TargetConditions; os.nice(19 - os.nice(0)); "
+            "w = placed(TargetConditions()).__enter__(); "
+            "print(os.getpriority(os.PRIO_PROCESS, 0), w.nice, w.notes[0][:30])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split(maxsplit=2)
+    assert out[:2] == ["19", "19"] and out[2].startswith("started at nice 19"), out
 
 
 def _alive(pid: int) -> bool:

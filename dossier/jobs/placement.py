@@ -51,7 +51,8 @@ def placed(target: TargetConditions) -> Iterator[Placement]:
     """Pin this process to ``target``'s cores and, for a dedicated target with ``priority =
     "raise"``, raise its priority to nice :data:`RAISED_NICE`, for the duration; restored on
     exit (a lowered priority can always be restored: raising the nice value needs no
-    privilege)."""
+    privilege). A process started at a positive nice value (``nice -n 19 dossier ...``: its
+    starter asked for a lower priority) keeps it, and the notes say so."""
     before_cores = usable_cores()
     before_nice = _nice()
     cores = cores_for(target, before_cores)
@@ -69,6 +70,11 @@ def placed(target: TargetConditions) -> Iterator[Placement]:
             notes.append(f"could not pin to cores {cores}: {exc.strerror}")
     raised = False
     if target.dedicated and target.priority == "raise" and before_nice is not None \
+            and before_nice > 0:
+        notes.append(f"started at nice {before_nice}, a lower priority than the default: kept "
+                     "(whoever started it asked for it), so measurements competed with other "
+                     "work on the host")
+    elif target.dedicated and target.priority == "raise" and before_nice is not None \
             and before_nice > RAISED_NICE:
         try:
             os.setpriority(os.PRIO_PROCESS, 0, RAISED_NICE)
