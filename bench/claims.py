@@ -108,6 +108,15 @@ def _headline(d: dict[str, Any]) -> str:
             f"{max(alone):.2f}x")
 
 
+def _quiet(d: dict[str, Any]) -> str:
+    (r,) = d["releases"]
+    a = r["alone"]
+    return (f"{r['shipped']} shipped at {r['speedup']:.3f}x [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] "
+            f"(read of {'block medians' if r['estimator'] == 'median' else r['estimator']}); "
+            f"the two engines timed alone {a['ratio']:.3f}x [{a['ci95'][0]:.3f}, "
+            f"{a['ci95'][1]:.3f}]")
+
+
 def _contention(d: dict[str, Any]) -> str:
     c = d["contention_only_shipped"]
     held = sum(1 for r in d["releases"] if r.get("conditional_held"))
@@ -154,6 +163,8 @@ CLAIMS = (
     Claim("timing", "the prediction interval on the GPU", "h200-calibration.json",
           _h200_prediction, host="NVIDIA H200 (tags g1-g7, bench/results/h200-raw/)",
           command="bench/h200/run.sh (see docs/calibration.md)"),
+    Claim("timing", "the tblock int8 sample on the quiet host (no load)",
+          "conditions-headline-quiet.json", _quiet),
     Claim("timing", "the tblock int8 sample's headline under a 2-process background load",
           "conditions-headline.json", _headline),
     Claim("timing", "no contention-only route under the default target (tblock float32, "

@@ -91,7 +91,7 @@ def fmt_speedup(speedup: float | None, lo: float | None, hi: float | None) -> st
 def row_label(r: Any) -> str:
     """What a trial's reading shows, as the judge recorded it (``Comparison.faster`` and
     ``slower``, set by :func:`dossier.measure.timing.compare` and :func:`dossier.measure.timing.process_compare`
-    with the rule of :func:`dossier.measure.verdict.judge`): a screening trial is only ever *screened*
+    with the rule of :meth:`dossier.measure.reading.Comparison.verdict`): a screening trial is only ever *screened*
     faster or slower (the confirmation decides); a confirmation row is confirmed or not."""
     c = r.comparison
     label = "faster" if c.faster else "slower" if c.slower else "no significant effect"

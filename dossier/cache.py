@@ -14,8 +14,9 @@ import datetime as dt
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -24,7 +25,7 @@ from dossier.errors import CacheMismatchError, InputError
 from dossier.measure.figure import speedup_text
 from dossier.measure.timing import TimingSettings
 from dossier.spec import DeploymentSection, ReleaseSpec, ShapeEntry
-from dossier.trial import Reading, TrialRecord
+from dossier.trial import Reading, Shipped, TrialRecord
 from dossier.version import __version__
 
 CACHE_FORMAT: Literal[2] = 2
@@ -327,23 +328,15 @@ class HoldoutRecord(_Model):
     """Hold-out pairs."""
 
 
-class DecisionRecord(_Model):
+class DecisionRecord(Shipped):
     """The outcome of the search: which route ships and why."""
+
+    # baseline_route, shipped_route, shipped_index, gain: declared by Shipped
 
     kind: Literal["decision"] = "decision"
     """Record type tag."""
     rule: str
     """The decision rule applied, in words."""
-    baseline_route: str
-    """The baseline route."""
-    shipped_route: str
-    """The route whose engine ships (the baseline when there is no significant gain)."""
-    shipped_index: int
-    """Trial index of the shipped engine."""
-    gain: bool
-    """True when a route other than the baseline ships: it beat the baseline significantly and
-    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
-    statistically checked"), the other tool's rule chose it and nothing was shown."""
     speedup: float | None
     """Shipped route's speedup over the baseline (confirmation measurement), None for baseline."""
     speedup_ci_low: float | None
@@ -417,6 +410,34 @@ AnyRecord = TrialRecord | SessionRecord | DecisionRecord | HoldoutRecord
 """Every record a tuning cache holds after its header."""
 Record = Annotated[AnyRecord, Field(discriminator="kind")]
 _RECORD = TypeAdapter(Record)
+
+
+R = TypeVar("R", bound=AnyRecord)
+
+
+def resolve_levels(records: Sequence[R], alpha: float) -> list[R]:
+    """``records`` with every speed reading's level resolved, once, as the tuning cache is read
+    (records written before the level was kept hold none): a screening reading (the search's
+    trials and the A/A of trial 0) and the confirmation's A/A were judged at ``alpha``; a
+    confirmation candidate at alpha / k, k the routes the confirmation re-measured (the A/A not
+    among them), as the rule of that time judged them. A reading that records its level keeps
+    it; nothing else changes."""
+    trials = [r for r in records if isinstance(r, TrialRecord)]
+    if all(t.comparison is None or t.comparison.level is not None for t in trials):
+        return list(records)
+    base = next((t.route for t in trials if t.role == "baseline"), None)
+    k = max(len({t.route for t in trials if t.role == "confirm" and t.route != base
+                 and t.comparison is not None}), 1)
+
+    def resolved(r: R) -> R:
+        if not isinstance(r, TrialRecord) or r.comparison is None \
+                or r.comparison.level is not None:
+            return r
+        level = alpha / k if r.role == "confirm" and r.route != base else alpha
+        return cast(R, r.model_copy(update={"comparison": r.comparison.model_copy(
+            update={"level": level})}))
+
+    return [resolved(r) for r in records]
 
 
 
@@ -541,7 +562,7 @@ class TuningCache:
         if torn and repair:
             with open(path, "r+b") as f:
                 f.truncate(end - len(torn))
-        return cls(path, header, records, numbers)
+        return cls(path, header, resolve_levels(records, header.timing.alpha), numbers)
 
     def append(self, record: AnyRecord) -> None:
         """Append one record, flushed and fsynced. A full disk raises DiskFullError and leaves

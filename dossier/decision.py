@@ -27,7 +27,6 @@ from typing import Any
 from dossier.cache import DecisionRecord
 from dossier.measure import confirmation
 from dossier.measure.timing import TimingSettings
-from dossier.measure.verdict import judge
 from dossier.trial import Reading, TrialRecord
 
 
@@ -44,20 +43,17 @@ def rule_text(settings: TimingSettings) -> str:
 
 
 def calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
-    """The screening's A/A reading (trial 0's comparison), judged at alpha like a candidate."""
+    """The screening's A/A reading (trial 0's comparison), judged at its level (alpha) like a
+    candidate."""
     base = next((t for t in trials if t.role == "baseline"), None)
-    return base.reading(settings.alpha, settings.min_effect) if base else None
+    return base.reading(settings.min_effect) if base else None
 
 
 def confirm_calibration(trials: Sequence[TrialRecord], settings: TimingSettings) -> Reading | None:
     """The confirmation's A/A reading (its last measurement), judged at its recorded level."""
     base = next((t for t in trials if t.role == "baseline"), None)
     found = [t for t in trials if t.role == "confirm" and base and t.route == base.route]
-    if not found:
-        return None
-    c = found[-1].comparison
-    level = c.judged_at(settings.alpha) if c is not None else settings.alpha
-    return found[-1].reading(level, settings.min_effect)
+    return found[-1].reading(settings.min_effect) if found else None
 
 
 def candidates(trials: Sequence[TrialRecord], settings: TimingSettings) -> list[TrialRecord]:
@@ -100,9 +96,9 @@ def best_admissible(trials: Sequence[TrialRecord]) -> TrialRecord | None:
     return max(ok, key=lambda t: t.comparison.speedup) if ok else None  # type: ignore[union-attr]
 
 
-def _why_not(t: TrialRecord, settings: TimingSettings, alpha: float) -> str:
+def _why_not(t: TrialRecord, settings: TimingSettings) -> str:
     assert t.comparison is not None
-    v = judge(t.comparison, min_effect=settings.min_effect, alpha=alpha)
+    v = t.comparison.verdict(settings.min_effect)
     return "slower than the baseline" if v.label == "slower" else ", ".join(v.reasons) or v.label
 
 
@@ -124,14 +120,11 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
     if settings.confirm_top == 0:
         confirms, confirmed = [], [t for t in screened if t.route not in excluded]
     else:
-        k = max(len(confirms), 1)  # older records keep no level: alpha / k, as then
         confirmed = sorted((t for t in confirms if t.comparison is not None
-                            and judge(t.comparison, min_effect=settings.min_effect,
-                                      alpha=settings.alpha / k).label == "faster"
+                            and t.comparison.verdict(settings.min_effect).label == "faster"
                             and t.route not in excluded),
                            key=lambda t: -t.comparison.speedup)  # type: ignore[union-attr]
-    older = settings.alpha / max(len(confirms), 1)  # the level of records that keep none
-    level = (confirms[0].comparison.judged_at(older) if confirms and confirms[0].comparison
+    level = (confirms[0].comparison.judged_level if confirms and confirms[0].comparison
              else settings.alpha)
     common: dict[str, Any] = dict(
         rule=rule_text(settings), baseline_route=baseline.route,
@@ -158,7 +151,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
             p_value=c.p_value,
             reason=(f"{win.route} was {c.speedup:.3f}x the baseline's speed "
                     f"[{c.speedup_ci_low:.3f}, {c.speedup_ci_high:.3f}] "
-                    f"(p={c.p_value:.2g} < {c.judged_at(older):.2g}), {where}"
+                    f"(p={c.p_value:.2g} < {c.judged_level:.2g}), {where}"
                     + (f"; the A/A read {cal.text()}" if cal else "")),
             runner_up_route=runner.route if runner else None,
             runner_up_speedup=runner.comparison.speedup if runner and runner.comparison else None)
@@ -180,7 +173,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
         reason = (f"no significant gain: {len(confirms)} route(s) screened fastest went to the "
                   f"confirmation, and none was confirmed; the best, {best.route}, measured "
                   f"{c.text()} over "
-                  f"{c.processes} measuring processes ({_why_not(best, settings, level)})"
+                  f"{c.processes} measuring processes ({_why_not(best, settings)})"
                   + (f"; {stopped}" if stopped else "") + "; the baseline ships")
     else:
         best = best_admissible(trials)
@@ -193,7 +186,7 @@ def decide(trials: Sequence[TrialRecord], settings: TimingSettings, *,
                      and c.speedup_ci_high < settings.confirm_floor)
             reason = (f"no significant gain: the best admissible route, {best.route}, screened "
                       f"{c.text()} "
-                      + f"({_why_not(best, settings, settings.alpha)})"
+                      + f"({_why_not(best, settings)})"
                       + (f"; no route screened above the confirmation floor "
                          f"{settings.confirm_floor:.2f}x, so none was confirmed" if floor else "")
                       + "; the baseline ships")

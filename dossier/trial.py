@@ -12,7 +12,7 @@ the library imports them by.
 from __future__ import annotations
 
 from dossier.measure.reading import AHEAD, Comparison, Reading, TimingSummary, stopped_ahead
-from dossier.measure.record import Outcome, TrialRecord
+from dossier.measure.record import Outcome, Shipped, TrialRecord
 
-__all__ = ["AHEAD", "Comparison", "Outcome", "Reading", "TimingSummary", "TrialRecord",
+__all__ = ["AHEAD", "Comparison", "Outcome", "Reading", "Shipped", "TimingSummary", "TrialRecord",
            "stopped_ahead"]

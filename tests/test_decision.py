@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from _records import confirmed, screened
 
+from dossier.cache import resolve_levels
 from dossier.decision import candidates, decide, race_bar, rule_text
 from dossier.measure.timing import TimingSettings
 from dossier.trial import Comparison, Outcome, TimingSummary, TrialRecord
@@ -127,7 +128,8 @@ def test_the_rule_text_states_the_numbers_in_force() -> None:
 
 def test_an_older_confirmation_record_is_judged_at_alpha_over_k() -> None:
     """Records written before the level was kept (a Mann-Whitney or signed-rank reading with
-    no ``level``) are still read: judged at alpha / k as they were then."""
+    no ``level``) are still read: the reader gives them alpha / k, as they were judged then,
+    and the rule reads the level it gave."""
     t = TimingSummary(n=10, median_ms=1.0, ci_low_ms=1.0, ci_high_ms=1.0, mean_ms=1.0,
                       p10_ms=1.0, p90_ms=1.0, warmup_runs=0)
 
@@ -142,5 +144,8 @@ def test_an_older_confirmation_record_is_judged_at_alpha_over_k() -> None:
     base = [old(0, BASE, "baseline", 0.9), old(1, "-a=y", "search", 1e-4),
             old(2, "-a=z", "search", 1e-4), old(3, BASE, "confirm", 0.9)]
     two = [old(4, "-a=y", "confirm", 0.03), old(5, "-a=z", "confirm", 0.03)]
-    assert not decide([*base, *two], S).gain  # 0.03 is not below 0.05 / 2
-    assert decide([*base, *two[:1]], S).gain  # one candidate: 0.03 < 0.05
+    assert not decide(resolve_levels([*base, *two], S.alpha), S).gain  # 0.03 is not below 0.05 / 2
+    one = resolve_levels([*base, *two[:1]], S.alpha)
+    assert decide(one, S).gain  # one candidate: 0.03 < 0.05
+    with pytest.raises(ValueError, match="without the level"):
+        decide([*base, *two[:1]], S)  # never read: no level to judge at

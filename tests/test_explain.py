@@ -14,19 +14,22 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TINY_TIMING
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from dossier.audit import Explanation, explain, explain_search, fit_knob_model, payback
+from dossier.audit import Explanation, explain, fit_knob_model, payback
+from dossier.audit import explain_search as explain_records
 from dossier.audit.payback import saved_ms
 from dossier.bundle import open_bundle, write_bundle
-from dossier.cache import CacheHeader, FileIdentity, SessionRecord
-from dossier.decision import decide
+from dossier.cache import CacheHeader, DecisionRecord, FileIdentity, SessionRecord, resolve_levels
+from dossier.decision import decide as decide_records
 from dossier.errors import ExitCode
 from dossier.measure.timing import TimingSettings
 from dossier.schema import schema_of
@@ -295,6 +298,19 @@ def _summary(median: float, n: int = 60) -> TimingSummary:
     return TimingSummary(n=n, median_ms=median, ci_low_ms=median * 0.98,
                          ci_high_ms=median * 1.02, mean_ms=median, p10_ms=median * 0.97,
                          p90_ms=median * 1.03, warmup_runs=5)
+
+
+def explain_search(header: CacheHeader, trials: Sequence[TrialRecord], *args: Any,
+                   **kwargs: Any) -> Explanation:
+    """:func:`dossier.audit.explain_search` of ``trials`` as the tuning cache's reader gives them
+    (the records built here keep no level, as older records did: the reader resolves it)."""
+    return explain_records(header, resolve_levels(trials, header.timing.alpha), *args, **kwargs)
+
+
+def decide(trials: Sequence[TrialRecord], settings: TimingSettings,
+           **kwargs: Any) -> DecisionRecord:
+    """:func:`dossier.decision.decide` of ``trials`` as the reader gives them."""
+    return decide_records(resolve_levels(trials, settings.alpha), settings, **kwargs)
 
 
 def _trial(index: int, route: str, speedup: float, lo: float, hi: float, p: float, *,
@@ -636,7 +652,7 @@ def test_the_aa_check_is_the_one_the_decision_recorded(capsys: pytest.CaptureFix
               _trial(2, "-a=x -b=q", 0.99, 0.96, 1.03, 0.7)]
     today = decide(trials, s)
     assert today.aa is not None and not today.aa.significant  # today's rule: below 2%
-    then = base.reading(s.alpha)  # the older rule: any significant A/A difference
+    then = resolve_levels([base], s.alpha)[0].reading()  # the older rule: any significant A/A
     assert then is not None and then.significant
     reason = (f"no significant gain: the A/A check (the baseline against a second load of "
               f"itself) read {then.text()}, a significant difference between two loads of the "
@@ -681,13 +697,36 @@ def _confirmed(route: tuple[float, float, float, float],
             _trial(3, "-a=x -b=p", *aa, role="confirm")]
 
 
+def test_the_cache_reader_resolves_the_level_of_older_records_once(tmp_path: Path) -> None:
+    """Records written before the level was kept get theirs when the tuning cache is read:
+    screening readings and the confirmation's A/A alpha, each of the confirmation's k
+    candidates alpha / k (the A/A not among them); a reading that keeps its level keeps it."""
+    from dossier.cache import TuningCache
+
+    header = _header()
+    alpha = header.timing.alpha
+    trials = [*_confirmed((1.25, 1.20, 1.31, 1e-7), (0.985, 0.978, 0.992, 0.002)),
+              _trial(4, "-a=x -b=q", 1.1, 1.0, 1.2, 0.01, role="confirm")]
+    kept = trials[4].comparison
+    assert kept is not None
+    trials[4] = trials[4].model_copy(update={"comparison": kept.model_copy(
+        update={"level": 0.0123})})
+    cache = TuningCache.create(tmp_path / "cache.jsonl", header)
+    for t in trials:
+        cache.append(t)
+    assert '"level":null' in (tmp_path / "cache.jsonl").read_text().splitlines()[2]
+    read = TuningCache.open(tmp_path / "cache.jsonl").trials
+    assert [t.comparison.level for t in read if t.comparison] == [
+        alpha, alpha, alpha / 2, alpha, 0.0123]
+
+
 def test_the_confirmation_aa_check_is_the_one_the_decision_recorded() -> None:
     """The same for the confirmation's A/A: 0.985x (p=0.002) stopped an older release."""
     s = TimingSettings()
     trials = _confirmed((1.25, 1.20, 1.31, 1e-7), (0.985, 0.978, 0.992, 0.002))
     today = decide(trials, s)
     assert today.gain and today.confirm_aa is not None and not today.confirm_aa.significant
-    then = trials[3].reading(s.alpha)
+    then = resolve_levels(trials, s.alpha)[3].reading()
     assert then is not None and then.significant
     old = today.model_copy(update={"confirm_aa": then, "gain": False, "aa_stops": True})
     e = explain_search(_header(), trials, SESSION, old)

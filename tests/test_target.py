@@ -24,7 +24,7 @@ from dossier.errors import TuneError
 from dossier.jobs.cotenants import CoTenants, cotenants
 from dossier.jobs.placement import placed
 from dossier.measure import confirmation
-from dossier.measure.conditions import Conditions
+from dossier.measure.conditions import Conditions, summarize, waited_share
 from dossier.measure.confirmation import ProcessRun
 from dossier.measure.target import (
     TargetConditions,
@@ -88,6 +88,46 @@ def _confirm(monkeypatch: pytest.MonkeyPatch, seen: Conditions, **kw: float) -> 
     c = result.candidates[0].comparison
     assert c is not None
     return c
+
+
+def test_the_engines_wait_for_a_core_is_recorded_beside_each_measuring_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measuring process reports the share of its threads' ready time spent waiting for a
+    core; the confirmation keeps it in that process's conditions and the summary says it."""
+    class Waiting(Contended):
+        def __call__(self, engines: Sequence[tuple[Path, str]], offset: int, /, *,
+                     more: bool = True) -> ProcessRun:
+            run = super().__call__(engines, offset, more=more)
+            return ProcessRun(rounds=run.rounds, warmup_runs=run.warmup_runs, wall_s=0.1,
+                              waited_share=0.1 * (offset + 1))
+
+    monkeypatch.setattr(confirmation.host, "start", lambda *a: _Watch(QUIET))
+    result = confirmation.confirm((Path("b"), "base"), [(Path("c"), "cand")],
+                                  TimingSettings(confirm_max_processes=3),
+                                  Waiting(1.5, p_base=0.0, p_cand=0.0))  # type: ignore[arg-type]
+    shares = [c.waited_share for c in result.conditions]
+    assert shares == pytest.approx([0.1 * (k + 1) for k in range(len(shares))])
+    brief = summarize(result.conditions)
+    assert brief is not None and brief.waited_share_max == pytest.approx(shares[-1])
+    assert f"the engine waited for a core up to {shares[-1]:.0%} of the time" in brief.text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or not hasattr(os, "sched_setaffinity"),
+                    reason="Linux schedstat and affinity")
+def test_a_process_sharing_its_core_with_busy_ones_reads_how_long_it_waited() -> None:
+    """Pinned to one core beside three busy processes pinned there too, a busy loop is ready
+    all the time and runs about a quarter of it: most of its ready time is waiting."""
+    core = min(os.sched_getaffinity(0))
+    code = ("import os, time; from dossier.measure.conditions import thread_times, "
+            f"waited_share; os.sched_setaffinity(0, {{{core}}}); t = thread_times(); "
+            "end = time.perf_counter() + 1.0\nwhile time.perf_counter() < end: pass\n"
+            "print(waited_share(t, thread_times()))")
+    with cotenants(3, [core], 60):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+    assert float(out) > 0.4, out
+    assert waited_share(None, (1.0, 1.0)) is None and waited_share((0, 0), (0, 0)) is None
+    assert waited_share((1.0, 0.0), (2.0, 3.0)) == pytest.approx(0.75)
 
 
 def test_a_busier_than_declared_confirmation_reads_10th_percentiles_and_the_true_gain(
@@ -342,10 +382,16 @@ def test_a_rebench_refuses_a_crafted_target_before_starting_any_load(
     h.rewrite_cache(bundle / "tuning-cache.jsonl", edit)
     h.reseal(bundle)
     assert json.loads((bundle / "tuning-cache.jsonl").read_text().splitlines()[0])
-    before = set(os.listdir("/proc"))
-    r = cli("verify", bundle, "--rebench")
+    started: list[int] = []
+    real = subprocess.Popen.__init__
+
+    def watched(self: subprocess.Popen[bytes], *a: object, **kw: object) -> None:
+        real(self, *a, **kw)  # type: ignore[arg-type]
+        started.append(self.pid)
+
+    with pytest.MonkeyPatch.context() as mp:  # every process the command starts, in-process
+        mp.setattr(subprocess.Popen, "__init__", watched)
+        r = cli("verify", bundle, "--rebench")
     assert r.exit_code == 3, r.stderr
     assert "co_tenants = 1024" in " ".join(r.stderr.split())
-    spinning = [p for p in set(os.listdir("/proc")) - before if p.isdigit()]
-    assert not any("while" in open(f"/proc/{p}/cmdline").read() for p in spinning
-                   if os.path.exists(f"/proc/{p}/cmdline"))
+    assert started == []  # no co-tenant (nor any other process) was started

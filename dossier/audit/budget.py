@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dossier.cache import CacheHeader
 from dossier.routes import Route, Selection
-from dossier.strategies.budget import ascends, ascent, start_size
+from dossier.strategies.budget import ascends, ascent, fastest_values, start_size
 from dossier.strategies.spend import DEFAULT_PATIENCE, Limits, account, speedup
 from dossier.trial import TrialRecord
 
@@ -145,18 +145,13 @@ def _combination(main: Sequence[TrialRecord], base: dict[str, str],
                  min_effect: float) -> str | None:
     """The route setting together each knob's fastest one-knob value that was at least
     ``min_effect`` faster (what the budget strategy measures after its start)."""
-    best: dict[str, tuple[float, str]] = {}
+    one_knob = []
     for t in main[1:]:
-        values = Route.parse(t.route).as_dict()
-        changed = [(k, v) for k, v in values.items() if v != base.get(k)]
-        s = speedup(t)
-        if len(changed) == 1 and s is not None and s >= 1 + min_effect:
-            k, v = changed[0]
-            if s > best.get(k, (0.0, ""))[0]:
-                best[k] = (s, v)
-    if len(best) < 2:
-        return None
-    return Route.of({**base, **{k: v for k, (_, v) in best.items()}}).text()
+        changed = [(k, v) for k, v in Route.parse(t.route).as_dict().items() if v != base.get(k)]
+        if len(changed) == 1:
+            one_knob.append((*changed[0], speedup(t)))
+    best = fastest_values(one_knob, min_effect)
+    return Route.of({**base, **best}).text() if len(best) >= 2 else None
 
 
 def _journal_stop(run_dir: Path | None) -> str | None:

@@ -11,13 +11,8 @@ tuning host's fingerprint and the manifest); nothing is re-measured::
     print(facts.decision.reason)
     print(facts.model_dump_json(indent=2))   # what ``dossier explain --json`` prints
 
-Knob effects are given two ways. **One knob at a time**: a trial whose route differs from the
-baseline in exactly one knob was timed interleaved with the baseline, so its comparison is that
-knob value's effect (speedup with its bootstrap interval). **A model over all admissible
-trials**, when there are enough of them: ordinary least squares of log(speedup against the
-baseline timed alongside) on one-hot knob values (the baseline's value is the reference), with
-analytic standard errors and t-distribution intervals; the effect of a value is exp(coefficient),
-a speed factor against the baseline's value of that knob with the other knobs held fixed.
+The models are :mod:`dossier.audit.explain_model`'s (importable by this module's name too);
+the knob effects are worked out in :mod:`dossier.audit.knob_effects`.
 """
 
 from __future__ import annotations
@@ -27,604 +22,86 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict
-
-from dossier.audit.budget import SearchBudget, search_budget
-from dossier.audit.payback import Payback, payback
+from dossier.audit.budget import search_budget
+from dossier.audit.explain_model import (
+    EXPLANATION_FORMAT,
+    EXPLANATION_VERSION,
+    AACheck,
+    DecisionFacts,
+    Environment,
+    Explanation,
+    GpuFacts,
+    HeadToHead,
+    KnobModel,
+    Latency,
+    Lineage,
+    LossFailure,
+    ModelEffect,
+    OneKnobEffect,
+    OutputLoss,
+    RejectedTrial,
+    RunnerUp,
+    SearchCost,
+    SearchSetup,
+    TrialFact,
+)
+from dossier.audit.knob_effects import (
+    MODEL_METHOD,
+    confirmation_of,
+    fit_knob_model,
+    one_knob_effects,
+)
+from dossier.audit.payback import payback
 from dossier.audit.trade import Trade, informative, trade
 from dossier.backends.tensorrt.trtexec import SOURCE as TRTEXEC
 from dossier.cache import CacheHeader, DecisionRecord, HoldoutRecord, SessionRecord
 from dossier.fingerprint import Fingerprint
 from dossier.knobs import KnobDatabase
-from dossier.measure.conditions import Summary as ConditionsSummary
 from dossier.measure.latency import RouteLatency, of_record, of_route, per_inference
-from dossier.measure.timing import PROCESS_TEST, TimingSettings
-from dossier.measure.verdict import judge
+from dossier.measure.reading import PROCESS_TEST, test_name, within_effect
+from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
-from dossier.run_folder import RUNS
-from dossier.scenarios.curve import ScenarioFacts, facts
+from dossier.run_folder import RUNS, WORK, trial_name
+from dossier.scenarios.curve import facts
 from dossier.trial import Comparison, Outcome, Reading, TrialRecord
 from dossier.validation import worst_by_output
 
 if TYPE_CHECKING:
     from dossier.bundle import Bundle, Manifest
 
-EXPLANATION_FORMAT: Literal["dossier-explanation"] = "dossier-explanation"
-"""Value of an explanation's ``format`` field."""
-EXPLANATION_VERSION = 1
-"""Version of the :class:`Explanation` model (raised when a field changes meaning or goes)."""
+__all__ = [
+    "EXPLANATION_FORMAT",
+    "EXPLANATION_VERSION",
+    "AACheck",
+    "DecisionFacts",
+    "Environment",
+    "Explanation",
+    "GpuFacts",
+    "HeadToHead",
+    "KnobModel",
+    "Latency",
+    "Lineage",
+    "LossFailure",
+    "ModelEffect",
+    "OneKnobEffect",
+    "OutputLoss",
+    "RejectedTrial",
+    "RunnerUp",
+    "SearchCost",
+    "SearchSetup",
+    "TrialFact",
+    "explain",
+    "explain_search",
+    "fit_knob_model",
+    "output_losses",
+    "run_folder",
+    "shown_verdict",
+    "test_name",
+    "worker_log",
+]
+"""The models (:mod:`dossier.audit.explain_model`) are imported by this name too."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Latency(_Model):
-    """One engine's latency in one measurement, per timed sample (``per_inference`` divides it)."""
-
-    median_ms: float
-    """Median of the samples (one sample = ``inferences_per_sample`` inferences: one per input
-    shape, or one per validation pair)."""
-    ci_low_ms: float
-    """Lower end of the median's confidence interval (order statistics)."""
-    ci_high_ms: float
-    """Upper end of the median's confidence interval."""
-    n: int
-    """Number of samples."""
-    per_inference: RouteLatency | None = None
-    """The same samples per inference: median, p90, p99, throughput."""
-
-
-class HeadToHead(_Model):
-    """The shipped route (or, without a gain, the best candidate) against the baseline."""
-
-    route: str
-    """The candidate route."""
-    trial_index: int
-    """Index of the candidate's search trial."""
-    measured_in: int
-    """Index of the trial record the numbers come from (a confirmation record, or the search
-    trial itself)."""
-    source: Literal["confirmation", "screening"]
-    """confirmation: the re-measurement that decides (measuring processes of their own, each
-    with the baseline, its A/A load and the candidates); screening: the search trial."""
-    shipped: bool
-    """True when this route ships (a significant gain); False: the best candidate, which did not."""
-    candidate: Latency
-    """The candidate's latency."""
-    baseline: Latency
-    """The baseline's latency, timed interleaved with the candidate."""
-    speedup: float
-    """Baseline median / candidate median (> 1: the candidate is faster)."""
-    speedup_ci_low: float
-    """Lower end of the speedup's interval."""
-    speedup_ci_high: float
-    """Upper end of the speedup's interval."""
-    confidence: float
-    """Confidence level of the intervals."""
-    test: str
-    """The significance test (see :func:`test_name`)."""
-    p_value: float
-    """Its p-value."""
-    alpha: float
-    """The level it was judged at, as the reading recorded it (the confirmation: alpha /
-    (m x looks), Bonferroni over the looks of its sequential design and Holm's step-down over
-    the m candidates not confirmed yet)."""
-    rounds: int | None = None
-    """Rounds the speedup, interval and test were computed over (None in older records)."""
-    round_ratio_low: float | None = None
-    """The smallest of the per-round ratios (baseline block median / candidate block median)
-    the speedup summarises (None in older records). A wide spread between the two ends says
-    the gain depends on the state of the host (e.g. a launch-bound baseline)."""
-    round_ratio_high: float | None = None
-    """The largest of the per-round ratios."""
-    generation_speedups: list[float] | None = None
-    """Older records: an independent measurement in process generations, each generation's own
-    speedup."""
-    processes: int | None = None
-    """The confirmation: measuring processes the figures are over (the unit of replication)."""
-    process_speedups: list[float] | None = None
-    """Each measuring process's reading (against the A/A load in that process)."""
-    prediction_low: float | None = None
-    """Lower end of the prediction interval for one new process (what ``verify --rebench``
-    is expected to read)."""
-    prediction_high: float | None = None
-    """Its upper end."""
-    against: Literal["baseline", "aa"] = "baseline"
-    """What the speedup is over: the baseline, or the A/A's second load of it in the same
-    processes (the confirmation tests the candidate's difference from the A/A)."""
-    significant: bool
-    """p_value < alpha."""
-    min_effect: float
-    """The minimum effect a gain must reach (0.02 = 2%)."""
-    reaches_min_effect: bool
-    """speedup >= 1 + min_effect."""
-    interval_includes_one: bool
-    """The speedup's interval includes 1.0 (no difference is plausible)."""
-    verdict: str = ""
-    """What these figures show, in words (:func:`dossier.measure.verdict.judge`)."""
-
-
-class RunnerUp(_Model):
-    """The next-best admissible route and how far behind it is."""
-
-    route: str
-    """The runner-up route."""
-    trial_index: int
-    """Its search trial."""
-    speedup: float
-    """Its speedup over the baseline, from the same kind of measurement as the winner's."""
-    speedup_ci_low: float
-    """Lower end of its interval."""
-    speedup_ci_high: float
-    """Upper end of its interval."""
-    source: Literal["confirmation", "screening"]
-    """Which measurement both speedups come from."""
-    winner_speedup: float
-    """The shipped route's speedup in that same kind of measurement (1.0 for the baseline)."""
-    margin: float
-    """winner_speedup / speedup - 1: how much faster the shipped route is (negative: the
-    runner-up measured faster, but not significantly so)."""
-
-
-class LossFailure(_Model):
-    """One loss that failed the accuracy check."""
-
-    pair: str
-    """Validation pair."""
-    output: str
-    """Output tensor."""
-    loss: float | None
-    """The loss (None: the output held NaN or Inf)."""
-    threshold: float
-    """The threshold it reached (a loss fails at loss >= threshold)."""
-
-
-class RejectedTrial(_Model):
-    """A trial that did not end ``ok``, and why."""
-
-    index: int
-    """Trial index."""
-    route: str
-    """Its route."""
-    outcome: Outcome
-    """How it ended."""
-    reason: str
-    """The recorded reason (the first failing loss, the error, the signal)."""
-    failures: list[LossFailure]
-    """For accuracy rejections: every failing loss of every pair, from the per-pair losses."""
-    error: str | None
-    """For build failures, crashes, timeouts and runtime errors: the error."""
-    speedup: float | None
-    """Its speedup over the baseline, when it was timed (rejected routes are timed too)."""
-    log: str | None = None
-    """Its worker log (``RUN/.work/trial-NNNN.log``: everything the trial's process printed),
-    when the run folder that made the bundle is at hand (given, or beside the bundle in
-    release's layout ``OUT/.runs/NAME-VERSION`` with the same tuning cache) and still holds it."""
-
-
-class OneKnobEffect(_Model):
-    """A knob's effect from the trial that differs from the baseline in that knob alone."""
-
-    knob: str
-    """The knob."""
-    value: str
-    """Its value in the trial."""
-    baseline_value: str
-    """Its value in the baseline."""
-    trial_index: int
-    """The trial."""
-    outcome: Outcome
-    """How the trial ended (a rejected route's speed is still measured)."""
-    speedup: float
-    """Baseline median / trial median, timed interleaved in the trial's process."""
-    speedup_ci_low: float
-    """Lower end of the bootstrap interval."""
-    speedup_ci_high: float
-    """Upper end."""
-    p_value: float
-    """Two-sided Mann-Whitney U p-value."""
-    verdict: Literal["faster", "slower", "no significant effect"]
-    """faster/slower: significant, beyond the minimum effect and the interval clear of 1.0
-    (:func:`dossier.measure.verdict.judge`)."""
-    source: Literal["confirmation", "screening"] = "screening"
-    """Where the figures come from: the confirmation, where it measured this route (its
-    reading replaces the screening one), else the screening trial only."""
-    screened_speedup: float | None = None
-    """With ``source`` confirmation: what screening read, for comparison."""
-    contention_sensitive: bool = False
-    """The knob's effect depends on what else runs on the host (threads, spinning, execution
-    mode): a reading on a busy host may not hold on a quiet one, nor the reverse."""
-
-
-class ModelEffect(_Model):
-    """A knob value's effect estimated over all admissible trials."""
-
-    knob: str
-    """The knob."""
-    value: str
-    """The value."""
-    reference: str
-    """The baseline's value, against which the effect is measured."""
-    speed_factor: float
-    """exp(coefficient): > 1 means this value makes the engine faster, other knobs fixed."""
-    ci_low: float
-    """Lower end of its confidence interval."""
-    ci_high: float
-    """Upper end."""
-    std_error: float
-    """Standard error of the coefficient (log scale)."""
-    trials: int
-    """Admissible trials with this value."""
-
-
-class KnobModel(_Model):
-    """Knob effects from a linear model over every admissible trial."""
-
-    fitted: bool
-    """False when there are too few admissible trials (or confounded knob values)."""
-    method: str
-    """How the model is fitted and its uncertainty computed."""
-    note: str
-    """Why it was not fitted, or what to keep in mind."""
-    trials: int
-    """Admissible trials used."""
-    parameters: int
-    """Coefficients including the intercept."""
-    residual_std: float | None
-    """Residual standard deviation (log scale)."""
-    r_squared: float | None
-    """Share of the variance of log(speedup) the knobs explain."""
-    effects: list[ModelEffect]
-    """One per non-reference knob value seen in an admissible trial."""
-
-
-class GpuFacts(_Model):
-    """One GPU of the tuning host."""
-
-    name: str | None
-    """Product name."""
-    compute_capability: str | None
-    """CUDA compute capability."""
-    memory_total_mib: int | None
-    """Device memory."""
-    driver_version: str | None
-    """Driver version."""
-
-
-class Environment(_Model):
-    """Where the numbers were measured: the tuning host."""
-
-    hostname: str | None
-    """Host name."""
-    cpu: str | None
-    """CPU model."""
-    cpu_vendor: str | None
-    """CPU vendor."""
-    cores: int | None
-    """Logical CPUs."""
-    physical_cores: int | None
-    """Physical cores."""
-    isa_flags: list[str]
-    """Instruction-set extensions that decide kernels."""
-    os: str | None
-    """Distribution (or system) name."""
-    kernel: str | None
-    """Kernel release."""
-    machine: str | None
-    """Architecture."""
-    glibc: str | None
-    """glibc version."""
-    python: str
-    """Python version."""
-    packages: dict[str, str]
-    """Relevant package versions."""
-    gpus: list[GpuFacts]
-    """GPUs (none on a CPU host)."""
-    cuda_runtime: str | None
-    """CUDA runtime version."""
-    collected_at: str
-    """When the fingerprint was taken."""
-
-
-class Lineage(_Model):
-    """Which release this is and what it replaces."""
-
-    release: str
-    """Release name."""
-    version: int
-    """Release version."""
-    description: str
-    """Release description."""
-    dossier_id: str | None
-    """The bundle's id (None when explaining a run folder)."""
-    parent: str | None
-    """Dossier id of the bundle this one replaces."""
-    first_release: bool
-    """True when the bundle names no parent."""
-    created_at: str
-    """When the search finished (or started, for a run folder)."""
-    tool_version: str
-    """dossier version that wrote it."""
-    backend: str
-    """Compiler backend."""
-    tuner_version: str
-    """Version of the knob source."""
-
-
-class AACheck(_Model):
-    """The baseline against a second load of itself: the run's calibration. It should show no
-    difference; a significant one means nothing can ship."""
-
-    trial_index: int
-    """The baseline trial (or the confirmation's A/A record)."""
-    procedure: str = "screening"
-    """``screening`` (trial 0) or ``independent`` (the confirmation's A/A)."""
-    rounds: int | None = None
-    """Rounds it was computed over."""
-    processes: int | None = None
-    """Measuring processes it was computed over (the confirmation's A/A)."""
-    significant: bool = False
-    """p below alpha and the reading at least the minimum effect away from 1.0: the decision
-    rule ships nothing."""
-    speedup: float
-    """Load 2 / load 1 latency (the same statistic as a candidate's speedup)."""
-    speedup_ci_low: float
-    """Lower end of the interval."""
-    speedup_ci_high: float
-    """Upper end."""
-    p_value: float
-    """p-value of the trial's test (signed-rank over rounds; Mann-Whitney U in older records)."""
-    includes_one: bool
-    """The interval includes 1.0 (as it should)."""
-    verdict: str
-    """What it says about the timing."""
-
-
-class SearchCost(_Model):
-    """What the search cost."""
-
-    search_wall_s: float
-    """Wall time of the search: every tune session added up."""
-    build_s: float
-    """Engine build time, every trial added up."""
-    cached_builds: int = 0
-    """Trials whose engine came from the build cache (``tune --build-cache``): their build time,
-    in ``build_s``, was spent by the earlier search that built the engine."""
-    measure_s: float
-    """Timing (warm-up and samples) of every trial, plus the confirmation round."""
-    confirm_s: float
-    """Wall time of the confirmation round (included in measure_s)."""
-    trials: int
-    """Baseline and search trials."""
-    confirm_trials: int
-    """Confirmation re-measurements."""
-    sessions: int
-    """Runs of tune the search took."""
-    recovered_sessions: int = 0
-    """Of them, runs killed before they recorded their time, recovered by the next --continue
-    from their trials' times (their time after their last trial is not in search_wall_s)."""
-    raced: int = 0
-    """Screening trials stopped before their last round (``race_rounds``)."""
-
-
-class SearchSetup(_Model):
-    """What was searched and how it was judged."""
-
-    backend: str
-    """Compiler backend."""
-    strategy: str
-    """Search strategy."""
-    selection: str
-    """The selection, trtexec syntax."""
-    metric: str
-    """Loss metric."""
-    threshold: float
-    """A route is admissible when every loss of every pair is below this."""
-    validation_pairs: int
-    """Validation pairs."""
-    inferences_per_sample: int = 1
-    """Inferences in one timed sample (``[timing] inputs``): every latency is a sample divided
-    by them."""
-    samples: int
-    """Timed samples per engine per trial."""
-    alpha: float
-    """Significance level of the rank test."""
-    min_effect: float
-    """Minimum effect of a gain."""
-    confidence: float
-    """Confidence level of every interval."""
-    confirm_top: int
-    """Candidates re-timed in the confirmation round."""
-
-
-class DecisionFacts(_Model):
-    """Which route ships and why."""
-
-    rule: str
-    """The decision rule applied, in words."""
-    gain: bool
-    """True when a route other than the baseline ships: it beat the baseline significantly and
-    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
-    statistically checked"), the other tool's rule chose it and nothing was shown."""
-    baseline_route: str
-    """The baseline route."""
-    shipped_route: str
-    """The route whose engine ships."""
-    shipped_index: int
-    """Its trial index."""
-    result: str
-    """``1.234x [1.200, 1.270] (p=0.001)`` or ``no significant gain``."""
-    reason: str
-    """The decision's reason, as the search recorded it."""
-    why_not: list[str]
-    """Without a gain: why the best candidate (``head_to_head``) did not win: its interval
-    includes 1.0, p not below alpha, below the minimum effect, slower; or that no other route
-    was admissible. Empty for a search dossier did not measure (``statistically_checked``
-    false)."""
-    statistically_checked: bool = True
-    """False when the choice was made by another tool's rule that no statistics back (a trtexec
-    import: the lowest of one mean per route, warm-up included, no repeats, no significance
-    test); ``gain`` then only says that a route other than the baseline ships."""
-
-
-class OutputLoss(_Model):
-    """The worst loss of one output tensor over every validation pair."""
-
-    output: str
-    """Output tensor."""
-    loss: float | None
-    """The largest loss of that output over the pairs (None: it held NaN or Inf)."""
-    pair: str
-    """The pair it came from."""
-
-
-class TrialFact(_Model):
-    """One row of the trial table."""
-
-    index: int
-    """Trial index."""
-    role: str
-    """baseline, search or confirm."""
-    route: str
-    """Route."""
-    knobs: dict[str, str]
-    """Value of every knob of the selection."""
-    outcome: Outcome
-    """How it ended."""
-    reason: str | None
-    """Why it did not end ok."""
-    worst_loss: float | None
-    """Largest loss over all pairs and outputs."""
-    output_losses: list[OutputLoss] = []
-    """Per output tensor, its worst loss over the pairs and which pair (empty when the trial
-    was not validated)."""
-    median_ms: float | None
-    """Median latency."""
-    baseline_median_ms: float | None = None
-    """Median of the baseline timed interleaved with this trial (its own paired baseline: the
-    speedup is this over ``median_ms``)."""
-    verdict: str | None = None
-    """faster, slower or no significant effect against that paired baseline (None when not
-    timed); the A/A reading for the baseline trial."""
-    raced: str | None = None
-    """Why the screening stopped this trial before its last round (racing); None: it timed
-    every round."""
-    ci_low_ms: float | None
-    """Lower end of the median's interval."""
-    ci_high_ms: float | None
-    """Upper end."""
-    n: int | None
-    """Samples."""
-    speedup: float | None
-    """Speedup over the baseline timed alongside."""
-    speedup_ci_low: float | None
-    """Lower end of its interval."""
-    speedup_ci_high: float | None
-    """Upper end."""
-    p_value: float | None
-    """Rank-test p-value."""
-    build_s: float | None
-    """Build time."""
-    trial_s: float
-    """Wall time of the trial."""
-    shipped: bool
-    """This trial's engine ships."""
-    latency: RouteLatency | None = None
-    """Its own samples per inference (median, p90, p99, throughput; None when not timed)."""
-    confirmed_speedup: float | None = None
-    """A search trial the confirmation measured: the confirmation's speedup (what charts
-    show in place of the screening one)."""
-    confirmed_ci_low: float | None = None
-    """Lower end of that reading's interval."""
-    confirmed_ci_high: float | None = None
-    """Upper end."""
-    confirmed_in: int | None = None
-    """The confirmation record it comes from."""
-    busy: bool | None = None
-    """It was measured while other processes kept the host busy (None: not recorded)."""
-    log: str | None = None
-    """Its worker log (``RUN/.work/trial-NNNN.log``: everything the trial's process printed),
-    when the run folder that made the bundle is at hand (given, or beside the bundle in
-    release's layout ``OUT/.runs/NAME-VERSION`` with the same tuning cache) and still holds it."""
-
-
-class Explanation(_Model):
-    """Why a bundle ships the route it ships: ``dossier explain --json``."""
-
-    format: Literal["dossier-explanation"] = EXPLANATION_FORMAT
-    """Always "dossier-explanation"."""
-    format_version: int = EXPLANATION_VERSION
-    """Version of this model."""
-    lineage: Lineage
-    """Release identity and lineage."""
-    search: SearchSetup
-    """What was searched, how it was judged."""
-    decision: DecisionFacts
-    """The decision and the rule."""
-    head_to_head: HeadToHead | None
-    """Winner (or best candidate) against the baseline; None when only the baseline ran ok."""
-    runner_up: RunnerUp | None
-    """The next-best admissible route."""
-    trial_counts: dict[str, int]
-    """Baseline and search trials per outcome."""
-    confirm_trials: int
-    """Confirmation re-measurements."""
-    rejected: list[RejectedTrial]
-    """Every trial that did not end ok, with its reason."""
-    knob_effects: list[OneKnobEffect]
-    """Effects from one-knob-at-a-time trials."""
-    knob_model: KnobModel
-    """Effects from a model over all admissible trials."""
-    aa_check: AACheck | None
-    """The baseline's A/A check (trial 0)."""
-    confirm_aa_check: AACheck | None = None
-    """The independent confirmation's A/A check, when the confirmation ran."""
-    environment: Environment | None
-    """The tuning host."""
-    cost: SearchCost
-    """What the search cost."""
-    payback: Payback
-    """When the search pays back."""
-    trials: list[TrialFact]
-    """Every trial record, confirmation re-measurements included."""
-    imported_from: str | None = None
-    """Where the search record came from when dossier did not run the search ("trtexec tuning
-    cache"); None for a dossier search. Such a record has no timing statistics, wall times or
-    tuning host."""
-    shipped_latency: RouteLatency | None = None
-    """The shipped route's latency per inference: the confirmation's reading where it measured
-    the route, else its screening trial's (``source`` says which)."""
-    baseline_latency: RouteLatency | None = None
-    """The baseline's, the same way."""
-    conditions: ConditionsSummary | None = None
-    """What the host was doing while the decision was measured (None: not recorded)."""
-    conditions_of: str | None = None
-    """``confirmation`` or ``search``: whose measurements ``conditions`` summarises."""
-    target: str | None = None
-    """The conditions the spec declares the engine will serve under, in words."""
-    target_note: str | None = None
-    """Why the figures are not comparable with that target (None: they are), as ``inspect``
-    and ``release`` say it."""
-    contention_knobs: list[str] = []
-    """Knobs of the selection whose effect depends on what else runs on the host."""
-    trade: Trade | None = None
-    """The accuracy-speed trade: per route its worst loss per output and its speed, the
-    frontier, the routes rejected for accuracy, the hold-out readings (None: no trade to show,
-    :func:`dossier.audit.trade.informative`)."""
-    warnings: list[str] = []
-    """What the release is warned about: its manifest's warnings and, for a shipped route that
-    changes the numbers with no hold-out set to check it, that (bundles written before it
-    was recorded get it too)."""
-    search_budget: SearchBudget | None = None
-    """How a budgeted search (strategy budget or random) spent its budget; None for others."""
-    scenario: ScenarioFacts | None = None
-    """The server or offline scenario's decision: the latency-throughput curve of the
-    configurations measured, the bound, the shipped point (None: released for single-stream)."""
-
-
-# ----------------------------------------------------------------------------------- compute
 def explain(bundle: Bundle, *, inferences_per_day: float | None = None,
             horizon_days: float | None = None, hosts: int | None = None,
             run_dir: Path | None = None) -> Explanation:
@@ -688,7 +165,7 @@ def worker_log(run_dir: Path | None, t: TrialRecord) -> str | None:
     their measuring processes' logs: none of their own)."""
     if run_dir is None or t.role == "confirm":
         return None
-    log = Path(run_dir) / ".work" / f"trial-{t.index:04d}.log"
+    log = Path(run_dir) / WORK / f"{trial_name(t.index)}.log"
     return str(log) if log.is_file() else None
 
 
@@ -723,9 +200,6 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
 
     cond, cond_of = decision_conditions(trials)
     target, target_note = target_facts(header.spec.target, decision, list(trials))
-    base_route = baseline.route if baseline else None
-    confirm_alpha = settings.alpha / max(len({t.route for t in trials if t.role == "confirm"
-                                              and t.route != base_route}), 1)
     counts: dict[str, int] = {}
     for t in main:
         counts[t.outcome.value] = counts.get(t.outcome.value, 0) + 1
@@ -779,7 +253,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         confirm_trials=sum(t.role == "confirm" for t in trials),
         rejected=[_rejected(t, header.threshold, worker_log(run_dir, t)) for t in main
                   if t.outcome is not Outcome.OK],
-        knob_effects=_one_knob_effects(main, values, baseline, settings, trials,
+        knob_effects=one_knob_effects(main, values, baseline, settings, trials,
                                        contention) if baseline else [],
         knob_model=knob_model,
         aa_check=_aa(baseline, settings, decision.aa, vetoes=decision.aa_stops)
@@ -794,7 +268,7 @@ def explain_search(header: CacheHeader, trials: Sequence[TrialRecord],
         cost=cost,
         payback=pay,
         trials=[_with_confirmed(_trial_fact(t, values.get(t.index, {}), decision.shipped_index,
-                                            settings, confirm_alpha, pairs), t, trials)
+                                            settings, pairs), t, trials)
                 .model_copy(update={"log": worker_log(run_dir, t)}) for t in trials],
         imported_from=imported,
         shipped_latency=of_route(trials, decision.shipped_route, decision.baseline_route, pairs),
@@ -862,19 +336,12 @@ def _contention_knobs(backend: str) -> frozenset[str]:
         return frozenset()
 
 
-def _confirmation_of(trials: Sequence[TrialRecord], route: str) -> TrialRecord | None:
-    """The last confirmation record of ``route`` with a reading (a candidate's, not the A/A)."""
-    base = next((t.route for t in trials if t.role == "baseline"), None)
-    return next((t for t in reversed(trials) if t.role == "confirm" and t.route == route
-                 and t.route != base and t.comparison is not None), None)
-
-
 def _with_confirmed(f: TrialFact, t: TrialRecord, trials: Sequence[TrialRecord]) -> TrialFact:
     """A search trial's fact with the confirmation's reading of its route, if any."""
     from dossier.measure.conditions import BUSY_SHARE
 
     busy = None if not t.conditions else any(c.busy(BUSY_SHARE) for c in t.conditions)
-    c = _confirmation_of(trials, t.route) if t.role == "search" else None
+    c = confirmation_of(trials, t.route) if t.role == "search" else None
     if c is None or c.comparison is None:
         return f.model_copy(update={"busy": busy})
     r = c.comparison
@@ -900,7 +367,6 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
         return None
     c, tm = record.comparison, record.timing
     confirmed = record.role == "confirm"
-    alpha = _alpha(c, settings, max(len(confirms), 1) if confirmed else 1)
     origin = search.get(record.route)
     spread: tuple[float | None, float | None] = c.round_range() or (None, None)
     return HeadToHead(
@@ -915,16 +381,15 @@ def _head_to_head(trials: Sequence[TrialRecord], decision: DecisionRecord,
                               source="confirmation" if confirmed else "screening",
                               trial_index=record.index)),
         speedup=c.speedup, speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
-        confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=alpha,
+        confidence=settings.confidence, test=c.test, p_value=c.p_value, alpha=c.judged_level,
         rounds=c.rounds,
         round_ratio_low=spread[0], round_ratio_high=spread[1],
         generation_speedups=c.generation_speedups, processes=c.processes,
         process_speedups=c.process_speedups, prediction_low=c.prediction_low,
         prediction_high=c.prediction_high, against=c.against or "baseline",
-        significant=c.p_value < alpha, min_effect=settings.min_effect,
-        reaches_min_effect=c.speedup >= 1 + settings.min_effect,
-        interval_includes_one=c.speedup_ci_low <= 1.0 <= c.speedup_ci_high,
-        verdict=judge(c, alpha=alpha, min_effect=settings.min_effect).text)
+        significant=c.clears_level, min_effect=settings.min_effect,
+        reaches_min_effect=c.reaches(settings.min_effect), interval_includes_one=c.includes_one,
+        verdict=c.verdict(settings.min_effect).text)
 
 
 def shown_verdict(label: str | None, role: str) -> str | None:
@@ -933,12 +398,6 @@ def shown_verdict(label: str | None, role: str) -> str | None:
     if label in ("faster", "slower") and role == "search":
         return f"screened {label}"
     return label
-
-
-def _alpha(c: Comparison, settings: TimingSettings, k: int = 1) -> float:
-    """The level a reading was judged at: the one it records; for older records, alpha / k
-    (k: the candidates of the confirmation, the A/A not among them)."""
-    return c.judged_at(settings.alpha / max(k, 1))
 
 
 def _cmp(t: TrialRecord) -> Comparison:
@@ -960,7 +419,7 @@ def _why_not(h2h: HeadToHead | None, main: Sequence[TrialRecord],
             return ["only the baseline was measured"]
         return ["no other route was admissible"]
     record = next(t for t in trials if t.index == h2h.measured_in)
-    v = judge(_cmp(record), alpha=h2h.alpha, min_effect=settings.min_effect)
+    v = _cmp(record).verdict(settings.min_effect)
     if v.label == "slower":
         return [f"it was slower than the baseline ({v.figures} < alpha={h2h.alpha:.2g})"]
     if v.label == "faster":  # faster, yet not shipped: say which part of the rule stopped it
@@ -986,14 +445,6 @@ def _stopped_by(record: TrialRecord, decision: DecisionRecord) -> str:
                 f"{'confirmation ' if record.role == 'confirm' else ''}A/A reading's upper end "
                 f"{aa.speedup_ci_high:.3f}")
     return "it was not confirmed"
-
-
-def test_name(test: str) -> str:
-    """A significance test's name in words."""
-    return {"mann-whitney-u": "two-sided Mann-Whitney U",
-            "wilcoxon-signed-rank-rounds": "two-sided Wilcoxon signed-rank over rounds",
-            PROCESS_TEST: "Student's t over measuring processes (a candidate: one-sided, "
-                          "against the minimum effect)"}.get(test, test)
 
 
 def _runner_up(trials: Sequence[TrialRecord], decision: DecisionRecord,
@@ -1039,102 +490,6 @@ def _rejected(t: TrialRecord, threshold: float, log: str | None = None) -> Rejec
         speedup=t.comparison.speedup if t.comparison else None, log=log)
 
 
-def _one_knob_effects(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
-                      baseline: TrialRecord, settings: TimingSettings,
-                      trials: Sequence[TrialRecord] = (),
-                      contention: frozenset[str] = frozenset()) -> list[OneKnobEffect]:
-    base = values.get(baseline.index, {})
-    out = []
-    for t in main:
-        if t.role != "search" or t.comparison is None:
-            continue
-        mine = values.get(t.index, {})
-        diff = [k for k in sorted(set(base) | set(mine)) if base.get(k) != mine.get(k)]
-        if len(diff) != 1:
-            continue
-        c = t.comparison
-        level = settings.alpha
-        confirmed = _confirmation_of(trials, t.route)
-        if confirmed is not None and confirmed.comparison is not None:  # it decides
-            c = confirmed.comparison
-            level = _alpha(c, settings)
-        verdict = judge(c, alpha=level, min_effect=settings.min_effect).label
-        out.append(OneKnobEffect(
-            knob=diff[0], value=mine.get(diff[0], ""), baseline_value=base.get(diff[0], ""),
-            trial_index=t.index, outcome=t.outcome, speedup=c.speedup,
-            speedup_ci_low=c.speedup_ci_low, speedup_ci_high=c.speedup_ci_high,
-            p_value=c.p_value, verdict=verdict,
-            source="confirmation" if confirmed is not None else "screening",
-            screened_speedup=t.comparison.speedup if confirmed is not None else None,
-            contention_sensitive=diff[0] in contention))
-    return sorted(out, key=lambda e: (e.knob, e.value))
-
-
-MODEL_METHOD = ("ordinary least squares (numpy lstsq) of log(speedup against the baseline timed "
-                "interleaved in the same trial) on one-hot knob values, the baseline's value "
-                "as reference, with an intercept; analytic standard errors, t-distribution "
-                "intervals; effect = exp(coefficient), a speed factor with the other knobs "
-                "fixed")
-
-
-def fit_knob_model(main: Sequence[TrialRecord], values: Mapping[int, Mapping[str, str]],
-                   baseline: TrialRecord, confidence: float = 0.95) -> KnobModel:
-    """Fit the knob model over the admissible baseline and search trials (see module doc).
-
-    Fitted only when there are at least two residual degrees of freedom and the knob values
-    are not confounded; otherwise ``fitted`` is False and ``note`` says why.
-    """
-    rows = [t for t in main if t.admissible and t.comparison is not None
-            and t.comparison.speedup > 0]
-    base = values.get(baseline.index, {})
-    varied = sorted(k for k in base if len({values.get(t.index, {}).get(k) for t in main}) > 1)
-    columns = [(k, v) for k in varied
-               for v in sorted({values.get(t.index, {}).get(k, "") for t in rows})
-               if v != base.get(k)]
-    n, p = len(rows), len(columns) + 1
-
-    def _unfitted(note: str) -> KnobModel:
-        return KnobModel(fitted=False, method=MODEL_METHOD, note=note, trials=n, parameters=p,
-                         residual_std=None, r_squared=None, effects=[])
-
-    if not columns:
-        return _unfitted("no knob value other than the baseline's was admissible; only the "
-                        "one-knob-at-a-time effects (if any) are measured")
-    if n - p < 2:
-        return _unfitted(f"{n} admissible trial(s) for {p} coefficients: at least {p + 2} are "
-                        "needed (two residual degrees of freedom); see the one-knob-at-a-time "
-                        "effects")
-    x = np.ones((n, p))
-    for j, (k, v) in enumerate(columns, start=1):
-        x[:, j] = [1.0 if values.get(t.index, {}).get(k) == v else 0.0 for t in rows]
-    y = np.log([_cmp(t).speedup for t in rows])
-    if np.linalg.matrix_rank(x) < p:
-        return _unfitted("the knob values seen in admissible trials are confounded (some "
-                        "always change together), so their effects cannot be told apart")
-    from scipy import stats
-
-    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ beta
-    dof = n - p
-    sigma2 = float(resid @ resid) / dof
-    cov = sigma2 * np.linalg.inv(x.T @ x)
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    tq = float(stats.t.ppf((1 + confidence) / 2, dof))
-    total = float(((y - y.mean()) ** 2).sum())
-    effects = [ModelEffect(knob=k, value=v, reference=base.get(k, ""),
-                           speed_factor=math.exp(beta[j]),
-                           ci_low=math.exp(beta[j] - tq * se[j]),
-                           ci_high=math.exp(beta[j] + tq * se[j]), std_error=float(se[j]),
-                           trials=int(x[:, j].sum()))
-               for j, (k, v) in enumerate(columns, start=1)]
-    return KnobModel(fitted=True, method=MODEL_METHOD,
-                     note=f"{n} admissible trials, {p} coefficients, {dof} residual degrees of "
-                     "freedom; assumes knob effects multiply (no interactions)",
-                     trials=n, parameters=p, residual_std=math.sqrt(sigma2),
-                     r_squared=1 - float(resid @ resid) / total if total > 0 else None,
-                     effects=effects)
-
-
 def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | None = None, *,
         vetoes: bool = True) -> AACheck | None:
     """The A/A check of ``baseline`` (trial 0, or the confirmation's A/A record). Whether it
@@ -1144,15 +499,14 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
     ``vetoes``: the decision was taken by an older rule, under which a significant A/A stopped
     the release (today's confirmation tests each candidate against the A/A instead)."""
     c = baseline.comparison
-    level = c.judged_at(settings.alpha) if c is not None else settings.alpha
-    reading = baseline.reading(level, settings.min_effect)
+    reading = baseline.reading(settings.min_effect)
     if c is None or reading is None:
         return None
     if recorded is not None and recorded.trial_index == baseline.index \
             and recorded.rounds == c.rounds:
         reading = recorded
     if not vetoes:
-        inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
+        inside = reading.includes_one
         where = ("in the same measuring processes: the confirmation tests each candidate "
                  "against this second load, so a difference between loads cancels"
                  if c.test == PROCESS_TEST else
@@ -1168,9 +522,9 @@ def _aa(baseline: TrialRecord, settings: TimingSettings, recorded: Reading | Non
                        speedup_ci_high=reading.speedup_ci_high, p_value=reading.p_value,
                        includes_one=inside, verdict=verdict)
     m = settings.min_effect
-    inside = reading.speedup_ci_low <= 1.0 <= reading.speedup_ci_high
+    inside = reading.includes_one
     significant = reading.significant
-    below = 1 / (1 + m) < reading.speedup < 1 + m
+    below = within_effect(reading.speedup, m)
     low_p = reading.p_value < settings.alpha
     if significant and below:  # decided by a rule that stopped at any significant A/A
         verdict = ("significant: two loads of the same engine timed differently (p < alpha), "
@@ -1245,16 +599,13 @@ def output_losses(losses: Mapping[str, Mapping[str, float | None]] | None) -> li
 
 
 def _trial_fact(t: TrialRecord, knobs: Mapping[str, str], shipped_index: int,
-                settings: TimingSettings, confirm_alpha: float, pairs: int = 1) -> TrialFact:
+                settings: TimingSettings, pairs: int = 1) -> TrialFact:
     tm, c = t.timing, t.comparison
-    alpha = (c.judged_at(confirm_alpha if t.role == "confirm" else settings.alpha)
-             if c is not None else confirm_alpha if t.role == "confirm" else settings.alpha)
     return TrialFact(
         index=t.index, role=t.role, route=t.route, knobs=dict(knobs), outcome=t.outcome,
         reason=t.reason, worst_loss=t.worst_loss, output_losses=output_losses(t.losses),
         baseline_median_ms=c.baseline.median_ms if c else None,
-        verdict=None if c is None else
-        judge(c, alpha=alpha, min_effect=settings.min_effect).label, raced=t.raced,
+        verdict=None if c is None else c.verdict(settings.min_effect).label, raced=t.raced,
         median_ms=tm.median_ms if tm else None, ci_low_ms=tm.ci_low_ms if tm else None,
         ci_high_ms=tm.ci_high_ms if tm else None, n=tm.n if tm else None,
         speedup=c.speedup if c else None, speedup_ci_low=c.speedup_ci_low if c else None,

@@ -13,43 +13,24 @@ import numpy as np
 
 from dossier.backends.interface import ModelSignature, TensorSpec
 from dossier.errors import ModelError
+from dossier.onnx_graph import external_tensors
 
 
 def check_external_data(model: Path, proto: Any = None) -> None:
     """Raise ModelError when an external data file the ONNX model ``model`` (``proto``: the
     model read without its external data) names is not a file beside it (a missing
     ``model.onnx.data``)."""
-    import onnx
-
     if proto is None:
+        import onnx
+
         proto = onnx.load(str(model), load_external_data=False)
-    named = {e.value for t in _tensors(proto.graph)
-             if t.data_location == onnx.TensorProto.EXTERNAL
-             for e in t.external_data if e.key == "location"}
+    named = {location for _, location in external_tensors(proto) if location}
     missing = sorted(x for x in named if not (Path(model).parent / x).is_file())
     if missing:
         raise ModelError(f"model {model} keeps its weights in {', '.join(missing)}, which "
                          f"{'is' if len(missing) == 1 else 'are'} not beside it",
                          hint="copy the external data file(s) next to the model, under the "
                               "name(s) the model gives")
-
-
-def _tensors(graph: Any) -> list[Any]:
-    """Every tensor of ``graph`` and its subgraphs that can hold data (initializers, sparse
-    initializers, tensor attributes)."""
-    out = list(graph.initializer)
-    for sparse in graph.sparse_initializer:
-        out += [sparse.values, sparse.indices]
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                out.append(attr.t)
-            out.extend(attr.tensors)
-            if attr.HasField("g"):
-                out += _tensors(attr.g)
-            for g in attr.graphs:
-                out += _tensors(g)
-    return out
 
 
 def onnx_signature(model: Path) -> ModelSignature:

@@ -28,7 +28,7 @@ from dossier.names import (
     check_file_name,
     has_control,
 )
-from dossier.trial import Reading, TimingSummary
+from dossier.trial import Reading, Shipped, TimingSummary
 
 FORMAT: Literal["dossier-bundle"] = "dossier-bundle"
 """Value of the manifest's ``format`` field."""
@@ -172,8 +172,10 @@ class Engines(_Model):
     null when the bundle has none (imported from trtexec, which keeps only the winner's engine)."""
 
 
-class Summary(_Model):
+class Summary(Shipped):
     """What was searched, how it was judged, and what won."""
+
+    # baseline_route, shipped_route, shipped_index, gain: declared by Shipped
 
     strategy: str
     """Search strategy."""
@@ -192,18 +194,8 @@ class Summary(_Model):
     inferences_per_sample: int | None = Field(None, ge=1)
     """Inferences in one timed sample (``[timing] inputs``); None in bundles from before the
     setting, whose samples ran every validation pair (:attr:`per_sample`)."""
-    baseline_route: str
-    """The baseline route."""
     baseline_timing: TimingSummary | None
     """The baseline's latency in its own trial."""
-    shipped_route: str
-    """The route whose engine ships."""
-    shipped_index: int
-    """Trial index of the shipped engine."""
-    gain: bool
-    """True when a route other than the baseline ships: it beat the baseline significantly and
-    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
-    statistically checked"), the other tool's rule chose it and nothing was shown."""
     speedup: float | None
     """Shipped route's speedup over the baseline (baseline median / shipped median); None without gain."""
     speedup_ci_low: float | None

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from dossier.bundle.manifest import ExternalFile, ModelIdentity, check_relative_path
 from dossier.errors import ModelError
 from dossier.hashing import digest_file
+from dossier.onnx_graph import external_tensors
 
 
 def external_locations(model: Path) -> list[str]:
@@ -26,31 +26,13 @@ def external_locations(model: Path) -> list[str]:
     except Exception as exc:  # onnx raises DecodeError, OSError, ValueError...
         raise ModelError(f"cannot read ONNX model {model}: {exc}") from exc
     found: set[str] = set()
-    for tensor in _tensors(proto.graph, onnx):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            try:
-                found.add(check_relative_path(location.replace("\\", "/")))
-            except ValueError:
-                raise ModelError(f"{model}: tensor {tensor.name!r} keeps its data at "
-                                 f"{location!r}, outside the model's folder") from None
+    for tensor, location in external_tensors(proto):
+        try:
+            found.add(check_relative_path(location.replace("\\", "/")))
+        except ValueError:  # noqa: PERF203 - the first one ends the loop
+            raise ModelError(f"{model}: tensor {tensor.name!r} keeps its data at "
+                             f"{location!r}, outside the model's folder") from None
     return sorted(found)
-
-
-def _tensors(graph: object, onnx: object) -> list[Any]:
-    out = list(graph.initializer)  # type: ignore[attr-defined]
-    for sparse in graph.sparse_initializer:  # type: ignore[attr-defined]
-        out += [sparse.values, sparse.indices]
-    for node in graph.node:  # type: ignore[attr-defined]
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                out.append(attr.t)
-            out.extend(attr.tensors)
-            if attr.HasField("g"):
-                out += _tensors(attr.g, onnx)
-            for g in attr.graphs:
-                out += _tensors(g, onnx)
-    return out
 
 
 def model_identity(model: Path) -> ModelIdentity:

@@ -66,7 +66,7 @@ from dossier.run_folder import (
     scenario_files,
 )
 from dossier.spec import ShapeEntry
-from dossier.trial import TrialRecord
+from dossier.trial import Shipped, TrialRecord
 from dossier.validation import ValidationSet, load_validation_set
 
 _ID = re.compile(r"^[0-9a-f]{32}$")
@@ -304,8 +304,8 @@ class _Plan:
         return Summary(
             strategy=h.strategy, selection=h.selection, metric=h.metric, threshold=h.threshold,
             atol=h.atol, rtol=h.rtol, validation_pairs=h.validation_pairs,
-            inferences_per_sample=h.per_sample, baseline_route=d.baseline_route, baseline_timing=self.baseline.timing,
-            shipped_route=d.shipped_route, shipped_index=d.shipped_index, gain=d.gain,
+            inferences_per_sample=h.per_sample, baseline_timing=self.baseline.timing,
+            **{k: getattr(d, k) for k in Shipped.model_fields},
             speedup=_finite(d.speedup), speedup_ci_low=_finite(d.speedup_ci_low),
             speedup_ci_high=_finite(d.speedup_ci_high), confidence=h.timing.confidence,
             p_value=_finite(d.p_value), result=result, reason=d.reason, decision_rule=d.rule,

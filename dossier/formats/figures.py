@@ -59,7 +59,7 @@ def aa_text(a: Reading) -> str:
             + (f"{a.processes} processes" if a.processes else f"{a.rounds or '?'} rounds")
             + f", {a.procedure}): "
             + ("two loads of one engine read apart" if a.significant
-               else "no difference, as it should" if a.speedup_ci_low <= 1.0 <= a.speedup_ci_high
+               else "no difference, as it should" if a.includes_one
                else "apart by less than the minimum effect (the interval excludes 1.0), "
                     "below what the rule acts on"))
 
@@ -259,7 +259,7 @@ def cached_note(n: int) -> str:
 
 def head_to_head_rows(h: HeadToHead) -> Rows:
     """The winner (or best candidate) against the baseline, row by row."""
-    from dossier.audit.explain import test_name
+    from dossier.measure.reading import test_name
 
     src = (("confirmation: measuring processes of their own, each with the baseline and "
             "its A/A load" if h.processes else

@@ -33,12 +33,12 @@ from dossier.audit.explain import (
     Explanation,
     TrialFact,
     shown_verdict,
-    test_name,
 )
 from dossier.audit.trade import TradePoint
 from dossier.errors import BackendUnavailableError
 from dossier.formats import figures as figures_text
 from dossier.measure.figure import speedup_text
+from dossier.measure.reading import test_name
 from dossier.scenarios.curve import figure as scenario_figure
 
 if TYPE_CHECKING:

@@ -99,7 +99,7 @@ class LocalProcesses:
                             f"{result.outcome}: {getattr(result, 'reason', '')}".strip(),
                             hint=f"its log is {child.log}")
         return ProcessRun(rounds=result.rounds, warmup_runs=result.warmup_runs, wall_s=wall,
-                          phases_s=dict(result.phases_s))
+                          phases_s=dict(result.phases_s), waited_share=result.waited_share)
 
     def close(self) -> None:
         """Stop the process on standby, if any (the confirmation has ended)."""

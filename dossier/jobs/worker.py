@@ -170,6 +170,9 @@ class MeasuredResult(_Result):
     outcome: Literal["measured"]
     rounds: list[list[list[float]]]
     warmup_runs: list[int]
+    waited_share: float | None = Field(None, ge=0.0, le=1.0)
+    """Of its threads' ready time while timing, the share they waited for a core
+    (:func:`dossier.measure.conditions.thread_times`; None where not readable)."""
 
 
 WorkerResult = Annotated[BuiltResult | JudgedResult | FailedResult | MeasuredResult,
@@ -425,6 +428,7 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     """One measuring process of the confirmation: load every engine of ``req.engines`` in
     production configuration, warm each up, then time them in rounds, the engine at
     ``req.offset`` first (:func:`dossier.measure.timing.process_rounds`)."""
+    from dossier.measure.conditions import thread_times, waited_share
     from dossier.measure.timing import process_rounds, warm_up_each
     from dossier.routes import Route
 
@@ -436,8 +440,10 @@ def run_measure(req: WorkerRequest) -> dict[str, Any]:
     _let_the_next_import(req, "warm")
     warm = warm_up_each(engines, req.timing, turns)
     _stage(req, "time")
+    before = thread_times()
     out = process_rounds(engines, req.timing, turns, offset=req.offset)
-    return {"outcome": "measured", "rounds": out, "warmup_runs": warm}
+    return {"outcome": "measured", "rounds": out, "warmup_runs": warm,
+            "waited_share": waited_share(before, thread_times())}
 
 
 def _stand_by(req: WorkerRequest, path: Path) -> WorkerRequest:

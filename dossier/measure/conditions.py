@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 BUSY_SHARE = 0.25
 """Other processes keeping this share of the cores busy, on average, make a measurement busy."""
@@ -69,6 +69,11 @@ class Conditions(_Model):
     """Mean current frequency of the cores at its end."""
     gpus: list[GpuState] = []
     """Each GPU at its end (empty without NVML or GPUs)."""
+    waited_share: float | None = Field(None, ge=0.0, le=1.0)
+    """Of the time the measuring process's threads were ready to run while it timed, the share
+    they waited for a core (the scheduler's run-queue delay, Linux ``schedstat``): how far the
+    engine was from having its cores to itself, whatever else ran (None: not recorded here, a
+    screening trial, an older record)."""
 
     @property
     def other_cores(self) -> float | None:
@@ -95,6 +100,8 @@ class Conditions(_Model):
             parts.append(f"steal {self.steal_s:.2f} s")
         if self.cpu_mhz is not None:
             parts.append(f"{self.cpu_mhz / 1000:.2f} GHz")
+        if self.waited_share is not None:
+            parts.append(f"the engine waited for a core {self.waited_share:.0%} of the time")
         for g in self.gpus:
             parts.append(f"GPU {g.index} SM {g.sm_clock_mhz} MHz, "
                          f"{g.other_processes if g.other_processes is not None else '?'} "
@@ -119,6 +126,8 @@ class Summary(_Model):
     """Logical cores of the host."""
     gpu_others: int
     """Measurements during which another process computed on a GPU."""
+    waited_share_max: float | None = None
+    """The largest :attr:`Conditions.waited_share` among them (None: none recorded)."""
 
     def text(self) -> str:
         """One line: ``12 measurements, 3 on a busy host; load up to 4.3; ...``."""
@@ -130,6 +139,9 @@ class Summary(_Model):
                          f"(median; at most {self.other_cores_max:.1f})")
         if self.gpu_others:
             parts.append(f"another process on a GPU during {self.gpu_others}")
+        if self.waited_share_max is not None:
+            parts.append(f"the engine waited for a core up to {self.waited_share_max:.0%} of "
+                         "the time")
         return "; ".join(parts)
 
 
@@ -140,12 +152,44 @@ def summarize(items: Sequence[Conditions | None], share: float = BUSY_SHARE) -> 
         return None
     loads = [c.load_1m for c in got if c.load_1m is not None]
     others = sorted(x for x in (c.other_cores for c in got) if x is not None)
+    waits = [c.waited_share for c in got if c.waited_share is not None]
     return Summary(measurements=len(got), busy=sum(c.busy(share) for c in got),
                    load_1m_max=max(loads) if loads else None,
                    other_cores_max=others[-1] if others else None,
                    other_cores_median=others[len(others) // 2] if others else None,
                    cores=max(c.cores for c in got),
-                   gpu_others=sum(1 for c in got if any(g.other_processes for g in c.gpus)))
+                   gpu_others=sum(1 for c in got if any(g.other_processes for g in c.gpus)),
+                   waited_share_max=max(waits) if waits else None)
+
+
+def thread_times() -> tuple[float, float] | None:
+    """(ran, waited) seconds of this process's living threads since they started: on a core,
+    and ready to run but waiting for one (Linux ``/proc/self/task/*/schedstat``; None where it
+    is not readable). The difference of two readings is what a measurement's threads got."""
+    got = [x for f in Path("/proc/self/task").glob("*/schedstat")
+           if (x := _schedstat(f)) is not None]
+    if not got:
+        return None
+    return sum(r for r, _ in got), sum(w for _, w in got)
+
+
+def _schedstat(f: Path) -> tuple[float, float] | None:
+    """(ran, waited) seconds of one thread; None when it ended meanwhile."""
+    try:
+        fields = f.read_text().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def waited_share(before: tuple[float, float] | None,
+                 after: tuple[float, float] | None) -> float | None:
+    """The share of the ready time between two :func:`thread_times` readings that was spent
+    waiting for a core (None when either is missing or nothing ran)."""
+    if before is None or after is None:
+        return None
+    ran, waited = max(after[0] - before[0], 0.0), max(after[1] - before[1], 0.0)
+    return min(waited / (ran + waited), 1.0) if ran + waited > 0 else None
 
 
 # ------------------------------------------------------------------------------------ reading

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from dossier.measure import conditions as host
 from dossier.measure.conditions import Conditions
-from dossier.measure.reading import Comparison
+from dossier.measure.reading import Comparison, log_effect
 from dossier.measure.record import Outcome, TrialRecord
 from dossier.measure.target import estimator_for
 from dossier.measure.timing import (
@@ -89,6 +89,9 @@ class ProcessRun:
     phases_s: dict[str, float] = field(default_factory=dict)
     """Seconds per stage of the process, as it reported them (startup, setup, standby, load,
     warm, time...)."""
+    waited_share: float | None = None
+    """Of its threads' ready time while timing, the share they waited for a core (None: not
+    readable there)."""
 
 
 class MeasureProcess(Protocol):
@@ -217,7 +220,7 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
     aa = Track(route=baseline[1])
     tracks = [Track(route=r) for _, r in candidates]
     open_ = list(range(k))
-    bound = math.log1p(settings.min_effect)
+    bound = log_effect(settings.min_effect)
     n = 0
     stopped = ""
     phases: dict[str, float] = {}
@@ -230,7 +233,9 @@ def _confirm(baseline: tuple[Path, str], candidates: Sequence[tuple[Path, str]],
             if getattr(measure, "on_this_host", False) else None
         run = measure(engines, n, more=n + 1 < looks[-1])
         if watch is not None:
-            seen.append(watch.stop())
+            watched = watch.stop()
+            seen.append(watched if run.waited_share is None
+                        else watched.model_copy(update={"waited_share": run.waited_share}))
         n += 1
         for key, value in [*run.phases_s.items(), ("process", run.wall_s)]:
             phases[key] = phases.get(key, 0.0) + value
@@ -320,7 +325,7 @@ def _outrank(tracks: list[Track], open_: list[int], n: int, may_ship: Callable[[
     else:
         return
     floor = top.comparison.speedup_ci_low  # type: ignore[union-attr]
-    bound = math.log1p(settings.min_effect)
+    bound = log_effect(settings.min_effect)
     for j in list(open_):
         c = tracks[j].comparison
         high = paired_high(tracks[j], top, settings.confidence)

@@ -35,6 +35,23 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Shipped(_Model):
+    """What a search's decision ships: the fields its record in the tuning cache
+    (:class:`dossier.cache.DecisionRecord`) and a bundle's summary
+    (:class:`dossier.bundle.manifest.Summary`) share, declared once."""
+
+    baseline_route: str
+    """The baseline route."""
+    shipped_route: str
+    """The route whose engine ships (the baseline when there is no significant gain)."""
+    shipped_index: int
+    """Trial index of the shipped engine."""
+    gain: bool
+    """True when a route other than the baseline ships: it beat the baseline significantly and
+    by the minimum effect; or, in a search dossier did not run (a trtexec import, result "not
+    statistically checked"), the other tool's rule chose it and nothing was shown."""
+
+
 class TrialRecord(_Model):
     """One line of the tuning cache per finished trial."""
 
@@ -109,16 +126,7 @@ class TrialRecord(_Model):
         """Admissible and significantly faster than the baseline."""
         return self.admissible and self.comparison is not None and self.comparison.faster
 
-    def reading(self, alpha: float, min_effect: float = 0.0) -> Reading | None:
-        """Its comparison as a :class:`Reading` judged like a candidate: significant when p is
-        below ``alpha`` and the speedup at least ``min_effect`` away from 1.0 in either
-        direction (None when untimed)."""
-        c = self.comparison
-        if c is None:
-            return None
-        return Reading(trial_index=self.index, procedure=c.procedure or "screening",
-                       speedup=c.speedup, speedup_ci_low=c.speedup_ci_low,
-                       speedup_ci_high=c.speedup_ci_high, p_value=c.p_value, rounds=c.rounds,
-                       processes=c.processes,
-                       significant=c.p_value < alpha and not (
-                           1 / (1 + min_effect) < c.speedup < 1 + min_effect))
+    def reading(self, min_effect: float = 0.0) -> Reading | None:
+        """Its comparison as a :class:`Reading` judged like a candidate, at the level it
+        records (:meth:`Comparison.reading`; None when untimed)."""
+        return self.comparison.reading(self.index, min_effect) if self.comparison else None

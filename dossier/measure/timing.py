@@ -30,7 +30,16 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dossier.measure.reading import AHEAD, Comparison, TimingSummary
+from dossier.measure.reading import (
+    AHEAD,
+    PROCESS_TEST,
+    ROUNDS_TEST,
+    Comparison,
+    TimingSummary,
+    effect_floor,
+    log_effect,
+    reaches_effect,
+)
 
 Timed = Callable[[int], float]
 """A function that runs the engine on input set ``i`` and returns the latency in ms."""
@@ -38,12 +47,8 @@ Timed = Callable[[int], float]
 Engine = Callable[[], Timed]
 """Called when a block opens the engine (:func:`time_rounds`): the function to time in it."""
 
-TEST_NAME = "wilcoxon-signed-rank-rounds"
-"""``Comparison.test`` of a round-level comparison (screening)."""
-
-PROCESS_TEST = "t-test-processes"
-"""``Comparison.test`` of the confirmation: Student's t over per-process log speedups; for a
-candidate one-sided against the minimum effect, for the A/A two-sided against 1.0."""
+TEST_NAME = ROUNDS_TEST
+"""``Comparison.test`` of a round-level comparison (screening): the reading's name for it."""
 
 Estimator = Literal["median", "p10"]
 """The statistic of each block a round's ratio is taken of: ``median``, or ``p10`` (the
@@ -340,7 +345,7 @@ class Race:
             self.reason = (f"raced out after {of}: its interval so far ends at "
                            f"{math.exp(hi):.3f}x, below {self.below:.3f}x ({self.why})")
             return True
-        floor = 1 + s.min_effect
+        floor = effect_floor(s.min_effect)
         if math.exp(lo) > max(self.below, floor):
             self.reason = (f"{AHEAD} after {of}: its interval so far starts at "
                            f"{math.exp(lo):.3f}x, above {floor:.3f}x (1 + the minimum effect) "
@@ -567,7 +572,7 @@ def process_compare(logs: Sequence[float], baseline_samples: Sequence[float],
     (``aa`` false; its logs are against the A/A load in the same process) is tested one-sided
     against the minimum effect at ``level``; the A/A (its logs: first load over second load)
     two-sided against 1.0 at ``level``."""
-    bound = None if aa else math.log1p(settings.min_effect)
+    bound = None if aa else log_effect(settings.min_effect)
     st = process_stats(logs, settings.confidence, bound=bound)
     speedup, lo, hi = math.exp(st.mean), math.exp(st.low), math.exp(st.high)
     significant = st.p_value < level
@@ -576,7 +581,8 @@ def process_compare(logs: Sequence[float], baseline_samples: Sequence[float],
         speedup=speedup, speedup_ci_low=lo, speedup_ci_high=hi, p_value=st.p_value,
         test=PROCESS_TEST, significant=significant,
         faster=significant and not aa and lo > 1.0,
-        slower=aa and significant and speedup <= 1 / (1 + settings.min_effect) and hi < 1.0,
+        slower=aa and significant and reaches_effect(1 / speedup, settings.min_effect)
+        and hi < 1.0,
         rounds=len(round_ratios_) or None, round_ratios=[float(r) for r in round_ratios_] or None,
         procedure="independent", level=level, against="baseline" if aa else "aa",
         processes=st.n, process_speedups=[math.exp(x) for x in logs],
@@ -601,8 +607,9 @@ def compare(baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[fl
         baseline=summarize(flatten(baseline)[0], settings.confidence, baseline_warmup), speedup=speedup,
         speedup_ci_low=float(np.exp(lo)), speedup_ci_high=float(np.exp(hi)), p_value=p,
         test=TEST_NAME, significant=significant,
-        faster=significant and speedup >= 1 + settings.min_effect and float(np.exp(lo)) > 1.0,
-        slower=significant and speedup <= 1 / (1 + settings.min_effect)
+        faster=significant and reaches_effect(speedup, settings.min_effect)
+        and float(np.exp(lo)) > 1.0,
+        slower=significant and reaches_effect(1 / speedup, settings.min_effect)
         and float(np.exp(hi)) < 1.0,
         rounds=len(ratios), round_ratios=[float(r) for r in ratios], procedure="screening",
         level=alpha, estimator=estimator)

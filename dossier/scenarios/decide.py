@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from dossier.measure.reading import log_effect
 from dossier.measure.timing import process_stats
 from dossier.scenario import ScenarioSection
 from dossier.scenarios.child import ScenarioRequest
@@ -78,7 +79,7 @@ def judge(scenario: ScenarioSection, baseline: str, readings: Mapping[str, Seque
     (``readings`` holds the baseline, its A/A copy under :data:`AA`, and the candidates)."""
     reps = len(readings[baseline])
     against = readings.get(AA, readings[baseline])
-    bound = math.log1p(min_effect)
+    bound = log_effect(min_effect)
     candidates = [n for n in readings if n not in (baseline, AA)]
     verdicts = {n: _verdict(n, _logs(readings[n], against), confidence, bound, reps)
                 for n in candidates}

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier.errors import InputError, TuneError
 from dossier.knobs import KnobDatabase
+from dossier.measure.reading import reaches_effect
 from dossier.routes import Route, Selection, SelectionItem
 from dossier.strategies import local
 from dossier.strategies.fast import FastStrategy
@@ -265,13 +266,23 @@ def helpful(selection: Selection, db: KnobDatabase, results: Mapping[str, Judged
     one route)."""
     from dossier.strategies.fast import one_offs
 
-    best: dict[str, tuple[float, str]] = {}
-    for knob, route in one_offs(selection, db):
+    def measured(knob: str, route: Route) -> tuple[str, str, float | None]:
         r = results.get(route.text())
-        s = speedup(r) if r is not None else None  # type: ignore[arg-type]
-        if s is not None and s >= 1 + min_effect and s > best.get(knob, (0.0, ""))[0]:
-            best[knob] = (s, route.as_dict()[knob])
-    return Route.of({**selection.baseline(db).as_dict(), **{k: v for k, (_, v) in best.items()}})
+        return knob, route.as_dict()[knob], speedup(r) if r is not None else None  # type: ignore[arg-type]
+
+    best = fastest_values((measured(k, r) for k, r in one_offs(selection, db)), min_effect)
+    return Route.of({**selection.baseline(db).as_dict(), **best})
+
+
+def fastest_values(one_knob: Iterable[tuple[str, str, float | None]],
+                   min_effect: float) -> dict[str, str]:
+    """Per knob, the value whose one-knob route was fastest, among those at least
+    ``min_effect`` faster than the baseline (``one_knob``: knob, value, speedup or None)."""
+    best: dict[str, tuple[float, str]] = {}
+    for knob, value, s in one_knob:
+        if s is not None and reaches_effect(s, min_effect) and s > best.get(knob, (0.0, ""))[0]:
+            best[knob] = (s, value)
+    return {k: v for k, (_, v) in best.items()}
 
 
 def start_size(base: Route, varied: Sequence[SelectionItem]) -> int:
@@ -309,7 +320,7 @@ def ascent(base: Route, varied: Sequence[SelectionItem], results: Mapping[str, S
             if route.text() not in results:
                 return route
         best = max(tried, key=measured, default=here)
-        if measured(best) >= measured(here) * (1 + min_effect):
+        if reaches_effect(measured(best), min_effect, over=measured(here)):
             here = best
     return None
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dossier.knobs import KnobDatabase
+from dossier.measure.reading import log_effect
 from dossier.routes import Route, Selection
 from dossier.strategies.interface import Judged
 from dossier.strategies.spend import Scored, speedup
@@ -189,7 +190,7 @@ def propose(e: Evidence, k: int, seed: int, min_effect: float) -> Route | None:
     alone, checked in context for the first time; else the kind of :data:`CYCLE` in turn (a
     repair: a repair that worked but is slower moved towards the best route first). None: the
     model proposes."""
-    helps = math.log1p(min_effect)
+    helps = log_effect(min_effect)
     route = step(e, helps) or step(e, -math.inf, untried=helps)
     if route is not None:
         return route

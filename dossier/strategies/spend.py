@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from dossier.measure.reading import reaches_effect
 from dossier.trial import Outcome
 
 DEFAULT_PATIENCE = 50
@@ -107,7 +108,7 @@ def account(trials: Sequence[Scored], limits: Limits, start: int) -> Account:
         a.builds += 1
         a.search_s += t.trial_s
         s = 1.0 if i == 0 else speedup(t)  # the baseline is 1.0x by definition
-        gained = s is not None and s >= a.best * (1 + limits.min_effect)
+        gained = s is not None and reaches_effect(s, limits.min_effect, over=a.best)
         if s is not None and s > a.best:
             a.best, a.best_route = s, t.route
         if gained:
