@@ -10,7 +10,7 @@ at a time against that reference configuration:
 - ``block``: timed samples per block (6 as before, or long steady-state blocks);
 - ``lead``: untimed lead-in runs per block;
 - ``pause``: ms of sleep before a block that follows the other session's (sessions kept open,
-  the tuner's mode for engines that load slower than ``Backend.switch_pause_s``);
+  the tuner's mode for engines that load slower than ``SearchTraits.switch_pause_s``);
 - ``lead_ms``: lead-in runs go on until this many ms have passed (the other session's threads
   spin out while this one runs untimed).
 

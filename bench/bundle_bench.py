@@ -41,6 +41,7 @@ from bench.provenance import cpu_model, provenance  # noqa: E402
 from dossier.bundle import check_integrity, open_bundle, write_bundle  # noqa: E402
 from dossier.hashing import digest_file  # noqa: E402
 from dossier.measure.timing import median_ci  # noqa: E402
+from dossier.run_folder import CACHE_NAME  # noqa: E402
 
 GIB = 1 << 30
 TUNE = """
@@ -100,7 +101,7 @@ def _random_file(path: Path, size: int) -> None:
 def _run_with_engine(template: Path, dest: Path, size: int) -> Path:
     """A copy of the run folder ``template`` whose shipped engine is ``size`` random bytes."""
     shutil.copytree(template, dest)
-    cache = dest / "tuning-cache.jsonl"
+    cache = dest / CACHE_NAME
     records = [json.loads(line) for line in cache.read_text().splitlines()]
     decision = next(r for r in records if r["kind"] == "decision")
     shipped = next(r for r in records if r["kind"] == "trial"

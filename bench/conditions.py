@@ -59,6 +59,7 @@ from dossier.jobs.cotenants import CoTenants  # noqa: E402
 from dossier.measure.conditions import BUSY_SHARE  # noqa: E402
 from dossier.measure.target import RAISED_NICE, conditional, usable_cores  # noqa: E402
 from dossier.measure.timing import shift_interval  # noqa: E402
+from dossier.run_folder import CACHE_NAME  # noqa: E402
 
 DOSSIER = [sys.executable, "-m", "dossier_cli.main"]
 LOAD_MAX_S = 3 * 3600.0
@@ -294,7 +295,7 @@ def _inflate(src: Path, dst: Path, factor: float) -> None:
     from dossier.hashing import digest_file
 
     shutil.copytree(src, dst)
-    cache = dst / "tuning-cache.jsonl"
+    cache = dst / CACHE_NAME
     shipped = json.loads((dst / "manifest.json").read_text())["summary"]["shipped_route"]
     lines = []
     for line in cache.read_text().splitlines():

@@ -141,7 +141,7 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
     def load_tuner() -> Any:
         return backend.load(bundle / shipped.path, Route.parse(shipped.route))
 
-    if backend.reload_per_block:  # loaded afresh for every block, as the tuner does
+    if backend.traits.reload_per_block:  # loaded afresh for every block, as the tuner does
         first.close()
 
         def served() -> Any:
@@ -173,7 +173,7 @@ def _parity(bundle: Path, rounds: int, samples: int) -> dict[str, Any]:
     return {
         "bundle": m.name, "backend": m.backend, "device": runner_device or "cpu",
         "route": shipped.route, "pairs": len(vset.pairs),
-        "loaded": "per block" if backend.reload_per_block else "once, kept",
+        "loaded": "per block" if backend.traits.reload_per_block else "once, kept",
         "ratio_served_to_tuner": round(ratio, 4), "ratio_ci95": [round(lo, 4), round(hi, 4)],
         "within_target": TARGET[0] <= lo and hi <= TARGET[1],
         "median_within_target": TARGET[0] <= ratio <= TARGET[1],

@@ -59,7 +59,9 @@ def run(
     extract an archive.
     """
     from dossier.errors import OutputError
-    from dossier.serve import SuboptimalWarning, run_bundle, write_outputs
+    from dossier.npz import write_outputs
+    from dossier.run_once import run_bundle
+    from dossier.serve import SuboptimalWarning
 
     if require_signature and not trusted_keys:
         line("error: --require-signature needs at least one --trusted-key (the signer's public "

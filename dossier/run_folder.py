@@ -26,6 +26,12 @@ def trial_name(index: int) -> str:
     return f"trial-{index:04d}"
 
 
+def holdout_name(index: int) -> str:
+    """The name the hold-out check of trial ``index``'s engine is named by (its request,
+    result and log): ``holdout-0007``."""
+    return f"holdout-{index:04d}"
+
+
 def cache_file(source: Path) -> Path:
     """The tuning cache of ``source``: a run folder's, or ``source`` itself."""
     source = Path(source)

@@ -345,16 +345,16 @@ def test_a_search_with_a_build_cache_collects_the_host_once(sample, tmp_path: Pa
     """The key needs the host's facts, and so does the run folder's fingerprint.json: one
     collection serves both (for the torch backend it costs an import of torch)."""
     import dossier.build_plan as build_plan_module
-    import dossier.tuner as tuner_module
+    import dossier.tuner.session as session_module
 
     calls = []
-    real = tuner_module.collect
+    real = session_module.collect
 
     def counting(**kwargs):  # type: ignore[no-untyped-def]
         calls.append(kwargs)
         return real(**kwargs)
 
-    for module in (tuner_module, build_plan_module):  # the run folder's, and the key's
+    for module in (session_module, build_plan_module):  # the run folder's, and the key's
         monkeypatch.setattr(module, "collect", counting)
     _, spec = sample("convnet", strategy="fast", selection=SELECTION)
     res = tune(spec, tmp_path / "one", build_cache=tmp_path / "builds")

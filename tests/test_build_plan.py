@@ -99,12 +99,12 @@ def test_the_request_factory_names_the_baseline_and_the_reused_engine(sample,
                                                                      tmp_path: Path) -> None:
     _, spec = sample("convnet", strategy="fast",
                      selection="-intra_op_num_threads=[0|1] -optimizer:NchwcTransformer=[on|off]")
-    from dossier.tuner import _header  # the header a search writes first
+    from dossier.tuner.resume import header  # the header a search writes first
 
     p = prepare(spec)
     run = tmp_path / "run"
     run.mkdir()
-    cache = TuningCache.create(run / CACHE_NAME, _header(p, None, [], None))
+    cache = TuningCache.create(run / CACHE_NAME, header(p, None, [], None))
     tuner = Tuner(p, run, cache)
     requests: JobRequests = tuner.requests
     first = requests.trial(p.baseline, 0, "baseline")

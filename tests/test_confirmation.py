@@ -347,7 +347,7 @@ def test_without_prestart_each_process_starts_at_its_turn(engines: dict[str, Pat
                              fixed=2)
     assert r.processes == 2 and "standby" not in r.phases_s and "wait" not in r.phases_s
     assert r.phases_s["startup"] > 0 and r.phases_s["load"] > 0
-    assert get_backend("torch-inductor").prestart_measuring  # loads of seconds: on
+    assert get_backend("torch-inductor").traits.prestart_measuring  # loads of seconds: on
 
 
 def test_a_confirmation_cut_short_stops_the_process_on_standby(engines: dict[str, Path],
@@ -415,12 +415,12 @@ def test_tuner_confirmation_records_the_readings(sample, tmp_path: Path) -> None
                                           "confirm_processes", "confirm_max_processes")})})
     from dossier.cache import TuningCache
     from dossier.run_folder import CACHE_NAME
-    from dossier.tuner import _header
+    from dossier.tuner.resume import header
 
     p = prepare(spec)
     run = tmp_path / "run"
     run.mkdir()
-    cache = TuningCache.create(run / CACHE_NAME, _header(p, None, [], None))
+    cache = TuningCache.create(run / CACHE_NAME, header(p, None, [], None))
     tuner = Tuner(p, run, cache)
     try:
         tuner.run_trial(p.baseline, "baseline")

@@ -168,21 +168,24 @@ def test_the_baseline_and_the_route_about_to_ship_are_checked_on_the_hold_out_se
     """Nothing is timed once the confirmation has decided: the two hold-out checks run in two
     processes at the same time (both started before either is awaited), and are recorded in
     order, the baseline's first."""
-    import dossier.tuner as tuner_module
+    import dossier.executors.local as local_module
 
     events: list[tuple[str, str]] = []
 
-    class Recording(tuner_module.Child):  # type: ignore[name-defined,misc]
+    class Recording(local_module.Child):  # type: ignore[name-defined,misc]
         def __init__(self, req, *args, **kwargs):  # type: ignore[no-untyped-def]
             super().__init__(req, *args, **kwargs)
             self.route = req.route
-            events.append(("start", req.route))
+            self.check = req.mode == "validate"  # the scheduler's other processes: trials
+            if self.check:
+                events.append(("start", req.route))
 
         def wait(self):  # type: ignore[no-untyped-def]
-            events.append(("wait", self.route))
+            if self.check:
+                events.append(("wait", self.route))
             return super().wait()
 
-    monkeypatch.setattr(tuner_module, "Child", Recording)
+    monkeypatch.setattr(local_module, "Child", Recording)
     res = tune(_known_gain_spec(samples_dir, tmp_path), tmp_path / "run")
     d = res.decision
     assert d.gain, d.reason  # a known 1.25x gain
@@ -197,21 +200,22 @@ def test_an_interrupted_hold_out_check_leaves_no_check_running(
     """Ctrl-C while the first of the two checks is awaited: the search stops as interrupted,
     and the second check's process does not outlive it; run again, the search resumes and
     records both checks."""
-    import dossier.tuner as tuner_module
+    import dossier.executors.local as local_module
 
     children: list[object] = []
 
-    class Interrupted(tuner_module.Child):  # type: ignore[name-defined,misc]
-        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            super().__init__(*args, **kwargs)
-            children.append(self)
+    class Interrupted(local_module.Child):  # type: ignore[name-defined,misc]
+        def __init__(self, req, *args, **kwargs):  # type: ignore[no-untyped-def]
+            super().__init__(req, *args, **kwargs)
+            if req.mode == "validate":  # the scheduler's other processes: trials
+                children.append(self)
 
         def wait(self):  # type: ignore[no-untyped-def]
             if len(children) == 2 and self is children[0]:
                 raise KeyboardInterrupt
             return super().wait()
 
-    monkeypatch.setattr(tuner_module, "Child", Interrupted)
+    monkeypatch.setattr(local_module, "Child", Interrupted)
     with pytest.raises(KeyboardInterrupt):
         tune(_known_gain_spec(samples_dir, tmp_path), tmp_path / "run")
     assert len(children) == 2

@@ -125,6 +125,51 @@ def test_a_killed_measure_worker_requeues_the_trial_once(local_ray, sample, tmp_
     assert len(requeued) == 2 and "trial 1" in requeued[0] and "trial 2" in requeued[1]
 
 
+def test_the_hold_out_checks_run_on_a_measure_worker(local_ray, samples_dir: Path,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fault=drift`` (1.5x faster on the faulty backend's clock, wrong on inputs of large
+    magnitude; the hold-out set holds one) is confirmed, then stopped by its hold-out check:
+    the checks run on the measure worker (the hold-out set sent there), and the driver starts
+    no worker process of its own."""
+    import shutil
+
+    import numpy as np
+    from conftest import TINY_TIMING
+
+    import dossier.jobs.child as child_module
+    from dossier.spec import load_spec
+    from dossier.tensors import write_tensors
+    from dossier.validation import load_validation_set
+
+    folder = tmp_path / "tblock"
+    shutil.copytree(samples_dir / "tblock", folder)
+    hold = folder / "holdout" / "pair-000"
+    x = load_validation_set(folder / "holdout").pairs[0].inputs["x"] * 4
+    build = sys.modules["samples_build"]  # the samples_dir fixture loaded it
+    weights = build.tblock_weights(np.random.default_rng(build.TBLOCK_SEED))
+    write_tensors(hold / "inputs.arrow", {"x": x})
+    write_tensors(hold / "references.arrow", build.tblock_reference(weights, x))
+    spec = load_spec(folder / "release-int8.toml", {
+        "backend": "faulty", "strategy": "full",
+        "selection": "-pace=clock -fault=[none|drift] -intra_op_num_threads=1"})
+    timing = TINY_TIMING.model_copy(update={"confirm_top": 1, "confirm_rounds": 4,
+                                            "confirm_runs": 10})
+
+    def here(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a worker process started on the driver")
+
+    monkeypatch.setattr(child_module.Child, "__init__", here)  # the driver's, not the workers'
+    res = tune(spec.model_copy(update={"timing": timing}), tmp_path / "run", executor="ray")
+    d = res.decision
+    drift = "-fault=drift -intra_op_num_threads=1 -pace=clock"
+    checks = {h.route: h for h in res.cache.holdouts}
+    assert checks[d.baseline_route].passed and checks[d.baseline_route].pairs == 3
+    assert d.holdout_rejected == [drift], d.reason
+    assert not checks[drift].passed and "pair-000" in (checks[drift].reason or "")
+    assert not d.gain and d.holdout is not None and d.holdout.route == d.shipped_route
+
+
 def test_driver_killed_then_continue_loses_only_trials_in_flight(local_ray, samples_dir: Path,
                                                                  tmp_path: Path) -> None:
     """A SIGKILL of the driver process (``dossier tune --address`` of a running cluster) in the

@@ -29,7 +29,9 @@ from dossier.errors import (
     SignatureError,
     SuboptimalHostError,
 )
-from dossier.serve import Engine, SuboptimalWarning, read_inputs, run_bundle
+from dossier.npz import read_inputs
+from dossier.run_once import run_bundle
+from dossier.serve import Engine, SuboptimalWarning
 from dossier.verify import refused_report
 from dossier.verify.policy import Verdict
 

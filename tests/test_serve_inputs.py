@@ -1,5 +1,5 @@
 """Inputs to a loaded engine (``Engine.__call__``, ``dossier run -i``, ``read_inputs`` of
-``dossier/serve.py``): arrays of the other byte order give the same outputs, a single ``.npy``
+``dossier/npz.py``): arrays of the other byte order give the same outputs, a single ``.npy``
 is read for a one-input engine, and a crafted ``.npy`` or ``.npz`` (a header claiming 2**40
 rows, deep nesting, a truncated or pickled array, a zip bomb), a wrong shape or a ragged list
 is one line and exit 3, or dossier's own exception.
@@ -80,7 +80,7 @@ def test_run_reads_a_single_npy_for_a_one_input_engine(bundle: Path, host: Path,
     np.save(tmp_path / "x.npy", _pair(bundle).inputs["x"])
     res = h.cli("run", bundle, "--host-fingerprint", host, "-i", tmp_path / "x.npy", "--check")
     assert res.exit_code == 0, h.said(res)
-    from dossier.serve import read_inputs
+    from dossier.npz import read_inputs
 
     with pytest.raises(InputError, match="single .npy array; this engine takes 2 inputs"):
         read_inputs(tmp_path / "x.npy", ["a", "b"])
@@ -142,15 +142,15 @@ def test_an_npz_bomb_is_refused_before_it_is_unpacked(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the cap was on the compressed size: a 1 MB .npz of 1 GiB of zeros was unpacked
     whole. The cap here is lowered to 1 MiB; the file holds 4 MiB of zeros."""
-    import dossier.serve as serve
+    import dossier.npz as npz
 
-    monkeypatch.setattr(serve, "UNPACKED_MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(npz, "UNPACKED_MAX_BYTES", 1 << 20)
     buf = io.BytesIO()
     np.save(buf, np.zeros((1 << 20,), np.float32))
     path = _npz(tmp_path / "bomb.npz", {"x.npy": buf.getvalue()})
     assert path.stat().st_size < 64 << 10
     with pytest.raises(InputError, match="unpacks to"):
-        serve.read_inputs(path)
+        npz.read_inputs(path)
 
 
 def test_a_wrong_shape_is_exit_3_with_the_runtimes_whole_message(bundle: Path, host: Path,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dossier.backends import SearchTraits
 from dossier.jobs.worker import timed_engines
 from dossier.measure.timing import TimingSettings, sample_rounds, warm_up_each
 from dossier.routes import Route
@@ -31,10 +32,9 @@ class _Runner:
 class _Backend:
     """Loads take ``load_s``; every load and every block start is logged with its time."""
 
-    reload_per_block = True
-
     def __init__(self, load_s: float, pause_s: float) -> None:
-        self.load_s, self.switch_pause_s = load_s, pause_s
+        self.load_s = load_s
+        self.traits = SearchTraits(reload_per_block=True, switch_pause_s=pause_s)
         self.loads: list[str] = []
         self.alive: list[weakref.ref[_Runner]] = []
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import TINY_TIMING
 
 from dossier.errors import TuneError
+from dossier.run_folder import WORK, trial_name
 from dossier.trial import Outcome, TrialRecord
 from dossier.tuner import TuneObserver, tune
 
@@ -110,10 +111,10 @@ def test_a_failed_trials_log_is_where_explain_says(sample, tmp_path: Path) -> No
     by_route = {t.route: t for t in res.cache.trials}
     crashed = by_route["-fault=segv"]
     assert crashed.outcome is Outcome.CRASHED
-    work = run / ".work"
-    assert sorted(p.name for p in work.iterdir()) == [f"trial-{crashed.index:04d}.log"]
-    assert "Segmentation fault" in (work / f"trial-{crashed.index:04d}.log").read_text()
-    assert worker_log(run, crashed) == str(work / f"trial-{crashed.index:04d}.log")
+    work, log = run / WORK, f"{trial_name(crashed.index)}.log"
+    assert sorted(p.name for p in work.iterdir()) == [log]
+    assert "Segmentation fault" in (work / log).read_text()
+    assert worker_log(run, crashed) == str(work / log)
     # the trials after it ran in prestarted processes too, each judged as without
     assert by_route["-fault=nan"].outcome is Outcome.REJECTED
     assert by_route["-fault=raise"].outcome is Outcome.BUILD_FAILED

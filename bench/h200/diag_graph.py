@@ -19,6 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench" / "h200"))
+from dossier.run_folder import CACHE_NAME  # noqa: E402
+
 ROUTE = "-device=cuda -dtype=bfloat16"
 
 
@@ -94,10 +96,10 @@ def tune_graph(folder: Path, run_dir: Path, out: Path) -> dict:
                           capture_output=True, text=True, timeout=400, check=False)
     rec: dict = {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 2),
                  "stderr_tail": proc.stderr[-2000:]}
-    if (run_dir / "tuning-cache.jsonl").is_file():
+    if (run_dir / CACHE_NAME).is_file():
         rec.update(run_summary(run_dir))
         rec.pop("knob_database", None)
-        shutil.copy(run_dir / "tuning-cache.jsonl", out / "diag-graph-tuning-cache.jsonl")
+        shutil.copy(run_dir / CACHE_NAME, out / f"diag-graph-{CACHE_NAME}")
     return rec
 
 

@@ -45,8 +45,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from dossier.run_folder import CACHE_NAME  # noqa: E402
+
 BENCH_DIR = Path(__file__).resolve().parent
-CACHE_FILE = "tuning-cache.jsonl"
 
 
 def _write(path: Path, data: dict) -> None:
@@ -237,7 +238,7 @@ def run_summary(run_dir: Path) -> dict:
     """What a run folder's tuning cache says: trials, decision, wall time (no raw samples)."""
     from dossier.cache import TuningCache
 
-    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    cache = TuningCache.open(run_dir / CACHE_NAME, repair=True)
     h = cache.header
     trials = []
     for t in cache.trials:
@@ -296,7 +297,7 @@ def _tune_once(spec: Path, strategy: str, run_dir: Path, timeout: float,
         rec["stderr_tail"] = (exc.stderr or b"")[-3000:].decode("utf-8", "replace") \
             if isinstance(exc.stderr, bytes) else str(exc.stderr or "")[-3000:]
     rec["wall_s"] = round(time.perf_counter() - t0, 2)
-    if (run_dir / CACHE_FILE).is_file():
+    if (run_dir / CACHE_NAME).is_file():
         try:
             rec.update(run_summary(run_dir))
         except Exception as exc:  # noqa: BLE001
@@ -368,7 +369,7 @@ def step_fresh(run_dir: Path) -> dict:
     from dossier.measure import confirmation
     from dossier.measure.timing import flatten, summarize
 
-    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    cache = TuningCache.open(run_dir / CACHE_NAME, repair=True)
     h = cache.header
     timing = h.timing
     base = next(t for t in cache.trials if t.role == "baseline")
@@ -512,9 +513,9 @@ def _confirm_reading(run_dir: Path) -> dict | None:
     prediction interval, processes, p and level, the A/A's reading, the wall time."""
     from dossier.cache import TuningCache
 
-    if not (run_dir / CACHE_FILE).is_file():  # the search failed before it wrote one
+    if not (run_dir / CACHE_NAME).is_file():  # the search failed before it wrote one
         return None
-    cache = TuningCache.open(run_dir / CACHE_FILE, repair=True)
+    cache = TuningCache.open(run_dir / CACHE_NAME, repair=True)
     d = cache.decision
     rows = [t for t in cache.trials if t.role == "confirm" and t.comparison is not None]
     cand = [t for t in rows if d is None or t.route != d.baseline_route]
@@ -623,7 +624,7 @@ def _shipped_run(run_dir: Path) -> Path:
     finished = []
     for folder in sorted(run_dir.parent.glob(f"{run_dir.name}-[0-9][0-9]")):
         try:
-            d = TuningCache.open(folder / CACHE_FILE, repair=True).decision
+            d = TuningCache.open(folder / CACHE_NAME, repair=True).decision
         except Exception:  # noqa: BLE001 - an unfinished or broken run is not a candidate
             continue
         if d is not None:

@@ -16,6 +16,7 @@ from dossier.backends.interface import (
     LoadConfig,
     ModelSignature,
     Runner,
+    SearchTraits,
     TensorSpec,
 )
 from dossier.backends.registry import (
@@ -30,6 +31,6 @@ from dossier.backends.registry import (
 )
 
 __all__ = ["ENTRY_POINT_GROUP", "Backend", "BuildError", "BuildInfo", "EngineRuntimeError",
-           "LoadConfig", "ModelSignature", "Runner", "TensorSpec", "backend_names",
+           "LoadConfig", "ModelSignature", "Runner", "SearchTraits", "TensorSpec", "backend_names",
            "default_policy", "get_backend", "not_served", "register_backend",
            "requirement_findings", "unregister_backend"]

@@ -323,6 +323,41 @@ def max_threads(cores: int | None = None) -> int:
     return THREADS_PER_CORE * max(cores, 1)
 
 
+@dataclass(frozen=True)
+class SearchTraits:
+    """How a search treats a backend's processes, builds and timing: one value per backend
+    class (:attr:`Backend.traits`), read by the schedulers (:mod:`dossier.executors`), the
+    build queue (:mod:`dossier.jobs.builds`), the fork server and the worker's timing."""
+
+    fork_workers: bool = False
+    """A search forks this backend's worker processes from one that has done dossier's
+    imports (:mod:`dossier.jobs.forkserver`) instead of starting each afresh."""
+    separate_build: bool = False
+    """Build in one process and load, validate and time in a fresh one (as a deployment
+    loads a shipped engine): for compilers whose in-process state can disturb the engine."""
+    build_cores: int = 0
+    """CPU cores one build keeps busy, for the default of ``--build-jobs`` (cores // this); 0
+    for one build at a time by default: builds that take less than a process start, or that
+    time kernels on the device, where concurrent builds would disturb each other."""
+    build_memory_mb: int = 1024
+    """Memory one build needs, roughly (bounds the default of ``--build-jobs``)."""
+    prestart_measuring: bool = False
+    """The default of ``timing.confirm_prestart`` and ``timing.trial_prestart``: start each
+    measuring (trial) process's successor while it loads (worth it when loads take about as
+    long as the runtime's import)."""
+    reload_per_block: bool = False
+    """Load the engine afresh for every timing block and release it after, so only one engine
+    is alive at a time (two ONNX Runtime sessions in one process disturb each other through
+    their thread pools); otherwise both engines stay loaded for the whole trial. See
+    :attr:`switch_pause_s` for engines that take longer to load than that pause."""
+    switch_pause_s: float = 0.0
+    """With :attr:`reload_per_block`: when the first engine of a trial or measuring process
+    takes longer than this to load, its engines are loaded once and kept open instead, and a
+    block that follows another engine's block starts with a pause this long (in which the
+    other engine's threads stop spinning); a reload costs more than the pause then. 0: always
+    load afresh."""
+
+
 class Backend(abc.ABC):
     """A compiler dossier can tune.
 
@@ -330,6 +365,43 @@ class Backend(abc.ABC):
     native errors (:attr:`native_errors`) become BuildError in :meth:`build` and
     EngineRuntimeError in :meth:`load`. A backend also contributes its verify policy rules
     (:meth:`policy_rules`) and the requirements a host must meet (:meth:`requirement_findings`).
+
+    **Lifecycle.** The order dossier calls a backend in, and what each step may rely on:
+
+    1. *Made*: :func:`dossier.backends.get_backend` calls the class with no arguments and
+       returns a fresh instance each time; nothing is imported (the compiler neither), so
+       class attributes and :meth:`available` may be read on any host. Each process makes its
+       own instance: the search's, each worker process's, ``verify``'s, ``dossier.load``'s.
+    2. *Required*: :meth:`require` (BackendUnavailableError with :attr:`requirement`) before
+       anything that needs the library; :meth:`knob_database`, :meth:`build` and :meth:`load`
+       call it themselves.
+    3. *Configured*, once, before any build or load: :meth:`configure` with the spec's (or the
+       recorded header's) ``[builder]`` options and ``[[shapes]]``. A worker process may
+       :meth:`adopt_knob_database` the search's database first, so it never reads its own.
+    4. *Asked* about the search, in the search's process: :meth:`knob_database` (read once per
+       instance), :meth:`signature` (which calls :meth:`check_model`), :meth:`check_route`,
+       :meth:`timing_defaults`, :meth:`needs_calibration`, :meth:`inert_knobs`; later, for
+       each route that passed, :meth:`production_load` and :meth:`engine_facts`, and
+       :meth:`loader_env` for each process that loads an engine. None of these builds or
+       loads an engine.
+    5. *Build*, in a build or trial process: :meth:`use_calibration` (only for a route that
+       :meth:`needs_calibration`) and :meth:`use_build_scratch`, then :meth:`build` once per
+       route; the engine file does not exist when :meth:`build_impl` is called, and must exist
+       when it returns.
+    6. *Load and run*, in a fresh process (:attr:`SearchTraits.separate_build`) or the one that
+       built it: :meth:`load` (the search, ``verify``) or :meth:`load_shipped` (a bundle's
+       engine, ``dossier.load``) returns a :class:`Runner`, used from one thread at a time and
+       released by :meth:`Runner.close`. A process that waits for its turn may call
+       :meth:`import_runtime` first; it touches no device and no engine.
+    7. *Verified*, on any host, from the recorded facts alone and without the library where
+       :attr:`route_check_imports` is False: :meth:`check_recorded_route`,
+       :meth:`default_policy` (:meth:`policy_rules`), :meth:`requirement_findings`.
+
+    Guarantees: an instance serves one process and is never shared across processes (a
+    worker gets the backend's name, not the instance); one search, one configuration; every
+    native error leaves through the public methods mapped (BuildError, EngineRuntimeError),
+    dossier's own errors and MemoryError unchanged. How a search treats the backend's
+    processes and timing is one value, :attr:`traits`.
     """
 
     name: ClassVar[str]
@@ -338,32 +410,11 @@ class Backend(abc.ABC):
     """File suffix of the engine artifact, e.g. ``.ort``."""
     requirement: ClassVar[str]
     """What to install for this backend, for error messages."""
-    fork_workers: ClassVar[bool] = False
-    """A search forks this backend's worker processes from one that has done dossier's
-    imports (:mod:`dossier.jobs.forkserver`) instead of starting each afresh."""
-    reload_per_block: ClassVar[bool] = False
-    """Load the engine afresh for every timing block and release it after, so only one engine
-    is alive at a time (two ONNX Runtime sessions in one process disturb each other through
-    their thread pools); otherwise both engines stay loaded for the whole trial. See
-    :attr:`switch_pause_s` for engines that take longer to load than that pause."""
-    switch_pause_s: ClassVar[float] = 0.0
-    """With :attr:`reload_per_block`: when the first engine of a trial or measuring process
-    takes longer than this to load, its engines are loaded once and kept open instead, and a
-    block that follows another engine's block starts with a pause this long (in which the
-    other engine's threads stop spinning); a reload costs more than the pause then. 0: always
-    load afresh."""
+    traits: ClassVar[SearchTraits] = SearchTraits()
+    """How a search treats this backend's processes, builds and timing."""
     contention_knobs: ClassVar[frozenset[str]] = frozenset()
     """Knobs whose effect depends on what else runs on the host (threads, spinning, execution
     mode): a route that sets them can win on a loaded host and lose on a quiet one."""
-    separate_build: ClassVar[bool] = False
-    """Build in one process and load, validate and time in a fresh one (as a deployment
-    loads a shipped engine): for compilers whose in-process state can disturb the engine."""
-    build_cores: ClassVar[int] = 0
-    """CPU cores one build keeps busy, for the default of ``--build-jobs`` (cores // this); 0
-    for one build at a time by default: builds that take less than a process start, or that
-    time kernels on the device, where concurrent builds would disturb each other."""
-    build_memory_mb: ClassVar[int] = 1024
-    """Memory one build needs, roughly (bounds the default of ``--build-jobs``)."""
     fingerprint_compiler: ClassVar[bool] = False
     """The host's C++ compiler belongs in the tuning host's fingerprint (the compiler
     recompiles or links with it)."""
@@ -381,18 +432,15 @@ class Backend(abc.ABC):
     native_errors: ClassVar[NativeErrors] = (Exception,)
     """Exception types the compiler raises for a failure it reports (a failed build, an engine
     that does not load); others propagate as bugs."""
-    prestart_measuring: ClassVar[bool] = False
-    """The default of ``timing.confirm_prestart`` and ``timing.trial_prestart``: start each
-    measuring (trial) process's successor while it loads (worth it when loads take about as
-    long as the runtime's import)."""
     runtime_modules: ClassVar[tuple[str, ...]] = ()
     """The modules a process that loads this backend's engines imports (:meth:`import_runtime`)."""
 
     # ------------------------------------------------------------------ public, checked
     def prestarts(self, setting: bool | None) -> bool:
         """Whether processes start on standby under ``timing.confirm_prestart`` or
-        ``timing.trial_prestart`` set to ``setting`` (None: :attr:`prestart_measuring`)."""
-        return self.prestart_measuring if setting is None else setting
+        ``timing.trial_prestart`` set to ``setting`` (None: the traits'
+        :attr:`~SearchTraits.prestart_measuring`)."""
+        return self.traits.prestart_measuring if setting is None else setting
 
     def import_runtime(self) -> None:
         """Import the library that loads this backend's engines, touching no device and no

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
-    from dossier.jobs.requests import JobRequests, TrialJob
+    from dossier.jobs.requests import CheckJob, JobRequests, TrialJob
     from dossier.jobs.worker import WorkerResult
     from dossier.measure.confirmation import MeasureProcess
     from dossier.measure.timing import TimingSettings
@@ -21,6 +21,9 @@ class Scheduler(Protocol):
 
     notes: list[str]
     """One line per event the user should know of (a refused worker, a re-queued trial)."""
+    measures_here: bool
+    """Whether trials are timed on this host: what the host does meanwhile is then recorded
+    with each (:mod:`dossier.measure.conditions`)."""
 
     def fingerprint(self) -> Fingerprint:
         """The fingerprint of the host that measures (written to the run folder)."""
@@ -42,6 +45,11 @@ class Scheduler(Protocol):
         """The confirmation's measuring processes (:mod:`dossier.measure.confirmation`), each run on
         one device; ``env``: what the driver's processes would need (a remote worker computes
         its own)."""
+
+    def check(self, jobs: Sequence[CheckJob]) -> Generator[WorkerResult, None, None]:
+        """Each check job's result (the hold-out check), in the order of ``jobs``; every job
+        is started before the first is awaited (nothing is timed meanwhile). Closed early (an
+        interrupt), it leaves none of its processes running."""
 
     def drop_pending(self) -> None:
         """Forget jobs started ahead (the search ends or failed)."""

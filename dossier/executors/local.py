@@ -5,7 +5,7 @@ cache, each trial is one child process that builds and measures. Otherwise build
 measurement, in parallel (:mod:`dossier.jobs.builds`), and each trial's measure job takes its
 build's engine; every running build is paused while a trial is measured.
 
-With ``timing.trial_prestart`` (None: the backend's ``prestart_measuring``), each trial's
+With ``timing.trial_prestart`` (None: the backend's ``traits.prestart_measuring``), each trial's
 process starts the next one's on standby as it begins (:class:`dossier.jobs.child.Child`): that one
 runs its interpreter start and its runtime's imports while this one builds, loads its engines
 and validates, this one starts timing only once those imports are done, and that one loads
@@ -28,7 +28,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 from dossier.backends import Backend
@@ -44,7 +44,7 @@ from dossier.jobs.builds import (
     with_build_phases,
 )
 from dossier.jobs.child import Child, keep_log, run_child, worker_env
-from dossier.jobs.requests import JobRequests, TrialJob
+from dossier.jobs.requests import CheckJob, JobRequests, TrialJob
 from dossier.jobs.worker import STANDBY_WAIT_S, BuiltResult, Prebuilt, WorkerRequest, WorkerResult
 from dossier.measure import confirmation
 from dossier.measure.timing import TimingSettings
@@ -56,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 class LocalScheduler:
     """Build and measure jobs in child processes here (see the module's documentation)."""
+
+    measures_here = True
 
     def __init__(self, backend: Backend, build_jobs: int | None = None,
                  cache: BuildCache | None = None) -> None:
@@ -85,14 +87,14 @@ class LocalScheduler:
         self._requests = requests
         requests.work.mkdir(parents=True, exist_ok=True)
         forkserver.start(self.backend.name, worker_env(), requests.work / "forkserver.log")
-        if self.jobs > 1 or self.backend.separate_build or self.cache is not None:
+        if self.jobs > 1 or self.backend.traits.separate_build or self.cache is not None:
             self.builds = Builds(self.jobs, requests.work, requests.plan, self._start_build,
                                  self.cache)
 
     def _start_build(self, build: Build, name: str) -> Child:
         r = self.requests
         env = {}
-        if self.builds is not None and self.builds.jobs > 1 and self.backend.build_cores > 1:
+        if self.builds is not None and self.builds.jobs > 1 and self.backend.traits.build_cores > 1:
             # builds that use several cores each: share the cores between them
             env[COMPILE_THREADS_ENV] = str(max(1, usable_cores() // self.builds.jobs))
         return Child(r.build(build.route, build.engine), r.work, name, env)
@@ -205,6 +207,19 @@ class LocalScheduler:
         return measuring.local_processes(
             self.backend.name, r.validation, timing, builder=r.spec.builder,
             shapes=r.spec.shapes, work=r.work / "confirm", env=env, knobs=r.db)
+
+    def check(self, jobs: Sequence[CheckJob]) -> Generator[WorkerResult, None, None]:
+        running: list[Child] = []
+        try:
+            for job in jobs:
+                env = self.backend.loader_env(Path(job.req.engine or ""))
+                running.append(Child(job.req, self.requests.work, job.name, env))
+            for child in running:
+                yield child.wait()
+        finally:  # a check cut short (an interrupt) leaves no process behind
+            for child in running:
+                if child.proc.poll() is None:
+                    child.kill()
 
     def drop_pending(self) -> None:
         self._drop_standby()  # no trial follows: the search has ended, or failed

@@ -16,6 +16,8 @@
 - **One writer**: the driver appends each trial to the tuning cache in trial order. Measure jobs
   run ahead, on every free worker, once the baseline trial is recorded; a driver killed with
   jobs in flight loses only them (``--continue`` runs them again).
+- **Hold-out checks** run on the measure workers too: the hold-out set travels through the
+  object store once, as the model and validation set do, the engine as a measure job's does.
 - **Worker loss**: a measure worker that dies during a trial is replaced and the trial re-queued
   once; a trial whose worker dies again is recorded ``crashed``, never retried forever.
 - **Fingerprints**: every measure worker reports its GPU model, driver, CUDA runtime, compiler
@@ -29,23 +31,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dossier.backends import get_backend
-from dossier.errors import BackendUnavailableError, InputError, TuneError
-from dossier.files import remove_stale, replace_small
+from dossier.backends.interface import first_line
+from dossier.errors import InputError, TuneError
+from dossier.executors.ray_workers import (
+    MeasureWorker,
+    build_task,
+    folder_files,
+    mismatch,
+    ray_module,
+    stack_facts,
+    write_checked,
+)
 from dossier.fingerprint import Fingerprint, collect
 from dossier.hashing import digest_bytes, digest_file
-from dossier.jobs.builds import COMPILE_THREADS_ENV, Build, with_build_phases
-from dossier.jobs.child import run_child
+from dossier.jobs.builds import Build, with_build_phases
 from dossier.jobs.worker import (
     RESULT,
     BuiltResult,
@@ -61,7 +67,7 @@ if TYPE_CHECKING:
 
     from dossier.backends import Backend
     from dossier.build_plan import BuildKey
-    from dossier.jobs.requests import JobRequests, TrialJob
+    from dossier.jobs.requests import CheckJob, JobRequests, TrialJob
     from dossier.measure.confirmation import MeasureProcess
     from dossier.measure.timing import TimingSettings
 
@@ -74,176 +80,6 @@ START_S = 300.0
 """Seconds a new measure worker may take to start (placement, imports, inputs)."""
 CLOSE_S = 30.0
 """Seconds a measure worker may take to remove its folder when the search ends."""
-MEASURE_PREFIX = "dossier-measure-"
-_MEASURE_STALE = re.compile(rf"^{MEASURE_PREFIX}(?P<pid>\d+)-")
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise BackendUnavailableError("--executor ray needs Ray, which is not installed",
-                                      hint="pip install 'dossier[ray]'") from exc
-    return ray
-
-
-# ------------------------------------------------------------------------------ on the workers
-def _materialize(inputs: dict[str, Any]) -> tuple[Path, Path]:
-    """The model and validation set on this node (written once per node, checked)."""
-    root = Path(tempfile.gettempdir()) / "dossier-ray" / inputs["key"]
-    if not (root / ".complete").is_file():
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix="inputs-", dir=root.parent))
-        for rel, (digest, data) in inputs["files"].items():
-            _write_checked(tmp / rel, data, digest)
-        (tmp / ".complete").write_text("")
-        try:
-            os.rename(tmp, root)
-        except OSError:  # another job on this node was first
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root / inputs["model"], root / inputs["validation"]
-
-
-def _write_checked(path: Path, data: bytes, digest: str) -> Path:
-    """Write ``data`` to ``path`` after checking it has ``digest``."""
-    got = digest_bytes(data)
-    if got != digest:
-        raise OSError(f"{path.name} arrived with digest {got}, sent as {digest}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replace_small(path, data, suffix=".part")  # a full disk leaves no partial file
-    return path
-
-
-def _where(fp: Fingerprint, gpu: int | None) -> dict[str, str]:
-    """The facts a trial records about the worker that measured it."""
-    ray = _ray()
-    g = fp.gpus[gpu] if gpu is not None and gpu < len(fp.gpus) else None
-    return {"worker_node": ray.get_runtime_context().get_node_id(),
-            "worker_host": socket.gethostname(),
-            "worker_gpu": "none" if gpu is None else
-            f"{gpu} ({g.name}, {g.uuid})" if g is not None else str(gpu)}
-
-
-def stack_facts(fp: Fingerprint, gpu: int | None, stack: dict[str, str]) -> dict[str, str | None]:
-    """What a measure worker must share with the run: GPU model, driver, CUDA runtime, compiler
-    and the backend's library versions."""
-    g = fp.gpus[gpu] if gpu is not None and gpu < len(fp.gpus) else None
-    return {"GPU model": g.name if g else None, "driver": g.driver_version if g else None,
-            "CUDA": fp.cuda_runtime, "compiler": fp.compiler, **stack}
-
-
-def mismatch(run: dict[str, str | None], worker: dict[str, str | None]) -> str | None:
-    """How ``worker``'s facts differ from the run's (facts the run does not know are not
-    compared), or None."""
-    diffs = [f"{k} {worker.get(k)} (run: {v})" for k, v in run.items()
-             if v is not None and worker.get(k) != v]
-    return ", ".join(diffs) or None
-
-
-def build_task(req_json: str, inputs: dict[str, Any], threads: int) -> tuple[tuple[str, str | None],
-                                                                           bytes | None]:
-    """A build job on a CPU worker: the result and the engine's digest, and the engine."""
-    model, vset = _materialize(inputs)
-    req = WorkerRequest.model_validate_json(req_json)
-    work = Path(tempfile.mkdtemp(prefix="dossier-build-"))
-    try:
-        engine = work / Path(req.engine or "").name
-        req = req.model_copy(update={"model": str(model), "validation": str(vset),
-                                     "engine": str(engine)})
-        result = run_child(req, work, "build", {COMPILE_THREADS_ENV: str(threads)})
-        data = engine.read_bytes() if isinstance(result, BuiltResult) and engine.is_file() \
-            else None
-        return (result.model_dump_json(), digest_bytes(data) if data is not None else None), data
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-class MeasureWorker:
-    """A measure worker (a Ray actor on one GPU, or a CPU): each job in a fresh child process."""
-
-    def __init__(self, inputs: dict[str, Any], backend: str, include_compiler: bool) -> None:
-        ray = _ray()
-        self.model, self.vset = _materialize(inputs)
-        self.backend = get_backend(backend)
-        # named by pid: what a killed worker left is removed by the next one on the node
-        remove_stale(Path(tempfile.gettempdir()), _MEASURE_STALE, dirs_only=True)
-        self.root = Path(tempfile.mkdtemp(prefix=f"{MEASURE_PREFIX}{os.getpid()}-"))
-        self.fp = collect(include_compiler=include_compiler)
-        gpus = ray.get_gpu_ids()
-        self.gpu = int(gpus[0]) if gpus else None
-        self.where = _where(self.fp, self.gpu)
-
-    def close(self) -> None:
-        """Remove this worker's folder (the engines it kept); called before it is killed."""
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def hello(self) -> dict[str, Any]:
-        """Who this worker is: its pid, where it runs, its facts and fingerprint."""
-        return {"pid": os.getpid(), "where": self.where, "fingerprint": self.fp.model_dump_json(),
-                "facts": stack_facts(self.fp, self.gpu, self.backend.stack())}
-
-    def _keep(self, name: str, digest: str, data: bytes | None) -> Path:
-        """An engine kept on this node by digest (the baseline is fetched once)."""
-        path = self.root / "engines" / digest / name
-        if not path.is_file():
-            _write_checked(path, data or b"", digest)
-        return path
-
-    def _env(self, *engines: str | Path | None) -> dict[str, str]:
-        return self.backend.loader_env(*engines)
-
-    def measure(self, req_json: str, meta: dict[str, Any], engine_data: bytes | None,
-                baseline_data: bytes | None) -> tuple[str, bytes | None, str | None, float]:
-        """One trial: the result, an ``ok`` trial's engine and its digest, and the seconds."""
-        t0 = time.perf_counter()
-        req = WorkerRequest.model_validate_json(req_json)
-        name = Path(req.engine or "").stem
-        work = self.root / name
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        engine = work / Path(req.engine or "").name
-        update: dict[str, Any] = {"model": str(self.model), "validation": str(self.vset),
-                                  "engine": str(engine), "baseline_engine": None}
-        if meta.get("baseline_digest"):
-            update["baseline_engine"] = str(self._keep(meta["baseline_name"],
-                                                       meta["baseline_digest"], baseline_data))
-        src: Path | None = None
-        if meta["mode"] == "built":
-            _write_checked(engine, engine_data or b"", meta["engine_digest"])
-        elif meta["mode"] == "reuse":  # an earlier trial's engine, kept on this node
-            src = self._keep(meta["reuse_name"], meta["engine_digest"], engine_data)
-            shutil.copyfile(src, engine)
-        req = req.model_copy(update=update)
-        env = self._env(req.baseline_engine, engine, src)
-        result = run_child(req, work, name, env)
-        if hasattr(result, "facts"):
-            result = result.model_copy(update={"facts": {**result.facts, **self.where}})
-        data = engine.read_bytes() if result.outcome == "ok" and engine.is_file() else None
-        shutil.rmtree(work, ignore_errors=True)
-        return (result.model_dump_json(), data, digest_bytes(data) if data is not None else None,
-                time.perf_counter() - t0)
-
-    def measure_process(self, timing_json: str, routes: list[str], builder: dict[str, Any],
-                        shapes: list[dict[str, Any]], files: list[tuple[str, str]], offset: int,
-                        *data: bytes) -> dict[str, Any]:
-        """One measuring process of the confirmation (:mod:`dossier.measure.confirmation`) on this
-        worker's device; ``files``: (name, digest) of each engine, in the order of ``routes``,
-        their bytes in ``data``."""
-        from dataclasses import asdict
-
-        from dossier.jobs import measuring
-        from dossier.measure.timing import TimingSettings
-        from dossier.spec import ShapeEntry
-
-        paths = [self._keep(n, d, b) for (n, d), b in zip(files, data, strict=True)]
-        measure = measuring.local_processes(
-            self.backend.name, self.vset, TimingSettings.model_validate_json(timing_json),
-            builder=builder, shapes=[ShapeEntry.model_validate(x) for x in shapes],
-            work=self.root / "confirm", env=self._env(*paths))
-        # one process a call: no successor to start ahead on this worker
-        return asdict(measure(list(zip(paths, routes, strict=True)), offset, more=False))
-
-
 # --------------------------------------------------------------------------------- the driver
 @dataclass
 class _Worker:
@@ -284,6 +120,8 @@ class _Job:
 class RayScheduler:
     """Build tasks and measure actors on a Ray cluster, for one search."""
 
+    measures_here = False
+
     def __init__(self, ray: Any, backend: Backend, model: Path, validation: Path,
                  started: bool) -> None:
         self.ray, self.backend, self.started = ray, backend, started
@@ -295,6 +133,8 @@ class RayScheduler:
         self._wanted: dict[tuple[str, int], Route] = {}
         self._workers: list[_Worker] = []
         self._blobs: dict[Path, tuple[str, Any]] = {}
+        self._sets: dict[Path, Any] = {}
+        """The data sets of check jobs, packed (:meth:`_pack`) once each."""
         self._inputs = self._pack_inputs()
         self._compiler = backend.fingerprint_compiler
         # the run's facts: the driver's where it knows them (its GPU, if any, is not used),
@@ -305,7 +145,7 @@ class RayScheduler:
         gpus = resources.get("GPU", 0)
         # one CPU stays with the measure worker on a cluster without GPUs
         spare = int(resources.get("CPU", 1)) - (0 if gpus >= 1 else 1)
-        self._build_cpus = max(1, min(backend.build_cores, spare))
+        self._build_cpus = max(1, min(backend.traits.build_cores, spare))
         self._options: dict[str, Any] = ({"num_gpus": 1, "num_cpus": 0} if gpus >= 1
                                          else {"num_cpus": 1})
         self._fp: Fingerprint | None = None
@@ -321,7 +161,7 @@ class RayScheduler:
         """Connect to the cluster at ``address`` (None: a Ray instance already started in this
         process, else a new local one) and start one measure worker per GPU, each given the
         model and the validation set."""
-        ray = _ray()
+        ray = ray_module()
         started = False
         if not ray.is_initialized():
             _check_reachable(address)
@@ -332,7 +172,7 @@ class RayScheduler:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = address or "a new local instance"
                 raise TuneError(f"cannot connect to the Ray cluster at {where}: "
-                                f"{_first_line(exc)}") from exc
+                                f"{first_line(exc)}") from exc
             started = True
         try:
             return cls(ray, backend, model, validation, started)
@@ -343,16 +183,18 @@ class RayScheduler:
 
     def _pack_inputs(self) -> ObjectRef[dict[str, Any]]:
         """The model and validation set, in Ray's object store once for every actor."""
-        files: dict[str, tuple[str, bytes]] = {}
         model = self.model
-        files[model.name] = (digest_file(model)[0], model.read_bytes())
-        vroot = self.validation
-        for f in sorted(vroot.rglob("*")):
-            if f.is_file():
-                files[f"validation/{f.relative_to(vroot)}"] = (digest_file(f)[0], f.read_bytes())
+        files = {model.name: (digest_file(model)[0], model.read_bytes()),
+                 **folder_files(self.validation, "validation")}
+        return self._pack(files, model=model.name, validation="validation")
+
+    def _pack(self, files: dict[str, tuple[str, bytes]], **names: str
+              ) -> ObjectRef[dict[str, Any]]:
+        """``files`` (relative path -> digest, bytes) in Ray's object store, keyed by their
+        digests (:func:`~dossier.executors.ray_workers.materialize` writes them once per
+        node), with ``names``."""
         key = digest_bytes("\n".join(f"{k}={d}" for k, (d, _) in files.items()).encode())
-        ref: ObjectRef[dict[str, Any]] = self.ray.put(
-            {"key": key, "files": files, "model": model.name, "validation": "validation"})
+        ref: ObjectRef[dict[str, Any]] = self.ray.put({"key": key, "files": files, **names})
         return ref
 
     def _add_worker(self) -> None:
@@ -367,7 +209,7 @@ class RayScheduler:
             ray.kill(handle)
             return
         except ray.exceptions.RayError as exc:
-            self.notes.append(f"a measure worker failed to start: {_first_line(exc)}")
+            self.notes.append(f"a measure worker failed to start: {first_line(exc)}")
             return
         facts = hello["facts"]
         if self._fp is None:
@@ -401,7 +243,7 @@ class RayScheduler:
     def _build(self, route: Route, index: int) -> _Build | None:
         """``route``'s build job, started unless one with its build key was (None where
         builds time kernels on the device: the measure job builds on its GPU)."""
-        if self.backend.build_cores <= 0:
+        if self.backend.traits.build_cores <= 0:
             return None
         plan = self.requests.plan
         key = plan.key(route)
@@ -449,7 +291,7 @@ class RayScheduler:
             b.result = RESULT.validate_json(text)
         except self.ray.exceptions.RayError as exc:
             b.result = FailedResult(outcome="crashed", reason="the build worker died twice "
-                                    f"({_first_line(exc)})")
+                                    f"({first_line(exc)})")
         return True
 
     def _ready(self, job: _Job) -> bool:
@@ -518,7 +360,7 @@ class RayScheduler:
             except ray.exceptions.RayActorError as exc:
                 self._lost(w, job, exc)
             except ray.exceptions.RayError as exc:
-                job.out = (FailedResult(outcome="runtime_error", reason=_first_line(exc)),
+                job.out = (FailedResult(outcome="runtime_error", reason=first_line(exc)),
                            None, None, 0.0)
             if job.stale:
                 self._jobs.pop((job.route.text(), job.index), None)
@@ -555,9 +397,9 @@ class RayScheduler:
         try:
             self._add_worker()
         except self.ray.exceptions.RayError as err:
-            self.notes.append(f"could not replace the {what}: {_first_line(err)}")
+            self.notes.append(f"could not replace the {what}: {first_line(err)}")
         if not self._workers:
-            raise TuneError(f"the {what} and no measure worker is left ({_first_line(exc)})")
+            raise TuneError(f"the {what} and no measure worker is left ({first_line(exc)})")
 
     def trial(self, route: Route, index: int, trial: TrialJob,
               started: Callable[[], None]) -> tuple[WorkerResult, float]:
@@ -584,7 +426,7 @@ class RayScheduler:
         result, data, digest, seconds = job.out
         if data is not None:
             try:
-                _write_checked(Path(req.engine or ""), data, digest or "")
+                write_checked(Path(req.engine or ""), data, digest or "")
             except OSError as exc:
                 raise TuneError(f"trial {index}: the engine from the measure worker: "
                                 f"{exc}") from exc
@@ -619,6 +461,32 @@ class RayScheduler:
             raise TuneError("the measure worker died twice during the confirmation")
 
         return run
+
+    def check(self, jobs: Sequence[CheckJob]) -> Generator[WorkerResult, None, None]:
+        self._settle()  # the measure workers run the checks
+        sent = []
+        for i, job in enumerate(jobs):
+            w = self._workers[i % len(self._workers)]
+            data = Path(job.req.validation)
+            if data not in self._sets:
+                self._sets[data] = self._pack(folder_files(data, "data"), folder="data")
+            digest, engine = self._blob(Path(job.req.engine or ""))
+            sent.append((w, w.handle.check.remote(job.req.model_dump_json(), job.name,
+                                                  self._sets[data],
+                                                  (Path(job.req.engine or "").name, digest),
+                                                  engine)))
+        for w, ref in sent:
+            result: WorkerResult
+            try:
+                result = RESULT.validate_json(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError as exc:
+                if w in self._workers:
+                    self._lost(w, None, exc)
+                result = FailedResult(outcome="crashed", reason=f"the measure worker died "
+                                      f"({first_line(exc)})")
+            except self.ray.exceptions.RayError as exc:
+                result = FailedResult(outcome="runtime_error", reason=first_line(exc))
+            yield result
 
     def _settle(self) -> None:
         """Wait for the measure jobs still running (their results are not needed)."""
@@ -676,7 +544,3 @@ def _check_reachable(address: str | None) -> None:
         raise TuneError(f"cannot reach the Ray cluster at {address}: "
                         f"{exc.strerror or type(exc).__name__}",
                         hint="start it with `ray start --head`, or check --address") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

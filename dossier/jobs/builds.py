@@ -59,12 +59,12 @@ def default_build_jobs(backend: Backend) -> int:
     """Concurrent builds by default: the cores over what one build of this backend keeps busy,
     bounded by the memory available over what one build needs, at most 8; 1 for a backend
     whose ``build_cores`` is 0 (quick builds, or builds that time kernels on the device)."""
-    if backend.build_cores <= 0:
+    if backend.traits.build_cores <= 0:
         return 1
-    jobs = usable_cores() // backend.build_cores
+    jobs = usable_cores() // backend.traits.build_cores
     mem = _available_mb()
-    if mem is not None and backend.build_memory_mb:
-        jobs = min(jobs, mem // backend.build_memory_mb)
+    if mem is not None and backend.traits.build_memory_mb:
+        jobs = min(jobs, mem // backend.traits.build_memory_mb)
     return max(1, min(jobs, MAX_DEFAULT_JOBS))
 
 

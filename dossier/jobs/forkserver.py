@@ -15,7 +15,7 @@ parent becomes the process that asked for it, which declared itself a child subr
 process, and the rest (its own session and process group, its log, its limits, its stages,
 its exit status) is as for a worker started afresh (:class:`dossier.jobs.child.Child`).
 
-Only for backends that ask for it (:attr:`dossier.backends.Backend.fork_workers`: ONNX Runtime;
+Only for backends that ask for it (:attr:`dossier.backends.SearchTraits.fork_workers`: ONNX Runtime;
 not yet AOTInductor or TensorRT, whose workers start on standby instead), only while the worker would get the server's environment and working folder
 unchanged, and never for a process started on standby; otherwise, and whenever the server
 cannot be used (it died, did not start in time, a fork failed), the worker starts afresh.
@@ -192,7 +192,7 @@ def start(backend: str, env: Mapping[str, str], log: Path) -> ForkServer | None:
             return got
         got.close()  # started with another environment or folder, or broken
     try:
-        if not get_backend(backend).fork_workers:
+        if not get_backend(backend).traits.fork_workers:
             return None
         _servers[backend] = server = ForkServer(backend, env, log)
     except (OSError, AttributeError, ValueError) as exc:

@@ -21,6 +21,7 @@ from dossier.jobs.worker import Prebuilt, WorkerRequest
 from dossier.knobs import KnobDatabase
 from dossier.measure.timing import TimingSettings
 from dossier.routes import Route
+from dossier.run_folder import holdout_name
 from dossier.spec import ReleaseSpec, ShapeEntry
 
 SCRATCH = "build-scratch"
@@ -56,6 +57,16 @@ class TrialJob:
     reuse: Path | None = None
     """The engine of an earlier trial with the same build key, placed as ``req.engine`` before
     the job starts (the request says so in ``prebuilt``); None: the engine is built."""
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """A check job: an engine in place judged on a data set of its own (the hold-out check),
+    in a process of its own."""
+
+    req: WorkerRequest
+    name: str
+    """What its request, result and log files are named by."""
 
 
 class JobRequests:
@@ -108,3 +119,9 @@ class JobRequests:
                            prebuilt=Prebuilt(facts=self.plan.reused_facts(same))
                            if same is not None else None)
         return TrialJob(req, self.run_dir / same.engine if same and same.engine else None)
+
+    def check(self, route: str, index: int, engine: Path, data: Path) -> CheckJob:
+        """The check job of trial ``index``'s ``engine`` (of ``route``) on the data set in the
+        folder ``data`` (the hold-out set), judged by the search's accuracy rule."""
+        req = self.request(mode="validate", engine=str(engine), route=route)
+        return CheckJob(req.model_copy(update={"validation": str(data)}), holdout_name(index))

@@ -286,8 +286,8 @@ def timed_engines(backend: Backend, groups: Sequence[Sequence[Pair]],
     """One :data:`~dossier.measure.timing.Engine` per (engine path, route), timing ``groups``
     (:func:`_timers`). ``first``: the first one's runner, already loaded, and the seconds its
     load took. Loaded once and kept, unless the backend reloads per block
-    (:attr:`~dossier.backends.Backend.reload_per_block`): then :class:`_Switching` decides."""
-    if backend.reload_per_block:
+    (:attr:`~dossier.backends.SearchTraits.reload_per_block`): then :class:`_Switching` decides."""
+    if backend.traits.reload_per_block:
         return _Switching(backend, groups, pair, first).engines()
     runners = [first[0] if first else backend.load(*pair[0])] + \
         [backend.load(e, r) for e, r in pair[1:]]
@@ -296,7 +296,7 @@ def timed_engines(backend: Backend, groups: Sequence[Sequence[Pair]],
 
 class _Switching:
     """The engines of a backend that reloads per block. The first engine's load time decides
-    for all of them (:attr:`~dossier.backends.Backend.switch_pause_s`): within the pause, each
+    for all of them (:attr:`~dossier.backends.SearchTraits.switch_pause_s`): within the pause, each
     engine is loaded afresh for every block and released after it (one alive at a time);
     longer, each is loaded once and kept open, and a block that follows another engine's starts
     with the pause, in which that engine's threads stop spinning."""
@@ -310,14 +310,14 @@ class _Switching:
         self.last: int | None = None
 
     def _keeps(self, load_s: float) -> bool:
-        return 0 < self.backend.switch_pause_s < load_s
+        return 0 < self.backend.traits.switch_pause_s < load_s
 
     def engines(self) -> list[Engine]:
         return [functools.partial(self.open, i) for i in range(len(self.pair))]
 
     def open(self, i: int) -> Timed:
         if self.keep and self.last is not None and self.last != i:
-            time.sleep(self.backend.switch_pause_s)
+            time.sleep(self.backend.traits.switch_pause_s)
         self.last = i
         if i in self.kept:
             return self.kept[i]

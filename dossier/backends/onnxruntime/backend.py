@@ -26,6 +26,7 @@ from dossier.backends.interface import (
     LoadConfig,
     ModelSignature,
     Runner,
+    SearchTraits,
 )
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.onnxruntime import knobs, precision, scratch
@@ -279,19 +280,16 @@ class OnnxRuntimeBackend(Backend):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return so
 
-    reload_per_block = True
-    switch_pause_s = 0.05
-    """ONNX Runtime's intra-op threads spin for a while after a call (2^20 pause
-    instructions); a block that started within 30 ms of another session's last call ran up to
-    1.4x slower on this 2-core host, one after a 50 ms pause did not
+    traits = SearchTraits(reload_per_block=True, switch_pause_s=0.05, fork_workers=True,
+                          build_cores=1)
+    """The switch pause: ONNX Runtime's intra-op threads spin for a while after a call (2^20
+    pause instructions); a block that started within 30 ms of another session's last call ran
+    up to 1.4x slower on this 2-core host, one after a 50 ms pause did not
     (``bench/results/ort-spin.json``). A BERT-base float32 session takes 0.6 s to load, the
-    tblock sample's 1 ms."""
-    fork_workers = True
-    build_cores = 1
-    """A quantizing build (quant_pre_process, the quantizer, a calibration session) keeps
-    about one core busy for seconds (BERT-base: 8-19 s): one build job per core by default, so
-    on two cores two quantizations run at once while nothing is timed (a BERT release: 191 s
-    with one build at a time, 168 s with two)."""
+    tblock sample's 1 ms. One build job per core by default: a quantizing build
+    (quant_pre_process, the quantizer, a calibration session) keeps about one core busy for
+    seconds (BERT-base: 8-19 s), so on two cores two quantizations run at once while nothing
+    is timed (a BERT release: 191 s with one build at a time, 168 s with two)."""
     thread_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads"})
     route_check_imports = False
     contention_knobs = frozenset({"intra_op_num_threads", "inter_op_num_threads",

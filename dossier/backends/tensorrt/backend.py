@@ -45,6 +45,7 @@ from dossier.backends.interface import (
     LoadConfig,
     ModelSignature,
     Runner,
+    SearchTraits,
 )
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.tensorrt import runner as _runner
@@ -161,11 +162,11 @@ class TensorRTBackend(Backend):
 
     name = "tensorrt"
     engine_suffix = ".plan"
-    prestart_measuring = True
+    # tactic selection times kernels on the GPU: concurrent builds disturb it (build_cores 0)
+    traits = SearchTraits(prestart_measuring=True, build_cores=0)
     runtime_modules = ("tensorrt",)
     requirement = ("pip install tensorrt cuda-python (enterprise TensorRT >= 11.1 on Linux with "
                    "an NVIDIA GPU; build routes are not in TensorRT-RTX nor on Windows)")
-    build_cores = 0  # tactic selection times kernels on the GPU: concurrent builds disturb it
     native_errors = (RuntimeError, TypeError, ValueError)  # what pybind raises for TensorRT
 
     def __init__(self, options: BuilderOptions | None = None,

@@ -89,8 +89,8 @@ from dossier.version import __version__
 
 TRTEXEC_DIR = "trtexec"
 """Bundle folder of the import's own files."""
-ORIGINAL_CACHE = f"{TRTEXEC_DIR}/tuning-cache.jsonl"
-"""The trtexec tuning cache, verbatim."""
+ORIGINAL_CACHE = f"{TRTEXEC_DIR}/{CACHE_NAME}"
+"""The trtexec tuning cache, verbatim (under the name a tuning cache has)."""
 IMPORT_RECORD = f"{TRTEXEC_DIR}/import.json"
 """What the import found and assumed (see :func:`import_trtexec`)."""
 IMPORT_FORMAT = "dossier-trtexec-import"

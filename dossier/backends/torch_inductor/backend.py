@@ -32,6 +32,7 @@ from dossier.backends.interface import (
     LoadConfig,
     ModelSignature,
     Runner,
+    SearchTraits,
 )
 from dossier.backends.torch_inductor.build import (
     BuildPlan,
@@ -84,10 +85,8 @@ class TorchInductorBackend(Backend):
 
     name = "torch-inductor"
     engine_suffix = ".pt2"
-    separate_build = True
-    build_cores = 4
-    build_memory_mb = 4096
-    prestart_measuring = True
+    traits = SearchTraits(separate_build=True, build_cores=4, build_memory_mb=4096,
+                          prestart_measuring=True)
     runtime_modules = ("torch",)
     requirement = "pip install 'dossier[torch]' (torch >= 2.6)"
     fingerprint_compiler = True  # AOTInductor compiles and links with the host's C++ compiler
