@@ -14,7 +14,7 @@
    bundle in another child and reports its peak too.
 
 Writes bench/results/bundle.json (with the command, date and host); the big files are deleted
-afterwards. ``--smoke`` runs every step on a few MiB (CI runs it: tests/test_bench_smoke.py).
+afterwards. ``--smoke`` runs every step on a few MiB (CI runs it: tests/project/test_bench_smoke.py).
 
     python bench/bundle_bench.py [--verify-gib 1] [--memory-gib 4] [--repeats 9] [--work DIR]
 """

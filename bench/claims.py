@@ -7,7 +7,7 @@ from its file under bench/results, so that a table cannot say what no file holds
 
 A host is what the file records (its CPU model and matrix units, or its machine); where a file
 records none, the claim names the host, and the row says that the file does not.
-``tests/test_claims.py`` checks that the tables in the docs are what this writes.
+``tests/project/test_claims.py`` checks that the tables in the docs are what this writes.
 """
 
 from __future__ import annotations

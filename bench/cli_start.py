@@ -11,7 +11,7 @@ that take longest to import for ``dossier --help``, and which heavy libraries ea
 imported at all.
 
 Writes bench/results/cli-start.json, with the command, date and host. ``--smoke`` times 2
-rounds (CI runs it: tests/test_bench_smoke.py).
+rounds (CI runs it: tests/project/test_bench_smoke.py).
 
     python bench/cli_start.py [--runs 15] [--compare OTHER/.venv/bin/dossier]
 """

@@ -11,7 +11,7 @@ date and host.
 
     python bench/orchestration.py [--repeats 3] [--sample convnet --sample tblock]
 
-``--smoke`` runs one small search of one sample (CI runs it: tests/test_bench_smoke.py).
+``--smoke`` runs one small search of one sample (CI runs it: tests/project/test_bench_smoke.py).
 """
 
 from __future__ import annotations

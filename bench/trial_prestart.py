@@ -11,7 +11,7 @@ statistics) and sample counts, the difference of the medians, the command, date 
 
     python bench/trial_prestart.py [--repeats 5] [--out bench/results/trial-prestart-cpu.json]
 
-``--smoke``: one search each way over two routes (``tests/test_bench_smoke.py``, slow: it
+``--smoke``: one search each way over two routes (``tests/project/test_bench_smoke.py``, slow: it
 builds two AOTInductor packages).
 
 On a CPU a trial's loads and validation take milliseconds, so a standby hides little of the

@@ -17,7 +17,7 @@ how many bytes it reads.
 
 Writes bench/results/verify-speed.json (with the command, date and host); the temporary folder
 is removed. ``--smoke`` runs every step on a 4 MiB engine, 2 repeats (CI runs it:
-tests/test_bench_smoke.py).
+tests/project/test_bench_smoke.py).
 
     python bench/verify_speed.py [--gib 1] [--repeats 9] [--work DIR] [--out FILE]
 """

@@ -2,7 +2,7 @@
 
 The files under ``schemas/`` (committed once; a wheel installs them as the package
 ``dossier.schemas``) are never edited by hand: ``dossier schema`` writes them,
-``dossier schema --check`` (and ``tests/test_schemas.py``) fails when they drift from the
+``dossier schema --check`` (and ``tests/bundle/test_schemas.py``) fails when they drift from the
 models. Field descriptions come from the models' attribute docstrings, read here from their
 source (not by pydantic's ``use_attribute_docstrings`` when each model class is made, which
 costs every command that imports the models the parsing of their source). The JSON is

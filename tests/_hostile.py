@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_bundle_helpers as h
+import _bundles as h
 
 CONTROLS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"]
 HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b2J\r"

@@ -5,8 +5,11 @@ order in which modules start when the suite is spread over processes (pytest-xdi
 docs/testing.md tells how to run it.
 
 Helpers of the tests import from here by the tests folder's own names (``from conftest import
-cli``, ``import test_bundle_helpers as h``): pytest puts this folder first on the path, and a
-second name for the same file (``tests.conftest``) would run it twice.
+cli``, ``import _bundles as h``): pytest puts this folder first on the path, and a
+second name for the same file (``tests.conftest``) would run it twice. The tests are grouped
+in one folder per package they test (``tests/measure``, ``tests/jobs``...); every such folder
+is on the path too, so a test module imports another's fixtures by its name (module names are
+unique across the folders).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ PLUGINS = ROOT / "tests" / "plugins"
 (``dossier_test_backends``): put first on this process's path and on PYTHONPATH below, so
 that the suite and every process it starts find them; nothing outside the suite does."""
 sys.path.insert(0, str(PLUGINS))
+for _folder in sorted(ROOT.joinpath("tests").iterdir()):
+    if _folder.is_dir() and _folder.name not in ("assets", "plugins") \
+            and not _folder.name.startswith((".", "_")):
+        sys.path.insert(1, str(_folder))
 import dossier_test_backends  # noqa: E402
 
 dossier_test_backends.enable()
@@ -99,9 +106,9 @@ def sample(samples_dir: Path, tmp_path: Path):
 @pytest.fixture(scope="session")
 def rel(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) -> dict[str, Any]:
     """Both samples released with ``dossier release`` once per session (small timing; the
-    tblock spec has an extra, uncovered shape entry): name -> test_bundle_helpers.Released.
+    tblock spec has an extra, uncovered shape entry): name -> _bundles.Released.
     Shared: a test that damages a bundle damages a copy (``h.copy_bundle``)."""
-    import test_bundle_helpers as h
+    import _bundles as h
 
     return h.released(tmp_path_factory.mktemp("bundle-session"), samples_dir)
 
@@ -262,7 +269,7 @@ def convnet_bundle(tmp_path_factory: pytest.TempPathFactory, samples_dir: Path) 
 def bundle(tmp_path: Path) -> Path:
     """A private copy of the golden convnet bundle (tests/assets/golden), which a test may
     alter; a test file that means another bundle by this name defines its own."""
-    import test_bundle_helpers as h
+    import _bundles as h
 
     return h.copy_bundle(h.GOLDEN, tmp_path / "release")
 

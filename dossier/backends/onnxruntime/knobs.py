@@ -101,7 +101,7 @@ PROBE_MODEL = bytes.fromhex(
     "08083a3f0a0c0a0178120179220452656c75120570726f62655a130a0178120e0a0c080112080a0208010a"
     "02080462130a0179120e0a0c080112080a0208010a02080442040a001011")
 """The probe: the ONNX model y = Relu(x), x and y float [1, 4], opset 17, IR version 8, as
-``onnx.helper`` serializes it (tests/test_worker_imports.py builds it that way and compares).
+``onnx.helper`` serializes it (tests/jobs/test_worker_imports.py builds it that way and compares).
 Kept as bytes so that reading the knob database, which every process that loads an engine
 without the search's database does (``verify --recheck``), needs no ``onnx`` import: about
 0.5 s, far longer than the probe session itself."""

@@ -3,7 +3,7 @@ dossier search as a trtexec tuning cache.
 
 The one module of a backend that builds on :mod:`dossier.bundle` (it describes a
 :class:`~dossier.bundle.builder.BundleContent`); the rest of the backend never imports it, and
-bundle/ never imports a backend (``tests/test_layering.py``).
+bundle/ never imports a backend (``tests/project/test_layering.py``).
 
 **Import** (:func:`import_trtexec`) turns trtexec's ``--tuningCacheFile`` (see
 :mod:`dossier.backends.tensorrt.trtexec`) and the engine trtexec copied to ``--saveEngine`` into
