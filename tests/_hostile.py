@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 
 CONTROLS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\n\t"]
 HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b2J\r"

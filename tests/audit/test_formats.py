@@ -11,9 +11,9 @@ import re
 import shutil
 from pathlib import Path
 
+import _bundles as h
 import jsonschema
 import pytest
-import _bundles as h
 from conftest import cli
 from markdown_it import MarkdownIt
 

@@ -8,8 +8,8 @@ import json
 import tarfile
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 
 from dossier.bundle import check_integrity, extract_archive, open_bundle, pack_bundle, write_bundle
 from dossier.errors import ExitCode, UnsafeArchiveError

@@ -8,8 +8,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 
 import dossier.bundle
 from dossier.bundle import (

@@ -9,8 +9,8 @@ import os
 import random
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 
 from dossier.bundle import ProblemKind, check_integrity, open_bundle, pack_bundle
 from dossier.errors import ExitCode

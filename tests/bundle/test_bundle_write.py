@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+import _bundles as h
 import pyarrow as pa
 import pytest
-import _bundles as h
 
 from dossier.backends import describe
 from dossier.bundle import check_integrity, coverage_warnings, open_bundle, write_bundle

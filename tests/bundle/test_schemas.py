@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 
 from dossier.errors import ExitCode
 from dossier.schema import (

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from _hostile import CONTROLS, HOSTILE_TEXT, _craft, _no_controls, _ok_version
 from conftest import isolate_registry
 

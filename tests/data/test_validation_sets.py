@@ -12,9 +12,9 @@ import tracemalloc
 import zipfile
 from pathlib import Path
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 from conftest import cli
 
 from dossier.errors import ExitCode, ValidationSetError

@@ -21,8 +21,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from _figures import figures
 from conftest import dossier_command
 from conftest import subprocess_env as _env

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from _figures import figures
 from conftest import dossier_process, subprocess_env
 from test_reliability import _dossier, _kill, _log_text, _spec

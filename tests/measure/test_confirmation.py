@@ -8,9 +8,9 @@ import json
 import math
 from pathlib import Path
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 from _records import STARTED, Simulated, screened
 
 from dossier.backends import Backend, get_backend

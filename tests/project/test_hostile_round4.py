@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 import tomllib
 from _hostile import _pair
 from conftest import REPO, dossier_command

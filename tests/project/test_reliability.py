@@ -43,9 +43,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _bundles as h
 import _stress_backend
 import pytest
-import _bundles as h
 from _figures import figures
 from conftest import TINY_TIMING, dossier_process, subprocess_env
 

@@ -22,8 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from conftest import dossier_process, isolate_registry
 
 from dossier.bundle import check_integrity, pack_bundle, read_bundle

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from _hostile import ESCAPES, Hostile, _craft, _everything, _ok_version, _pair, _release, _within
 from conftest import isolate_registry
 from test_registry import REGISTRY_BIN

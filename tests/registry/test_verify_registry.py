@@ -8,8 +8,8 @@ import json
 import warnings
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from conftest import isolate_registry
 from test_registry import REGISTRY_BIN, Registry
 

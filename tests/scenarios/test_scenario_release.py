@@ -10,8 +10,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from conftest import tiny_spec
 
 from dossier.bundle import open_bundle

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from test_spec import SPEC as BASE
 
 from dossier.errors import ExitCode, SpecError

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from _figures import figures
 
 from dossier.errors import ExitCode

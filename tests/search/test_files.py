@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from _hostile import _fifo, _within
 
 import dossier

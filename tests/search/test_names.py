@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from _hostile import ESCAPES, _craft, _everything, _no_controls, _release
 
 from dossier.errors import ExitCode

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 import _bundles as h
+import pytest
 from _hostile import _fifo, _within
 
 from dossier.errors import ExitCode, SpecError

@@ -16,9 +16,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 
 import dossier
 from dossier.errors import (

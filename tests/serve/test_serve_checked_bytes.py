@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 from _figures import figures
 
 import dossier

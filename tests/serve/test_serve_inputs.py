@@ -14,9 +14,9 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 from _hostile import _pair
 
 import dossier

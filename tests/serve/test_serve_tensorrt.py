@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import _bundles as h
 import numpy as np
 import pytest
-import _bundles as h
 from test_tensorrt_backend import DEVICE, FakeTRT, fake_backend  # noqa: F401 - a fixture
 from test_trtexec_import import imported, run  # noqa: F401 - a fixture
 

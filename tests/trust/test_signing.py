@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 from _figures import figures
 
 from dossier.bundle import check_integrity, open_bundle, pack_bundle

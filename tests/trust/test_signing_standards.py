@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _bundles as h
 import blake3
 import pytest
-import _bundles as h
 from cryptography.hazmat.primitives import serialization
 from google.protobuf import json_format
 from in_toto_attestation.predicates.provenance.v1.provenance_pb2 import Provenance

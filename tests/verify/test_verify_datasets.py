@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import cli
 from _bundles import reseal
+from conftest import cli
 from test_datasets import int8_release  # noqa: F401 - the fixture: one int8 release
 
 FP = ("--host-fingerprint",)

@@ -15,8 +15,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 import _bundles as h
+import pytest
 
 from dossier.errors import (
     BundleError,
