@@ -5,7 +5,6 @@ probes' folder goes once the scenario's decision is written: its probes are in i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,26 +13,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+import test_scenario_release
 from conftest import dossier_command, dossier_run, tiny_spec
 
 from dossier.scenarios.evidence import DECISION, read_decision
 from dossier.scenarios.models import Probe
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlperf_loadgen") is None,
-                                reason="mlcommons-loadgen is not installed (the [scenario] "
-                                       "extra)")
-
-SCENARIO = """
-[scenario]
-kind = "server"
-latency_ms = 2000
-percentile = 50
-duration_s = 0.2
-min_queries = 5
-search_steps = 2
-processes = 2
-"""
+pytestmark = test_scenario_release.pytestmark  # mlcommons-loadgen (the [scenario] extra)
 
 
 def _lines(path: Path) -> list[str]:
@@ -51,7 +37,7 @@ def test_kill_9_during_the_scenario_stage_loses_no_finished_trial_or_probe(
     folder = tmp_path / "convnet"
     shutil.copytree(samples_dir / "convnet", folder)
     spec = tiny_spec(folder, "served", tune='strategy = "full"\n'
-                     'selection = "-serving_sessions=[1|2]"\n', extra=SCENARIO)
+                     'selection = "-serving_sessions=[1|2]"\n', extra=test_scenario_release.SCENARIO)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     deadline = time.monotonic() + 600
