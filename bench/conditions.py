@@ -377,7 +377,7 @@ def main() -> None:
     ap.add_argument("command", choices=["headline", "contention", "power", "rebench"])
     ap.add_argument("--releases", type=int, default=5)
     ap.add_argument("--load", type=int, default=2, help="busy background processes")
-    ap.add_argument("--alone", type=int, default=6, help="headline: processes per engine")
+    ap.add_argument("--alone", type=int, default=10, help="headline: processes per engine")
     ap.add_argument("--runs", type=int, default=300, help="headline: timed runs per process")
     ap.add_argument("--bundles", type=int, default=4, help="rebench: honest bundles released")
     ap.add_argument("--reuse", nargs="*", default=[], metavar="BUNDLE",
