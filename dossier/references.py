@@ -56,12 +56,7 @@ def read_pairs(path: Path, single_name: str | None = None) -> list[Arrays]:
     inputs file (``polygraphy run --save-inputs FILE``: a JSON list of name -> array feeds) one
     pair per feed; a folder (``--save-inputs DIR``: one such JSON file per iteration) one pair
     per feed of its ``*.json`` files, in the order of their index."""
-    path = Path(path)
-    if path.is_dir():
-        return [feed for f in _iteration_files(path) for feed in read_polygraphy_inputs(f)]
-    if path.suffix.lower() == ".json":
-        return read_polygraphy_inputs(path)
-    return [read_arrays(path, single_name)]
+    return _arrays_of(Path(path), single_name, read_polygraphy_inputs)
 
 
 def read_reference_pairs(path: Path, single_name: str | None = None) -> list[Arrays]:
@@ -69,11 +64,17 @@ def read_reference_pairs(path: Path, single_name: str | None = None) -> list[Arr
     Polygraphy outputs file (``polygraphy run --save-outputs FILE``: RunResults JSON of one
     runner) one pair per iteration; a folder of such files (``--save-outputs DIR``) one pair per
     iteration of its ``*.json`` files, in the order of their index."""
-    path = Path(path)
+    return _arrays_of(Path(path), single_name, read_polygraphy_outputs)
+
+
+def _arrays_of(path: Path, single_name: str | None,
+               polygraphy: Callable[[Path], list[Arrays]]) -> list[Arrays]:
+    """An ``.npy``/``.npz`` as one pair's arrays; a Polygraphy JSON file, or a folder of them
+    in the order of their index, through ``polygraphy``."""
     if path.is_dir():
-        return [refs for f in _iteration_files(path) for refs in read_polygraphy_outputs(f)]
+        return [arrays for f in _iteration_files(path) for arrays in polygraphy(f)]
     if path.suffix.lower() == ".json":
-        return read_polygraphy_outputs(path)
+        return polygraphy(path)
     return [read_arrays(path, single_name)]
 
 

@@ -271,7 +271,7 @@ def export_factory(factory: Callable[[], Any], path: Path, *, signature: dict | 
     signature's interface (see :func:`dossier.backends.torch_inductor.wrap_module`)."""
     import torch
 
-    from dossier.backends.torch_inductor import (
+    from dossier.backends.torch_inductor.model import (
         dynamic_shapes,
         example_inputs,
         save_exported,

@@ -140,7 +140,7 @@ def _event_timer(torch: Any, device: str) -> Callable[[Callable[[], Any]], float
 def _eager_one(work: Path, config: str, device: str, with_compile: bool) -> dict:
     import torch
 
-    from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.backends.torch_inductor.model import signature_from_dict, wrap_module
     from dossier.measure.timing import flatten, sample_rounds, summarize, warm_up
     from dossier.spec import load_spec
     from dossier.validation import judge, load_validation_set

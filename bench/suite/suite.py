@@ -472,7 +472,7 @@ def step_compare(work: Path, config: str, spec: str, modes: list[str], timeout: 
     import torch
 
     import dossier
-    from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.backends.torch_inductor.model import signature_from_dict, wrap_module
     from dossier.validation import judge, load_validation_set
     from samples import torch_models
 

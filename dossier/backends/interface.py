@@ -5,32 +5,37 @@ verify and explain bundles made with it. The public methods of :class:`Backend` 
 :class:`Runner` check their inputs and call the ``*_impl`` methods subclasses provide; native
 compiler errors (the types in ``native_errors``) are mapped to :class:`BuildError` /
 :class:`EngineRuntimeError` there, once, so a subclass raises whatever its compiler raises.
-dossier's own errors and MemoryError (a crashed trial) pass unchanged.
+dossier's own errors and MemoryError (a crashed trial) pass unchanged. The loaded engine and
+the two errors are in :mod:`dossier.backends.runner`, the model's signature in
+:mod:`dossier.backends.signature` (both importable from here as well).
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from dossier.backends.runner import (
+    BuildError,
+    EngineRuntimeError,
+    NativeErrors,
+    Runner,
+    first_line,
+    passes_unchanged,
+)
+from dossier.backends.signature import ModelSignature, TensorSpec
 from dossier.errors import (
     BackendUnavailableError,
-    DossierError,
     InputError,
     ModelError,
     SelectionError,
-    SpecError,
-    ValidationSetError,
 )
 from dossier.knobs import KnobDatabase
-from dossier.load_config import LoadConfig as LoadConfig
+from dossier.load_config import LoadConfig
 from dossier.routes import Route
 
 if TYPE_CHECKING:
@@ -38,134 +43,10 @@ if TYPE_CHECKING:
     from dossier.fingerprint import Fingerprint
     from dossier.host.policy import Finding, Policy, Rule
 
-
-class BuildError(Exception):
-    """The compiler failed to build a route (a ``build_failed`` trial outcome, not a tool error)."""
-
-
-class EngineRuntimeError(Exception):
-    """A built engine failed to load or run (a ``runtime_error`` trial outcome)."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, element type and shape of a model input or output (None or a name = dynamic)."""
-
-    name: str
-    dtype: str
-    shape: tuple[int | str | None, ...]
-
-    def fits(self, shape: tuple[int, ...], bound: dict[str, int] | None = None) -> str | None:
-        """None when ``shape`` has the spec's rank and static dims; else what does not fit.
-
-        A named dynamic dim (``N``) takes the value it has in the first tensor that names it;
-        ``bound`` carries those values across the tensors of one pair or shape entry."""
-        shape = tuple(int(d) for d in shape)
-        if len(shape) != len(self.shape):
-            return f"rank {len(shape)} (shape {shape}), model expects {self.shape}"
-        for got, want in zip(shape, self.shape):
-            if isinstance(want, int) and got != want:
-                return f"shape {shape}, model expects {self.shape}"
-            if isinstance(want, str) and bound is not None:
-                if bound.setdefault(want, got) != got:
-                    return (f"shape {shape}, but dim {want!r} is {bound[want]} in another "
-                            f"tensor of the same pair (model: {self.shape})")
-        return None
-
-    def accepts(self, array: np.ndarray, bound: dict[str, int] | None = None) -> str | None:
-        """None when ``array`` fits as an input; else what does not fit."""
-        if str(array.dtype) != self.dtype:
-            return f"dtype {array.dtype}, model expects {self.dtype}"
-        return self.fits(tuple(array.shape), bound)
-
-    def accepts_reference(self, array: np.ndarray,
-                          bound: dict[str, int] | None = None) -> str | None:
-        """None when ``array`` can serve as this output's reference; else what does not fit.
-
-        A floating-point output's reference must be floating point and at least as precise
-        (a float16 reference cannot check a float32 output); any other output's reference has
-        the output's dtype."""
-        problem = _reference_dtype(str(array.dtype), self.dtype)
-        return problem or self.fits(tuple(array.shape), bound)
-
-
-_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
-
-
-def _reference_dtype(ref: str, out: str) -> str | None:
-    if out in _FLOAT_BITS:
-        if ref not in _FLOAT_BITS:
-            return f"dtype {ref}, model output is {out}: a reference must be floating point"
-        if _FLOAT_BITS[ref] < _FLOAT_BITS[out] or (ref == "float16" and out == "bfloat16"):
-            return (f"dtype {ref}, less precise than the model output's {out}: a reference "
-                    "must be at least as precise as the output it checks (compute it in "
-                    f"{out} or float64)")
-        return None
-    return None if ref == out else f"dtype {ref}, model output is {out}"
-
-
-@dataclass(frozen=True)
-class ModelSignature:
-    """The inputs and outputs of a model."""
-
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def check_pair(self, pair_name: str, inputs: Mapping[str, np.ndarray],
-                   references: Mapping[str, np.ndarray]) -> None:
-        """Raise ValidationSetError when a pair's names, dtypes or shapes do not fit the model.
-
-        Every input of the model and a reference for every output must be present: an output
-        without a reference would never be compared."""
-        want_out = {t.name: t for t in self.outputs}
-        bound = self.check_inputs(pair_name, inputs)
-        _same_names(f"{pair_name}: references", references, want_out, "outputs",
-                    why="every output is compared, so every pair needs a reference for each")
-        for name, arr in references.items():
-            problem = want_out[name].accepts_reference(arr, bound)
-            if problem:
-                raise ValidationSetError(f"{pair_name}: reference {name!r} has {problem}")
-
-    def check_inputs(self, pair_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, int]:
-        """Raise ValidationSetError when a pair's inputs do not fit the model; return the
-        values the model's named dynamic dims take in them."""
-        want_in = {t.name: t for t in self.inputs}
-        _same_names(f"{pair_name}: inputs", inputs, want_in, "inputs")
-        bound: dict[str, int] = {}
-        for name, arr in inputs.items():
-            problem = want_in[name].accepts(arr, bound)
-            if problem:
-                raise ValidationSetError(f"{pair_name}: input {name!r} has {problem}")
-        return bound
-
-    def check_shape_entry(self, where: str, shapes: Mapping[str, Sequence[int]]) -> None:
-        """Raise SpecError when a ``[[shapes]]`` entry does not name every input of the model
-        with a shape it accepts (rank, static dims, one value per named dynamic dim)."""
-        want_in = {t.name: t for t in self.inputs}
-        try:
-            _same_names(f"{where}: inputs", shapes, want_in, "inputs")
-        except ValidationSetError as exc:
-            raise SpecError(str(exc)) from None
-        bound: dict[str, int] = {}
-        for name, dims in shapes.items():
-            if any(int(d) < 1 for d in dims):
-                raise SpecError(f"{where}: input {name!r} has shape {tuple(dims)}: every "
-                                "dimension must be at least 1")
-            problem = want_in[name].fits(tuple(dims), bound)
-            if problem:
-                raise SpecError(f"{where}: input {name!r} has {problem}")
-
-
-def _same_names(where: str, got: Mapping[str, object], want: Mapping[str, TensorSpec],
-                kind: str, why: str = "") -> None:
-    missing, unknown = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-    names = ", ".join(map(repr, sorted(want)))
-    if missing:
-        raise ValidationSetError(f"{where} lack {', '.join(map(repr, missing))} of the model's "
-                                 f"{kind} ({names})" + (f"; {why}" if why else ""))
-    if unknown:
-        raise ValidationSetError(f"{where} name {', '.join(map(repr, unknown))}, not among the "
-                                 f"model's {kind} ({names})")
+__all__ = ["THREADS_PER_CORE", "Backend", "BuildError", "BuildInfo", "EngineRuntimeError",
+           "LoadConfig", "ModelSignature", "NativeErrors", "Runner", "SearchTraits", "TensorSpec",
+           "first_line", "max_threads"]
+"""The backend author's names, importable from here (a plug-in backend's one import)."""
 
 
 @dataclass
@@ -176,133 +57,6 @@ class BuildInfo:
     """Backend facts about the engine (e.g. plan header fields, the ISA it targets)."""
 
 
-NativeErrors = tuple[type[Exception], ...]
-_A = TypeVar("_A")
-_R = TypeVar("_R")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _passes(exc: BaseException) -> bool:
-    """dossier's own errors and MemoryError cross the public methods unchanged."""
-    return isinstance(exc, (DossierError, BuildError, EngineRuntimeError, MemoryError))
-
-
-def _check_feed(inputs: object) -> Mapping[str, np.ndarray]:
-    if type(inputs) is dict:  # the common case, without the ABC check (a served call's cost)
-        for k, v in inputs.items():
-            if type(k) is not str or not isinstance(v, np.ndarray):
-                break
-        else:
-            return inputs
-    if not isinstance(inputs, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, np.ndarray) for k, v in inputs.items()):
-        raise TypeError("a runner takes a mapping of input name -> numpy array")
-    return inputs
-
-
-class Runner(abc.ABC):
-    """A loaded engine. :meth:`run`, :meth:`prepare`, :meth:`timed` and :meth:`close` check
-    their inputs and map the native errors of :attr:`native_errors` to EngineRuntimeError
-    around the ``*_impl`` methods a subclass provides."""
-
-    native_errors: ClassVar[NativeErrors] = (Exception,)
-    """Exception types the engine's library raises for a failure it reports."""
-    _closed: bool = False
-
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once on host arrays; return host arrays."""
-        return self._checked(self.run_impl, _check_feed(inputs))
-
-    def prepare(self, inputs: Mapping[str, np.ndarray]) -> object:
-        """Turn host inputs into whatever :meth:`timed` consumes (e.g. device buffers)."""
-        return self._checked(self.prepare_impl, _check_feed(inputs))
-
-    def timed(self, prepared: object) -> float:
-        """Run once on what :meth:`prepare` returned; the latency in milliseconds."""
-        return self._checked(self.timed_impl, prepared)
-
-    takes_tensors: ClassVar[bool] = False
-    """Whether :meth:`run_tensors` is provided: the engine takes and returns its framework's
-    tensors on its own device, without a copy through the host."""
-
-    def run_tensors(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Run once on framework tensors; return tensors on the engine's device, stream-ordered
-        (no synchronization). Only where :attr:`takes_tensors`."""
-        if not self.takes_tensors:
-            raise EngineRuntimeError(f"{type(self).__name__} takes host arrays only")
-        return self._checked(self.run_tensors_impl, inputs)
-
-    def run_tensors_impl(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """What :meth:`run_tensors` does; provided where :attr:`takes_tensors`."""
-        raise NotImplementedError(f"{type(self).__name__} sets takes_tensors but has no "
-                                  "run_tensors_impl")
-
-    def fast_run(self) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None:
-        """What :meth:`run` does, for a caller that has checked the feed itself (a dict of
-        every input name to a native-order numpy array) and holds the engine open: the native
-        call and little else, its errors unmapped. None (the default) where the runner has
-        none; :class:`dossier.serve.Engine` then calls :meth:`run`. On a CPU call of tens of
-        microseconds every microsecond of Python around it shows."""
-        return None
-
-    def close(self) -> None:
-        """Release the engine (once; later calls do nothing)."""
-        if not self._closed:
-            self._closed = True
-            self.close_impl()
-
-    @abc.abstractmethod
-    def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; return host arrays."""
-
-    def prepare_impl(self, inputs: Mapping[str, np.ndarray]) -> object:
-        """The default: the host inputs themselves."""
-        return inputs
-
-    def timed_impl(self, prepared: object) -> float:
-        """The default times :meth:`run_impl` with ``perf_counter_ns``; device backends time
-        with events."""
-        t0 = time.perf_counter_ns()
-        self.run_impl(prepared)  # type: ignore[arg-type]
-        return (time.perf_counter_ns() - t0) / 1e6
-
-    def close_impl(self) -> None:
-        """Release what the engine holds; nothing by default."""
-
-    def io_names(self) -> tuple[list[str], list[str]] | None:
-        """The engine's input and output names, in its order, when the runner knows them."""
-        return None
-
-    def input_dtypes(self) -> dict[str, str] | None:
-        """The numpy dtype name each input takes (``float32``), when the runner knows them:
-        what a refused call is judged against."""
-        return None
-
-    def native_message(self, exc: Exception) -> str:
-        """One line for a native error; the default: the first line of its message."""
-        return first_line(exc)
-
-    def _checked(self, impl: Callable[[_A], _R], arg: _A) -> _R:
-        """``impl(arg)`` on an engine not yet released, native errors mapped."""
-        if self._closed:
-            raise EngineRuntimeError("the engine was released (close() was called)")
-        try:
-            return impl(arg)
-        except Exception as exc:
-            if _passes(exc) or not isinstance(exc, self.native_errors):
-                raise
-            raise EngineRuntimeError(self.native_message(exc)) from exc
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 THREADS_PER_CORE = 8
@@ -516,7 +270,7 @@ class Backend(abc.ABC):
         try:
             info = self.build_impl(Path(model), route, engine)
         except Exception as exc:
-            if _passes(exc) or not isinstance(exc, self.native_errors):
+            if passes_unchanged(exc) or not isinstance(exc, self.native_errors):
                 raise
             raise BuildError(self.native_message(exc, f"building route {route}")) from exc
         if not engine.is_file():
@@ -546,7 +300,7 @@ class Backend(abc.ABC):
         try:
             return impl(engine)
         except Exception as exc:
-            if _passes(exc) or not isinstance(exc, self.native_errors):
+            if passes_unchanged(exc) or not isinstance(exc, self.native_errors):
                 raise
             raise EngineRuntimeError(self.native_message(exc, f"loading {engine.name}")) from exc
 

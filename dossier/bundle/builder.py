@@ -51,7 +51,9 @@ from dossier.files import (
     write_durable,
 )
 from dossier.hashing import digest_file
+from dossier.knobs import KnobDatabase
 from dossier.load_config import LoadConfig
+from dossier.spec import ShapeEntry
 from dossier.trial import TrialRecord
 from dossier.version import __version__
 
@@ -91,6 +93,15 @@ class Table:
     """Its bundle path."""
     table: pa.Table
     """Its rows."""
+
+
+def trial_tables(trials: Sequence[TrialRecord], knobs: Sequence[str], db: KnobDatabase,
+                 shipped_index: int, shapes: Sequence[ShapeEntry]) -> list[Table]:
+    """The tables every bundle carries: its routes, its raw timings and its shape
+    distribution."""
+    return [Table(tables.ROUTES, tables.routes_table(trials, knobs, db, shipped_index)),
+            Table(tables.TIMINGS, tables.timings_table(trials)),
+            Table(tables.SHAPES, tables.shapes_table(shapes))]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import BinaryIO
 from dossier.bundle.archive import scan_archive
 from dossier.bundle.manifest import MANIFEST_NAME, body_digest
 from dossier.bundle.reader import JSON_MAX_BYTES, Bundle
+from dossier.errors import IntegrityError
 from dossier.hashing import ALGORITHM, feed, new_hasher
 
 
@@ -295,3 +296,15 @@ def _walk(root: Path) -> list[str]:
             if os.path.islink(os.path.join(folder, name)):
                 out.append((base / name).as_posix())
     return sorted(out)
+
+
+def require_intact(bundle: Bundle, refused: str = "", scan: BundleScan | None = None,
+                   source: object = None) -> None:
+    """IntegrityError unless ``bundle`` passes :func:`check_integrity`: the line names the
+    bundle (``source``: another name for it), its first problem and what was refused
+    (``not signed``, ``not pushed``...)."""
+    report = check_integrity(bundle, scan)
+    if not report:
+        first = report.problems[0] if report.problems else report
+        raise IntegrityError(f"{source or bundle.source} fails its integrity check ({first})"
+                             + (f"; {refused}" if refused else ""))

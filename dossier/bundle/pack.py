@@ -13,11 +13,11 @@ import os
 import tarfile
 from pathlib import Path
 
-from dossier.bundle.integrity import check_integrity
+from dossier.bundle.integrity import require_intact
 from dossier.bundle.manifest import ARCHIVE_SUFFIX, BUNDLE_SUFFIX, MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.diskfull import output_error
-from dossier.errors import IntegrityError, OutputError
+from dossier.errors import OutputError
 from dossier.files import begin_staging, fsync_path, rename_noreplace
 from dossier.hashing import CHUNK
 from dossier.lock import bundle_lock
@@ -38,10 +38,7 @@ def pack_bundle(path: Path, out_dir: Path) -> Path:
     """
     out_dir = Path(out_dir)
     with open_bundle(path) as bundle:
-        report = check_integrity(bundle)
-        if not report:
-            raise IntegrityError(f"{bundle.source} fails its integrity check "
-                                 f"({report.problems[0]}); not packed")
+        require_intact(bundle, "not packed")
         target = inside(out_dir, out_dir / archive_name(bundle), str(bundle.source))
         if os.path.lexists(target):
             raise OutputError(f"{target} exists already", hint="archives are never overwritten")

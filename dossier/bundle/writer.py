@@ -15,7 +15,6 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from dossier.bundle import tables
 from dossier.bundle.builder import (
     BundleContent,
     Copy,
@@ -29,6 +28,7 @@ from dossier.bundle.builder import (
     check_target,
     json_bytes,
     trial_counts,
+    trial_tables,
 )
 from dossier.bundle.manifest import (
     ARCHIVE_SUFFIX,
@@ -195,10 +195,7 @@ class _Plan:
         files += [Copy(src, rel) for src, rel in scenario_files(self.run_dir)]  # its LoadGen logs
         knobs = [i.knob for i in Selection.parse(h.selection, self.db).items]
         trials = self.cache.trials
-        files += [Table(tables.ROUTES, tables.routes_table(trials, knobs, self.db,
-                                                           self.decision.shipped_index)),
-                  Table(tables.TIMINGS, tables.timings_table(trials)),
-                  Table(tables.SHAPES, tables.shapes_table(h.shapes))]
+        files += trial_tables(trials, knobs, self.db, self.decision.shipped_index, h.shapes)
         model: ModelFiles | ModelIdentity
         if self.model.is_file():
             model = ModelFiles(self.model, self.include_model, self.externals, h.model.digest,

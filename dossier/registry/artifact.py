@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dossier.bundle.integrity import BundleScan, Scanned, check_integrity, scan_bundle
+from dossier.bundle.integrity import (
+    BundleScan,
+    Scanned,
+    check_integrity,
+    require_intact,
+    scan_bundle,
+)
 from dossier.bundle.manifest import (
     BUNDLE_SUFFIX,
     MANIFEST_MAX_BYTES,
@@ -52,7 +58,6 @@ from dossier.errors import (
     BundleFormatError,
     DossierError,
     InputError,
-    IntegrityError,
     OutputError,
     SignatureError,
 )
@@ -174,11 +179,7 @@ def push_bundle(path: Path, target: str, *, insecure: bool = False,
     algorithms = [SHA256, BLAKE3] if signature is not None else [SHA256]
     with open_bundle(Path(path), digests=algorithms) as bundle:
         scan = scan_bundle(bundle, algorithms)
-        report = check_integrity(bundle, scan)
-        if not report:
-            raise IntegrityError(f"{bundle.source} fails its integrity check "
-                                 f"({report.problems[0] if report.problems else report}); "
-                                 "not pushed")
+        require_intact(bundle, "not pushed", scan)
         if signature is not None:  # before any upload: never attach a signature of other bytes
             check_signature(bundle, (), signature=signature, scan=scan)
         config = (bundle.path / MANIFEST_NAME).read_bytes()
@@ -339,11 +340,8 @@ def _pull(client: RegistryClient, ref: Reference, body: bytes, digest: str,
                 layer["digest"], layer["size"], dest, f"layer {path!r}", [ALGORITHM]))
         fsync_tree(staging)
         bundle = read_bundle(staging, source=Path(pinned))
-        report = check_integrity(bundle, BundleScan((ALGORITHM,), dict(sorted(written.items())),
-                                                    []))
-        if not report:
-            raise IntegrityError(f"{pinned} fails its integrity check "
-                                 f"({report.problems[0] if report.problems else report})")
+        require_intact(bundle, scan=BundleScan((ALGORITHM,), dict(sorted(written.items())), []),
+                       source=pinned)
         try:
             rename_noreplace(staging, target)
         except FileExistsError:

@@ -84,7 +84,12 @@ from pathlib import Path
 from typing import Any
 
 from dossier.bundle.archive import scan_members
-from dossier.bundle.integrity import BundleScan, check_integrity, scan_bundle, scan_folder
+from dossier.bundle.integrity import (
+    BundleScan,
+    require_intact,
+    scan_bundle,
+    scan_folder,
+)
 from dossier.bundle.manifest import MANIFEST_NAME
 from dossier.bundle.reader import Bundle, open_bundle
 from dossier.diskfull import output_error
@@ -334,11 +339,7 @@ def sign_bundle(path: Path, key: Path, *, out: Path | None = None) -> SignedBund
     with open_bundle(path, lazy=True) as bundle:  # an archive: its members read in place
         # one read of every file for all its digests: xxh3-128 (integrity), SHA-256, BLAKE3
         scan = scan_bundle(bundle, SUBJECT_DIGESTS)
-        report = check_integrity(bundle, scan)
-        if not report:
-            raise IntegrityError(f"{bundle.source} fails its integrity check "
-                                 f"({report.problems[0] if report.problems else report}); "
-                                 "not signed")
+        require_intact(bundle, "not signed", scan)
         body = statement(bundle, scan=scan)
         dossier_id = bundle.manifest.dossier_id
     payload = canonical_json(body)

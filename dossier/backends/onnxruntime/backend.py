@@ -18,23 +18,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dossier.backends.interface import (
-    Backend,
-    BuildError,
-    BuildInfo,
-    EngineRuntimeError,
-    LoadConfig,
-    ModelSignature,
-    Runner,
-    SearchTraits,
-)
+from dossier.backends.interface import Backend, BuildInfo, SearchTraits
 from dossier.backends.onnx_model import onnx_signature
 from dossier.backends.onnxruntime import knobs, precision, scratch
 from dossier.backends.onnxruntime.knobs import LEVELS, OPTIMIZER_PREFIX, SPEC, STATIC
 from dossier.backends.onnxruntime.runner import OnnxRuntimeRunner
+from dossier.backends.runner import BuildError, EngineRuntimeError, Runner
+from dossier.backends.signature import ModelSignature
 from dossier.errors import SelectionError
 from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
+from dossier.load_config import LoadConfig
 from dossier.routes import Route
 from dossier.scenario import SESSIONS_KNOB
 

@@ -37,23 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from dossier.backends.interface import (
-    Backend,
-    BuildError,
-    BuildInfo,
-    EngineRuntimeError,
-    LoadConfig,
-    ModelSignature,
-    Runner,
-    SearchTraits,
-)
+from dossier.backends.interface import Backend, BuildInfo, SearchTraits
 from dossier.backends.onnx_model import onnx_signature
+from dossier.backends.runner import BuildError, EngineRuntimeError, Runner
+from dossier.backends.signature import ModelSignature
 from dossier.backends.tensorrt import runner as _runner
 from dossier.backends.tensorrt.knobs import parse_knob_json
 from dossier.backends.tensorrt.options import BuilderOptions, ShapePoint, optimization_profile
 from dossier.backends.tensorrt.plan import PlanHeaderError, parse_plan_header
 from dossier.errors import BackendUnavailableError, InputError, SelectionError
 from dossier.knobs import KnobDatabase
+from dossier.load_config import LoadConfig
 from dossier.routes import Route
 
 if TYPE_CHECKING:

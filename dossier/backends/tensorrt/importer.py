@@ -59,7 +59,6 @@ from dossier.backends.tensorrt.trtexec import (
     trtexec_winner,
     write_trtexec_cache,
 )
-from dossier.bundle import tables
 from dossier.bundle.builder import (
     BundleContent,
     Copy,
@@ -72,6 +71,7 @@ from dossier.bundle.builder import (
     check_target,
     json_bytes,
     trial_counts,
+    trial_tables,
 )
 from dossier.bundle.manifest import MANIFEST_NAME, VALIDATION_JSON, Summary, ValidationInfo
 from dossier.bundle.model import external_locations
@@ -526,9 +526,7 @@ def _content(p: _Plan) -> BundleContent:
         Copy(p.cache_path, ORIGINAL_CACHE),
         Data(IMPORT_RECORD, json_bytes(_import_record(p, shipped, baseline))),
         Data(VALIDATION_JSON, json_bytes(info.model_dump(mode="json"))),
-        Table(tables.ROUTES, tables.routes_table(trials, knob_names, p.db, p.winner)),
-        Table(tables.TIMINGS, tables.timings_table(trials)),
-        Table(tables.SHAPES, tables.shapes_table([]))]
+        *trial_tables(trials, knob_names, p.db, p.winner, [])]
     summary = Summary(
         strategy=h.searching_algorithm, selection=cache_header.selection, metric=h.metric,
         threshold=h.epsilon, atol=h.accuracy_parameter.atol, rtol=h.accuracy_parameter.rtol,
