@@ -12,6 +12,13 @@ A/A copy of the baseline, the minimum effect, Holm)::
     python bench/scenario.py bench/work/encoder --make-encoder      # needs torch
     python bench/scenario.py bench/work/encoder/release.toml --route=-quantization=dynamic \\
         --bound-ms 500 --out bench/results/scenario-encoder-int8.json
+    python bench/scenario.py samples/tblock/release-int8.toml --route=-quantization=dynamic \\
+        --kind offline --configs 1x0x4,1x0x8 --repetitions 6 \\
+        --out bench/results/scenario-offline-batch-tblock-int8.json
+
+``--kind offline`` measures throughput (samples per second, LoadGen's Offline scenario) instead
+of the highest rate meeting a bound; a configuration ``SxTxB`` is S sessions of T threads each
+(0: ONNX Runtime's default) answering up to B waiting queries per call (``serving_batch``).
 
 The bound is an argument so that it is chosen, and written in the results file, before the
 first LoadGen run. Each LoadGen run lasts ``--duration-s`` (MLPerf's official runs: 600 s;
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--route", default="", help="the single-stream winner's route")
     p.add_argument("--bound-ms", type=float)
     p.add_argument("--percentile", type=float, default=99.0)
+    p.add_argument("--kind", choices=("server", "offline"), default="server")
     p.add_argument("--duration-s", type=float, default=3.0)
     p.add_argument("--repetitions", type=int, default=3)
     p.add_argument("--steps", type=int, default=6)
@@ -134,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="each LoadGen run's minimum query count (a p99 over fewer than 100 is "
                         "the maximum)")
     p.add_argument("--min-effect", type=float, default=0.05)
-    p.add_argument("--configs", default="", metavar="SxT,...",
-                   help="serving configurations to try (sessions x threads each), e.g. 2x1; "
-                        "default 2x1,1x1,2x2")
+    p.add_argument("--configs", default="", metavar="SxT[xB],...",
+                   help="serving configurations to try (sessions x threads each [x the most "
+                        "queries per call]), e.g. 2x1 or 1x0x8; default 2x1,1x1,2x2")
     p.add_argument("--aa", type=int, default=0, metavar="N",
                    help="instead: N decisions of the single-stream winner against an identical "
                         "copy of itself (how often an A/A ships a difference)")
@@ -146,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.make_encoder:
         print(make_encoder(args.spec))
         return 0
-    if args.bound_ms is None or args.out is None:
-        p.error("--bound-ms and --out are required (the bound before any run)")
+    if args.out is None or (args.kind == "server" and args.bound_ms is None):
+        p.error("--out is required, and --bound-ms for the server scenario (the bound before "
+                "any run)")
 
     from dossier.backends import get_backend
     from dossier.fingerprint import matrix_units
     from dossier.routes import Route
-    from dossier.scenario import SESSIONS_KNOB, ScenarioSection
+    from dossier.scenario import BATCH_KNOB, SESSIONS_KNOB, ScenarioSection
     from dossier.scenarios.child import ScenarioRequest
     from dossier.scenarios.decide import decide
     from dossier.scenarios.models import AA, RunSettings
@@ -163,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.duration_s, args.repetitions, args.steps, args.min_queries = 0.3, 2, 2, 20
     spec = load_spec(args.spec)
-    scenario = ScenarioSection(kind="server", latency_ms=args.bound_ms,
-                               percentile=args.percentile, duration_s=args.duration_s,
+    bound = {"latency_ms": args.bound_ms, "percentile": args.percentile} \
+        if args.kind == "server" else {}
+    scenario = ScenarioSection(kind=args.kind, **bound, duration_s=args.duration_s,
                                min_queries=args.min_queries, search_steps=args.steps,
                                processes=args.repetitions, run_timeout_s=120)
     command = "python bench/scenario.py " + " ".join(
@@ -172,10 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         "command": command, "commit": _commit(), "host_cpu": matrix_units(),
         "cores": os.cpu_count(), "started": dt.datetime.now(dt.timezone.utc).isoformat(),
-        "host_note": "a shared 2-core CPU host: other processes (other engineers' builds and "
-                     "tests) kept it busy during the runs; load averages are recorded",
-        "bound_chosen_before_measuring": {"latency_ms": args.bound_ms,
-                                          "percentile": args.percentile},
+        "host_note": "a shared 2-core CPU host, busy at times: the load averages before and "
+                     "after are recorded",
+        "bound_chosen_before_measuring": bound or None,
         "scenario": scenario.model_dump(mode="json"), "load_before": _load()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")  # the bound, before any run
@@ -198,11 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         candidates = []
         configs = [tuple(int(n) for n in c.split("x")) for c in args.configs.split(",")] \
             if args.configs else CONFIGS
-        for sessions, threads in configs:
-            route = Route.of({**winner.as_dict(), SESSIONS_KNOB: str(sessions),
-                              "intra_op_num_threads": str(threads)})
-            candidates.append((f"{sessions} sessions x {threads} threads", request(route,
-                                                                                   sessions)))
+        for sessions, threads, *batch in configs:
+            knobs = {**winner.as_dict(), SESSIONS_KNOB: str(sessions),
+                     "intra_op_num_threads": str(threads)}
+            name = f"{sessions} sessions x {threads} threads"
+            if batch and batch[0] > 1:
+                knobs[BATCH_KNOB] = str(batch[0])
+                name += f", batches of up to {batch[0]}"
+            candidates.append((name, request(Route.of(knobs), sessions)))
         runner = backend.load(engine, winner)  # a first rate: from one inference's time
         feeds = [p.inputs for p in load_validation_set(spec.resolve(spec.validation.path)).pairs]
         times = []

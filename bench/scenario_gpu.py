@@ -157,7 +157,7 @@ def _feeds(folder: Path) -> list[dict[str, Any]]:
 
 def _module(config_meta: dict, device: str) -> tuple[Any, Any]:
     """The wrapped module (what the exported program computes) and its signature."""
-    from dossier.backends.torch_inductor import signature_from_dict, wrap_module
+    from dossier.backends.torch_inductor.model import signature_from_dict, wrap_module
     from samples import torch_models
 
     factory = torch_models.FACTORIES[config_meta["factory"]]
@@ -240,11 +240,11 @@ def _single(call: Callable[[dict], dict], feeds: list[dict]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ search
-def _search(call: Callable[[dict], dict], feeds: list[dict], single_ms: float, bound_ms: float,
-            duration_s: float, min_queries: int, steps: int, seed: int, work: Path
-            ) -> dict[str, Any]:
+def _search(calls: list[Callable[[dict], dict]], feeds: list[dict], single_ms: float,
+            bound_ms: float, duration_s: float, min_queries: int, steps: int, seed: int,
+            work: Path) -> dict[str, Any]:
     """The highest rate meeting the bound: dossier's search over dossier's driver, every
-    LoadGen run in this process."""
+    LoadGen run in this process, the queries answered by one worker thread per call."""
     from dossier.scenario import ScenarioSection
     from dossier.scenarios import driver
     from dossier.scenarios.models import Probe, RunSettings, ScenarioResult
@@ -255,8 +255,9 @@ def _search(call: Callable[[dict], dict], feeds: list[dict], single_ms: float, b
                                search_steps=steps, processes=5, run_timeout_s=60)
     n = [0]
 
-    def answer(i: int) -> object:
-        return call(feeds[i % len(feeds)])
+    def answerer(call: Callable[[dict], dict]) -> Callable[[list[int]], object]:
+        return lambda indices: call(feeds[indices[0] % len(feeds)])  # one query per call
+    answers = [answerer(c) for c in calls]
 
     def probe(qps: float) -> Probe:
         settings = RunSettings(kind="server", qps=qps, bound_ns=scenario.bound_ns,
@@ -266,7 +267,7 @@ def _search(call: Callable[[dict], dict], feeds: list[dict], single_ms: float, b
         folder = work / f"run-{n[0]:02d}"
         n[0] += 1
         t0 = time.monotonic()
-        run = driver.run([answer], len(feeds), settings, folder)
+        run = driver.run(answers, len(feeds), settings, folder)
         p = Probe(qps=qps, met=run.meets(scenario.bound_ns, PERCENTILE), run=run,
                   single_ms=single_ms)
         print(f"    {qps:9.1f} QPS: {'met   ' if p.met else 'missed'} p99 "
@@ -275,7 +276,7 @@ def _search(call: Callable[[dict], dict], feeds: list[dict], single_ms: float, b
               f"({time.monotonic() - t0:.1f} s)", flush=True)
         return p
 
-    start = start_rate(single_ms, 1, os.cpu_count() or 1)
+    start = start_rate(single_ms, len(calls), os.cpu_count() or 1)
     t0 = time.monotonic()
     met, missed, probes = highest_rate(probe, start, steps)
     result = ScenarioResult(kind="server", metric_qps=met, lowest_missed_qps=missed,
@@ -616,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"{c} rep {rep}: {name}", flush=True)
                 try:
-                    s = _search(calls[name], feeds, engs[name]["single"]["single_ms"],
+                    s = _search([calls[name]], feeds, engs[name]["single"]["single_ms"],
                                 BOUNDS[c], args.duration_s, args.min_queries, args.steps, rep,
                                 args.work / "runs" / c / f"{name[:7].replace(' ', '_').replace('.', '_')}-rep{rep}")
                     engs[name]["searches"].append({"rep": rep, "order": order.index(name), **s})

@@ -390,6 +390,10 @@ class DecisionRecord(Shipped):
     conditional: bool = False
     """The shipped route is such a route, shipped because the spec opts in
     (``[target] conditional = "ship"``)."""
+    scenario: bool = False
+    """This decision is a server or offline scenario's: it follows the single-stream decision
+    (the line before it that is a decision) and ships another serving configuration of the
+    same engine file (routes that differ in load-time knobs only); the reader takes the last."""
 
     @property
     def comparable(self) -> bool:

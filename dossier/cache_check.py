@@ -62,6 +62,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
     trials: list[TrialRecord] = []
     tried: dict[str, int] = {}
     decision_line: int | None = None
+    first: DecisionRecord | None = None
     holdouts: dict[str, HoldoutRecord] = {}
 
     def refuse(line: int, why: str) -> CacheMismatchError:
@@ -77,8 +78,14 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
     for line, record in zip(cache.lines, cache.records, strict=True):
         if isinstance(record, DecisionRecord):
             if decision_line is not None:
-                raise refuse(line, f"a second decision (the first is on line {decision_line})")
-            decision_line = line
+                if first is None or first.scenario or not record.scenario:
+                    raise refuse(line, f"a second decision (the first is on line "
+                                 f"{decision_line})")
+                _check_scenario(record, first, trials, functools.partial(refuse, line))
+            elif record.scenario:
+                raise refuse(line, "a scenario's decision without the single-stream decision "
+                             "it follows")
+            decision_line, first = line, record
             _check_decision(record, trials, h.baseline_route, functools.partial(refuse, line))
             if record.holdout is not None:
                 _check_holdout(record.holdout, h, line, where)
@@ -257,6 +264,21 @@ def _losses_problem(t: TrialRecord, vset: ValidationSet) -> str:
                 return (f"trial {t.index} is recorded ok without the loss of output "
                         f"{lacking[0]!r} on pair {pair!r} (an edited record)")
     return ""
+
+
+def _check_scenario(d: DecisionRecord, single: DecisionRecord, trials: list[TrialRecord],
+                    refuse: Callable[[str], CacheMismatchError]) -> None:
+    """A scenario's decision ships another serving configuration of the engine the
+    single-stream decision before it chose: the same engine file, the same baseline."""
+    if not 0 <= d.shipped_index < len(trials) or not 0 <= single.shipped_index < len(trials):
+        raise refuse(f"the scenario's decision ships trial {d.shipped_index}, which comes after "
+                     "it or does not exist")
+    mine, theirs = trials[d.shipped_index], trials[single.shipped_index]
+    if not mine.engine_digest or mine.engine_digest != theirs.engine_digest \
+            or d.baseline_route != single.baseline_route:
+        raise refuse(f"the scenario's decision ships {d.shipped_route!r}, which is not a "
+                     f"serving configuration of the engine the decision before it chose "
+                     f"({single.shipped_route!r})")
 
 
 def _check_decision(d: DecisionRecord, trials: list[TrialRecord], baseline_route: str,

@@ -38,6 +38,17 @@ SESSIONS_KNOB = "serving_sessions"
 """The serving knob of a backend that offers one: how many sessions (engine instances) serve
 queries in parallel, one worker thread each. A load-time knob: the engine file is the same; a
 server and offline scenario load that many; single-stream timing loads one."""
+SESSIONS_VALUES = ("1", "2", "4")
+"""The counts a backend's ``serving_sessions`` knob offers (its default: 1)."""
+BATCH_KNOB = "serving_batch"
+"""The other serving knob: the most queries one call answers. A worker takes the queries
+waiting for it, up to this many, and answers them with one call on their inputs concatenated
+along the first axis (dynamic batching; the engine must take a batch that large). A load-time
+knob: the engine file is the same; single-stream timing calls one query at a time."""
+BATCH_VALUES = ("1", "4", "8")
+"""The batch sizes a backend's ``serving_batch`` knob offers (its default: 1)."""
+BATCH_MAX = 1024
+"""The most queries per call a route read back may ask for (it is untrusted)."""
 QPS_MAX = 1e7
 """The largest rate a spec may ask for (queries per second)."""
 LATENCY_MS_MAX = 3_600_000.0

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dossier.errors import DossierError, ExitCode
 from dossier.files import read_small
+from dossier.scenario import BATCH_MAX
 from dossier.scenarios.logs import LoadGenRun, read_run
 from dossier.scenarios.models import RunSettings
 
@@ -77,6 +78,9 @@ class ScenarioRequest(BaseModel):
     sessions: int = Field(1, ge=0, le=256)
     """Sessions serving in parallel (worker threads, one engine each); bundle: 0 for as many
     as its shipped route's ``serving_sessions`` says."""
+    batch: int = Field(0, ge=0, le=BATCH_MAX)
+    """The most waiting queries one call answers; 0 for as many as the route's
+    ``serving_batch`` says (1 without it)."""
     verify: dict[str, Any] = Field(default_factory=dict)
     """bundle: keyword arguments of :func:`dossier.serve.opened` (trusted keys, policy...)."""
     settings: RunSettings

@@ -2,7 +2,9 @@
 rate for server, every query at once for offline) and the statistics; the system under test
 answers queries from N worker threads, each with its own engine session (what a server with N
 sessions in parallel does). LoadGen's ``issue`` callback only queues the queries; the workers
-answer them and call ``QuerySamplesComplete`` (thread-safe).
+answer them and call ``QuerySamplesComplete`` (thread-safe). With a batch of B (the route's
+``serving_batch``), a worker that takes a query also takes those waiting behind it, up to B in
+all, and answers them with one call (dynamic batching: it never waits for more to arrive).
 
 A query whose call fails is still completed (LoadGen would otherwise wait for it forever) and
 counted; the first failure is raised once the run is over (:class:`~dossier.errors.EngineFailedError`).
@@ -22,8 +24,9 @@ from dossier.errors import BackendUnavailableError, EngineFailedError
 from dossier.scenarios.logs import KEPT, LoadGenRun, read_run
 from dossier.scenarios.models import RunSettings
 
-Answer = Callable[[int], object]
-"""One session's call: answer the query for sample ``index`` (of the samples in memory)."""
+Answer = Callable[[Sequence[int]], object]
+"""One session's call: answer the queries for the samples ``indices`` (of the samples in
+memory) with one call; one index unless the run batches."""
 
 
 def loadgen() -> Any:
@@ -58,22 +61,35 @@ def _test_settings(lg: Any, s: RunSettings) -> Any:
     return ts
 
 
-def run(sessions: Sequence[Answer], samples: int, settings: RunSettings, outdir: Path) -> LoadGenRun:
-    """Run LoadGen once against ``sessions`` (one worker thread each) over ``samples`` sample
-    indices; its logs are written to ``outdir`` (only the summary and the detail log are
-    kept) and read back. EngineFailedError when a call failed."""
+def run(sessions: Sequence[Answer], samples: int, settings: RunSettings, outdir: Path,
+        batch: int = 1) -> LoadGenRun:
+    """Run LoadGen once against ``sessions`` (one worker thread each, answering up to ``batch``
+    waiting queries per call) over ``samples`` sample indices; its logs are written to
+    ``outdir`` (only the summary and the detail log are kept) and read back.
+    EngineFailedError when a call failed."""
     lg = loadgen()
     outdir.mkdir(parents=True, exist_ok=True)
     work: queue.SimpleQueue[Any] = queue.SimpleQueue()
     failures: list[BaseException] = []
 
     def worker(answer: Answer) -> None:
-        while (item := work.get()) is not None:
+        stop = False
+        while not stop and (item := work.get()) is not None:
+            items = [item]
+            while len(items) < batch:  # the queries already waiting, never more
+                try:
+                    more = work.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:  # the end: answer what was taken, then stop
+                    stop = True
+                    break
+                items.append(more)
             try:
-                answer(item.index)
+                answer([q.index for q in items])
             except Exception as exc:  # completed all the same, said after the run
                 failures.append(exc)
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(item.id, 0, 0)])
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(q.id, 0, 0) for q in items])
 
     def issue(query_samples: Sequence[Any]) -> None:
         for q in query_samples:

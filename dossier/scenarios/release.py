@@ -123,6 +123,7 @@ def _record(cache: TuningCache, decision: DecisionRecord, out: ScenarioDecision,
               f"{out.repetitions} repetitions): it ships")
     record = decision.model_copy(update={
         "shipped_route": chosen.route, "shipped_index": chosen.index, "reason": reason,
+        "scenario": True,
         "rule": f"{decision.rule}; then the scenario's serving configurations "
                 f"({scenario.describe()}, minimum effect {timing.min_effect:g}, Holm at "
                 f"{timing.alpha:g})"})

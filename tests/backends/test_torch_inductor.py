@@ -22,6 +22,7 @@ from conftest import TINY_TIMING  # noqa: E402
 
 from dossier.backends import BuildError, EngineRuntimeError, get_backend  # noqa: E402
 from dossier.backends import torch_inductor as ti  # noqa: E402
+from dossier.backends.torch_inductor import model as ti_model  # noqa: E402
 from dossier.errors import ModelError  # noqa: E402
 from dossier.routes import Route  # noqa: E402
 from dossier.spec import load_spec  # noqa: E402
@@ -102,8 +103,10 @@ def test_knob_database_reads_defaults_from_torch(backend: ti.TorchInductorBacken
     assert device.default == ("cuda" if torch.cuda.is_available() else "cpu")
     numerics = {k.name for k in db.knobs if k.changes_numerics}
     assert {"dtype", "float32_matmul_precision", "inductor:cpp.enable_unsafe_math_opt_flag"} <= numerics
-    # everything is compiled into the package but the CUDA graph replay, chosen at load
-    assert {k.name for k in db.knobs if k.phase.value == "load"} == {"cuda_graph"}
+    # the CUDA graph replay and the number of engine instances serving, chosen at load
+    assert {k.name for k in db.knobs if k.phase.value == "load"} == {"cuda_graph",
+                                                                      "serving_sessions"}
+    assert db.get("serving_sessions").values == ("1", "2", "4")
     assert db.get("cuda_graph").values == (("off", "on") if torch.cuda.is_available() else ("off",))
     assert db.digest() == backend.knob_database().digest()
 
@@ -188,9 +191,9 @@ def test_signature_errors(backend: ti.TorchInductorBackend, tmp_path: Path,
     with pytest.raises(ModelError, match="not a readable exported program"):
         backend.signature(bad)
     with pytest.raises(ModelError, match="no 'outputs'"):
-        ti.signature_from_dict({"inputs": {"x": ("float32", (1,))}}, "here")
+        ti_model.signature_from_dict({"inputs": {"x": ("float32", (1,))}}, "here")
     with pytest.raises(ModelError, match="not \\(dtype, shape\\)"):
-        ti.signature_from_dict({"inputs": {"x": ("float33", (1,))},
+        ti_model.signature_from_dict({"inputs": {"x": ("float33", (1,))},
                                 "outputs": {"y": ("float32", (1,))}}, "here")
 
 
@@ -235,6 +238,57 @@ def test_build_load_reproduces_eager_and_reference(backend: ti.TorchInductorBack
         assert acc.worst is not None and acc.worst < 1e-5
         with pytest.raises(EngineRuntimeError, match="missing"):
             runner.run({})
+
+
+def test_engine_instances_answer_from_threads_as_one_does(
+        backend: ti.TorchInductorBackend, mlp_sample: Path,
+        mlp_engine: tuple[Path, dict[str, str]]) -> None:
+    """-serving_sessions=2: the package loaded twice, each instance called from a thread of its
+    own at the same time, gives what one instance gives alone (a server's engine instances)."""
+    import threading
+
+    engine, _ = mlp_engine
+    route = Route.parse("-device=cpu -serving_sessions=2 -inductor:freezing=false")
+    feeds = [p.inputs for p in load_validation_set(mlp_sample / "validation").pairs]
+    with backend.load(engine, SHARED) as one:
+        want = [one.run(f)["y"] for f in feeds]
+    runners = [backend.load(engine, route) for _ in range(2)]
+    got: list[list[np.ndarray]] = [[], []]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def serve(k: int) -> None:
+        try:
+            start.wait()
+            for _ in range(20):
+                got[k].extend(runners[k].run(f)["y"] for f in feeds)
+        except BaseException as exc:  # noqa: BLE001 - said below
+            errors.append(exc)
+    threads = [threading.Thread(target=serve, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in runners:
+        r.close()
+    assert not errors
+    for k in range(2):
+        assert len(got[k]) == 20 * len(feeds)
+        for i, y in enumerate(got[k]):
+            np.testing.assert_array_equal(y, want[i % len(feeds)])
+
+
+def test_the_load_recipe_names_the_engine_instances(backend: ti.TorchInductorBackend) -> None:
+    db = backend.knob_database()
+    one = backend.production_load(Route.parse("-device=cpu"), db)
+    assert "serving_sessions" not in one.options and "instances" not in one.note
+    cpu = backend.production_load(Route.parse("-device=cpu -serving_sessions=4"), db)
+    assert cpu.options["serving_sessions"] == "4"
+    assert cpu.snippet.startswith("# serve with 4 engine instances in parallel")
+    assert "4 engine instances in parallel" in cpu.note and "stream" not in cpu.note
+    assert cpu.snippet.endswith(one.snippet)
+    # recorded routes are checked without torch's database: the knob is known there too
+    assert backend.check_recorded_route("-device=cuda -cuda_graph=on -serving_sessions=2")
 
 
 def test_unknown_inductor_key_is_a_build_error(backend: ti.TorchInductorBackend, mlp_sample: Path,

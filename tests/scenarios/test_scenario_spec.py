@@ -80,3 +80,13 @@ def test_the_server_sample_spec_reads_back() -> None:
     assert (s.kind, s.latency_ms, s.percentile) == ("server", 20.0, 99.0)
     assert "-serving_sessions=[1|2]" in spec.tune.selection
     assert spec.model_path().name == "model.onnx" and spec.model_path().parent.name == "tblock"
+
+
+def test_the_offline_sample_spec_reads_back_and_its_knobs_exist() -> None:
+    from dossier.backends import get_backend
+    from dossier.routes import Selection
+
+    spec = load_spec(h.REPO / "samples" / "tblock-offline" / "release.toml")
+    assert spec.scenario.kind == "offline" and spec.scenario.latency_ms is None
+    selection = Selection.parse(spec.tune.selection, get_backend("onnxruntime").knob_database())
+    assert {i.knob for i in selection.items} == {"quantization", "serving_batch"}

@@ -95,9 +95,26 @@ def _repeat(line: int) -> Callable[[Records, Path, dict], None]:
     return edit
 
 
+def _set_decision(**fields: Any) -> Callable[[Records, Path, dict], None]:
+    def edit(records: Records, run: Path, rel: dict) -> None:
+        next(r for r in records if r.get("kind") == "decision").update(fields)
+    return edit
+
+
 def _repeat_decision(records: Records, run: Path, rel: dict) -> None:
     at = next(i for i, r in enumerate(records) if r.get("kind") == "decision")
     records.insert(at + 1, dict(records[at]))
+
+
+def _scenario_decision_of_another_engine(records: Records, run: Path, rel: dict) -> None:
+    at = next(i for i, r in enumerate(records) if r.get("kind") == "decision")
+    first = records[at]
+    trials = [r for r in records if r.get("kind") == "trial"]
+    shipped = trials[first["shipped_index"]]
+    other = next(t for t in trials if t.get("engine_digest") and t["outcome"] == "ok"
+                 and t["engine_digest"] != shipped["engine_digest"])
+    records.insert(at + 1, {**first, "scenario": True, "shipped_index": other["index"],
+                            "shipped_route": other["route"]})
 
 
 def _other_header(records: Records, run: Path, rel: dict) -> None:
@@ -142,6 +159,10 @@ CASES: dict[str, tuple[Callable[[Records, Path, dict], None], str]] = {
     "decision between the trials": (_move("decision", 2),
                                     "line 4: trial 1 comes after the decision on line 3"),
     "second decision": (_repeat_decision, "a second decision"),
+    "a scenario's decision shipping another engine": (
+        _scenario_decision_of_another_engine, "is not a serving configuration of the engine"),
+    "a scenario's decision alone": (_set_decision(scenario=True),
+                                    "a scenario's decision without the single-stream decision"),
     "losses of outputs the model does not have": (
         _set(1, losses={"pair-000": {"not_an_output": 0.0}}),
         "line 3: losses of trial 1 name output 'not_an_output'"),

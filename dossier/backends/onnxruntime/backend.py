@@ -30,7 +30,10 @@ from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.load_config import LoadConfig
 from dossier.routes import Route
-from dossier.scenario import SESSIONS_KNOB
+from dossier.scenario import BATCH_KNOB, SESSIONS_KNOB
+
+SERVING_KNOBS = frozenset({SESSIONS_KNOB, BATCH_KNOB})
+"""Knobs of how sessions serve (:mod:`dossier.scenarios`), not session options."""
 
 
 class OnnxRuntimeBackend(Backend):
@@ -152,8 +155,8 @@ class OnnxRuntimeBackend(Backend):
                 if value == "off" and phase is not KnobPhase.LOAD:
                     disabled.append(name[len(OPTIMIZER_PREFIX):])
                 continue
-            if name not in SPEC or name == SESSIONS_KNOB:  # a subclass's own; sessions: how
-                continue  # many sessions serve (dossier.scenarios), not a session option
+            if name not in SPEC or name in SERVING_KNOBS:  # a subclass's own; serving knobs:
+                continue  # how sessions serve (dossier.scenarios), not session options
             _, _, _, knob_phase, key, _, _ = SPEC[name]
             if phase is not None and knob_phase is not phase:
                 continue
@@ -304,6 +307,10 @@ class OnnxRuntimeBackend(Backend):
                 options[key] = value
                 lines.append(f"# serve with {int(value)} sessions in parallel, one per worker "
                              "thread, each made as below (the server loop is yours)")
+            elif name == BATCH_KNOB:  # not a session option: how many queries a call answers
+                options[key] = value
+                lines.append(f"# answer up to {int(value)} waiting queries with one call, their "
+                             "inputs concatenated along the first axis")
             elif name == "execution_mode":
                 mode = "ORT_PARALLEL" if value == "parallel" else "ORT_SEQUENTIAL"
                 options[key] = mode

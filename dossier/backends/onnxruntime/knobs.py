@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
-from dossier.scenario import SESSIONS_KNOB
+from dossier.scenario import BATCH_KNOB, BATCH_VALUES, SESSIONS_KNOB, SESSIONS_VALUES
 
 LEVELS = {"disable_all": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
           "extended": "ORT_ENABLE_EXTENDED", "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
@@ -58,10 +58,14 @@ STATIC: tuple[tuple[str, tuple[str, ...], str, KnobPhase, str, str, bool], ...] 
      "flush denormal floats to zero", True),
     ("deterministic_compute", ("off", "on"), "off", KnobPhase.LOAD, "use_deterministic_compute",
      "use deterministic kernels where ORT has them", False),
-    (SESSIONS_KNOB, ("1", "2", "4"), "1", KnobPhase.LOAD, SESSIONS_KNOB,
+    (SESSIONS_KNOB, SESSIONS_VALUES, "1", KnobPhase.LOAD, SESSIONS_KNOB,
      "sessions serving queries in parallel, one per worker thread, each with "
      "intra_op_num_threads threads (server and offline scenarios; one session is timed "
      "otherwise)", False),
+    (BATCH_KNOB, BATCH_VALUES, "1", KnobPhase.LOAD, BATCH_KNOB,
+     "the most waiting queries one call answers, their inputs concatenated along the first axis "
+     "(dynamic batching; server and offline scenarios; the model's first axis must be dynamic)",
+     False),
 )
 SPEC = {s[0]: s for s in STATIC}
 OPTIMIZER_PREFIX = "optimizer:"

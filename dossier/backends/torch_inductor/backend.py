@@ -24,16 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dossier import cxx_runtime
-from dossier.backends.interface import (
-    Backend,
-    BuildError,
-    BuildInfo,
-    EngineRuntimeError,
-    LoadConfig,
-    ModelSignature,
-    Runner,
-    SearchTraits,
-)
+from dossier.backends.interface import Backend, BuildInfo, SearchTraits
+from dossier.backends.runner import BuildError, EngineRuntimeError, Runner
+from dossier.backends.signature import ModelSignature
 from dossier.backends.torch_inductor.build import (
     BuildPlan,
     build_cache,
@@ -73,7 +66,9 @@ from dossier.backends.torch_inductor.package import META_PREFIX, normalized_dige
 from dossier.backends.torch_inductor.runner import TorchInductorRunner, load_package
 from dossier.errors import ModelError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
+from dossier.load_config import LoadConfig
 from dossier.routes import Route
+from dossier.scenario import SESSIONS_KNOB, SESSIONS_VALUES
 
 if TYPE_CHECKING:
     from dossier.host.policy import Rule
@@ -106,6 +101,7 @@ class TorchInductorBackend(Backend):
                  Knob(name="dtype", values=DTYPES, default="float32"),
                  Knob(name="float32_matmul_precision", values=PRECISIONS, default="highest"),
                  Knob(name="cuda_graph", values=("off", "on"), default="off"),
+                 _sessions_knob(),
                  *(Knob(name=KNOB_PREFIX + key, values=None, default="default")
                    for key, _, _ in INDUCTOR_KEYS)]
         db = KnobDatabase(backend=self.name, tuner_version="static", knobs=tuple(knobs))
@@ -132,6 +128,7 @@ class TorchInductorBackend(Backend):
                  help="replay the package's kernels as a CUDA graph over static input buffers, "
                       "one graph per input shape (removes per-kernel launch overhead; the copies "
                       "in and out are part of each call; trtexec's default)"),
+            _sessions_knob(),
         ]
         for key, text, numerics in INDUCTOR_KEYS:
             if key not in current:
@@ -344,8 +341,9 @@ class TorchInductorBackend(Backend):
 
     def production_load(self, route: Route, db: KnobDatabase) -> LoadConfig:
         eff = route.effective(db)
-        if eff.get("cuda_graph") == "on" and str(eff.get("device", "")).startswith("cuda"):
-            return LoadConfig(
+        cuda = str(eff.get("device", "")).startswith("cuda")
+        if eff.get("cuda_graph") == "on" and cuda:
+            config = LoadConfig(
                 call="torch._inductor.aoti_load_package(ENGINE, run_single_threaded=True), "
                      "then one CUDA graph per input shape over static buffers",
                 options={"run_single_threaded": "True"},
@@ -353,10 +351,24 @@ class TorchInductorBackend(Backend):
                      "side stream, captured over static inputs, replayed); each call copies the "
                      "inputs in and the outputs out; capture one graph per input shape",
                 snippet=_GRAPH_SNIPPET)
-        return LoadConfig(call="torch._inductor.aoti_load_package(ENGINE)",
-                          note="the loader call dossier times the package with; run it in the "
-                               "process that serves requests",
-                          snippet="import torch\n\nmodel = torch._inductor.aoti_load_package(ENGINE)")
+        else:
+            config = LoadConfig(
+                call="torch._inductor.aoti_load_package(ENGINE)",
+                note="the loader call dossier times the package with; run it in the process "
+                     "that serves requests",
+                snippet="import torch\n\nmodel = torch._inductor.aoti_load_package(ENGINE)")
+        sessions = eff.get(SESSIONS_KNOB, "1")
+        if sessions == "1":
+            return config
+        where = " on a CUDA stream of its own (torch.cuda.Stream(); every call inside " \
+                "`with torch.cuda.stream(s):`, then s.synchronize())" if cuda else ""
+        return config.model_copy(update={
+            "options": {**config.options, SESSIONS_KNOB: sessions},
+            "note": f"{config.note}; {sessions} engine instances in parallel, as the scenario "
+                    "measured them: each package loaded once per instance" + where,
+            "snippet": f"# serve with {int(sessions)} engine instances in parallel, one per "
+                       f"worker thread, each loaded as below{where} (the server loop is "
+                       f"yours)\n{config.snippet}"})
 
     def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
         on_gpu = str(route.effective(db).get("device", "cpu")).startswith("cuda")
@@ -365,6 +377,14 @@ class TorchInductorBackend(Backend):
     def engine_facts(self, route: Route, db: KnobDatabase) -> dict[str, bool]:
         device = route.effective(db).get("device", "cpu")
         return {"cpu_package": device == "cpu", "march_native": device == "cpu"}
+
+
+def _sessions_knob() -> Knob:
+    return Knob(name=SESSIONS_KNOB, values=SESSIONS_VALUES, default="1", phase=KnobPhase.LOAD,
+                help="engine instances serving queries in parallel, one worker thread each: the "
+                     "package loaded once per instance, on CUDA each with its own stream (and, "
+                     "with -cuda_graph=on, its own graph) (server and offline scenarios; one "
+                     "instance is timed otherwise)")
 
 
 _GRAPH_SNIPPET = """import torch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,13 @@ class TorchInductorRunner(Runner):
     copies its inputs into the buffers, replays the graph and copies the outputs out (the
     static outputs are overwritten by the next replay): :meth:`run` and :meth:`timed` both do
     all three, so accuracy is checked on replayed outputs and the timing includes the copies.
+
+    On CUDA every runner has a stream of its own: :meth:`run`, :meth:`timed` and the copies of
+    :meth:`prepare` are issued on it and wait for it alone (never ``torch.cuda.synchronize``,
+    which waits for every stream of the device), so several runners of one package called from
+    as many threads (engine instances, ``-serving_sessions``) run side by side. A graph is
+    captured on that stream in thread-local capture mode, so instances in other threads keep
+    running. :meth:`run_tensors` stays on the caller's current stream.
     """
 
     def __init__(self, compiled: Any, device: str, inputs: Sequence[str],
@@ -104,7 +112,9 @@ class TorchInductorRunner(Runner):
         self._outputs = list(outputs)
         self._precision = precision
         self._cuda = device.startswith("cuda")
+        self._stream: Any = None
         if self._cuda:
+            self._stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
             self._start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
@@ -121,6 +131,12 @@ class TorchInductorRunner(Runner):
         """CUDA graphs captured so far (one per distinct set of input shapes)."""
         return len(self._captured)
 
+    def _own_stream(self) -> contextlib.AbstractContextManager[Any]:
+        """This runner's CUDA stream as the current stream (nothing on CPU)."""
+        if self._stream is None:
+            return contextlib.nullcontext()
+        return self._torch.cuda.stream(self._stream)
+
     def _apply_precision(self) -> None:
         # aten matmuls read the flag when they run, and several engines share one process
         if self._torch.get_float32_matmul_precision() != self._precision:
@@ -133,11 +149,12 @@ class TorchInductorRunner(Runner):
             return inputs
         self._check_names(inputs)
         torch = self._torch
-        args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[n])).to(self._device)
-                     for n in self._inputs)
-        if self._cuda:
-            torch.cuda.synchronize()
-        return self._ready(args)
+        with self._own_stream():
+            args = tuple(torch.from_numpy(np.ascontiguousarray(inputs[n])).to(self._device)
+                         for n in self._inputs)
+            if self._stream is not None:
+                self._stream.synchronize()
+            return self._ready(args)
 
     def _check_names(self, inputs: Mapping[str, Any]) -> None:
         missing = [n for n in self._inputs if n not in inputs]
@@ -156,22 +173,26 @@ class TorchInductorRunner(Runner):
 
     def _capture(self, args: tuple[Any, ...]) -> _Graph:
         """Warm up on a side stream (as torch.cuda.graph requires), then capture one call on
-        static copies of ``args``."""
+        static copies of ``args`` on this runner's stream, in thread-local mode: instances in
+        other threads keep running. Replays may run on any stream."""
         torch = self._torch
         self._apply_precision()
-        static = tuple(a.clone() for a in args)
+        mine = self._stream
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    self._call(static)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = self._call(static)
-            torch.cuda.synchronize()
+            mine.wait_stream(torch.cuda.current_stream())  # args may come from the caller's
+            with torch.cuda.stream(mine):
+                static = tuple(a.clone() for a in args)
+                side = torch.cuda.Stream()
+                side.wait_stream(mine)
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        self._call(static)
+                mine.wait_stream(side)
+                mine.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=mine, capture_error_mode="thread_local"):
+                    out = self._call(static)
+            mine.synchronize()
         except EngineRuntimeError as exc:
             raise EngineRuntimeError(f"CUDA graph capture failed: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - capture refused by the runtime
@@ -226,13 +247,14 @@ class TorchInductorRunner(Runner):
     def run_impl(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         prepared = self.prepare_impl(inputs)
         self._apply_precision()
-        flat = self._named(self._execute(prepared))
         result = {}
-        for name, t in zip(self._outputs, flat):
-            t = t.detach()
-            if t.dtype in (self._torch.bfloat16,):
-                t = t.float()
-            result[name] = t.cpu().numpy()
+        with self._own_stream():  # .cpu() waits for this stream: the outputs are complete
+            flat = self._named(self._execute(prepared))
+            for name, t in zip(self._outputs, flat):
+                t = t.detach()
+                if t.dtype in (self._torch.bfloat16,):
+                    t = t.float()
+                result[name] = t.cpu().numpy()
         return result
 
     def timed_impl(self, prepared: object) -> float:
@@ -242,9 +264,10 @@ class TorchInductorRunner(Runner):
         ready = self.prepare_impl(prepared)  # type: ignore[arg-type]
         self._apply_precision()
         if self._cuda:
-            self._start.record()
-            self._execute(ready)
-            self._end.record()
+            with self._own_stream():
+                self._start.record()
+                self._execute(ready)
+                self._end.record()
             self._end.synchronize()
             return float(self._start.elapsed_time(self._end))
         t0 = time.perf_counter_ns()
