@@ -62,7 +62,7 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
     trials: list[TrialRecord] = []
     tried: dict[str, int] = {}
     decision_line: int | None = None
-    first: DecisionRecord | None = None
+    single_stream: DecisionRecord | None = None
     holdouts: dict[str, HoldoutRecord] = {}
 
     def refuse(line: int, why: str) -> CacheMismatchError:
@@ -78,14 +78,15 @@ def check_cache(cache: TuningCache, db: KnobDatabase, run_dir: Path, *,
     for line, record in zip(cache.lines, cache.records, strict=True):
         if isinstance(record, DecisionRecord):
             if decision_line is not None:
-                if first is None or first.scenario or not record.scenario:
+                if single_stream is None or single_stream.scenario or not record.scenario:
                     raise refuse(line, f"a second decision (the first is on line "
                                  f"{decision_line})")
-                _check_scenario(record, first, trials, functools.partial(refuse, line))
+                _check_scenario(record, single_stream, trials,
+                                functools.partial(refuse, line))
             elif record.scenario:
                 raise refuse(line, "a scenario's decision without the single-stream decision "
                              "it follows")
-            decision_line, first = line, record
+            decision_line, single_stream = line, record
             _check_decision(record, trials, h.baseline_route, functools.partial(refuse, line))
             if record.holdout is not None:
                 _check_holdout(record.holdout, h, line, where)

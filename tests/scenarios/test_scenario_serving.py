@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
 from dossier.backends import get_backend
