@@ -137,8 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-queries", type=int, default=400)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--deadline-s", type=float, default=540.0)
+    p.add_argument("--switch-interval-ms", type=float, default=None,
+                   help="sys.setswitchinterval for this process (Python's default: 5 ms, the "
+                        "longest a thread waiting for the GIL may wait)")
     p.add_argument("--smoke", action="store_true", help="tiny settings")
     args = p.parse_args(argv)
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     t_start = time.monotonic()
     if args.smoke:
         args.duration_s, args.min_queries, args.steps, args.reps, args.rounds = 0.5, 50, 3, 1, 3
@@ -152,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         "bounds_chosen_before_measuring": {c: sg.BOUNDS[c] for c in configs},
         "settings": {"duration_s": args.duration_s, "min_queries": args.min_queries,
                      "steps": args.steps, "reps": args.reps, "rounds": args.rounds,
-                     "route": route, "instances": counts},
+                     "route": route, "instances": counts,
+                     "switch_interval_ms": sys.getswitchinterval() * 1000.0},
         "configs": {c: {"bound_ms": sg.BOUNDS[c], "instances": {}} for c in configs}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sg._write(args.out, doc)

@@ -40,6 +40,25 @@ queries in parallel, one worker thread each. A load-time knob: the engine file i
 server and offline scenario load that many; single-stream timing loads one."""
 SESSIONS_VALUES = ("1", "2", "4")
 """The counts a backend's ``serving_sessions`` knob offers (its default: 1)."""
+SWITCH_INTERVAL_S = 0.0002
+"""The interpreter's thread switch interval (``sys.setswitchinterval``) of a process that serves
+from several sessions: Python's default of 5 ms is how long a thread may wait for the GIL that
+another session's thread holds, which alone breaks a p99 bound of a few milliseconds (one H100,
+ResNet-50 b1 at p99 <= 5 ms: 2 instances served 0.25x one instance at 5 ms, 1.68x at 0.2 ms).
+The scenario's worker sets it, and the load recipe says so."""
+
+
+def sessions_lines(count: int, each: str) -> list[str]:
+    """The load recipe's comment lines for ``count`` sessions (none for one): how many, what
+    each is (``each``), and the switch interval the serving process sets."""
+    if count <= 1:
+        return []
+    return [f"# serve with {count} {each} in parallel, one per worker thread, each made as "
+            "below (the server loop is yours), and in the serving process",
+            f"# sys.setswitchinterval({SWITCH_INTERVAL_S:g}): Python's 5 ms default lets a "
+            "thread wait that long for the GIL (what dossier measured with)"]
+
+
 BATCH_KNOB = "serving_batch"
 """The other serving knob: the most queries one call answers. A worker takes the queries
 waiting for it, up to this many, and answers them with one call on their inputs concatenated

@@ -15,6 +15,7 @@ from typing import Any
 
 from dossier.errors import DossierError, ExitCode
 from dossier.files import read_small
+from dossier.scenario import SWITCH_INTERVAL_S
 from dossier.scenarios.child import (
     RESULT,
     SINGLE_CALLS,
@@ -96,6 +97,8 @@ def main(argv: list[str]) -> int:
     try:
         req = ScenarioRequest.model_validate_json(read_small(argv[0], 1 << 20))
         answers, samples, batch = _sessions(req)
+        if len(answers) > 1:  # what the load recipe tells a serving process to set
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         for answer in answers:
             for i in range(WARMUP_CALLS):
                 answer([i % samples])

@@ -285,6 +285,7 @@ def test_the_load_recipe_names_the_engine_instances(backend: ti.TorchInductorBac
     cpu = backend.production_load(Route.parse("-device=cpu -serving_sessions=4"), db)
     assert cpu.options["serving_sessions"] == "4"
     assert cpu.snippet.startswith("# serve with 4 engine instances in parallel")
+    assert "sys.setswitchinterval(0.0002)" in cpu.snippet
     assert "4 engine instances in parallel" in cpu.note and "stream" not in cpu.note
     assert cpu.snippet.endswith(one.snippet)
     # recorded routes are checked without torch's database: the knob is known there too

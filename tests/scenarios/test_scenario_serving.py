@@ -35,6 +35,7 @@ def test_the_load_recipe_names_the_sessions() -> None:
                                      db)
     assert served.options[SESSIONS_KNOB] == "4" and served.options["intra_op_num_threads"] == "1"
     assert "serve with 4 sessions in parallel" in served.snippet
+    assert "sys.setswitchinterval(0.0002)" in served.snippet
     assert "4 sessions in parallel" in served.note
     one = backend.production_load(Route.parse("-intra_op_num_threads=1"), db)
     assert SESSIONS_KNOB not in one.options and "one session per process" in one.note
@@ -156,3 +157,29 @@ def test_loadgen_serves_a_verified_bundle_from_two_sessions(bundle: Path, host: 
     assert probe.outcome == "ok" and probe.run is not None and probe.run.scenario == "Offline"
     assert probe.run.query_count >= 1 and probe.single_ms is not None and probe.single_ms > 0
     assert result.metric_qps == probe.run.completed_qps
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlperf_loadgen") is None,
+                    reason="mlcommons-loadgen is not installed (the [scenario] extra)")
+def test_the_worker_of_several_sessions_sets_the_switch_interval(tmp_path: Path) -> None:
+    """What the recipe of several sessions tells a serving process, the scenario's worker does:
+    one session leaves Python's switch interval alone, two set SWITCH_INTERVAL_S."""
+    import sys
+
+    from dossier.scenario import SWITCH_INTERVAL_S
+    from dossier.scenarios import worker
+
+    before = sys.getswitchinterval()
+    settings = RunSettings(kind="offline", qps=500, duration_s=0.1, min_queries=10,
+                           max_duration_s=1)
+    try:
+        for sessions, want in ((1, before), (2, SWITCH_INTERVAL_S)):
+            folder = tmp_path / str(sessions)
+            folder.mkdir()
+            req = ScenarioRequest(source="synthetic", sleep_ms=0.1, sessions=sessions,
+                                  settings=settings)
+            (folder / "request.json").write_text(req.model_dump_json())
+            assert worker.main([str(folder / "request.json")]) == 0
+            assert sys.getswitchinterval() == pytest.approx(want)
+    finally:
+        sys.setswitchinterval(before)

@@ -30,7 +30,7 @@ from dossier.host.policy import Rule
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.load_config import LoadConfig
 from dossier.routes import Route
-from dossier.scenario import BATCH_KNOB, SESSIONS_KNOB
+from dossier.scenario import BATCH_KNOB, SESSIONS_KNOB, sessions_lines
 
 SERVING_KNOBS = frozenset({SESSIONS_KNOB, BATCH_KNOB})
 """Knobs of how sessions serve (:mod:`dossier.scenarios`), not session options."""
@@ -305,8 +305,7 @@ class OnnxRuntimeBackend(Backend):
             key = spec[4]
             if name == SESSIONS_KNOB:  # not a session option: how many sessions serve
                 options[key] = value
-                lines.append(f"# serve with {int(value)} sessions in parallel, one per worker "
-                             "thread, each made as below (the server loop is yours)")
+                lines += sessions_lines(int(value), "sessions")
             elif name == BATCH_KNOB:  # not a session option: how many queries a call answers
                 options[key] = value
                 lines.append(f"# answer up to {int(value)} waiting queries with one call, their "

@@ -68,7 +68,7 @@ from dossier.errors import ModelError
 from dossier.knobs import Knob, KnobDatabase, KnobPhase
 from dossier.load_config import LoadConfig
 from dossier.routes import Route
-from dossier.scenario import SESSIONS_KNOB, SESSIONS_VALUES
+from dossier.scenario import SESSIONS_KNOB, SESSIONS_VALUES, sessions_lines
 
 if TYPE_CHECKING:
     from dossier.host.policy import Rule
@@ -362,13 +362,14 @@ class TorchInductorBackend(Backend):
             return config
         where = " on a CUDA stream of its own (torch.cuda.Stream(); every call inside " \
                 "`with torch.cuda.stream(s):`, then s.synchronize())" if cuda else ""
+        lines = sessions_lines(int(sessions), "engine instances")
+        if where:
+            lines.append(f"# each instance{where}")
         return config.model_copy(update={
             "options": {**config.options, SESSIONS_KNOB: sessions},
             "note": f"{config.note}; {sessions} engine instances in parallel, as the scenario "
                     "measured them: each package loaded once per instance" + where,
-            "snippet": f"# serve with {int(sessions)} engine instances in parallel, one per "
-                       f"worker thread, each loaded as below{where} (the server loop is "
-                       f"yours)\n{config.snippet}"})
+            "snippet": "\n".join([*lines, config.snippet])})
 
     def timing_defaults(self, route: Route, db: KnobDatabase) -> dict[str, object]:
         on_gpu = str(route.effective(db).get("device", "cpu")).startswith("cuda")
