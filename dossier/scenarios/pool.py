@@ -23,7 +23,6 @@ SESSIONS_MAX = 256
 """The most sessions a bundle's route may ask for (a route read back is untrusted)."""
 
 
-
 def sessions_of(route: str) -> int:
     """How many sessions ``route`` serves with (its ``serving_sessions`` value; 1 without it).
     BundleError for a value that is not a count from 1 to :data:`SESSIONS_MAX`."""
